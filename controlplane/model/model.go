@@ -1,0 +1,270 @@
+package model
+
+import (
+	"github.com/switchyard-proxy/switchyard/balancer"
+)
+
+// Configuration is one complete, immutable snapshot of what the cluster asks
+// the data planes to serve. The control plane builds a new one on every sync
+// and never mutates one it has handed to a sink; sinks never mutate it either.
+//
+// It mirrors ingress-nginx's ingress.Configuration, trimmed to the features
+// Switchyard implements.
+type Configuration struct {
+	// Version increases by one with every Configuration the controller builds.
+	Version uint64 `json:"version"`
+
+	// Backends are the upstreams, sorted by name, encoded exactly as
+	// ingress-nginx POSTs them to /configuration/backends.
+	Backends []balancer.Backend `json:"backends"`
+
+	// Servers are the virtual hosts, sorted by hostname, with the catch-all
+	// server "_" first.
+	Servers []Server `json:"servers"`
+
+	// TCPServices and UDPServices come from the tcp-services and
+	// udp-services ConfigMaps, sorted by port.
+	TCPServices []L4Service `json:"tcpServices,omitempty"`
+	UDPServices []L4Service `json:"udpServices,omitempty"`
+
+	// PassthroughBackends are the hosts with ssl-passthrough, sorted by host.
+	PassthroughBackends []PassthroughBackend `json:"passthroughBackends,omitempty"`
+
+	// Certificates holds every TLS certificate a server refers to, keyed by
+	// Certificate.UID.
+	Certificates map[string]Certificate `json:"certificates,omitempty"`
+
+	// DefaultCertificate is the UID of the certificate served for unknown
+	// SNI (--default-ssl-certificate); empty means a self-signed fake.
+	DefaultCertificate string `json:"defaultCertificate,omitempty"`
+
+	// Global holds the controller ConfigMap settings.
+	Global Global `json:"global"`
+
+	// Errors lists every object-level problem found while building: an
+	// invalid annotation, a bad path, a missing Secret. The objects involved
+	// are still served as far as possible.
+	Errors []ObjectError `json:"errors,omitempty"`
+}
+
+// DefaultBackendName is the name of the backend that serves the catch-all
+// server and 404s (ingress-nginx's upstream-default-backend).
+const DefaultBackendName = "upstream-default-backend"
+
+// CatchAllHost is the hostname of the default server.
+const CatchAllHost = "_"
+
+// ObjectRef names a Kubernetes object.
+type ObjectRef struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// ObjectError is one problem with one object: the object is named so an
+// Event can be attached to it.
+type ObjectError struct {
+	Object ObjectRef `json:"object"`
+	// Field is the annotation key or the field path at fault, e.g.
+	// "nginx.ingress.kubernetes.io/proxy-body-size" or "spec.rules[0].host".
+	Field string `json:"field,omitempty"`
+	// Message says what is wrong, for a human.
+	Message string `json:"message"`
+}
+
+// Server is one virtual host.
+type Server struct {
+	// Hostname is the host, "*.example.com" for a wildcard, or "_" for the
+	// catch-all server.
+	Hostname string `json:"hostname"`
+	// Aliases come from the server-alias annotation.
+	Aliases []string `json:"aliases,omitempty"`
+	// TLS is set when a certificate covers this host.
+	TLS *ServerTLS `json:"tls,omitempty"`
+	// SSLPassthrough sends this host's TLS connections to the backend
+	// unterminated (tcpproxy); Locations are then not used for HTTPS.
+	SSLPassthrough bool `json:"sslPassthrough,omitempty"`
+	// Locations are ordered as ingress-nginx orders them in nginx.conf:
+	// the first match in this order wins in the Go router too.
+	Locations []Location `json:"locations"`
+}
+
+// ServerTLS refers to a certificate in Configuration.Certificates.
+type ServerTLS struct {
+	CertificateUID string `json:"certificateUID"`
+}
+
+// Certificate is a TLS certificate and key taken from a Secret.
+type Certificate struct {
+	UID    string    `json:"uid"`
+	Secret ObjectRef `json:"secret"`
+	// PEM is the certificate chain followed by the private key, as
+	// ingress-nginx stores it.
+	PEM string `json:"pem"`
+	// Hosts are the DNS names the certificate is valid for.
+	Hosts []string `json:"hosts,omitempty"`
+	// NotAfter is the expiry in Unix seconds.
+	NotAfter int64 `json:"notAfter,omitempty"`
+}
+
+// PathType is the Ingress pathType.
+type PathType string
+
+// The Ingress path types.
+const (
+	PathTypeExact                  PathType = "Exact"
+	PathTypePrefix                 PathType = "Prefix"
+	PathTypeImplementationSpecific PathType = "ImplementationSpecific"
+)
+
+// Location is one path of a server and how requests to it are handled.
+type Location struct {
+	// Path is the Ingress path as written (validated), "/" when empty.
+	Path     string   `json:"path"`
+	PathType PathType `json:"pathType"`
+	// Regex is true when Path is a regular expression (use-regex, or a
+	// rewrite-target on ImplementationSpecific, as ingress-nginx does).
+	Regex bool `json:"regex,omitempty"`
+
+	// Ingress is the object this location came from; empty for the default.
+	Ingress ObjectRef `json:"ingress"`
+	// Service and ServicePort name the Kubernetes backend.
+	Service     string `json:"service,omitempty"`
+	ServicePort string `json:"servicePort,omitempty"`
+	// Backend is the name of the balancer.Backend serving this location.
+	Backend string `json:"backend"`
+	// IsDefaultBackend is true when the location falls back to the default
+	// backend.
+	IsDefaultBackend bool `json:"isDefaultBackend,omitempty"`
+	// CustomDefaultBackend is the backend named by the default-backend
+	// annotation, used for custom-http-errors and no-endpoint cases.
+	CustomDefaultBackend string `json:"customDefaultBackend,omitempty"`
+
+	BackendProtocol BackendProtocol `json:"backendProtocol"`
+	Rewrite         Rewrite         `json:"rewrite"`
+	Redirect        Redirect        `json:"redirect"`
+	Proxy           Proxy           `json:"proxy"`
+	// AllowSourceRanges are CIDRs from whitelist-source-range /
+	// allowlist-source-range; empty allows everyone.
+	AllowSourceRanges []string `json:"allowSourceRanges,omitempty"`
+	CORS              CORS     `json:"cors"`
+	// CustomHTTPErrors are upstream status codes replaced by the default
+	// backend's answer.
+	CustomHTTPErrors []int `json:"customHTTPErrors,omitempty"`
+	// UpstreamVhost replaces the Host header sent upstream.
+	UpstreamVhost string `json:"upstreamVhost,omitempty"`
+	// XForwardedPrefix sets X-Forwarded-Prefix upstream.
+	XForwardedPrefix string `json:"xForwardedPrefix,omitempty"`
+}
+
+// BackendProtocol is the backend-protocol annotation.
+type BackendProtocol string
+
+// The backend protocols.
+const (
+	ProtocolHTTP  BackendProtocol = "HTTP"
+	ProtocolHTTPS BackendProtocol = "HTTPS"
+	ProtocolGRPC  BackendProtocol = "GRPC"
+	ProtocolGRPCS BackendProtocol = "GRPCS"
+	ProtocolH2C   BackendProtocol = "H2C"
+)
+
+// Rewrite holds rewrite-target, ssl-redirect and app-root.
+type Rewrite struct {
+	// Target is rewrite-target; may reference regex captures ($1).
+	Target string `json:"target,omitempty"`
+	// SSLRedirect is ssl-redirect (true by default when the server has TLS).
+	SSLRedirect bool `json:"sslRedirect"`
+	// ForceSSLRedirect is force-ssl-redirect.
+	ForceSSLRedirect bool `json:"forceSSLRedirect,omitempty"`
+	// AppRoot is app-root: "/" redirects there.
+	AppRoot string `json:"appRoot,omitempty"`
+	// UseRegex is use-regex.
+	UseRegex bool `json:"useRegex,omitempty"`
+	// PreserveTrailingSlash is preserve-trailing-slash.
+	PreserveTrailingSlash bool `json:"preserveTrailingSlash,omitempty"`
+}
+
+// Redirect holds permanent-redirect / temporal-redirect.
+type Redirect struct {
+	URL string `json:"url,omitempty"`
+	// Code is the status: 301 (or permanent-redirect-code) or 302.
+	Code int `json:"code,omitempty"`
+}
+
+// Proxy holds the proxy-* annotations. Durations are seconds, as nginx
+// writes them; sizes are bytes (0 = unlimited for BodySize).
+type Proxy struct {
+	ConnectTimeoutSeconds int   `json:"connectTimeout"`
+	SendTimeoutSeconds    int   `json:"sendTimeout"`
+	ReadTimeoutSeconds    int   `json:"readTimeout"`
+	BodySizeBytes         int64 `json:"bodySize"`
+	// NextUpstream is proxy-next-upstream, e.g. ["error", "timeout"].
+	NextUpstream []string `json:"nextUpstream,omitempty"`
+	// NextUpstreamTries is proxy-next-upstream-tries (3 by default).
+	NextUpstreamTries int `json:"nextUpstreamTries"`
+	// NextUpstreamTimeoutSeconds is proxy-next-upstream-timeout; 0 = none.
+	NextUpstreamTimeoutSeconds int `json:"nextUpstreamTimeout"`
+	// Buffering is proxy-buffering ("on"/"off" in nginx).
+	Buffering bool `json:"buffering,omitempty"`
+}
+
+// CORS holds enable-cors and the cors-* annotations.
+type CORS struct {
+	Enabled          bool     `json:"enabled,omitempty"`
+	AllowOrigin      []string `json:"allowOrigin,omitempty"`
+	AllowMethods     string   `json:"allowMethods,omitempty"`
+	AllowHeaders     string   `json:"allowHeaders,omitempty"`
+	ExposeHeaders    string   `json:"exposeHeaders,omitempty"`
+	AllowCredentials bool     `json:"allowCredentials,omitempty"`
+	MaxAgeSeconds    int      `json:"maxAge,omitempty"`
+}
+
+// L4Service is one entry of the tcp-services / udp-services ConfigMap.
+type L4Service struct {
+	// Port is the port the data plane listens on.
+	Port int `json:"port"`
+	// Backend is the balancer.Backend (tcp-<ns>-<svc>-<port>).
+	Backend string `json:"backend"`
+	// Service is ns/name and ServicePort its port as written.
+	Service     ObjectRef `json:"service"`
+	ServicePort string    `json:"servicePort"`
+	// DecodeProxyProtocol expects PROXY protocol from clients;
+	// EncodeProxyProtocol sends it upstream.
+	DecodeProxyProtocol bool `json:"decodeProxyProtocol,omitempty"`
+	EncodeProxyProtocol bool `json:"encodeProxyProtocol,omitempty"`
+}
+
+// PassthroughBackend routes TLS connections for Hostname, unterminated, to
+// Backend.
+type PassthroughBackend struct {
+	Hostname string `json:"hostname"`
+	Backend  string `json:"backend"`
+}
+
+// Global holds the settings of the controller ConfigMap that both data planes
+// use. Keys and defaults follow ingress-nginx's ConfigMap. Raw keeps every
+// key as given, for settings only one data plane understands (the nginx
+// template validates its own).
+type Global struct {
+	// LoadBalance is load-balance; empty means round_robin.
+	LoadBalance string `json:"loadBalance,omitempty"`
+	// UseForwardedHeaders is use-forwarded-headers.
+	UseForwardedHeaders bool `json:"useForwardedHeaders,omitempty"`
+	// ComputeFullForwardedFor is compute-full-forwarded-for.
+	ComputeFullForwardedFor bool `json:"computeFullForwardedFor,omitempty"`
+	// SSLRedirect is ssl-redirect (default true).
+	SSLRedirect bool `json:"sslRedirect"`
+	// HTTPRedirectCode is http-redirect-code (default 308).
+	HTTPRedirectCode int `json:"httpRedirectCode"`
+	// HSTS, HSTSMaxAge, HSTSIncludeSubdomains, HSTSPreload are hsts*.
+	HSTS                  bool   `json:"hsts"`
+	HSTSMaxAge            string `json:"hstsMaxAge"`
+	HSTSIncludeSubdomains bool   `json:"hstsIncludeSubdomains"`
+	HSTSPreload           bool   `json:"hstsPreload,omitempty"`
+	// Proxy holds the ConfigMap defaults of the per-location proxy settings.
+	Proxy Proxy `json:"proxy"`
+	// Raw is every ConfigMap key as given.
+	Raw map[string]string `json:"raw,omitempty"`
+}

@@ -1,0 +1,3 @@
+module github.com/switchyard-proxy/switchyard
+
+go 1.26.8
