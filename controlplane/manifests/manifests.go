@@ -1,0 +1,354 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// maxFileSize bounds one manifest file; larger files are reported and skipped.
+const maxFileSize = 8 << 20
+
+// resources maps each supported kind to its resource.
+var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
+	corev1.SchemeGroupVersion.WithKind("Service"):            corev1.SchemeGroupVersion.WithResource("services"),
+	corev1.SchemeGroupVersion.WithKind("Secret"):             corev1.SchemeGroupVersion.WithResource("secrets"),
+	corev1.SchemeGroupVersion.WithKind("ConfigMap"):          corev1.SchemeGroupVersion.WithResource("configmaps"),
+	corev1.SchemeGroupVersion.WithKind("Namespace"):          corev1.SchemeGroupVersion.WithResource("namespaces"),
+	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"): discoveryv1.SchemeGroupVersion.WithResource("endpointslices"),
+	networkingv1.SchemeGroupVersion.WithKind("Ingress"):      networkingv1.SchemeGroupVersion.WithResource("ingresses"),
+	networkingv1.SchemeGroupVersion.WithKind("IngressClass"): networkingv1.SchemeGroupVersion.WithResource("ingressclasses"),
+}
+
+// Config configures a Source. The zero value of every field but Dir is
+// usable.
+type Config struct {
+	// Dir is the directory to read. Sub-directories are not read.
+	Dir string
+	// OnError is called for every file that cannot be used, with the file's
+	// path and why. Nil discards the reports (Load still returns them).
+	OnError func(path string, err error)
+	// Debounce is how long Run waits after a file event before re-reading,
+	// so an editor's write-rename-chmod burst is one reload. Zero means
+	// 100ms.
+	Debounce time.Duration
+}
+
+// key identifies one object.
+type key struct {
+	gvr       schema.GroupVersionResource
+	namespace string
+	name      string
+}
+
+// Source holds the objects of a manifest directory in a fake clientset.
+type Source struct {
+	cfg    Config
+	client *fake.Clientset
+
+	mu sync.Mutex // guards the fields below
+	// byFile holds the last good objects of each file.
+	byFile map[string]map[key]runtime.Object
+	// applied is what the tracker holds now, with the file it came from.
+	applied map[key]runtime.Object
+	// version is the last resourceVersion handed out.
+	version int
+}
+
+// Load reads every manifest in cfg.Dir into a new Source. Files that fail are
+// reported through cfg.OnError and in the returned error, and skipped; the
+// Source is usable whenever it is non-nil.
+func Load(cfg Config) (*Source, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("manifests: no directory given")
+	}
+	st, err := os.Stat(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("manifests: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("manifests: %s is not a directory", cfg.Dir)
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 100 * time.Millisecond
+	}
+	s := &Source{
+		cfg:     cfg,
+		client:  fake.NewSimpleClientset(),
+		byFile:  map[string]map[key]runtime.Object{},
+		applied: map[key]runtime.Object{},
+	}
+	return s, s.Reload()
+}
+
+// Client returns the clientset serving the manifests. Writes through it
+// (status, Events, Leases) succeed in memory and never touch the files.
+func (s *Source) Client() kubernetes.Interface { return s.client }
+
+// Reload re-reads the directory and applies the differences to the tracker:
+// new objects are created, changed ones updated (with a new resourceVersion),
+// objects no longer in any file deleted. A file that fails keeps its last good
+// objects. The returned error joins the failures of every bad file.
+func (s *Source) Reload() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("manifests: read %s: %w", s.cfg.Dir, err)
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || !isManifest(name) {
+			continue
+		}
+		path := filepath.Join(s.cfg.Dir, name)
+		seen[path] = true
+		objs, err := readFile(path)
+		if err != nil {
+			err = fmt.Errorf("manifests: %s: %w", path, err)
+			errs = append(errs, err)
+			if s.cfg.OnError != nil {
+				s.cfg.OnError(path, err)
+			}
+			continue
+		}
+		s.byFile[path] = objs
+	}
+	for path := range s.byFile {
+		if !seen[path] {
+			delete(s.byFile, path)
+		}
+	}
+
+	want := map[key]runtime.Object{}
+	for _, path := range sortedKeys(s.byFile) {
+		for k, obj := range s.byFile[path] {
+			if _, dup := want[k]; dup {
+				err := fmt.Errorf("manifests: %s: %s %s/%s is also defined in another file; the first one wins", path, k.gvr.Resource, k.namespace, k.name)
+				errs = append(errs, err)
+				if s.cfg.OnError != nil {
+					s.cfg.OnError(path, err)
+				}
+				continue
+			}
+			want[k] = obj
+		}
+	}
+	errs = append(errs, s.apply(want)...)
+	return errors.Join(errs...)
+}
+
+// apply makes the tracker hold exactly want.
+func (s *Source) apply(want map[key]runtime.Object) []error {
+	var errs []error
+	tracker := s.client.Tracker()
+	for k := range s.applied {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		if err := tracker.Delete(k.gvr, k.namespace, k.name); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("manifests: delete %s %s/%s: %w", k.gvr.Resource, k.namespace, k.name, err))
+			continue
+		}
+		delete(s.applied, k)
+	}
+	for k, obj := range want {
+		old, exists := s.applied[k]
+		if exists && equalIgnoringVersion(old, obj) {
+			continue
+		}
+		obj = obj.DeepCopyObject()
+		m, _ := meta.Accessor(obj)
+		s.version++
+		m.SetResourceVersion(strconv.Itoa(s.version))
+		if m.GetUID() == "" {
+			m.SetUID(types.UID(fmt.Sprintf("manifest-%s-%s-%s", k.gvr.Resource, k.namespace, k.name)))
+		}
+		if ts := m.GetCreationTimestamp(); ts.IsZero() {
+			if exists {
+				om, _ := meta.Accessor(old)
+				m.SetCreationTimestamp(om.GetCreationTimestamp())
+			} else {
+				m.SetCreationTimestamp(nowTime())
+			}
+		}
+		var err error
+		if exists {
+			err = tracker.Update(k.gvr, obj, k.namespace)
+		} else {
+			err = tracker.Create(k.gvr, obj, k.namespace)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("manifests: store %s %s/%s: %w", k.gvr.Resource, k.namespace, k.name, err))
+			continue
+		}
+		s.applied[k] = obj
+	}
+	return errs
+}
+
+// Run watches the directory and reloads on every change until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("manifests: watch: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(s.cfg.Dir); err != nil {
+		return fmt.Errorf("manifests: watch %s: %w", s.cfg.Dir, err)
+	}
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if !isManifest(filepath.Base(ev.Name)) {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(s.cfg.Debounce)
+			} else {
+				timer.Reset(s.cfg.Debounce)
+			}
+			fire = timer.C
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			if s.cfg.OnError != nil {
+				s.cfg.OnError(s.cfg.Dir, fmt.Errorf("manifests: watch: %w", err))
+			}
+		case <-fire:
+			fire = nil
+			_ = s.Reload() // failures were reported through OnError
+		}
+	}
+}
+
+func isManifest(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// readFile decodes every document of one file. Any bad document fails the
+// whole file, so a half-edited file never serves half its objects.
+func readFile(path string) (map[key]runtime.Object, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
+	}
+	return decode(data)
+}
+
+// decode parses multi-document YAML or JSON into supported objects.
+func decode(data []byte) (map[key]runtime.Object, error) {
+	out := map[key]runtime.Object{}
+	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	deserializer := scheme.Codecs.UniversalDeserializer()
+	for i := 1; ; i++ {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, gvk, err := deserializer.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		gvr, ok := resources[*gvk]
+		if !ok {
+			return nil, fmt.Errorf("document %d: kind %s is not supported (want Ingress, IngressClass, Service, EndpointSlice, Secret, ConfigMap or Namespace)", i, gvk)
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if m.GetName() == "" {
+			return nil, fmt.Errorf("document %d: %s has no metadata.name", i, gvk.Kind)
+		}
+		ns := m.GetNamespace()
+		clusterScoped := gvk.Kind == "IngressClass" || gvk.Kind == "Namespace"
+		switch {
+		case clusterScoped && ns != "":
+			return nil, fmt.Errorf("document %d: %s %s is cluster-scoped but has namespace %q", i, gvk.Kind, m.GetName(), ns)
+		case !clusterScoped && ns == "":
+			ns = "default"
+			m.SetNamespace(ns)
+		}
+		k := key{gvr: gvr, namespace: ns, name: m.GetName()}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("document %d: %s %s/%s appears twice", i, gvk.Kind, ns, m.GetName())
+		}
+		out[k] = obj
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

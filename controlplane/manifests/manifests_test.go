@@ -1,0 +1,201 @@
+package manifests
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+const defaultTestTimeout = 10 * time.Second
+
+const ingressYAML = `# an Ingress and its Service
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: echo
+  namespace: demo
+  annotations:
+    nginx.ingress.kubernetes.io/load-balance: ewma
+spec:
+  rules:
+  - host: echo.example.com
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend:
+          service:
+            name: echo
+            port:
+              number: 80
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: echo
+  namespace: demo
+spec:
+  ports:
+  - port: 80
+`
+
+func writeFile(t *testing.T, dir, name, content string) {
+	t.Helper()
+	// Write then rename, as editors and kubectl-style tools do, so the
+	// watcher never sees a half-written file.
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadDecodesSupportedKinds(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "echo.yaml", ingressYAML)
+	writeFile(t, dir, "notes.txt", "not a manifest, ignored")
+
+	s, err := Load(Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	ctx := context.Background()
+	ing, err := s.Client().NetworkingV1().Ingresses("demo").Get(ctx, "echo", getOpts)
+	if err != nil {
+		t.Fatalf("get ingress: %v", err)
+	}
+	if got, want := ing.Annotations["nginx.ingress.kubernetes.io/load-balance"], "ewma"; got != want {
+		t.Errorf("annotation = %q; want %q", got, want)
+	}
+	if ing.ResourceVersion == "" || ing.UID == "" || ing.CreationTimestamp.IsZero() {
+		t.Errorf("ingress lacks resourceVersion/uid/creationTimestamp: %+v", ing.ObjectMeta)
+	}
+	if _, err := s.Client().CoreV1().Services("demo").Get(ctx, "echo", getOpts); err != nil {
+		t.Errorf("get service: %v", err)
+	}
+}
+
+func TestLoadRejectsBadFilesAndKeepsTheRest(t *testing.T) {
+	tests := []struct {
+		name, content, wantErr string
+	}{
+		{"unsupported kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n", "not supported"},
+		{"no name", "apiVersion: v1\nkind: Service\nmetadata: {}\n", "no metadata.name"},
+		{"not yaml", "apiVersion: v1\nkind: Service\nmetadata: [\n", "document 1"},
+		{"namespaced cluster object", "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: a\n  namespace: b\n", "cluster-scoped"},
+		{"duplicate in one file", "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: a\n", "appears twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "good.yaml", ingressYAML)
+			writeFile(t, dir, "bad.yaml", tt.content)
+			var reported []string
+			s, err := Load(Config{Dir: dir, OnError: func(path string, err error) {
+				reported = append(reported, filepath.Base(path)+": "+err.Error())
+			}})
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Load error = %v; want one containing %q", err, tt.wantErr)
+			}
+			if len(reported) != 1 || !strings.HasPrefix(reported[0], "bad.yaml: ") {
+				t.Errorf("reported = %q; want one report for bad.yaml", reported)
+			}
+			if _, err := s.Client().NetworkingV1().Ingresses("demo").Get(context.Background(), "echo", getOpts); err != nil {
+				t.Errorf("good file not served: %v", err)
+			}
+		})
+	}
+}
+
+// TestRunFollowsFileChanges drives a real informer off the Source and edits
+// files on disk: the informer must see the update, keep the last good state
+// through a broken edit, and see the delete.
+func TestRunFollowsFileChanges(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "echo.yaml", ingressYAML)
+	reported := make(chan string, 16)
+	s, err := Load(Config{Dir: dir, Debounce: 10 * time.Millisecond, OnError: func(path string, err error) {
+		reported <- err.Error()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.Run(ctx) }()
+
+	factory := informers.NewSharedInformerFactory(s.Client(), 0)
+	inf := factory.Networking().V1().Ingresses()
+	changed := make(chan struct{}, 16)
+	_, err = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, _ any) { changed <- struct{}{} },
+		DeleteFunc: func(any) { changed <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+	lister := inf.Lister()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	annotation := func() string {
+		ing, err := lister.Ingresses("demo").Get("echo")
+		if err != nil {
+			return "<missing>"
+		}
+		return ing.Annotations["nginx.ingress.kubernetes.io/load-balance"]
+	}
+
+	writeFile(t, dir, "echo.yaml", strings.Replace(ingressYAML, "ewma", "round_robin", 1))
+	waitFor("update to round_robin", func() bool { return annotation() == "round_robin" })
+
+	writeFile(t, dir, "echo.yaml", "apiVersion: v1\nkind: [broken\n")
+	// The broken edit is reported and the last good object keeps serving.
+	select {
+	case msg := <-reported:
+		if !strings.Contains(msg, "echo.yaml") {
+			t.Errorf("report %q does not name the file", msg)
+		}
+	case <-ctx.Done():
+		t.Fatal("broken file was not reported")
+	}
+	if got := annotation(); got != "round_robin" {
+		t.Errorf("after broken edit annotation = %q; want the last good round_robin", got)
+	}
+
+	if err := os.Remove(filepath.Join(dir, "echo.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("delete", func() bool {
+		all, _ := lister.List(labels.Everything())
+		return len(all) == 0
+	})
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+var getOpts = metav1.GetOptions{}
