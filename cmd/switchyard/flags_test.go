@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestParseControllerFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // substring; "" means success
+	}{
+		{name: "defaults", args: nil},
+		{name: "ingress-nginx names", args: []string{"--watch-namespace=apps", "--ingress-class=nginx", "--controller-class=k8s.io/ingress-nginx", "--configmap=ingress/cfg", "--publish-status-address=1.2.3.4,5.6.7.8", "--http-port=8080", "-v=2"}},
+		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
+		{name: "malformed int", args: []string{"--http-port=eighty"}, wantErr: "http-port"},
+		{name: "port out of range", args: []string{"--https-port=70000"}, wantErr: "-https-port: 70000"},
+		{name: "configmap not ns/name", args: []string{"--configmap=justname"}, wantErr: "-configmap"},
+		{name: "bad data plane", args: []string{"--data-plane=envoy"}, wantErr: "-data-plane"},
+		{name: "bad status address", args: []string{"--status-address=localhost"}, wantErr: "-status-address"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: `unexpected argument "extra"`},
+		{name: "manifests and kubeconfig", args: []string{"--manifests=d", "--kubeconfig=k"}, wantErr: "exclude"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			_, err := parseControllerFlags(tt.args, &stderr)
+			msg := ""
+			if err != nil {
+				msg = err.Error() + stderr.String()
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("got error %v; want none", err)
+			case tt.wantErr != "" && !strings.Contains(msg, tt.wantErr):
+				t.Fatalf("got error %q; want one naming %q", msg, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	tests := []struct {
+		args []string
+		want int
+	}{
+		{[]string{"frobnicate"}, 2},
+		{[]string{"controller", "--bogus"}, 2},
+		{[]string{"--http-port=x"}, 2},
+		{[]string{"debug"}, 2},
+		{[]string{"debug", "nope"}, 2},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		if got := run(tt.args, &out, &errb); got != tt.want {
+			t.Errorf("run(%q) = %d; want %d (stderr %q)", tt.args, got, tt.want, errb.String())
+		}
+	}
+}
