@@ -1,0 +1,591 @@
+package balancer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Registry. Every zero value is usable.
+type Config struct {
+	// Rand returns uniformly distributed random bits. It is called on the pick
+	// path from many goroutines at once and must be safe for that. Nil means a
+	// ChaCha8 generator per P seeded from the OS (math/rand/v2's global).
+	Rand func() uint64
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// PID is the worker id written into sticky_balanced keys (ngx.worker.pid()
+	// in Lua). Zero means os.Getpid().
+	PID int
+	// Resolve resolves ExternalName hostnames at Sync. Nil means the system
+	// resolver with a 2 s timeout. IP literals are never passed to it.
+	Resolve func(ctx context.Context, host string) ([]string, error)
+	// AllAlternatives makes canary routing evaluate every alternative backend
+	// in order instead of only the first, as ingress-nginx does. Off by
+	// default: the default behaviour is ingress-nginx's.
+	AllAlternatives bool
+}
+
+// Registry holds the balancers of every backend. Pick and Done are lock-free
+// and safe for concurrent use with each other and with Sync.
+type Registry struct {
+	// immutable after NewRegistry
+	cfg  Config
+	rand func() uint64
+	now  func() time.Time
+
+	// atomic
+	snap    atomic.Pointer[snapshot]
+	version atomic.Uint64
+
+	mu sync.Mutex // serializes Sync; guards states
+	// states holds per-backend state that outlives rebuilds, by backend name.
+	states map[string]*backendState
+}
+
+// snapshot is one immutable generation of balancers.
+type snapshot struct {
+	byName map[string]*backend
+}
+
+// backendState is what survives a rebuild of one backend's balancer.
+type backendState struct {
+	endpoints map[string]*endpointState // by "ip:port"
+	rr        *atomic.Uint64            // round-robin cursor
+	rrKey     string                    // node set the cursor belongs to
+	algo      string                    // algorithm of the last build
+}
+
+// endpointState is the live state of one endpoint of one backend. Keyed by
+// backend and ip:port, so two backends sharing an address no longer share
+// EWMA statistics (a deliberate fix; spec §4.2).
+type endpointState struct {
+	ewma        atomic.Uint64 // float64 bits, seconds
+	lastTouched atomic.Uint64 // float64 bits, seconds since the epoch
+	hasStat     atomic.Bool
+	lock        atomic.Bool // try-lock for EWMA updates (Lua: resty.lock timeout 0)
+	inFlight    atomic.Int64
+	picks       atomic.Uint64
+	failures    atomic.Uint64
+}
+
+// peer is one endpoint as a balancer sees it.
+type peer struct {
+	addr string
+	st   *endpointState
+}
+
+// algorithm is one load-balancing algorithm built for one backend.
+type algorithm interface {
+	// pick returns the index of the chosen peer in b.peers, a Set-Cookie value
+	// or "", and the $balancer_ewma_score (-1 when not scored).
+	pick(r *Registry, b *backend, req Request, a *Attempt) (idx int, cookie string, score float64, err error)
+}
+
+// backend is one immutable balancer.
+type backend struct {
+	name     string
+	algoName string
+	algo     algorithm
+	peers    []peer
+	byAddr   map[string]int
+	// scored is true for ewma and peak_ewma, whose Done feeds the EWMA.
+	scored bool
+	peak   bool
+
+	policy       canaryPolicy
+	alternatives []string
+	// sticky is set for sticky_* algorithms (used by canary affinity checks).
+	sticky *sticky
+
+	needVars []string
+}
+
+// Pick is the outcome of one pick.
+type Pick struct {
+	// Backend is the backend actually used: the canary's name when the request
+	// was routed to the alternative backend.
+	Backend string
+	// Alternative is true when the request was routed to an alternative
+	// (canary) backend.
+	Alternative bool
+	// Peer is "ip:port", IPv6 bracketed: "[fd00::1]:8080".
+	Peer string
+	// SetCookie is a full Set-Cookie value to add to the response, "" for none.
+	SetCookie string
+	// EWMAScore is $balancer_ewma_score: -1 unless ewma or peak_ewma scored it.
+	EWMAScore float64
+
+	st     *endpointState
+	scored bool
+	peak   bool
+}
+
+// DoneInfo is the outcome of one attempt (the after_balance feedback).
+type DoneInfo struct {
+	// ConnectTime, HeaderTime and ResponseTime are nginx's
+	// $upstream_connect_time, $upstream_header_time and
+	// $upstream_response_time for this attempt (ResponseTime includes the
+	// connect time, as in nginx).
+	ConnectTime, HeaderTime, ResponseTime time.Duration
+	// Status is the upstream status code, 0 if none was received.
+	Status int
+	// Failed is true when the attempt failed (connect error, timeout, or a
+	// status that proxy_next_upstream retries).
+	Failed bool
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry(cfg Config) *Registry {
+	r := &Registry{cfg: cfg, rand: cfg.Rand, now: cfg.Now, states: map[string]*backendState{}}
+	if r.rand == nil {
+		r.rand = rand.Uint64
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.cfg.PID == 0 {
+		r.cfg.PID = os.Getpid()
+	}
+	if r.cfg.Resolve == nil {
+		r.cfg.Resolve = func(ctx context.Context, host string) ([]string, error) {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return net.DefaultResolver.LookupHost(ctx, host)
+		}
+	}
+	r.snap.Store(&snapshot{byName: map[string]*backend{}})
+	return r
+}
+
+// Version is a monotonic counter bumped by every Sync.
+func (r *Registry) Version() uint64 { return r.version.Load() }
+
+// intn returns a uniform integer in [0, n).
+func (r *Registry) intn(n int) int {
+	hi, _ := bits.Mul64(r.rand(), uint64(n))
+	return int(hi)
+}
+
+func (r *Registry) nowSeconds() float64 {
+	return float64(r.now().UnixNano()) / 1e9
+}
+
+// Sync applies a whole backends payload: backends not in it are removed. Each
+// backend is built on its own: one that fails validation keeps its previous
+// balancer (if any) while the others are applied. The error joins the
+// per-backend failures, each naming its backend.
+func (r *Registry) Sync(backends []Backend) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	old := r.snap.Load()
+	next := &snapshot{byName: make(map[string]*backend, len(backends))}
+	var errs []error
+	present := make(map[string]bool, len(backends))
+	for i := range backends {
+		b := &backends[i]
+		if present[b.Name] {
+			errs = append(errs, fmt.Errorf("backend %d %q: duplicate name; the first one is used", i, b.Name))
+			continue
+		}
+		present[b.Name] = true
+		nb, err := r.build(b)
+		if err != nil {
+			errs = append(errs, err)
+			if prev, ok := old.byName[b.Name]; ok && nb == nil {
+				next.byName[b.Name] = prev
+				continue
+			}
+		}
+		if nb != nil {
+			next.byName[b.Name] = nb
+		}
+	}
+	for name := range r.states {
+		if !present[name] {
+			delete(r.states, name)
+		}
+	}
+	for _, b := range next.byName {
+		b.needVars = neededVars(next, b)
+	}
+	r.snap.Store(next)
+	r.version.Add(1)
+	return errors.Join(errs...)
+}
+
+// build turns one Backend into a balancer. It returns (nil, nil) for a backend
+// with no usable endpoints (Lua sets the balancer to nil: requests get 503),
+// and (nil, err) when the backend is invalid. A non-fatal problem (a canary
+// pattern RE2 rejects) returns the balancer and an error.
+func (r *Registry) build(in *Backend) (*backend, error) {
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	addrs := r.endpointAddrs(in)
+	st := r.states[in.Name]
+	if len(addrs) == 0 {
+		// No balancer; its endpoint statistics go too, as Lua deletes them.
+		delete(r.states, in.Name)
+		return nil, nil
+	}
+	algoName := implementation(in)
+	fresh := st == nil || st.algo != algoName
+	if st == nil {
+		st = &backendState{endpoints: map[string]*endpointState{}}
+		r.states[in.Name] = st
+	}
+
+	b := &backend{
+		name:         in.Name,
+		algoName:     algoName,
+		alternatives: in.AlternativeBackends,
+		byAddr:       make(map[string]int, len(addrs)),
+		scored:       algoName == "ewma" || algoName == "peak_ewma",
+		peak:         algoName == "peak_ewma",
+	}
+	var added []*endpointState
+	keep := make(map[string]bool, len(addrs))
+	for _, addr := range addrs {
+		es, ok := st.endpoints[addr]
+		if !ok {
+			es = &endpointState{}
+			st.endpoints[addr] = es
+			added = append(added, es)
+		}
+		keep[addr] = true
+		b.byAddr[addr] = len(b.peers)
+		b.peers = append(b.peers, peer{addr: addr, st: es})
+	}
+	removed := false
+	for addr := range st.endpoints {
+		if !keep[addr] {
+			delete(st.endpoints, addr)
+			removed = true
+		}
+	}
+	if b.scored && !fresh && (len(added) > 0 || removed) {
+		r.slowStart(b, added)
+	}
+	st.algo = algoName
+
+	var softErr error
+	policy, err := compilePolicy(in.TrafficShapingPolicy)
+	if err != nil {
+		softErr = fmt.Errorf("backend %q: %w", in.Name, err)
+	}
+	b.policy = policy
+
+	switch algoName {
+	case "round_robin":
+		key := nodeSetKey(addrs)
+		if st.rr == nil || st.rrKey != key || fresh {
+			st.rr = new(atomic.Uint64)
+			// Lua starts the cursor at a random node on every (re)init.
+			st.rr.Store(uint64(r.intn(len(addrs))))
+			st.rrKey = key
+		}
+		b.algo = &roundRobin{cursor: st.rr}
+	case "ewma", "peak_ewma":
+		b.algo = ewmaPicker{}
+	case "least_request":
+		b.algo = leastRequest{}
+	case "chash":
+		tmpl := "$request_uri" // fix: Lua hashed the literal "nil" (spec §4.3 quirk)
+		if in.UpstreamHashBy.HashBy != nil {
+			tmpl = *in.UpstreamHashBy.HashBy
+		}
+		b.algo = newCHash(b, parseHashKey(tmpl))
+	case "chashsubset":
+		tmpl := "$request_uri"
+		if in.UpstreamHashBy.HashBy != nil {
+			tmpl = *in.UpstreamHashBy.HashBy
+		}
+		size := in.UpstreamHashBy.HashBySubsetSize
+		if size <= 0 {
+			size = 3
+		}
+		b.algo = newCHashSubset(b, parseHashKey(tmpl), size)
+	case "sticky_balanced", "sticky_persistent":
+		s := newSticky(in, b, algoName == "sticky_persistent")
+		b.sticky = s
+		b.algo = s
+	default:
+		panic("BUG: unhandled algorithm " + algoName)
+	}
+	return b, softErr
+}
+
+// slowStart seeds added endpoints with the mean stored EWMA of the peers that
+// have one (spec §4.2 sync, step 5).
+func (r *Registry) slowStart(b *backend, added []*endpointState) {
+	var sum float64
+	var n int
+	for _, p := range b.peers {
+		if p.st.hasStat.Load() {
+			sum += math.Float64frombits(p.st.ewma.Load())
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	avg := sum / float64(n)
+	now := r.nowSeconds()
+	for _, es := range added {
+		es.ewma.Store(math.Float64bits(avg))
+		es.lastTouched.Store(math.Float64bits(now))
+		es.hasStat.Store(true)
+	}
+}
+
+// endpointAddrs returns the deduplicated node ids of a backend, resolving
+// ExternalName hostnames.
+func (r *Registry) endpointAddrs(in *Backend) []string {
+	_, external := in.Service.IsExternalName()
+	seen := make(map[string]bool, len(in.Endpoints))
+	out := make([]string, 0, len(in.Endpoints))
+	add := func(a string) {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for _, e := range in.Endpoints {
+		addr, err := endpointAddr(e)
+		if err != nil {
+			continue // Validate already reported it
+		}
+		if net.ParseIP(e.Address) != nil {
+			add(addr) // IP literals need no resolution (fix of #13076)
+			continue
+		}
+		if !external {
+			continue // a hostname is only meaningful for ExternalName
+		}
+		ips, err := r.cfg.Resolve(context.Background(), e.Address)
+		if err != nil {
+			continue // unresolved: dropped, as in Lua
+		}
+		for _, ip := range ips {
+			add(mustAddr(ip, e.Port.Str))
+		}
+	}
+	return out
+}
+
+func mustAddr(ip, port string) string {
+	if strings.Contains(ip, ":") {
+		return "[" + ip + "]:" + port
+	}
+	return ip + ":" + port
+}
+
+// nodeSetKey identifies a set of node ids independent of order.
+func nodeSetKey(addrs []string) string {
+	s := append([]string(nil), addrs...)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// implementation chooses the algorithm exactly as balancer.lua
+// get_implementation (spec §3.4): affinity beats hash-by, hash-by beats
+// load-balance; unknown names fall back to round_robin.
+func implementation(b *Backend) string {
+	if b.SessionAffinity.Name == "cookie" {
+		if b.SessionAffinity.Mode == "persistent" {
+			return "sticky_persistent"
+		}
+		return "sticky_balanced"
+	}
+	if b.UpstreamHashBy.HashBy != nil {
+		if b.UpstreamHashBy.HashBySubset {
+			return "chashsubset"
+		}
+		return "chash"
+	}
+	if _, ok := algorithms[b.LoadBalance]; ok {
+		return b.LoadBalance
+	}
+	return "round_robin"
+}
+
+// algorithms are the names load-balance accepts: ingress-nginx's six plus
+// Switchyard's two.
+var algorithms = map[string]bool{
+	"round_robin":       true,
+	"ewma":              true,
+	"chash":             true,
+	"chashsubset":       true,
+	"sticky_balanced":   true,
+	"sticky_persistent": true,
+	"least_request":     true,
+	"peak_ewma":         true,
+}
+
+// Algorithms returns the names load-balance accepts, sorted.
+func Algorithms() []string {
+	out := make([]string, 0, len(algorithms))
+	for k := range algorithms {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Pick chooses a peer for one attempt of a request to the named backend. The
+// first pick of a request fixes the backend (and canary decision) in a; later
+// picks with the same Attempt are retries. No locks; no allocation except a new
+// sticky cookie.
+func (r *Registry) Pick(name string, req Request, a *Attempt) (Pick, error) {
+	p, err := r.pick(name, req, a)
+	if err == nil {
+		p.st.inFlight.Add(1)
+		p.st.picks.Add(1)
+	}
+	return p, err
+}
+
+func (r *Registry) pick(name string, req Request, a *Attempt) (Pick, error) {
+	b := a.chosen
+	alt := false
+	if b == nil {
+		snap := r.snap.Load()
+		primary := snap.byName[name]
+		if primary == nil {
+			return Pick{Backend: name, EWMAScore: -1}, ErrUnknownBackend
+		}
+		b = r.route(snap, primary, req)
+		a.chosen = b
+	}
+	alt = b.name != name
+	idx, cookie, score, err := b.algo.pick(r, b, req, a)
+	if err != nil {
+		return Pick{Backend: b.name, Alternative: alt, EWMAScore: -1}, err
+	}
+	a.record(idx)
+	p := &b.peers[idx]
+	return Pick{
+		Backend: b.name, Alternative: alt, Peer: p.addr, SetCookie: cookie, EWMAScore: score,
+		st: p.st, scored: b.scored, peak: b.peak,
+	}, nil
+}
+
+// Done reports the outcome of the attempt p: it decrements the in-flight count
+// Pick incremented, counts failures, and feeds the EWMA of ewma and peak_ewma.
+func (r *Registry) Done(p Pick, info DoneInfo) {
+	if p.st == nil {
+		return
+	}
+	p.st.inFlight.Add(-1)
+	r.observe(p.st, p.scored, p.peak, info)
+}
+
+// Feedback reports the outcome of an attempt picked elsewhere (the nginx shim
+// reports by address in batches): like Done, without the in-flight count.
+// Unknown backends or addresses are ignored.
+func (r *Registry) Feedback(backend, peer string, info DoneInfo) {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return
+	}
+	i, ok := b.byAddr[peer]
+	if !ok {
+		return
+	}
+	r.observe(b.peers[i].st, b.scored, b.peak, info)
+}
+
+func (r *Registry) observe(st *endpointState, scored, peak bool, info DoneInfo) {
+	if info.Failed {
+		st.failures.Add(1)
+		// A failed attempt is no latency sample: Lua recorded only the final
+		// attempt, and a peer failing fast must not look fast (spec §10).
+		return
+	}
+	if !scored {
+		return
+	}
+	// Lua: rtt = $upstream_connect_time + $upstream_response_time (connect
+	// counted twice; kept for identical scores).
+	rtt := (info.ConnectTime + info.ResponseTime).Seconds()
+	st.update(rtt, r.nowSeconds(), peak)
+}
+
+// decayTime is ewma.lua's DECAY_TIME in seconds.
+const decayTime = 10.0
+
+// update applies one latency sample. Like Lua's resty.lock with timeout 0, a
+// sample arriving while another is being applied is dropped.
+func (s *endpointState) update(rtt, now float64, peak bool) {
+	if !s.lock.CompareAndSwap(false, true) {
+		return
+	}
+	ewma := math.Float64frombits(s.ewma.Load())
+	last := math.Float64frombits(s.lastTouched.Load())
+	if !s.hasStat.Load() {
+		ewma, last = 0, 0
+	}
+	td := math.Max(0, now-last)
+	w := math.Exp(-td / decayTime)
+	if peak && rtt > ewma {
+		ewma = rtt
+	} else {
+		ewma = ewma*w + rtt*(1-w)
+	}
+	s.ewma.Store(math.Float64bits(ewma))
+	s.lastTouched.Store(math.Float64bits(now))
+	s.hasStat.Store(true)
+	s.lock.Store(false)
+}
+
+// score is the decayed EWMA without writing it (ewma.lua get_or_update_ewma
+// with rtt 0).
+func (s *endpointState) score(now float64) float64 {
+	if !s.hasStat.Load() {
+		return 0
+	}
+	ewma := math.Float64frombits(s.ewma.Load())
+	last := math.Float64frombits(s.lastTouched.Load())
+	td := math.Max(0, now-last)
+	return ewma * math.Exp(-td/decayTime)
+}
+
+// Candidates fills dst with up to len(dst) peers for successive attempts of one
+// request, as Pick would return them if each attempt failed with
+// FailureFailed; the nginx shim asks once in the rewrite phase and walks the
+// list in balancer_by_lua. It returns how many it filled and the first Pick
+// (backend, cookie, score). In-flight counts are not touched: the shim reports
+// outcomes through Feedback.
+func (r *Registry) Candidates(name string, req Request, a *Attempt, dst []string) (int, Pick, error) {
+	var first Pick
+	n := 0
+	for n < len(dst) {
+		p, err := r.pick(name, req, a)
+		if err != nil {
+			if n == 0 {
+				return 0, p, err
+			}
+			break
+		}
+		if n == 0 {
+			first = p
+			first.st.picks.Add(1)
+		}
+		dst[n] = p.Peer
+		n++
+		a.LastFailure = FailureFailed
+	}
+	return n, first, nil
+}

@@ -1,0 +1,97 @@
+package balancer
+
+import "errors"
+
+// Request is what a pick may read of one request: nginx variables by name,
+// exactly as ngx.var would return them: "host", "server_name", "https" ("on"
+// or ""), "location_path", "http_user_agent", "http_cookie", "http_<header>"
+// (lower case, '-' written as '_'), "cookie_<name>", "remote_addr",
+// "request_uri", "uri", regex captures "1".."9", and any other variable named
+// in upstream-hash-by. ok is false when the variable is unset.
+//
+// Implementations must not allocate; the returned bytes are only read during
+// the call.
+type Request interface {
+	Var(name string) (value []byte, ok bool)
+}
+
+// VarsFunc adapts a function to Request.
+type VarsFunc func(name string) ([]byte, bool)
+
+// Var calls f.
+func (f VarsFunc) Var(name string) ([]byte, bool) { return f(name) }
+
+var _ Request = VarsFunc(nil)
+
+// Failure is ngx.balancer.get_last_failure() for the previous attempt.
+type Failure uint8
+
+// The failures nginx reports for a previous attempt.
+const (
+	// FailureNone: this is the first attempt.
+	FailureNone Failure = iota
+	// FailureFailed: the previous attempt failed (connect error, timeout).
+	FailureFailed
+	// FailureNext: the previous attempt's response matched proxy_next_upstream.
+	FailureNext
+)
+
+// maxTracked is how many attempts of one request an Attempt remembers. nginx's
+// proxy_next_upstream_tries defaults to 3; later attempts beyond this many are
+// still served, only without exclusion of the oldest peers.
+const maxTracked = 16
+
+// Attempt is the per-request state carried between the attempts of one request
+// (ngx.ctx in Lua): the backend and canary choice (fixed by the first pick), the
+// peers tried so far (ewma's exclusion list, sticky's failed set) and the last
+// failure. The zero value is ready. The caller sets LastFailure before each
+// retry and calls Reset to reuse it for another request. An Attempt must not be
+// used by two requests at once.
+type Attempt struct {
+	// LastFailure is how the previous attempt ended; FailureNone on the first.
+	LastFailure Failure
+
+	chosen *backend // backend actually used; nil before the first pick
+	tried  [maxTracked]int32
+	ntried int
+	// keyBuf is scratch space for building hash keys without allocating.
+	keyBuf []byte
+}
+
+// Reset prepares a for a new request, keeping its scratch buffer.
+func (a *Attempt) Reset() {
+	buf := a.keyBuf[:0]
+	*a = Attempt{keyBuf: buf}
+}
+
+// Tries returns how many picks this Attempt has seen.
+func (a *Attempt) Tries() int { return a.ntried }
+
+func (a *Attempt) record(peer int) {
+	if a.ntried < maxTracked {
+		a.tried[a.ntried] = int32(peer)
+	} else {
+		a.tried[a.ntried%maxTracked] = int32(peer)
+	}
+	a.ntried++
+}
+
+func (a *Attempt) triedPeer(peer int) bool {
+	n := min(a.ntried, maxTracked)
+	for _, t := range a.tried[:n] {
+		if int(t) == peer {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors Pick returns.
+var (
+	// ErrUnknownBackend means no balancer exists for the name: never synced,
+	// or synced with no endpoints. ingress-nginx answers 503.
+	ErrUnknownBackend = errors.New("balancer: unknown backend or no endpoints")
+	// ErrNoPeer means the balancer could not choose a peer (every candidate
+	// already failed). nginx would use its placeholder peer and answer 502.
+	ErrNoPeer = errors.New("balancer: no peer available")
+)

@@ -1,0 +1,80 @@
+package balancer
+
+import (
+	"math"
+	"sort"
+)
+
+// BackendStatus is a read-only view of one balancer for debug and status pages.
+type BackendStatus struct {
+	Name         string           `json:"name"`
+	Algorithm    string           `json:"algorithm"`
+	Alternatives []string         `json:"alternatives,omitempty"`
+	Endpoints    []EndpointStatus `json:"endpoints"`
+}
+
+// EndpointStatus is one endpoint's live counters.
+type EndpointStatus struct {
+	Address string `json:"address"`
+	// EWMA is the decayed score in seconds, -1 when the endpoint has none.
+	EWMA     float64 `json:"ewma"`
+	InFlight int64   `json:"inFlight"`
+	Picks    uint64  `json:"picks"`
+	Failures uint64  `json:"failures"`
+}
+
+// Backends returns every balancer, sorted by name.
+func (r *Registry) Backends() []BackendStatus {
+	snap := r.snap.Load()
+	now := r.nowSeconds()
+	out := make([]BackendStatus, 0, len(snap.byName))
+	for _, b := range snap.byName {
+		bs := BackendStatus{Name: b.name, Algorithm: b.algoName, Alternatives: b.alternatives}
+		for _, p := range b.peers {
+			e := EndpointStatus{
+				Address: p.addr, EWMA: -1, InFlight: p.st.inFlight.Load(),
+				Picks: p.st.picks.Load(), Failures: p.st.failures.Load(),
+			}
+			if p.st.hasStat.Load() {
+				e.EWMA = p.st.score(now)
+			}
+			bs.Endpoints = append(bs.Endpoints, e)
+		}
+		out = append(out, bs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// EWMA returns the stored (undecayed) EWMA of an endpoint of a backend, and
+// whether it has one. For tests and debugging.
+func (r *Registry) EWMA(backend, peer string) (float64, bool) {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return 0, false
+	}
+	i, ok := b.byAddr[peer]
+	if !ok || !b.peers[i].st.hasStat.Load() {
+		return 0, false
+	}
+	return math.Float64frombits(b.peers[i].st.ewma.Load()), true
+}
+
+// SetEWMA stores an EWMA and its last-touched time for an endpoint, as the
+// shared dicts of a running ingress-nginx would hold them. For tests and for
+// `debug pick`, which reproduces a given state.
+func (r *Registry) SetEWMA(backend, peer string, ewma, lastTouched float64) bool {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return false
+	}
+	i, ok := b.byAddr[peer]
+	if !ok {
+		return false
+	}
+	st := b.peers[i].st
+	st.ewma.Store(math.Float64bits(ewma))
+	st.lastTouched.Store(math.Float64bits(lastTouched))
+	st.hasStat.Store(true)
+	return true
+}

@@ -1,0 +1,367 @@
+package balancer
+
+import (
+	"bytes"
+	"crypto/md5"
+	"encoding/hex"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sticky is balancer/sticky_balanced.lua and sticky_persistent.lua with their
+// shared sticky.lua (spec §4.5).
+type sticky struct {
+	persistent      bool
+	backendKey      []byte // md5hex(md5hex(name) ‖ name)
+	cookieName      string
+	expires         int64 // seconds; valid only if hasExpires
+	hasExpires      bool
+	maxAge          string // printed as given (an integer)
+	domain          string
+	path            string
+	secure          bool
+	sameSite        string // "Strict", "Lax", "None" or "" (others dropped)
+	conditionalNone bool
+	changeOnFailure bool
+	// locations: host → paths the cookie is set for; wildcard entries
+	// "*.example.com" are kept under their suffix "example.com".
+	locations         map[string][]string
+	wildcardLocations map[string][]string
+	hasLocations      bool
+
+	// balanced
+	ring       ring
+	ringToPeer []int
+	// persistent
+	keys     map[string]int // md5hex(name ‖ addr) → peer
+	peerKeys []string       // peer → its key
+}
+
+func md5hex(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// BackendKey returns md5hex(md5hex(name) ‖ name), the backend half of a sticky
+// cookie value.
+func BackendKey(name string) string { return md5hex(md5hex(name) + name) }
+
+func newSticky(in *Backend, b *backend, persistent bool) *sticky {
+	ca := in.SessionAffinity.CookieSessionAffinity
+	s := &sticky{
+		persistent:      persistent,
+		backendKey:      []byte(BackendKey(in.Name)),
+		cookieName:      ca.Name,
+		maxAge:          ca.MaxAge,
+		domain:          ca.Domain,
+		path:            ca.Path,
+		secure:          ca.Secure,
+		conditionalNone: ca.ConditionalSameSiteNone,
+		changeOnFailure: ca.ChangeOnFailure,
+	}
+	if ca.Expires != "" {
+		s.expires, _ = strconv.ParseInt(ca.Expires, 10, 64) // validated
+		s.hasExpires = true
+	}
+	if ca.MaxAge != "" {
+		n, _ := strconv.ParseInt(ca.MaxAge, 10, 64)
+		s.maxAge = strconv.FormatInt(n, 10)
+	}
+	switch ca.SameSite {
+	case "Strict", "Lax", "None": // resty.cookie drops anything else
+		s.sameSite = ca.SameSite
+	}
+	if len(ca.Locations) > 0 {
+		s.hasLocations = true
+		s.locations = map[string][]string{}
+		s.wildcardLocations = map[string][]string{}
+		for host, paths := range ca.Locations {
+			if suffix, ok := strings.CutPrefix(host, "*."); ok {
+				s.wildcardLocations[suffix] = paths
+			}
+			s.locations[host] = paths
+		}
+	}
+	if persistent {
+		s.keys = make(map[string]int, len(b.peers))
+		s.peerKeys = make([]string, len(b.peers))
+		for i, p := range b.peers {
+			k := md5hex(in.Name + p.addr)
+			s.keys[k] = i
+			s.peerKeys[i] = k
+		}
+	} else {
+		order := sortedPeerOrder(b)
+		ids := make([]string, len(order))
+		for i, p := range order {
+			ids[i] = b.peers[p].addr
+		}
+		s.ring, s.ringToPeer = newRing(ids), order
+	}
+	return s
+}
+
+func (s *sticky) vars() []string {
+	v := []string{"http_cookie", "host", "server_name", "location_path", "https"}
+	if s.conditionalNone && s.sameSite == "None" {
+		v = append(v, "http_user_agent")
+	}
+	return v
+}
+
+// parsed returns upstream_key and backend_key of the request's sticky cookie.
+func (s *sticky) parsed(req Request) (upstream, backendKey []byte) {
+	header, ok := req.Var("http_cookie")
+	if !ok {
+		return nil, nil
+	}
+	val, ok := CookieValue(header, s.cookieName)
+	if !ok {
+		return nil, nil
+	}
+	return splitStickyValue(val)
+}
+
+// splitStickyValue splits on '|' dropping empty pieces (Lua [^|]+): the first
+// piece is the upstream key, the second (if any) the backend key.
+func splitStickyValue(v []byte) (first, second []byte) {
+	n := 0
+	for len(v) > 0 && n < 2 {
+		i := bytes.IndexByte(v, '|')
+		var piece []byte
+		if i < 0 {
+			piece, v = v, nil
+		} else {
+			piece, v = v[:i], v[i+1:]
+		}
+		if len(piece) == 0 {
+			continue
+		}
+		if n == 0 {
+			first = piece
+		} else {
+			second = piece
+		}
+		n++
+	}
+	return first, second
+}
+
+func (s *sticky) isAffinitized(req Request) bool {
+	_, bk := s.parsed(req)
+	return bk != nil && bytes.Equal(bk, s.backendKey)
+}
+
+// find returns the peer a cookie's upstream key names, or -1.
+func (s *sticky) find(key []byte) int {
+	if s.persistent {
+		if i, ok := s.keys[string(key)]; ok {
+			return i
+		}
+		return -1
+	}
+	return s.ringToPeer[s.ring.find(crc32.ChecksumIEEE(key))]
+}
+
+func (s *sticky) pick(r *Registry, b *backend, req Request, a *Attempt) (int, string, float64, error) {
+	upstreamKey, _ := s.parsed(req)
+	from := -1
+	if upstreamKey != nil {
+		from = s.find(upstreamKey)
+	}
+	pickNew := (a.LastFailure != FailureNone && s.changeOnFailure) || from < 0
+	if !pickNew {
+		return from, "", -1, nil
+	}
+	idx, key := s.pickNewUpstream(r, b, a)
+	if idx < 0 {
+		return -1, "", -1, ErrNoPeer
+	}
+	cookie := ""
+	if s.shouldSetCookie(req) {
+		cookie = s.cookie(r, req, key)
+	}
+	return idx, cookie, -1, nil
+}
+
+// pickNewUpstream picks a peer not tried yet by this request ($upstream_addr
+// in Lua) and the key to store in the cookie.
+func (s *sticky) pickNewUpstream(r *Registry, b *backend, a *Attempt) (int, string) {
+	if s.persistent {
+		untried := len(b.peers) - countTried(b, a)
+		if untried <= 0 {
+			return -1, ""
+		}
+		i := nthUntried(b, a, r.intn(untried))
+		return i, s.peerKeys[i]
+	}
+	now := r.nowSeconds()
+	for i := 1; i <= 20; i++ {
+		key := strconv.FormatFloat(roundMillis(now)+float64(i), 'g', 14, 64) + "." +
+			strconv.Itoa(r.cfg.PID) + "." + strconv.Itoa(r.intn(999999)+1)
+		p := s.ringToPeer[s.ring.find(crc32.ChecksumIEEE([]byte(key)))]
+		if !a.triedPeer(p) {
+			return p, key
+		}
+	}
+	return -1, ""
+}
+
+// roundMillis gives ngx.now()'s millisecond resolution.
+func roundMillis(t float64) float64 {
+	return float64(int64(t*1000+0.5)) / 1000
+}
+
+// shouldSetCookie is sticky.lua should_set_cookie: only for the Ingress paths
+// listed under the request's host (or its wildcard).
+func (s *sticky) shouldSetCookie(req Request) bool {
+	if !s.hasLocations {
+		return false
+	}
+	host, _ := req.Var("host")
+	if sn, _ := req.Var("server_name"); string(sn) == "_" {
+		host = []byte("_")
+	}
+	locs, ok := s.locations[string(host)]
+	if !ok {
+		if i := bytes.IndexByte(host, '.'); i >= 0 {
+			locs, ok = s.wildcardLocations[string(host[i+1:])]
+		}
+	}
+	if !ok {
+		return false
+	}
+	lp, _ := req.Var("location_path")
+	for _, p := range locs {
+		if p == string(lp) {
+			return true
+		}
+	}
+	return false
+}
+
+// cookie builds the Set-Cookie value in resty.cookie's attribute order.
+func (s *sticky) cookie(r *Registry, req Request, key string) string {
+	var sb strings.Builder
+	sb.Grow(160)
+	sb.WriteString(s.cookieName)
+	sb.WriteByte('=')
+	sb.WriteString(key)
+	sb.WriteByte('|')
+	sb.Write(s.backendKey)
+	if s.hasExpires {
+		sb.WriteString("; Expires=")
+		sb.WriteString(CookieTime(r.now().Unix() + s.expires))
+	}
+	if s.maxAge != "" {
+		sb.WriteString("; Max-Age=")
+		sb.WriteString(s.maxAge)
+	}
+	if s.domain != "" {
+		sb.WriteString("; Domain=")
+		sb.WriteString(s.domain)
+	}
+	sb.WriteString("; Path=")
+	if s.path != "" {
+		sb.WriteString(s.path)
+	} else {
+		lp, _ := req.Var("location_path")
+		sb.Write(lp)
+	}
+	secure := s.secure
+	if !secure {
+		https, _ := req.Var("https")
+		secure = string(https) == "on"
+	}
+	if secure {
+		sb.WriteString("; Secure")
+	}
+	sb.WriteString("; HttpOnly")
+	if s.sameSite != "" {
+		omit := false
+		if s.conditionalNone && s.sameSite == "None" {
+			ua, ok := req.Var("http_user_agent")
+			omit = ok && SameSiteNoneIncompatible(ua)
+		}
+		if !omit {
+			sb.WriteString("; SameSite=")
+			sb.WriteString(s.sameSite)
+		}
+	}
+	return sb.String()
+}
+
+// CookieTime formats Unix seconds as nginx's ngx.cookie_time does:
+// "Thu, 16-Nov-23 22:13:20 GMT", with a four-digit year after 2037.
+func CookieTime(unix int64) string {
+	t := time.Unix(unix, 0).UTC()
+	if t.Year() > 2037 {
+		return t.Format("Mon, 02-Jan-2006 15:04:05 GMT")
+	}
+	return t.Format("Mon, 02-Jan-06 15:04:05 GMT")
+}
+
+// SameSiteNoneIncompatible is util/same_site.lua: user agents known to reject
+// or mishandle SameSite=None.
+func SameSiteNoneIncompatible(ua []byte) bool {
+	has := func(s string) bool { return bytes.Contains(ua, []byte(s)) }
+	if has("Chrome/4") || has("Chrome/5") || has("Chrome/6") {
+		return true
+	}
+	if has("CPU iPhone OS 12") || has("iPad; CPU OS 12") {
+		return true
+	}
+	return has("Macintosh") && has("Intel Mac OS X 10_14") && has("Safari") && !has("Chrome")
+}
+
+// CookieValue returns the value of cookie name in a Cookie header, parsed the
+// way lua-resty-cookie does (spec §4.5): leading spaces and tabs skipped, the
+// key runs to '=', the value to the first ';', space or tab; names are
+// case-sensitive and the last occurrence wins; a segment without '=' merges
+// into the next key.
+func CookieValue(header []byte, name string) ([]byte, bool) {
+	const (
+		expectKey = iota
+		expectValue
+		expectSpace
+	)
+	state := expectSpace
+	i := 0
+	var key []byte
+	haveKey := false
+	var found []byte
+	ok := false
+	for j := 0; j < len(header); j++ {
+		c := header[j]
+		switch state {
+		case expectKey:
+			if c == '=' {
+				key = header[i:j]
+				haveKey = true
+				state = expectValue
+				i = j + 1
+			}
+		case expectValue:
+			if c == ';' || c == ' ' || c == '\t' {
+				if string(key) == name {
+					found, ok = header[i:j], true
+				}
+				haveKey = false
+				state = expectSpace
+				i = j + 1
+			}
+		case expectSpace:
+			if c != ' ' && c != '\t' {
+				state = expectKey
+				i = j
+				j--
+			}
+		}
+	}
+	if haveKey && state == expectValue && string(key) == name {
+		found, ok = header[i:], true
+	}
+	return found, ok
+}

@@ -1,0 +1,227 @@
+package balancer
+
+import (
+	"strings"
+	"testing"
+)
+
+// Spec §8.1: resty.chash vectors from the real Lua/C code.
+func TestCHashVectors(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(1)})
+	mustSync(t, r, Backend{Name: "b", Endpoints: eps("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"),
+		UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri")}})
+	tests := []struct{ key, want string }{
+		{"/foo", "10.0.0.3:8080"},
+		{"/bar", "10.0.0.2:8080"},
+		{"/", "10.0.0.1:8080"},
+		{"", "10.0.0.1:8080"},
+	}
+	for _, tt := range tests {
+		var a Attempt
+		p, err := r.Pick("b", vars{"request_uri": tt.key}, &a)
+		if err != nil || p.Peer != tt.want {
+			t.Errorf("key %q: got %q, %v; want %q", tt.key, p.Peer, err, tt.want)
+		}
+		// Retries hit the same peer (spec §5).
+		a.LastFailure = FailureFailed
+		if p2, _ := r.Pick("b", vars{"request_uri": tt.key}, &a); p2.Peer != tt.want {
+			t.Errorf("key %q retry: got %q; want the same %q", tt.key, p2.Peer, tt.want)
+		}
+	}
+}
+
+// Spec §8.1 ring internals for the single node 10.0.0.1:8080.
+func TestRingInternals(t *testing.T) {
+	rg := newRing([]string{"10.0.0.1:8080"})
+	if len(rg.hashes) != 160 {
+		t.Fatalf("points = %d; want 160", len(rg.hashes))
+	}
+	want := []uint32{1390174, 28035454, 47384165}
+	for i, w := range want {
+		if rg.hashes[i] != w {
+			t.Errorf("smallest point %d = %d; want %d", i, rg.hashes[i], w)
+		}
+	}
+	// Bounds as in ringhash tests: a key above every point wraps to index 0.
+	if got := rg.find(rg.hashes[159] + 1); got != 0 {
+		t.Errorf("wrap: got owner %d", got)
+	}
+}
+
+// Spec §8.3 backend_key vectors.
+func TestBackendKeyVectors(t *testing.T) {
+	for name, want := range map[string]string{
+		"default-echo-80":                 "df61074cff0dc933beb37e1d8124ac6f",
+		"access-router-production-web-80": "3ec0ac2d8dd2cda20a93dee13e737231",
+		"default-http-svc-80":             "5a881deec44117eee2efd3540198e203",
+	} {
+		if got := BackendKey(name); got != want {
+			t.Errorf("BackendKey(%q) = %s; want %s", name, got, want)
+		}
+	}
+}
+
+func stickyBackend(mode string, mod func(*CookieSessionAffinity)) Backend {
+	ca := CookieSessionAffinity{Name: "INGRESSCOOKIE", Expires: "172800", MaxAge: "172800", SameSite: "None",
+		Locations: map[string][]string{"echo.example.com": {"/"}}}
+	if mod != nil {
+		mod(&ca)
+	}
+	return Backend{Name: "default-echo-80", Endpoints: eps("10.0.0.3:8080"),
+		SessionAffinity: SessionAffinityConfig{Name: "cookie", Mode: mode, CookieSessionAffinity: ca}}
+}
+
+// Spec §8.3: the full Set-Cookie captured from the real module, and its
+// variations.
+func TestStickyCookieVectors(t *testing.T) {
+	const full = "INGRESSCOOKIE=5d7bb003ea5eff5dd462c931c5761887|df61074cff0dc933beb37e1d8124ac6f; Expires=Thu, 16-Nov-23 22:13:20 GMT; Max-Age=172800; Path=/; Secure; HttpOnly; SameSite=None"
+	base := vars{"host": "echo.example.com", "server_name": "echo.example.com", "location_path": "/", "https": "on"}
+	with := func(kv ...string) vars {
+		v := vars{}
+		for k, x := range base {
+			v[k] = x
+		}
+		for i := 0; i < len(kv); i += 2 {
+			v[kv[i]] = kv[i+1]
+		}
+		return v
+	}
+	tests := []struct {
+		name string
+		b    Backend
+		req  vars
+		want string
+	}{
+		{"persistent https", stickyBackend("persistent", nil), base, full},
+		{"plain http has no Secure", stickyBackend("persistent", nil), with("https", ""), strings.Replace(full, "; Secure", "", 1)},
+		{"conditional samesite none with Chrome/51", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.ConditionalSameSiteNone = true }),
+			with("http_user_agent", "Mozilla/5.0 Chrome/51.0.2704.103 Safari/537.36"), strings.TrimSuffix(full, "; SameSite=None")},
+		{"conditional samesite none with a modern UA", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.ConditionalSameSiteNone = true }),
+			with("http_user_agent", "Mozilla/5.0 Chrome/120.0 Safari/537.36"), full},
+		{"host not in locations", stickyBackend("persistent", nil), with("host", "other.example.com", "server_name", "other.example.com"), ""},
+		{"lower-case samesite is dropped", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.SameSite = "none" }), base, strings.TrimSuffix(full, "; SameSite=None")},
+		{"secure forced on http", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.Secure = true }), with("https", ""), full},
+		{"path and domain", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.Path = "/app"; c.Domain = "example.com" }), base,
+			strings.Replace(full, "; Path=/", "; Domain=example.com; Path=/app", 1)},
+		{"no expires no maxage", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.Expires = ""; c.MaxAge = "" }), base,
+			"INGRESSCOOKIE=5d7bb003ea5eff5dd462c931c5761887|df61074cff0dc933beb37e1d8124ac6f; Path=/; Secure; HttpOnly; SameSite=None"},
+		{"wildcard location", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.Locations = map[string][]string{"*.example.com": {"/"}} }),
+			with("host", "a.example.com", "server_name", "*.example.com"), full},
+		{"catch-all server", stickyBackend("persistent", func(c *CookieSessionAffinity) { c.Locations = map[string][]string{"_": {"/"}} }),
+			with("host", "whatever", "server_name", "_"), full},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRegistry(Config{Rand: seqRand(7), Now: fixedClock(1700000000)})
+			mustSync(t, r, tt.b)
+			var a Attempt
+			p, err := r.Pick(tt.b.Name, tt.req, &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Peer != "10.0.0.3:8080" {
+				t.Errorf("peer = %s", p.Peer)
+			}
+			if p.SetCookie != tt.want {
+				t.Errorf("Set-Cookie\n got %q\nwant %q", p.SetCookie, tt.want)
+			}
+		})
+	}
+}
+
+func TestCookieTime(t *testing.T) {
+	for unix, want := range map[int64]string{
+		1700172800: "Thu, 16-Nov-23 22:13:20 GMT",
+		2524608000: "Sat, 01-Jan-2050 00:00:00 GMT",
+		0:          "Thu, 01-Jan-70 00:00:00 GMT",
+	} {
+		if got := CookieTime(unix); got != want {
+			t.Errorf("CookieTime(%d) = %q; want %q", unix, got, want)
+		}
+	}
+}
+
+// Spec §4.5: lua-resty-cookie's parser.
+func TestCookieValue(t *testing.T) {
+	tests := []struct {
+		header, name, want string
+		ok                 bool
+	}{
+		{"route=abc", "route", "abc", true},
+		{"a=1; route=x|y; b=2", "route", "x|y", true},
+		{"route=1; route=2", "route", "2", true},  // last occurrence wins
+		{"Route=1", "route", "", false},           // case-sensitive
+		{"foo; route=x", "route", "", false},      // merged key "foo; route"
+		{"foo; route=x", "foo; route", "x", true}, // ...which is what it is
+		{"  \troute=v", "route", "v", true},       // leading blanks skipped
+		{"route=v w=1", "route", "v", true},       // value ends at a space
+		{"route=", "route", "", true},             // empty value
+		{"route", "route", "", false},             // no '='
+		{"a=b=c", "a", "b=c", true},               // value runs on
+		{"x=1;route=2", "route", "2", true},       // no space after ';'
+	}
+	for _, tt := range tests {
+		got, ok := CookieValue([]byte(tt.header), tt.name)
+		if string(got) != tt.want || ok != tt.ok {
+			t.Errorf("CookieValue(%q, %q) = %q, %v; want %q, %v", tt.header, tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestSplitStickyValue(t *testing.T) {
+	tests := []struct{ in, a, b string }{
+		{"k|bk", "k", "bk"},
+		{"|x", "x", ""},
+		{"legacy", "legacy", ""},
+		{"a||b|c", "a", "b"},
+		{"", "", ""},
+	}
+	for _, tt := range tests {
+		a, b := splitStickyValue([]byte(tt.in))
+		if string(a) != tt.a || string(b) != tt.b {
+			t.Errorf("split(%q) = %q, %q; want %q, %q", tt.in, a, b, tt.a, tt.b)
+		}
+	}
+}
+
+func TestHashKeyTemplate(t *testing.T) {
+	req := vars{"request_uri": "/foo?x=1", "remote_addr": "192.168.1.1", "1": "cap", "empty": ""}
+	tests := []struct{ tmpl, want string }{
+		{"$request_uri", "/foo?x=1"},
+		{"${remote_addr}-$http_x_user", "192.168.1.1-"},
+		{"$1", "cap"},
+		{`\$request_uri`, `\$request_uri`},
+		{"a$", "a$"},
+		{"$empty|$missing|x", "||x"},
+		{"${unclosed", "${unclosed"},
+		{`a\b`, "ab"},
+		{"$$remote_addr", "$192.168.1.1"},
+	}
+	for _, tt := range tests {
+		k := parseHashKey(tt.tmpl)
+		if got := string(k.eval(req, nil)); got != tt.want {
+			t.Errorf("eval(%q) = %q; want %q", tt.tmpl, got, tt.want)
+		}
+	}
+}
+
+func TestSameSiteNoneIncompatible(t *testing.T) {
+	tests := []struct {
+		ua   string
+		want bool
+	}{
+		{"Mozilla/5.0 (X11) Chrome/51.0.2704.103 Safari/537.36", true},
+		{"Mozilla/5.0 Chrome/66.0 Safari", true},
+		{"Mozilla/5.0 Chrome/120.0 Safari", false},
+		{"Mozilla/5.0 (iPhone; CPU iPhone OS 12_0 like Mac OS X)", true},
+		{"Mozilla/5.0 (iPad; CPU OS 12_1 like Mac OS X)", true},
+		{"Mozilla/5.0 (Macintosh; Intel Mac OS X 10_14_0) Version/12 Safari/605", true},
+		{"Mozilla/5.0 (Macintosh; Intel Mac OS X 10_14_0) Chrome/90 Safari/605", false},
+		{"curl/8.0", false},
+	}
+	for _, tt := range tests {
+		if got := SameSiteNoneIncompatible([]byte(tt.ua)); got != tt.want {
+			t.Errorf("%q: got %v; want %v", tt.ua, got, tt.want)
+		}
+	}
+}
