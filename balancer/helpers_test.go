@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"encoding/json"
+	"hash/crc32"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -66,3 +67,5 @@ func mustJSON(t testing.TB, v any) []byte {
 	}
 	return b
 }
+
+func crc32Of(s string) uint32 { return crc32.ChecksumIEEE([]byte(s)) }

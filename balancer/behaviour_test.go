@@ -1,0 +1,515 @@
+package balancer
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// §3.4: implementation precedence (busted: "load-balance: ewma with affinity
+// persistent gives sticky_persistent").
+func TestImplementationPrecedence(t *testing.T) {
+	tests := []struct {
+		name string
+		b    Backend
+		want string
+	}{
+		{"default", Backend{}, "round_robin"},
+		{"ewma", Backend{LoadBalance: "ewma"}, "ewma"},
+		{"unknown falls back", Backend{LoadBalance: "nope"}, "round_robin"},
+		{"ewma with affinity persistent", Backend{LoadBalance: "ewma", SessionAffinity: SessionAffinityConfig{Name: "cookie", Mode: "persistent"}}, "sticky_persistent"},
+		{"affinity empty mode is balanced", Backend{SessionAffinity: SessionAffinityConfig{Name: "cookie"}}, "sticky_balanced"},
+		{"affinity beats hash-by", Backend{SessionAffinity: SessionAffinityConfig{Name: "cookie"}, UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$x")}}, "sticky_balanced"},
+		{"hash-by beats load-balance", Backend{LoadBalance: "ewma", UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$x")}}, "chash"},
+		{"empty hash-by still selects chash", Backend{UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("")}}, "chash"},
+		{"subset", Backend{UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$x"), HashBySubset: true}}, "chashsubset"},
+		{"least_request", Backend{LoadBalance: "least_request"}, "least_request"},
+		{"peak_ewma", Backend{LoadBalance: "peak_ewma"}, "peak_ewma"},
+	}
+	for _, tt := range tests {
+		if got := implementation(&tt.b); got != tt.want {
+			t.Errorf("%s: got %s; want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+// §4.1 property 1: n consecutive picks visit every node once; property 3: a
+// no-op sync keeps the position.
+func TestRoundRobin(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(3)})
+	b := Backend{Name: "rr", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80")}
+	mustSync(t, r, b)
+	window := func() []string {
+		var got []string
+		for range 4 {
+			var a Attempt
+			p, err := r.Pick("rr", vars{}, &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, p.Peer)
+		}
+		return got
+	}
+	first := window()
+	seen := map[string]bool{}
+	for _, p := range first {
+		seen[p] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("window %v does not visit each node once", first)
+	}
+	var next Attempt
+	before, _ := r.Pick("rr", vars{}, &next)
+	// Same node set in another order: position kept.
+	b2 := b
+	b2.Endpoints = eps("10.0.0.4:80", "10.0.0.3:80", "10.0.0.2:80", "10.0.0.1:80")
+	b2.TrafficShapingPolicy.Weight = 5
+	mustSync(t, r, b2)
+	var after Attempt
+	p, _ := r.Pick("rr", vars{}, &after)
+	idxBefore := indexOf(eps2addrs(b.Endpoints), before.Peer)
+	want := eps2addrs(b2.Endpoints)[(idxBefore+1)%4]
+	if p.Peer != want {
+		t.Errorf("after no-op sync got %s; want %s (rotation continued)", p.Peer, want)
+	}
+}
+
+func eps2addrs(e []Endpoint) []string {
+	var out []string
+	for _, x := range e {
+		out = append(out, x.Address+":"+x.Port.Str)
+	}
+	return out
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// §4.2: the decay formula, the score, P2C over untried peers, slow start.
+func TestEWMA(t *testing.T) {
+	now := 1700000000.0
+	r := NewRegistry(Config{Rand: seqRand(5), Now: func() time.Time { return time.Unix(0, int64(now*1e9)) }})
+	b := Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")}
+	mustSync(t, r, b)
+
+	// First sample with no stat: ewma = rtt (w ≈ 0 since last = 0).
+	r.Feedback("e", "10.0.0.1:80", DoneInfo{ConnectTime: 10 * time.Millisecond, ResponseTime: 90 * time.Millisecond})
+	if got, _ := r.EWMA("e", "10.0.0.1:80"); math.Abs(got-0.1) > 1e-9 {
+		t.Fatalf("first ewma = %v; want 0.1 (connect + response)", got)
+	}
+	// 5 s later a 0.3 s sample: ewma' = 0.1·w + 0.3·(1−w), w = e^(−0.5).
+	now += 5
+	r.Feedback("e", "10.0.0.1:80", DoneInfo{ResponseTime: 300 * time.Millisecond})
+	w := math.Exp(-0.5)
+	if got, _ := r.EWMA("e", "10.0.0.1:80"); math.Abs(got-(0.1*w+0.3*(1-w))) > 1e-9 {
+		t.Errorf("decayed ewma = %v; want %v", got, 0.1*w+0.3*(1-w))
+	}
+	// The score is the stored ewma decayed to now; the peer with no stat
+	// scores 0 and wins both P2C draws.
+	for range 20 {
+		var a Attempt
+		p, err := r.Pick("e", vars{}, &a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Peer != "10.0.0.2:80" || p.EWMAScore != 0 {
+			t.Fatalf("got %s score %v; want the unscored 10.0.0.2:80 with 0", p.Peer, p.EWMAScore)
+		}
+		// A retry excludes the tried peer.
+		a.LastFailure = FailureFailed
+		p2, _ := r.Pick("e", vars{}, &a)
+		if p2.Peer != "10.0.0.1:80" {
+			t.Fatalf("retry got %s; want the untried 10.0.0.1:80", p2.Peer)
+		}
+	}
+	// Slow start: an added endpoint gets the mean stored EWMA of the peers with
+	// stats.
+	stored, _ := r.EWMA("e", "10.0.0.1:80")
+	b.Endpoints = eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")
+	mustSync(t, r, b)
+	if got, ok := r.EWMA("e", "10.0.0.3:80"); !ok || math.Abs(got-stored) > 1e-12 {
+		t.Errorf("slow start ewma = %v, %v; want %v", got, ok, stored)
+	}
+	// Stats survive a rebuild and are dropped with the endpoint.
+	if got, _ := r.EWMA("e", "10.0.0.1:80"); got != stored {
+		t.Errorf("ewma after rebuild = %v; want %v", got, stored)
+	}
+	b.Endpoints = eps("10.0.0.2:80", "10.0.0.3:80")
+	mustSync(t, r, b)
+	r.SetEWMA("e", "10.0.0.3:80", 0.5, now)
+	b.Endpoints = eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")
+	mustSync(t, r, b)
+	// The re-added endpoint's old stats were deleted with it: it is seeded
+	// with the mean of the peers that have stats (only 10.0.0.3, 0.5).
+	if got, _ := r.EWMA("e", "10.0.0.1:80"); got != 0.5 {
+		t.Errorf("re-added endpoint ewma = %v; want 0.5 (old stats deleted, slow start)", got)
+	}
+}
+
+// Fix of spec §4.2: two backends sharing an ip:port keep separate stats.
+func TestEWMAStatsPerBackend(t *testing.T) {
+	r := NewRegistry(Config{Now: fixedClock(1700000000)})
+	mustSync(t, r,
+		Backend{Name: "a", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")},
+		Backend{Name: "b", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")})
+	r.Feedback("a", "10.0.0.1:80", DoneInfo{ResponseTime: time.Second})
+	if _, ok := r.EWMA("b", "10.0.0.1:80"); ok {
+		t.Error("backend b sees backend a's sample")
+	}
+}
+
+func TestPeakEWMAReactsAtOnce(t *testing.T) {
+	r := NewRegistry(Config{Now: fixedClock(1700000000)})
+	mustSync(t, r, Backend{Name: "p", LoadBalance: "peak_ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")})
+	r.Feedback("p", "10.0.0.1:80", DoneInfo{ResponseTime: 10 * time.Millisecond})
+	r.Feedback("p", "10.0.0.1:80", DoneInfo{ResponseTime: 2 * time.Second})
+	if got, _ := r.EWMA("p", "10.0.0.1:80"); got != 2 {
+		t.Errorf("peak ewma = %v; want 2 (a slow response raises it at once)", got)
+	}
+}
+
+// In-flight counts: least_request prefers the idle peer.
+func TestLeastRequest(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(9)})
+	mustSync(t, r, Backend{Name: "l", LoadBalance: "least_request", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")})
+	var a Attempt
+	busy, _ := r.Pick("l", vars{}, &a) // stays in flight
+	for range 50 {
+		var b Attempt
+		p, _ := r.Pick("l", vars{}, &b)
+		if p.Peer == busy.Peer {
+			t.Fatalf("picked the busy peer %s", p.Peer)
+		}
+		r.Done(p, DoneInfo{})
+	}
+	r.Done(busy, DoneInfo{})
+	for _, bs := range r.Backends() {
+		for _, e := range bs.Endpoints {
+			if e.InFlight != 0 {
+				t.Errorf("%s in flight %d after Done", e.Address, e.InFlight)
+			}
+		}
+	}
+}
+
+// §4.4: subsets in JSON order with padding; picks stay in the subset.
+func TestCHashSubset(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(11)})
+	addrs := []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80", "10.0.0.5:80", "10.0.0.6:80", "10.0.0.7:80"}
+	mustSync(t, r, Backend{Name: "s", Endpoints: eps(addrs...),
+		UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri"), HashBySubset: true, HashBySubsetSize: 3}})
+	b := r.snap.Load().byName["s"]
+	cs := b.algo.(*chashSubset)
+	if len(cs.subsets) != 3 {
+		t.Fatalf("sets = %d; want 3", len(cs.subsets))
+	}
+	var set3 []string
+	for _, i := range cs.subsets[2] {
+		set3 = append(set3, b.peers[i].addr)
+	}
+	if strings.Join(set3, ",") != "10.0.0.7:80,10.0.0.1:80,10.0.0.2:80" {
+		t.Errorf("set3 = %v; want e7, e1, e2", set3)
+	}
+	want := cs.subsets[cs.ring.find(crc32Of("/k"))]
+	for range 50 {
+		var a Attempt
+		p, _ := r.Pick("s", vars{"request_uri": "/k"}, &a)
+		if !containsPeer(b, want, p.Peer) {
+			t.Fatalf("pick %s outside the key's subset", p.Peer)
+		}
+	}
+}
+
+func containsPeer(b *backend, set []int, addr string) bool {
+	for _, i := range set {
+		if b.peers[i].addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// §4.5 and §5: sticky lookup, retries with and without change_on_failure.
+func TestStickyRetries(t *testing.T) {
+	for _, mode := range []string{"balanced", "persistent"} {
+		t.Run(mode, func(t *testing.T) {
+			r := NewRegistry(Config{Rand: seqRand(13), Now: fixedClock(1700000000)})
+			b := Backend{Name: "st", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"),
+				SessionAffinity: SessionAffinityConfig{Name: "cookie", Mode: mode, CookieSessionAffinity: CookieSessionAffinity{
+					Name: "route", Locations: map[string][]string{"h": {"/"}}}}}
+			mustSync(t, r, b)
+			req := vars{"host": "h", "server_name": "h", "location_path": "/"}
+			var a Attempt
+			p, _ := r.Pick("st", req, &a)
+			if p.SetCookie == "" {
+				t.Fatal("first pick set no cookie")
+			}
+			cookie := strings.SplitN(p.SetCookie, ";", 2)[0]
+			withCookie := vars{"host": "h", "server_name": "h", "location_path": "/", "http_cookie": "x=1; " + cookie}
+			for range 10 {
+				var a2 Attempt
+				p2, _ := r.Pick("st", withCookie, &a2)
+				if p2.Peer != p.Peer || p2.SetCookie != "" {
+					t.Fatalf("cookie not honoured: got %s (cookie %q); want %s", p2.Peer, p2.SetCookie, p.Peer)
+				}
+				// Without change_on_failure a retry goes to the same peer.
+				a2.LastFailure = FailureFailed
+				if p3, _ := r.Pick("st", withCookie, &a2); p3.Peer != p.Peer {
+					t.Fatalf("retry moved to %s without change_on_failure", p3.Peer)
+				}
+			}
+			b.SessionAffinity.CookieSessionAffinity.ChangeOnFailure = true
+			mustSync(t, r, b)
+			var a3 Attempt
+			r.Pick("st", withCookie, &a3)
+			a3.LastFailure = FailureFailed
+			p4, _ := r.Pick("st", withCookie, &a3)
+			if p4.Peer == p.Peer || p4.SetCookie == "" {
+				t.Errorf("change_on_failure retry got %s cookie %q; want another peer and a new cookie", p4.Peer, p4.SetCookie)
+			}
+		})
+	}
+}
+
+// §3.6: the canary rules, in order.
+func TestCanaryRouting(t *testing.T) {
+	primary := Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c"}}
+	canary := func(p TrafficShapingPolicy) Backend {
+		return Backend{Name: "c", NoServer: true, Endpoints: eps("10.0.0.9:80"), TrafficShapingPolicy: p}
+	}
+	tests := []struct {
+		name   string
+		policy TrafficShapingPolicy
+		req    vars
+		want   string
+	}{
+		{"header always", TrafficShapingPolicy{Header: "X-Canary"}, vars{"http_x_canary": "always"}, "c"},
+		{"header never beats weight 100", TrafficShapingPolicy{Header: "X-Canary", Weight: 100}, vars{"http_x_canary": "never"}, "p"},
+		{"header other falls through to weight 0", TrafficShapingPolicy{Header: "X-Canary"}, vars{"http_x_canary": "maybe"}, "p"},
+		{"header value match", TrafficShapingPolicy{Header: "X-Canary", HeaderValue: "v2"}, vars{"http_x_canary": "v2"}, "c"},
+		{"header value: always is not special", TrafficShapingPolicy{Header: "X-Canary", HeaderValue: "v2"}, vars{"http_x_canary": "always"}, "p"},
+		{"header pattern unanchored", TrafficShapingPolicy{Header: "X-Canary", HeaderPattern: "beta"}, vars{"http_x_canary": "xbetax"}, "c"},
+		{"header pattern case-sensitive", TrafficShapingPolicy{Header: "X-Canary", HeaderPattern: "beta"}, vars{"http_x_canary": "BETA"}, "p"},
+		{"cookie always", TrafficShapingPolicy{Cookie: "canary"}, vars{"cookie_canary": "always"}, "c"},
+		{"cookie never beats weight", TrafficShapingPolicy{Cookie: "canary", Weight: 100}, vars{"cookie_canary": "never"}, "p"},
+		{"header beats cookie", TrafficShapingPolicy{Header: "X-Canary", Cookie: "canary"}, vars{"http_x_canary": "never", "cookie_canary": "always"}, "p"},
+		{"weight 100", TrafficShapingPolicy{Weight: 100}, vars{}, "c"},
+		{"weight total below 100 ignored", TrafficShapingPolicy{Weight: 50, WeightTotal: 50}, vars{}, "mixed"},
+		{"weight total 1000, weight 1000", TrafficShapingPolicy{Weight: 1000, WeightTotal: 1000}, vars{}, "c"},
+		{"weight 0", TrafficShapingPolicy{}, vars{}, "p"},
+		{"dashes in header name", TrafficShapingPolicy{Header: "My-Canary-Flag"}, vars{"http_my_canary_flag": "always"}, "c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRegistry(Config{Rand: seqRand(17)})
+			mustSync(t, r, primary, canary(tt.policy))
+			seen := map[string]int{}
+			for range 200 {
+				var a Attempt
+				p, err := r.Pick("p", tt.req, &a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[p.Backend]++
+				if (p.Backend == "c") != p.Alternative {
+					t.Fatalf("Alternative = %v for backend %s", p.Alternative, p.Backend)
+				}
+			}
+			switch tt.want {
+			case "mixed":
+				if seen["c"] == 0 || seen["p"] == 0 {
+					t.Errorf("got %v; want both backends", seen)
+				}
+			default:
+				if seen[tt.want] != 200 {
+					t.Errorf("got %v; want all on %s", seen, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// #8212 (kept): a primary with no endpoints answers 503 even at weight 100; a
+// canary with no endpoints leaves traffic on the primary.
+func TestCanaryWithoutEndpoints(t *testing.T) {
+	r := NewRegistry(Config{})
+	mustSync(t, r,
+		Backend{Name: "p", AlternativeBackends: []string{"c"}},
+		Backend{Name: "c", Endpoints: eps("10.0.0.9:80"), TrafficShapingPolicy: TrafficShapingPolicy{Weight: 100}})
+	var a Attempt
+	if _, err := r.Pick("p", vars{}, &a); !errors.Is(err, ErrUnknownBackend) {
+		t.Errorf("primary without endpoints: err = %v; want ErrUnknownBackend", err)
+	}
+	mustSync(t, r,
+		Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c"}},
+		Backend{Name: "c", TrafficShapingPolicy: TrafficShapingPolicy{Weight: 100}})
+	var b Attempt
+	if p, _ := r.Pick("p", vars{}, &b); p.Backend != "p" {
+		t.Errorf("canary without endpoints: got %s; want p", p.Backend)
+	}
+}
+
+// Canary affinity: a cookie for the canary's backend_key routes to it.
+func TestCanaryAffinity(t *testing.T) {
+	aff := SessionAffinityConfig{Name: "cookie", CookieSessionAffinity: CookieSessionAffinity{Name: "INGRESSCOOKIE"}}
+	r := NewRegistry(Config{Rand: seqRand(19)})
+	mustSync(t, r,
+		Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c"}, SessionAffinity: aff},
+		Backend{Name: "c", Endpoints: eps("10.0.0.9:80"), SessionAffinity: aff})
+	toCanary := vars{"http_cookie": "INGRESSCOOKIE=k|" + BackendKey("c")}
+	toPrimary := vars{"http_cookie": "INGRESSCOOKIE=k|" + BackendKey("p"), "http_x": "always"}
+	var a, b Attempt
+	if p, _ := r.Pick("p", toCanary, &a); p.Backend != "c" {
+		t.Errorf("canary-affinitized request went to %s", p.Backend)
+	}
+	if p, _ := r.Pick("p", toPrimary, &b); p.Backend != "p" {
+		t.Errorf("primary-affinitized request went to %s", p.Backend)
+	}
+}
+
+// Beyond ingress-nginx: evaluating every alternative in order.
+func TestAllAlternatives(t *testing.T) {
+	r := NewRegistry(Config{AllAlternatives: true, Rand: seqRand(23)})
+	mustSync(t, r,
+		Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c1", "c2"}},
+		Backend{Name: "c1", Endpoints: eps("10.0.0.8:80"), TrafficShapingPolicy: TrafficShapingPolicy{Header: "X-One"}},
+		Backend{Name: "c2", Endpoints: eps("10.0.0.9:80"), TrafficShapingPolicy: TrafficShapingPolicy{Header: "X-Two"}})
+	var a Attempt
+	if p, _ := r.Pick("p", vars{"http_x_two": "always"}, &a); p.Backend != "c2" {
+		t.Errorf("got %s; want c2", p.Backend)
+	}
+	r2 := NewRegistry(Config{Rand: seqRand(23)})
+	mustSync(t, r2,
+		Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c1", "c2"}},
+		Backend{Name: "c1", Endpoints: eps("10.0.0.8:80"), TrafficShapingPolicy: TrafficShapingPolicy{Header: "X-One"}},
+		Backend{Name: "c2", Endpoints: eps("10.0.0.9:80"), TrafficShapingPolicy: TrafficShapingPolicy{Header: "X-Two"}})
+	var b Attempt
+	if p, _ := r2.Pick("p", vars{"http_x_two": "always"}, &b); p.Backend != "p" {
+		t.Errorf("default mode got %s; want p (only alternativeBackends[1] is read)", p.Backend)
+	}
+}
+
+// §3.1 fix: one bad backend does not stop the others, and keeps its previous
+// balancer.
+func TestSyncIsolatesFailures(t *testing.T) {
+	r := NewRegistry(Config{})
+	mustSync(t, r, Backend{Name: "a", Endpoints: eps("10.0.0.1:80")})
+	v := r.Version()
+	err := r.Sync([]Backend{
+		{Name: "a", Endpoints: []Endpoint{{Address: "10.0.0.2", Port: PortString("99999")}}},
+		{Name: "b", Endpoints: eps("10.0.0.3:80")},
+		{Name: "c", Endpoints: eps("10.0.0.4:80"), TrafficShapingPolicy: TrafficShapingPolicy{Header: "X", HeaderPattern: "(?<=x)"}},
+	})
+	if err == nil || !strings.Contains(err.Error(), `"a"`) || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("Sync error = %v; want one naming a and c", err)
+	}
+	if r.Version() != v+1 {
+		t.Errorf("version %d; want %d", r.Version(), v+1)
+	}
+	var x, y, z Attempt
+	if p, _ := r.Pick("a", vars{}, &x); p.Peer != "10.0.0.1:80" {
+		t.Errorf("a = %q; want its previous balancer", p.Peer)
+	}
+	if p, _ := r.Pick("b", vars{}, &y); p.Peer != "10.0.0.3:80" {
+		t.Errorf("b = %q; want applied", p.Peer)
+	}
+	// c is served; its rejected pattern keeps header requests on the primary.
+	if p, err := r.Pick("c", vars{"http_x": "x"}, &z); err != nil || p.Peer != "10.0.0.4:80" {
+		t.Errorf("c = %q, %v", p.Peer, err)
+	}
+	// Removed backends disappear.
+	mustSync(t, r, Backend{Name: "b", Endpoints: eps("10.0.0.3:80")})
+	var w Attempt
+	if _, err := r.Pick("a", vars{}, &w); !errors.Is(err, ErrUnknownBackend) {
+		t.Errorf("removed backend: %v", err)
+	}
+}
+
+func TestDecodeBackends(t *testing.T) {
+	const canary = `{"name":"default-echo-canary-80","port":80,"sslPassthrough":false,"endpoints":[{"address":"10.0.1.1","port":"8080"}],"sessionAffinityConfig":{"name":"","mode":"","cookieSessionAffinity":{"name":""}},"upstreamHashByConfig":{"upstream-hash-by":"$request_uri","upstream-hash-by-subset":true,"upstream-hash-by-subset-size":3},"noServer":true,"trafficShapingPolicy":{"weight":20,"weightTotal":100,"header":"X-Canary","headerValue":"","headerPattern":"","cookie":"canary"}}`
+	bs, err := DecodeBackends([]byte("[" + canary + `,{"name":"x","port":"http","maxFails":0,"hash":"y"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(mustJSON(t, bs[0])); got != canary {
+		t.Errorf("re-encode differs\n got %s\nwant %s", got, canary)
+	}
+	if bs[1].Port != PortString("http") || bs[1].Endpoints != nil {
+		t.Errorf("second backend = %+v", bs[1])
+	}
+	for _, bad := range []struct{ body, want string }{
+		{``, "empty body"},
+		{`{}`, "JSON array"},
+		{`[{"name":"ok"},{"name":"bad","port":true}]`, `backend 1 ("bad")`},
+		{`[{"name":"n","endpoints":"x"}]`, `backend 0 ("n")`},
+	} {
+		if _, err := DecodeBackends([]byte(bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("DecodeBackends(%q) = %v; want error containing %q", bad.body, err, bad.want)
+		}
+	}
+}
+
+func TestIPv6AndExternalName(t *testing.T) {
+	r2 := NewRegistry(Config{})
+	svc := &BackendService{Spec: []byte(`{"type":"ExternalName","externalName":"192.0.2.7"}`)}
+	mustSync(t, r2,
+		Backend{Name: "v6", Endpoints: []Endpoint{{Address: "fd00::1", Port: PortString("8080")}}},
+		Backend{Name: "ext", Service: svc, Endpoints: []Endpoint{{Address: "192.0.2.7", Port: PortString("80")}}})
+	var a, b Attempt
+	if p, _ := r2.Pick("v6", vars{}, &a); p.Peer != "[fd00::1]:8080" {
+		t.Errorf("v6 peer = %q", p.Peer)
+	}
+	if p, err := r2.Pick("ext", vars{}, &b); err != nil || p.Peer != "192.0.2.7:80" {
+		t.Errorf("ExternalName IP literal = %q, %v; want served (fix of #13076)", p.Peer, err)
+	}
+}
+
+func TestConcurrentSyncAndPick(t *testing.T) {
+	r := NewRegistry(Config{})
+	algos := []Backend{
+		{Name: "rr", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")},
+		{Name: "ewma", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")},
+		{Name: "ch", UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri")}, Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")},
+		{Name: "st", SessionAffinity: SessionAffinityConfig{Name: "cookie"}, Endpoints: eps("10.0.0.1:80", "10.0.0.2:80"), AlternativeBackends: []string{"rr"}},
+	}
+	mustSync(t, r, algos...)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := vars{"request_uri": "/x", "http_cookie": "INGRESSCOOKIE=abc"}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var a Attempt
+				p, err := r.Pick(algos[(g+i)%len(algos)].Name, req, &a)
+				if err == nil {
+					r.Done(p, DoneInfo{ResponseTime: time.Millisecond})
+				}
+			}
+		}()
+	}
+	for i := range 200 {
+		bs := append([]Backend(nil), algos...)
+		bs[i%len(bs)].Endpoints = eps("10.0.0.3:80", "10.0.0.4:80")
+		_ = r.Sync(bs)
+		_ = r.Backends()
+	}
+	close(stop)
+	wg.Wait()
+}
