@@ -1,7 +1,9 @@
 package balancer
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"hash/crc32"
 	"math/rand/v2"
 	"sync"
@@ -69,3 +71,24 @@ func mustJSON(t testing.TB, v any) []byte {
 }
 
 func crc32Of(s string) uint32 { return crc32.ChecksumIEEE([]byte(s)) }
+
+// bvars is a Request that does not allocate, for allocation tests and
+// benchmarks.
+type bvars map[string][]byte
+
+func (v bvars) Var(name string) ([]byte, bool) {
+	b, ok := v[name]
+	return b, ok
+}
+
+func toB(v vars) bvars {
+	out := bvars{}
+	for k, s := range v {
+		out[k] = []byte(s)
+	}
+	return out
+}
+
+func noResolve(_ context.Context, host string) ([]string, error) {
+	return nil, errors.New("no DNS in tests: " + host)
+}

@@ -1,0 +1,72 @@
+package balancer
+
+import (
+	"testing"
+)
+
+// FuzzDecodeBackends: any body either decodes or errors, and whatever decodes
+// can be synced and picked from without panicking.
+func FuzzDecodeBackends(f *testing.F) {
+	f.Add([]byte(`[{"name":"default-echo-80","port":80,"endpoints":[{"address":"10.0.0.1","port":"8080"}],"sessionAffinityConfig":{"name":"cookie","mode":"persistent","cookieSessionAffinity":{"name":"route","expires":"10","locations":{"_":["/"]}}},"upstreamHashByConfig":{},"trafficShapingPolicy":{"weight":0,"weightTotal":0,"header":"","headerValue":"","headerPattern":"","cookie":""}}]`))
+	f.Add([]byte(`[{"name":"a","endpoints":[{"address":"fd00::1","port":8080}],"upstreamHashByConfig":{"upstream-hash-by":"$request_uri","upstream-hash-by-subset":true,"upstream-hash-by-subset-size":2},"alternativeBackends":["b"]},{"name":"b","endpoints":[{"address":"10.0.0.2","port":"80"}],"trafficShapingPolicy":{"weight":50,"header":"X","headerPattern":"a+"}}]`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"name":1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		bs, err := DecodeBackends(body)
+		if err != nil {
+			return
+		}
+		r := NewRegistry(Config{Resolve: noResolve})
+		_ = r.Sync(bs)
+		req := vars{"request_uri": "/x", "http_cookie": "route=abc|def", "http_x": "aaa", "host": "h", "location_path": "/"}
+		for _, b := range bs {
+			var a Attempt
+			for try := 0; try < 3; try++ {
+				_, _ = r.Pick(b.Name, req, &a)
+				a.LastFailure = FailureFailed
+			}
+			_ = r.NeededVars(b.Name)
+		}
+		_ = r.Backends()
+	})
+}
+
+// FuzzHashKey: parsing never panics, and a template without '$' or '\' is
+// its own key.
+func FuzzHashKey(f *testing.F) {
+	for _, s := range []string{"$request_uri", "${remote_addr}-$http_x_user", "$1", `\$x`, "$", "${", "a$b${c}d", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tmpl string) {
+		k := parseHashKey(tmpl)
+		got := string(k.eval(vars{"request_uri": "/u"}, nil))
+		plain := true
+		for i := 0; i < len(tmpl); i++ {
+			if tmpl[i] == '$' || tmpl[i] == '\\' {
+				plain = false
+			}
+		}
+		if plain && got != tmpl {
+			t.Errorf("eval(%q) = %q; want the literal", tmpl, got)
+		}
+	})
+}
+
+// FuzzCookieValue: the parser never panics and returns a sub-slice free of
+// the value terminators.
+func FuzzCookieValue(f *testing.F) {
+	for _, s := range []string{"route=abc", "a=1; route=x|y", "foo; route=x", "  route=", "route", "=x", ";;;="} {
+		f.Add(s, "route")
+	}
+	f.Fuzz(func(t *testing.T, header, name string) {
+		v, ok := CookieValue([]byte(header), name)
+		if !ok {
+			return
+		}
+		for _, c := range v {
+			if c == ';' || c == ' ' || c == '\t' {
+				t.Fatalf("value %q of %q contains a terminator", v, header)
+			}
+		}
+	})
+}
