@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math/bits"
 	"sort"
 	"sync/atomic"
 )
@@ -11,16 +12,23 @@ func sortStrings(s []string) { sort.Strings(s) }
 // rotation from a random start. The cursor lives in the backend's state, so a
 // sync that does not change the node set keeps the position.
 type roundRobin struct {
-	cursor *atomic.Uint64
+	cursor *atomic.Uint32
+	n      uint64
+	// m is Lemire's fastmod constant for n: c % n without a division.
+	m uint64
 }
 
-func (rr *roundRobin) pick(_ *Registry, b *backend, _ Request, _ *Attempt) (int, string, float64, error) {
-	n := len(b.peers)
-	if n == 1 {
+func newRoundRobin(cursor *atomic.Uint32, n int) *roundRobin {
+	return &roundRobin{cursor: cursor, n: uint64(n), m: ^uint64(0)/uint64(n) + 1}
+}
+
+func (rr *roundRobin) pick(_ *Registry, _ *backend, _ Request, _ *Attempt) (int, string, float64, error) {
+	if rr.n == 1 {
 		return 0, "", -1, nil
 	}
-	c := rr.cursor.Add(1)
-	return int(c % uint64(n)), "", -1, nil
+	c := uint64(rr.cursor.Add(1))
+	hi, _ := bits.Mul64(rr.m*c, rr.n)
+	return int(hi), "", -1, nil
 }
 
 // ewmaPicker is ewma.lua (spec §4.2): power of two choices over the peers not

@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"encoding/binary"
 	"hash/crc32"
 	"slices"
 	"strconv"
@@ -18,37 +17,57 @@ type ring struct {
 	owners []int32
 }
 
-// newRing builds the ring over node ids in the given order.
+// newRing builds the ring over node ids in the given order. Points are sorted
+// by a four-pass LSD radix sort on the hash, which is stable, so equal hashes
+// keep insertion order as resty.chash's chash_point_sort does.
 func newRing(ids []string) ring {
-	type point struct {
-		hash  uint32
-		owner int32
-	}
-	pts := make([]point, 0, len(ids)*pointsPerNode)
-	var le [4]byte
+	n := len(ids) * pointsPerNode
+	hashes := make([]uint32, n)
+	owners := make([]int32, n)
+	k := 0
 	for i, id := range ids {
 		base := crc32.ChecksumIEEE([]byte(id))
 		prev := uint32(0)
 		for range pointsPerNode {
-			binary.LittleEndian.PutUint32(le[:], prev)
-			prev = crc32.Update(base, crc32.IEEETable, le[:])
-			pts = append(pts, point{hash: prev, owner: int32(i)})
+			prev = crcUpdateLE32(base, prev)
+			hashes[k], owners[k] = prev, int32(i)
+			k++
 		}
 	}
-	slices.SortStableFunc(pts, func(a, b point) int {
-		switch {
-		case a.hash < b.hash:
-			return -1
-		case a.hash > b.hash:
-			return 1
+	tmpH := make([]uint32, n)
+	tmpO := make([]int32, n)
+	for shift := uint(0); shift < 32; shift += 8 {
+		var count [256]int
+		for _, h := range hashes {
+			count[(h>>shift)&0xff]++
 		}
-		return 0
-	})
-	r := ring{hashes: make([]uint32, len(pts)), owners: make([]int32, len(pts))}
-	for i, p := range pts {
-		r.hashes[i], r.owners[i] = p.hash, p.owner
+		sum := 0
+		for d := range count {
+			c := count[d]
+			count[d] = sum
+			sum += c
+		}
+		for j, h := range hashes {
+			d := (h >> shift) & 0xff
+			tmpH[count[d]], tmpO[count[d]] = h, owners[j]
+			count[d]++
+		}
+		hashes, tmpH = tmpH, hashes
+		owners, tmpO = tmpO, owners
 	}
-	return r
+	return ring{hashes: hashes, owners: owners}
+}
+
+// crcUpdateLE32 is crc32.Update(crc, IEEETable, LE32(v)), inlined: the ring
+// build computes 160 of these per node.
+func crcUpdateLE32(crc, v uint32) uint32 {
+	tab := crc32.IEEETable
+	crc = ^crc
+	crc = tab[byte(crc)^byte(v)] ^ crc>>8
+	crc = tab[byte(crc)^byte(v>>8)] ^ crc>>8
+	crc = tab[byte(crc)^byte(v>>16)] ^ crc>>8
+	crc = tab[byte(crc)^byte(v>>24)] ^ crc>>8
+	return ^crc
 }
 
 // find returns the owner of the first point with hash >= h, wrapping to the

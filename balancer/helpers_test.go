@@ -92,3 +92,5 @@ func toB(v vars) bvars {
 func noResolve(_ context.Context, host string) ([]string, error) {
 	return nil, errors.New("no DNS in tests: " + host)
 }
+
+func crc32Update(crc uint32, p []byte) uint32 { return crc32.Update(crc, crc32.IEEETable, p) }

@@ -61,7 +61,7 @@ type snapshot struct {
 // backendState is what survives a rebuild of one backend's balancer.
 type backendState struct {
 	endpoints map[string]*endpointState // by "ip:port"
-	rr        *atomic.Uint64            // round-robin cursor
+	rr        *atomic.Uint32            // round-robin cursor
 	rrKey     string                    // node set the cursor belongs to
 	algo      string                    // algorithm of the last build
 }
@@ -75,7 +75,7 @@ type endpointState struct {
 	hasStat     atomic.Bool
 	lock        atomic.Bool // try-lock for EWMA updates (Lua: resty.lock timeout 0)
 	inFlight    atomic.Int64
-	picks       atomic.Uint64
+	completed   atomic.Uint64 // attempts reported through Done or Feedback
 	failures    atomic.Uint64
 }
 
@@ -291,12 +291,12 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 	case "round_robin":
 		key := nodeSetKey(addrs)
 		if st.rr == nil || st.rrKey != key || fresh {
-			st.rr = new(atomic.Uint64)
+			st.rr = new(atomic.Uint32)
 			// Lua starts the cursor at a random node on every (re)init.
-			st.rr.Store(uint64(r.intn(len(addrs))))
+			st.rr.Store(uint32(r.intn(len(addrs))))
 			st.rrKey = key
 		}
-		b.algo = &roundRobin{cursor: st.rr}
+		b.algo = newRoundRobin(st.rr, len(addrs))
 	case "ewma", "peak_ewma":
 		b.algo = ewmaPicker{}
 	case "least_request":
@@ -448,38 +448,39 @@ func Algorithms() []string {
 // first pick of a request fixes the backend (and canary decision) in a; later
 // picks with the same Attempt are retries. No locks; no allocation except a new
 // sticky cookie.
-func (r *Registry) Pick(name string, req Request, a *Attempt) (Pick, error) {
-	p, err := r.pick(name, req, a)
+func (r *Registry) Pick(name string, req Request, a *Attempt) (p Pick, err error) {
+	err = r.pick(name, req, a, &p)
 	if err == nil {
 		p.st.inFlight.Add(1)
-		p.st.picks.Add(1)
 	}
 	return p, err
 }
 
-func (r *Registry) pick(name string, req Request, a *Attempt) (Pick, error) {
+// pick fills p; it is Pick without the in-flight count.
+func (r *Registry) pick(name string, req Request, a *Attempt, p *Pick) error {
 	b := a.chosen
-	alt := false
 	if b == nil {
-		snap := r.snap.Load()
-		primary := snap.byName[name]
+		primary := r.snap.Load().byName[name]
 		if primary == nil {
-			return Pick{Backend: name, EWMAScore: -1}, ErrUnknownBackend
+			p.Backend, p.EWMAScore = name, -1
+			return ErrUnknownBackend
 		}
-		b = r.route(snap, primary, req)
+		b = primary
+		if len(primary.alternatives) > 0 {
+			b = r.route(r.snap.Load(), primary, req)
+		}
 		a.chosen = b
 	}
-	alt = b.name != name
 	idx, cookie, score, err := b.algo.pick(r, b, req, a)
+	p.Backend, p.Alternative, p.EWMAScore = b.name, b.name != name, score
 	if err != nil {
-		return Pick{Backend: b.name, Alternative: alt, EWMAScore: -1}, err
+		p.EWMAScore = -1
+		return err
 	}
 	a.record(idx)
-	p := &b.peers[idx]
-	return Pick{
-		Backend: b.name, Alternative: alt, Peer: p.addr, SetCookie: cookie, EWMAScore: score,
-		st: p.st, scored: b.scored, peak: b.peak,
-	}, nil
+	pe := &b.peers[idx]
+	p.Peer, p.SetCookie, p.st, p.scored, p.peak = pe.addr, cookie, pe.st, b.scored, b.peak
+	return nil
 }
 
 // Done reports the outcome of the attempt p: it decrements the in-flight count
@@ -489,6 +490,7 @@ func (r *Registry) Done(p Pick, info DoneInfo) {
 		return
 	}
 	p.st.inFlight.Add(-1)
+	p.st.completed.Add(1)
 	r.observe(p.st, p.scored, p.peak, info)
 }
 
@@ -504,6 +506,7 @@ func (r *Registry) Feedback(backend, peer string, info DoneInfo) {
 	if !ok {
 		return
 	}
+	b.peers[i].st.completed.Add(1)
 	r.observe(b.peers[i].st, b.scored, b.peak, info)
 }
 
@@ -572,7 +575,8 @@ func (r *Registry) Candidates(name string, req Request, a *Attempt, dst []string
 	var first Pick
 	n := 0
 	for n < len(dst) {
-		p, err := r.pick(name, req, a)
+		var p Pick
+		err := r.pick(name, req, a, &p)
 		if err != nil {
 			if n == 0 {
 				return 0, p, err
@@ -581,11 +585,38 @@ func (r *Registry) Candidates(name string, req Request, a *Attempt, dst []string
 		}
 		if n == 0 {
 			first = p
-			first.st.picks.Add(1)
 		}
 		dst[n] = p.Peer
 		n++
 		a.LastFailure = FailureFailed
 	}
 	return n, first, nil
+}
+
+// PickAfter is Pick for a request that already tried the given peers (in
+// order), as nginx's $upstream_addr lists them: the backend and canary choice
+// are made first, then the peers are recorded as tried and a.LastFailure
+// applies. Addresses the chosen backend does not have are ignored. Used by
+// `switchyard debug pick --tried` and by callers that rebuild a request's
+// state from outside.
+func (r *Registry) PickAfter(name string, req Request, a *Attempt, tried []string) (Pick, error) {
+	if a.chosen == nil && len(tried) > 0 {
+		primary := r.snap.Load().byName[name]
+		if primary == nil {
+			return Pick{Backend: name, EWMAScore: -1}, ErrUnknownBackend
+		}
+		b := primary
+		if len(primary.alternatives) > 0 {
+			b = r.route(r.snap.Load(), primary, req)
+		}
+		a.chosen = b
+	}
+	if a.chosen != nil {
+		for _, addr := range tried {
+			if i, ok := a.chosen.byAddr[addr]; ok {
+				a.record(i)
+			}
+		}
+	}
+	return r.Pick(name, req, a)
 }

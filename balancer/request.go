@@ -60,8 +60,9 @@ type Attempt struct {
 
 // Reset prepares a for a new request, keeping its scratch buffer.
 func (a *Attempt) Reset() {
-	buf := a.keyBuf[:0]
-	*a = Attempt{keyBuf: buf}
+	a.LastFailure = FailureNone
+	a.chosen = nil
+	a.ntried = 0 // tried[] entries past ntried are never read
 }
 
 // Tries returns how many picks this Attempt has seen.

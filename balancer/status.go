@@ -19,8 +19,9 @@ type EndpointStatus struct {
 	// EWMA is the decayed score in seconds, -1 when the endpoint has none.
 	EWMA     float64 `json:"ewma"`
 	InFlight int64   `json:"inFlight"`
-	Picks    uint64  `json:"picks"`
-	Failures uint64  `json:"failures"`
+	// Requests counts attempts reported through Done or Feedback.
+	Requests uint64 `json:"requests"`
+	Failures uint64 `json:"failures"`
 }
 
 // Backends returns every balancer, sorted by name.
@@ -33,7 +34,7 @@ func (r *Registry) Backends() []BackendStatus {
 		for _, p := range b.peers {
 			e := EndpointStatus{
 				Address: p.addr, EWMA: -1, InFlight: p.st.inFlight.Load(),
-				Picks: p.st.picks.Load(), Failures: p.st.failures.Load(),
+				Requests: p.st.completed.Load(), Failures: p.st.failures.Load(),
 			}
 			if p.st.hasStat.Load() {
 				e.EWMA = p.st.score(now)

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"sort"
 	"strings"
 	"testing"
 )
@@ -222,6 +223,32 @@ func TestSameSiteNoneIncompatible(t *testing.T) {
 	for _, tt := range tests {
 		if got := SameSiteNoneIncompatible([]byte(tt.ua)); got != tt.want {
 			t.Errorf("%q: got %v; want %v", tt.ua, got, tt.want)
+		}
+	}
+}
+
+// The radix-sorted ring equals a stable comparison sort of the same points.
+func TestRingIsStableSort(t *testing.T) {
+	ids := []string{"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:8080", "a", "b"}
+	rg := newRing(ids)
+	type pt struct {
+		h uint32
+		o int32
+	}
+	var pts []pt
+	for i, id := range ids {
+		base := crc32Of(id)
+		prev := uint32(0)
+		for range pointsPerNode {
+			le := []byte{byte(prev), byte(prev >> 8), byte(prev >> 16), byte(prev >> 24)}
+			prev = crc32Update(base, le)
+			pts = append(pts, pt{prev, int32(i)})
+		}
+	}
+	sort.SliceStable(pts, func(i, j int) bool { return pts[i].h < pts[j].h })
+	for i, p := range pts {
+		if rg.hashes[i] != p.h || rg.owners[i] != p.o {
+			t.Fatalf("point %d = (%d, %d); want (%d, %d)", i, rg.hashes[i], rg.owners[i], p.h, p.o)
 		}
 	}
 }

@@ -1,0 +1,149 @@
+package balancer
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var benchAlgorithms = []struct {
+	name string
+	b    Backend
+	req  bvars
+}{
+	{"round_robin", Backend{}, bvars{}},
+	{"ewma", Backend{LoadBalance: "ewma"}, bvars{}},
+	{"peak_ewma", Backend{LoadBalance: "peak_ewma"}, bvars{}},
+	{"least_request", Backend{LoadBalance: "least_request"}, bvars{}},
+	{"chash", Backend{UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri")}}, bvars{"request_uri": []byte("/api/v1/users/12345")}},
+	{"chashsubset", Backend{UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri"), HashBySubset: true, HashBySubsetSize: 3}}, bvars{"request_uri": []byte("/api/v1/users/12345")}},
+	{"sticky_balanced", Backend{SessionAffinity: SessionAffinityConfig{Name: "cookie", CookieSessionAffinity: CookieSessionAffinity{Name: "route"}}}, bvars{"http_cookie": []byte("session=1; route=1700000001.4242.323811|5a881deec44117eee2efd3540198e203")}},
+	{"sticky_persistent", Backend{SessionAffinity: SessionAffinityConfig{Name: "cookie", Mode: "persistent", CookieSessionAffinity: CookieSessionAffinity{Name: "route"}}}, nil},
+}
+
+func benchEndpoints(n int) []Endpoint {
+	out := make([]Endpoint, n)
+	for i := range out {
+		out[i] = Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: PortString("8080")}
+	}
+	return out
+}
+
+func benchRegistry(b *testing.B, alg Backend, n int) (*Registry, bvars) {
+	r := NewRegistry(Config{Now: func() time.Time { return time.Unix(1700000000, 0) }})
+	alg.Name = "bench"
+	alg.Endpoints = benchEndpoints(n)
+	if err := r.Sync([]Backend{alg}); err != nil {
+		b.Fatal(err)
+	}
+	return r, nil
+}
+
+// BenchmarkPick measures one pick; BenchmarkPickDone adds the Done a data
+// plane reports after the attempt.
+func BenchmarkPick(b *testing.B)     { benchPick(b, false) }
+func BenchmarkPickDone(b *testing.B) { benchPick(b, true) }
+
+func benchPick(b *testing.B, done bool) {
+	for _, alg := range benchAlgorithms {
+		for _, n := range []int{1, 10, 100, 1000, 10000} {
+			req := alg.req
+			if alg.name == "sticky_persistent" {
+				// a cookie naming an existing endpoint
+				req = bvars{"http_cookie": []byte("route=" + md5hex("bench"+"10.0.0.1:8080"))}
+			}
+			b.Run(alg.name+"/endpoints="+strconv.Itoa(n), func(b *testing.B) {
+				r, _ := benchRegistry(b, alg.b, n)
+				var a Attempt
+				a.keyBuf = make([]byte, 0, 128)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					a.Reset()
+					p, err := r.Pick("bench", req, &a)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if done {
+						r.Done(p, DoneInfo{ResponseTime: time.Millisecond})
+					}
+				}
+			})
+			b.Run(alg.name+"/endpoints="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
+				r, _ := benchRegistry(b, alg.b, n)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					var a Attempt
+					a.keyBuf = make([]byte, 0, 128)
+					for pb.Next() {
+						a.Reset()
+						p, err := r.Pick("bench", req, &a)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if done {
+							r.Done(p, DoneInfo{ResponseTime: time.Millisecond})
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPickNewStickyCookie is the one pick that must allocate: a request
+// without a cookie gets a new Set-Cookie.
+func BenchmarkPickNewStickyCookie(b *testing.B) {
+	r := NewRegistry(Config{})
+	be := Backend{Name: "bench", Endpoints: benchEndpoints(100), SessionAffinity: SessionAffinityConfig{Name: "cookie",
+		CookieSessionAffinity: CookieSessionAffinity{Name: "route", MaxAge: "3600", Locations: map[string][]string{"h": {"/"}}}}}
+	if err := r.Sync([]Backend{be}); err != nil {
+		b.Fatal(err)
+	}
+	req := bvars{"host": []byte("h"), "server_name": []byte("h"), "location_path": []byte("/")}
+	b.ReportAllocs()
+	for b.Loop() {
+		var a Attempt
+		p, _ := r.Pick("bench", req, &a)
+		if p.SetCookie == "" {
+			b.Fatal("no cookie")
+		}
+	}
+}
+
+// BenchmarkSync applies a payload whose endpoints all changed (the worst
+// case: every balancer is rebuilt).
+func BenchmarkSync(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		for _, alg := range []struct {
+			name string
+			b    Backend
+		}{{"round_robin", Backend{}}, {"ewma", Backend{LoadBalance: "ewma"}}, {"chash", Backend{UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri")}}}} {
+			b.Run("endpoints="+strconv.Itoa(n)+"/"+alg.name, func(b *testing.B) {
+				// Ten backends sharing the endpoints between them.
+				var payloads [2][]Backend
+				for v := range payloads {
+					eps := benchEndpoints(n + v)[v:]
+					per := n / 10
+					for i := range 10 {
+						be := alg.b
+						be.Name = "b" + strconv.Itoa(i)
+						be.Endpoints = eps[i*per : (i+1)*per]
+						payloads[v] = append(payloads[v], be)
+					}
+				}
+				r := NewRegistry(Config{})
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if err := r.Sync(payloads[i%2]); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
