@@ -271,7 +271,9 @@ func TestStickyRetries(t *testing.T) {
 			b.SessionAffinity.CookieSessionAffinity.ChangeOnFailure = true
 			mustSync(t, r, b)
 			var a3 Attempt
-			r.Pick("st", withCookie, &a3)
+			if _, err := r.Pick("st", withCookie, &a3); err != nil {
+				t.Fatal(err)
+			}
 			a3.LastFailure = FailureFailed
 			p4, _ := r.Pick("st", withCookie, &a3)
 			if p4.Peer == p.Peer || p4.SetCookie == "" {

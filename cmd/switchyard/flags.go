@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"time"
 )
 
 // controllerOptions are the flags of `switchyard controller`. Names and
@@ -131,12 +130,4 @@ func (o *controllerOptions) validate() error {
 		errs = append(errs, errors.New("-manifests and -kubeconfig exclude each other"))
 	}
 	return errors.Join(errs...)
-}
-
-// syncInterval turns --sync-rate-limit into the minimum time between syncs.
-func (o *controllerOptions) syncInterval() time.Duration {
-	if o.SyncRateLimit <= 0 {
-		return 0
-	}
-	return time.Duration(float64(time.Second) / o.SyncRateLimit)
 }
