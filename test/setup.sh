@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_pkgs=()
-for p in nginx libnginx-mod-http-lua lua-resty-core lua-cjson wrk iproute2 util-linux; do
+for p in nginx libnginx-mod-http-lua lua-resty-core lua-cjson wrk iproute2 util-linux chromium; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if ((${#need_pkgs[@]})); then
