@@ -1,0 +1,643 @@
+package builder
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// Input is a snapshot of the informer caches. Slices may be in any order.
+type Input struct {
+	Ingresses      []*networkingv1.Ingress
+	IngressClasses []*networkingv1.IngressClass
+	Services       []*corev1.Service
+	EndpointSlices []*discoveryv1.EndpointSlice
+	Secrets        []*corev1.Secret
+	// ConfigMap is the controller ConfigMap; nil means all defaults.
+	ConfigMap *corev1.ConfigMap
+}
+
+// Options are the controller flags the build depends on.
+type Options struct {
+	// ControllerClass is the IngressClass spec.controller this controller
+	// serves. Empty means "switchyard.dev/ingress-controller".
+	ControllerClass string
+	// IngressClass is the --ingress-class name. Empty means "switchyard".
+	IngressClass string
+	// WatchNamespace limits the build to one namespace; empty means all.
+	WatchNamespace string
+	// DefaultBackendService is "ns/name" of the default backend Service;
+	// empty means the built-in 404 at 127.0.0.1:8181, as ingress-nginx.
+	DefaultBackendService string
+}
+
+// DefaultControllerClass is the IngressClass controller value Switchyard
+// serves unless told otherwise.
+const DefaultControllerClass = "switchyard.dev/ingress-controller"
+
+func (o Options) withDefaults() Options {
+	if o.ControllerClass == "" {
+		o.ControllerClass = DefaultControllerClass
+	}
+	if o.IngressClass == "" {
+		o.IngressClass = "switchyard"
+	}
+	return o
+}
+
+const legacyClassAnnotation = "kubernetes.io/ingress.class"
+
+// IsOurs reports whether this controller serves ing, resolving the class as
+// ingress-nginx does: spec.ingressClassName naming an IngressClass whose
+// spec.controller is ours; else the legacy kubernetes.io/ingress.class
+// annotation equal to --ingress-class; else, with neither set, an IngressClass
+// of ours marked as the cluster default.
+func IsOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass, opt Options) bool {
+	opt = opt.withDefaults()
+	if opt.WatchNamespace != "" && ing.Namespace != opt.WatchNamespace {
+		return false
+	}
+	if name := ing.Spec.IngressClassName; name != nil {
+		for _, c := range classes {
+			if c.Name == *name {
+				return c.Spec.Controller == opt.ControllerClass
+			}
+		}
+		return false
+	}
+	if v, ok := ing.Annotations[legacyClassAnnotation]; ok {
+		return v == opt.IngressClass
+	}
+	for _, c := range classes {
+		if c.Spec.Controller == opt.ControllerClass && c.Annotations[networkingv1.AnnotationIsDefaultIngressClass] == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// builder carries the state of one Build.
+type builder struct {
+	in       Input
+	opt      Options
+	cfg      *model.Configuration
+	services map[string]*corev1.Service              // ns/name
+	slices   map[string][]*discoveryv1.EndpointSlice // ns/service
+	secrets  map[string]*corev1.Secret               // ns/name
+	backends map[string]*balancer.Backend            // by name
+	servers  map[string]*model.Server                // by hostname
+	anns     map[*networkingv1.Ingress]annotations   // parsed once
+	affinity map[string]bool                         // backends whose affinity type is set
+}
+
+// Build translates in into a Configuration. Problems with single objects are
+// reported in Configuration.Errors and the rest is built.
+func Build(in Input, opt Options) *model.Configuration {
+	b := &builder{
+		in:       in,
+		opt:      opt.withDefaults(),
+		cfg:      &model.Configuration{Certificates: map[string]model.Certificate{}},
+		services: map[string]*corev1.Service{},
+		slices:   map[string][]*discoveryv1.EndpointSlice{},
+		secrets:  map[string]*corev1.Secret{},
+		backends: map[string]*balancer.Backend{},
+		servers:  map[string]*model.Server{},
+		anns:     map[*networkingv1.Ingress]annotations{},
+		affinity: map[string]bool{},
+	}
+	for _, s := range in.Services {
+		b.services[s.Namespace+"/"+s.Name] = s
+	}
+	for _, es := range in.EndpointSlices {
+		svc := es.Labels[discoveryv1.LabelServiceName]
+		if svc != "" {
+			b.slices[es.Namespace+"/"+svc] = append(b.slices[es.Namespace+"/"+svc], es)
+		}
+	}
+	for _, s := range in.Secrets {
+		b.secrets[s.Namespace+"/"+s.Name] = s
+	}
+	b.global()
+
+	ours := make([]*networkingv1.Ingress, 0, len(in.Ingresses))
+	for _, ing := range in.Ingresses {
+		if IsOurs(ing, in.IngressClasses, b.opt) {
+			ours = append(ours, ing)
+		}
+	}
+	// Oldest first; on a tie ns/name descending (ingress-nginx's order, so the
+	// oldest Ingress sets upstream-level settings and wins host/path clashes).
+	sort.SliceStable(ours, func(i, j int) bool {
+		ti, tj := ours[i].CreationTimestamp, ours[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return ours[i].Namespace+"/"+ours[i].Name > ours[j].Namespace+"/"+ours[j].Name
+	})
+	for _, ing := range ours {
+		a, errs := parseAnnotations(ing.Annotations)
+		for _, e := range errs {
+			b.objErr(ing, e.key, e.msg+"; the annotation is ignored")
+		}
+		b.anns[ing] = a
+	}
+
+	b.defaultServer()
+	var canaries []*networkingv1.Ingress
+	for _, ing := range ours {
+		if b.anns[ing].canary {
+			canaries = append(canaries, ing)
+			continue
+		}
+		b.ingress(ing)
+	}
+	b.mergeCanaries(canaries)
+	b.finish()
+	return b.cfg
+}
+
+func (b *builder) objErr(ing *networkingv1.Ingress, field, msg string) {
+	b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{
+		Object: model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)},
+		Field:  field, Message: msg,
+	})
+}
+
+// global reads the controller ConfigMap keys both data planes use.
+func (b *builder) global() {
+	g := model.Global{SSLRedirect: true, HTTPRedirectCode: 308, HSTS: true, HSTSMaxAge: "31536000", HSTSIncludeSubdomains: true,
+		Proxy: model.Proxy{ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20,
+			NextUpstream: []string{"error", "timeout"}, NextUpstreamTries: 3}}
+	cm := b.in.ConfigMap
+	if cm != nil {
+		g.Raw = cm.Data
+		ref := model.ObjectRef{Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, UID: string(cm.UID)}
+		bad := func(key, msg string) {
+			b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Message: msg + "; the default is kept"})
+		}
+		boolKey := func(key string, dst *bool) {
+			if v, ok := cm.Data[key]; ok {
+				x, err := strconv.ParseBool(v)
+				if err != nil {
+					bad(key, fmt.Sprintf("%q is not true or false", v))
+					return
+				}
+				*dst = x
+			}
+		}
+		if v, ok := cm.Data["load-balance"]; ok {
+			if isAlgorithm(v) {
+				g.LoadBalance = v
+			} else {
+				bad("load-balance", fmt.Sprintf("%q is not a load-balancing algorithm", v))
+			}
+		}
+		boolKey("use-forwarded-headers", &g.UseForwardedHeaders)
+		boolKey("compute-full-forwarded-for", &g.ComputeFullForwardedFor)
+		boolKey("ssl-redirect", &g.SSLRedirect)
+		boolKey("hsts", &g.HSTS)
+		boolKey("hsts-include-subdomains", &g.HSTSIncludeSubdomains)
+		boolKey("hsts-preload", &g.HSTSPreload)
+		if v, ok := cm.Data["hsts-max-age"]; ok {
+			if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+				bad("hsts-max-age", fmt.Sprintf("%q is not a number of seconds", v))
+			} else {
+				g.HSTSMaxAge = v
+			}
+		}
+		if v, ok := cm.Data["http-redirect-code"]; ok {
+			switch v {
+			case "301", "302", "307", "308":
+				g.HTTPRedirectCode, _ = strconv.Atoi(v)
+			default:
+				bad("http-redirect-code", fmt.Sprintf("%q is not 301, 302, 307 or 308", v))
+			}
+		}
+	}
+	b.cfg.Global = g
+}
+
+// defaultServer adds the catch-all server and the default backend.
+func (b *builder) defaultServer() {
+	def := &balancer.Backend{Name: model.DefaultBackendName, Port: balancer.PortNumber(0),
+		SessionAffinity: balancer.SessionAffinityConfig{CookieSessionAffinity: balancer.CookieSessionAffinity{}}}
+	if ns, name, ok := strings.Cut(b.opt.DefaultBackendService, "/"); ok {
+		if svc := b.services[ns+"/"+name]; svc != nil && len(svc.Spec.Ports) > 0 {
+			def.Endpoints = b.endpoints(svc, svc.Spec.Ports[0])
+		}
+	}
+	if len(def.Endpoints) == 0 {
+		def.Endpoints = []balancer.Endpoint{{Address: "127.0.0.1", Port: balancer.PortString("8181")}}
+	}
+	b.backends[def.Name] = def
+	b.servers[model.CatchAllHost] = &model.Server{Hostname: model.CatchAllHost, Locations: []model.Location{{
+		Path: "/", PathType: model.PathTypePrefix, Backend: def.Name, IsDefaultBackend: true,
+		BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy,
+		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect},
+	}}}
+}
+
+// ingress adds the servers, locations and backends of one non-canary Ingress.
+func (b *builder) ingress(ing *networkingv1.Ingress) {
+	a := b.anns[ing]
+	ref := model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)}
+	tlsHosts := b.tls(ing)
+	for ri, rule := range ing.Spec.Rules {
+		host := rule.Host
+		if host == "" {
+			host = model.CatchAllHost
+		} else if err := validateHost(host); err != nil {
+			b.objErr(ing, fmt.Sprintf("spec.rules[%d].host", ri), err.Error()+"; the rule is ignored")
+			continue
+		}
+		if rule.HTTP == nil {
+			continue
+		}
+		srv := b.server(host)
+		if uid, ok := tlsHosts[host]; ok && srv.TLS == nil {
+			srv.TLS = &model.ServerTLS{CertificateUID: uid}
+		}
+		for pi, p := range rule.HTTP.Paths {
+			field := fmt.Sprintf("spec.rules[%d].http.paths[%d]", ri, pi)
+			loc, ok := b.location(ing, ref, a, host, p, field)
+			if !ok {
+				continue
+			}
+			if existing := findLocation(srv, loc.Path, loc.PathType); existing >= 0 {
+				if !srv.Locations[existing].IsDefaultBackend || host != model.CatchAllHost {
+					// The oldest Ingress already owns this host and path.
+					b.objErr(ing, field, fmt.Sprintf("path %s %q on host %s is already served by Ingress %s/%s; ignored",
+						loc.PathType, loc.Path, host, srv.Locations[existing].Ingress.Namespace, srv.Locations[existing].Ingress.Name))
+					continue
+				}
+				srv.Locations[existing] = loc
+				continue
+			}
+			srv.Locations = append(srv.Locations, loc)
+		}
+	}
+	if d := ing.Spec.DefaultBackend; d != nil && d.Service != nil {
+		// An Ingress default backend serves the catch-all server's "/".
+		loc, ok := b.location(ing, ref, a, model.CatchAllHost, networkingv1.HTTPIngressPath{Path: "/", PathType: ptr(networkingv1.PathTypePrefix), Backend: *d}, "spec.defaultBackend")
+		if ok {
+			srv := b.servers[model.CatchAllHost]
+			if i := findLocation(srv, "/", model.PathTypePrefix); i >= 0 && srv.Locations[i].IsDefaultBackend {
+				srv.Locations[i] = loc
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func findLocation(s *model.Server, path string, pt model.PathType) int {
+	for i, l := range s.Locations {
+		if l.Path == path && l.PathType == pt {
+			return i
+		}
+	}
+	return -1
+}
+
+func (b *builder) server(host string) *model.Server {
+	s := b.servers[host]
+	if s == nil {
+		s = &model.Server{Hostname: host}
+		b.servers[host] = s
+	}
+	return s
+}
+
+// location builds one location and its backend; ok is false when the path is
+// rejected.
+func (b *builder) location(ing *networkingv1.Ingress, ref model.ObjectRef, a annotations, host string, p networkingv1.HTTPIngressPath, field string) (model.Location, bool) {
+	path := p.Path
+	if path == "" {
+		path = "/"
+	}
+	pt := model.PathTypePrefix
+	if p.PathType != nil {
+		pt = model.PathType(*p.PathType)
+	}
+	regex := a.useRegex && pt == model.PathTypeImplementationSpecific
+	if err := validatePath(path, regex); err != nil {
+		b.objErr(ing, field+".path", err.Error()+"; the path is ignored")
+		return model.Location{}, false
+	}
+	if p.Backend.Service == nil {
+		b.objErr(ing, field+".backend", "only Service backends are supported; the path is ignored")
+		return model.Location{}, false
+	}
+	be := b.backend(ing, a, p.Backend.Service, field)
+	if be == nil {
+		return model.Location{}, false
+	}
+	b.affinityFor(be, a, host, path)
+	return model.Location{
+		Path: path, PathType: pt, Regex: regex, Ingress: ref,
+		Service: p.Backend.Service.Name, ServicePort: portString(p.Backend.Service.Port),
+		Backend: be.Name, BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy,
+		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect, UseRegex: a.useRegex},
+	}, true
+}
+
+func portString(p networkingv1.ServiceBackendPort) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return strconv.Itoa(int(p.Number))
+}
+
+// backend returns the backend for a Service port, creating it (with the
+// upstream-level settings of this, the oldest, Ingress) on first use.
+func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networkingv1.IngressServiceBackend, field string) *balancer.Backend {
+	port := portString(sb.Port)
+	name := ing.Namespace + "-" + sb.Name + "-" + port
+	if be := b.backends[name]; be != nil {
+		return be
+	}
+	be := &balancer.Backend{Name: name, Port: balancer.PortString(port),
+		Service: &balancer.BackendService{Metadata: []byte("{}"), Spec: []byte("{}"), Status: []byte(`{"loadBalancer":{}}`)}}
+	if sb.Port.Name == "" {
+		be.Port = balancer.PortNumber(int(sb.Port.Number))
+	}
+	be.LoadBalance = a.loadBalance
+	if be.LoadBalance == "" {
+		be.LoadBalance = b.cfg.Global.LoadBalance
+	}
+	be.UpstreamHashBy = balancer.UpstreamHashByConfig{HashBy: a.hashBy, HashBySubset: a.hashBySubset, HashBySubsetSize: a.hashBySubsetSize}
+	if a.canary {
+		be.NoServer = true
+		be.TrafficShapingPolicy = balancer.TrafficShapingPolicy{Weight: a.canaryWeight, WeightTotal: a.canaryWeightTotal,
+			Header: a.canaryHeader, HeaderValue: a.canaryHeaderValue, HeaderPattern: a.canaryHeaderPattern, Cookie: a.canaryCookie}
+	}
+	svc := b.services[ing.Namespace+"/"+sb.Name]
+	if svc == nil {
+		b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s does not exist; the backend has no endpoints", ing.Namespace, sb.Name))
+	} else if sp, ok := servicePort(svc, sb.Port); !ok {
+		b.objErr(ing, field+".backend.service.port", fmt.Sprintf("Service %s/%s has no port %s; the backend has no endpoints", ing.Namespace, sb.Name, port))
+	} else {
+		if spec, err := jsonMarshal(svc.Spec); err == nil {
+			be.Service.Spec = spec
+		}
+		be.Endpoints = b.endpoints(svc, sp)
+	}
+	b.backends[name] = be
+	return be
+}
+
+func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1.ServicePort, bool) {
+	for _, sp := range svc.Spec.Ports {
+		if (p.Name != "" && sp.Name == p.Name) || (p.Name == "" && sp.Port == p.Number) {
+			return sp, true
+		}
+	}
+	return corev1.ServicePort{}, false
+}
+
+// endpoints lists the ready endpoints of a Service port from its
+// EndpointSlices: ready (serving and not terminating) ones, or, when none is
+// ready, the serving-but-terminating ones; duplicates by ip:port removed.
+func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balancer.Endpoint {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		port := sp.TargetPort.String()
+		if sp.TargetPort.IntValue() == 0 && sp.TargetPort.StrVal == "" {
+			port = strconv.Itoa(int(sp.Port))
+		}
+		return []balancer.Endpoint{{Address: svc.Spec.ExternalName, Port: balancer.PortString(port)}}
+	}
+	slices := append([]*discoveryv1.EndpointSlice(nil), b.slices[svc.Namespace+"/"+svc.Name]...)
+	sort.Slice(slices, func(i, j int) bool { return slices[i].Name < slices[j].Name })
+	collect := func(accept func(c discoveryv1.EndpointConditions) bool) []balancer.Endpoint {
+		var out []balancer.Endpoint
+		seen := map[string]bool{}
+		for _, es := range slices {
+			if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
+				continue
+			}
+			var port int32 = -1
+			for _, p := range es.Ports {
+				if p.Port != nil && ptrStr(p.Name) == sp.Name {
+					port = *p.Port
+				}
+			}
+			if port < 0 {
+				continue
+			}
+			for _, ep := range es.Endpoints {
+				if !accept(ep.Conditions) {
+					continue
+				}
+				for _, addr := range ep.Addresses {
+					key := addr + ":" + strconv.Itoa(int(port))
+					if seen[key] {
+						continue
+					}
+					seen[key] = true
+					out = append(out, balancer.Endpoint{Address: addr, Port: balancer.PortString(strconv.Itoa(int(port)))})
+				}
+			}
+		}
+		return out
+	}
+	ready := collect(func(c discoveryv1.EndpointConditions) bool {
+		return (c.Ready == nil || *c.Ready) && (c.Terminating == nil || !*c.Terminating)
+	})
+	if len(ready) > 0 {
+		return ready
+	}
+	return collect(func(c discoveryv1.EndpointConditions) bool {
+		return c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating
+	})
+}
+
+func ptrStr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// affinityFor applies session affinity from one path: type and mode from the
+// first path that sets them; cookie fields overwritten by every path with
+// affinity, and the path appended to locations[host] (ingress-nginx, §1.4).
+func (b *builder) affinityFor(be *balancer.Backend, a annotations, host, path string) {
+	if a.affinity != "cookie" {
+		return
+	}
+	sa := &be.SessionAffinity
+	if !b.affinity[be.Name] {
+		b.affinity[be.Name] = true
+		sa.Name = a.affinity
+		sa.Mode = a.affinityMode
+	}
+	locs := sa.CookieSessionAffinity.Locations
+	sa.CookieSessionAffinity = a.cookie
+	if locs == nil {
+		locs = map[string][]string{}
+	}
+	locs[host] = append(locs[host], path)
+	sa.CookieSessionAffinity.Locations = locs
+}
+
+// mergeCanaries adds each canary Ingress's backends as alternative backends
+// of the primaries serving the same host, path and path type (ingress-nginx
+// mergeAlternativeBackends). A canary matching nothing is dropped.
+func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
+	for _, ing := range canaries {
+		a := b.anns[ing]
+		ref := model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)}
+		for ri, rule := range ing.Spec.Rules {
+			host := rule.Host
+			if host == "" {
+				host = model.CatchAllHost
+			}
+			srv := b.servers[host]
+			if srv == nil || rule.HTTP == nil {
+				continue
+			}
+			for pi, p := range rule.HTTP.Paths {
+				field := fmt.Sprintf("spec.rules[%d].http.paths[%d]", ri, pi)
+				loc, ok := b.location(ing, ref, a, host, p, field)
+				if !ok {
+					continue
+				}
+				i := findLocation(srv, loc.Path, loc.PathType)
+				if i < 0 || srv.Locations[i].IsDefaultBackend {
+					continue
+				}
+				primary := b.backends[srv.Locations[i].Backend]
+				canary := b.backends[loc.Backend]
+				if primary == nil || canary == nil || primary.NoServer || primary.Name == canary.Name {
+					continue
+				}
+				if !contains(primary.AlternativeBackends, canary.Name) {
+					primary.AlternativeBackends = append(primary.AlternativeBackends, canary.Name)
+				}
+				if !a.affinityCanaryLegacy {
+					canary.SessionAffinity = copyAffinity(primary.SessionAffinity)
+				}
+			}
+		}
+	}
+	// Drop canaries no primary refers to.
+	used := map[string]bool{}
+	for _, be := range b.backends {
+		for _, alt := range be.AlternativeBackends {
+			used[alt] = true
+		}
+	}
+	for name, be := range b.backends {
+		if be.NoServer && !used[name] {
+			delete(b.backends, name)
+		}
+	}
+}
+
+func copyAffinity(sa balancer.SessionAffinityConfig) balancer.SessionAffinityConfig {
+	out := sa
+	if sa.CookieSessionAffinity.Locations != nil {
+		out.CookieSessionAffinity.Locations = map[string][]string{}
+		for k, v := range sa.CookieSessionAffinity.Locations {
+			out.CookieSessionAffinity.Locations[k] = append([]string(nil), v...)
+		}
+	}
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// tls loads the certificates an Ingress names and returns host → cert UID.
+func (b *builder) tls(ing *networkingv1.Ingress) map[string]string {
+	out := map[string]string{}
+	for i, t := range ing.Spec.TLS {
+		field := fmt.Sprintf("spec.tls[%d].secretName", i)
+		sec := b.secrets[ing.Namespace+"/"+t.SecretName]
+		if sec == nil {
+			b.objErr(ing, field, fmt.Sprintf("Secret %s/%s does not exist; TLS is not served for %v", ing.Namespace, t.SecretName, t.Hosts))
+			continue
+		}
+		cert, err := certificate(sec)
+		if err != nil {
+			b.objErr(ing, field, err.Error())
+			continue
+		}
+		b.cfg.Certificates[cert.UID] = cert
+		for _, h := range t.Hosts {
+			out[h] = cert.UID
+		}
+	}
+	return out
+}
+
+// certificate validates a kubernetes.io/tls Secret.
+func certificate(sec *corev1.Secret) (model.Certificate, error) {
+	crt, key := sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey]
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return model.Certificate{}, fmt.Errorf("Secret %s/%s: invalid certificate or key: %v", sec.Namespace, sec.Name, err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return model.Certificate{}, fmt.Errorf("Secret %s/%s: %v", sec.Namespace, sec.Name, err)
+	}
+	pemText := strings.TrimRight(string(crt), "\n") + "\n" + strings.TrimRight(string(key), "\n") + "\n"
+	if blk, _ := pem.Decode(key); blk == nil {
+		return model.Certificate{}, fmt.Errorf("Secret %s/%s: key is not PEM", sec.Namespace, sec.Name)
+	}
+	uid := string(sec.UID)
+	if uid == "" {
+		uid = sec.Namespace + "/" + sec.Name
+	}
+	return model.Certificate{
+		UID: uid, Secret: model.ObjectRef{Kind: "Secret", Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)},
+		PEM: pemText, Hosts: leaf.DNSNames, NotAfter: leaf.NotAfter.Unix(),
+	}, nil
+}
+
+// finish sorts everything so the same input always gives the same bytes.
+func (b *builder) finish() {
+	for _, be := range b.backends {
+		b.cfg.Backends = append(b.cfg.Backends, *be)
+	}
+	sort.Slice(b.cfg.Backends, func(i, j int) bool { return b.cfg.Backends[i].Name < b.cfg.Backends[j].Name })
+	for _, s := range b.servers {
+		// ingress-nginx orders locations by path, descending, so longer
+		// prefixes come first; Exact before Prefix for the same path.
+		sort.SliceStable(s.Locations, func(i, j int) bool {
+			li, lj := s.Locations[i], s.Locations[j]
+			if li.Path != lj.Path {
+				return li.Path > lj.Path
+			}
+			return li.PathType < lj.PathType
+		})
+		b.cfg.Servers = append(b.cfg.Servers, *s)
+	}
+	sort.Slice(b.cfg.Servers, func(i, j int) bool {
+		hi, hj := b.cfg.Servers[i].Hostname, b.cfg.Servers[j].Hostname
+		if (hi == model.CatchAllHost) != (hj == model.CatchAllHost) {
+			return hi == model.CatchAllHost
+		}
+		return hi < hj
+	})
+	if len(b.cfg.Certificates) == 0 {
+		b.cfg.Certificates = nil
+	}
+}

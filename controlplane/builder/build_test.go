@@ -1,0 +1,217 @@
+package builder
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
+
+var update = flag.Bool("update", false, "rewrite the golden testdata/*.json files")
+
+// loadInput decodes a multi-document YAML file of Kubernetes objects.
+func loadInput(t *testing.T, path string) Input {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in Input
+	r := utilyaml.NewYAMLReader(bufioReader(data))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		switch o := obj.(type) {
+		case *networkingv1.Ingress:
+			in.Ingresses = append(in.Ingresses, o)
+		case *networkingv1.IngressClass:
+			in.IngressClasses = append(in.IngressClasses, o)
+		case *corev1.Service:
+			in.Services = append(in.Services, o)
+		case *discoveryv1.EndpointSlice:
+			in.EndpointSlices = append(in.EndpointSlices, o)
+		case *corev1.Secret:
+			in.Secrets = append(in.Secrets, o)
+		case *corev1.ConfigMap:
+			in.ConfigMap = o
+		default:
+			t.Fatalf("%s: unsupported %T", path, obj)
+		}
+	}
+	return in
+}
+
+// TestGolden builds every testdata/<case>.yaml and compares the Configuration
+// with testdata/<case>.json (go test -run TestGolden -update rewrites them).
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			got := Build(loadInput(t, f), Options{})
+			golden := strings.TrimSuffix(f, ".yaml") + ".json"
+			if *update {
+				b, _ := json.MarshalIndent(got, "", "  ")
+				if err := os.WriteFile(golden, append(b, '\n'), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			data, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			// Compare as generic JSON values: the golden file is indented,
+			// raw Service specs included.
+			var want, gotRT any
+			if err := json.Unmarshal(data, &want); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(got)
+			_ = json.Unmarshal(b, &gotRT)
+			if diff := cmp.Diff(want, gotRT); diff != "" {
+				t.Errorf("Configuration mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The same input always builds the same Configuration.
+func TestBuildIsDeterministic(t *testing.T) {
+	in := loadInput(t, "testdata/canary.yaml")
+	first, _ := json.Marshal(Build(in, Options{}))
+	for range 20 {
+		// Reverse the input order each time.
+		for i, j := 0, len(in.EndpointSlices)-1; i < j; i, j = i+1, j-1 {
+			in.EndpointSlices[i], in.EndpointSlices[j] = in.EndpointSlices[j], in.EndpointSlices[i]
+		}
+		for i, j := 0, len(in.Ingresses)-1; i < j; i, j = i+1, j-1 {
+			in.Ingresses[i], in.Ingresses[j] = in.Ingresses[j], in.Ingresses[i]
+		}
+		again, _ := json.Marshal(Build(in, Options{}))
+		if !bytes.Equal(first, again) {
+			t.Fatal("Build depends on input order")
+		}
+	}
+}
+
+func TestIsOurs(t *testing.T) {
+	ours := &networkingv1.IngressClass{Spec: networkingv1.IngressClassSpec{Controller: DefaultControllerClass}}
+	ours.Name = "switchyard"
+	theirs := &networkingv1.IngressClass{Spec: networkingv1.IngressClassSpec{Controller: "k8s.io/ingress-nginx"}}
+	theirs.Name = "nginx"
+	deflt := ours.DeepCopy()
+	deflt.Annotations = map[string]string{networkingv1.AnnotationIsDefaultIngressClass: "true"}
+	ing := func(class *string, ann string) *networkingv1.Ingress {
+		i := &networkingv1.Ingress{Spec: networkingv1.IngressSpec{IngressClassName: class}}
+		i.Namespace = "ns"
+		if ann != "" {
+			i.Annotations = map[string]string{legacyClassAnnotation: ann}
+		}
+		return i
+	}
+	s := func(v string) *string { return &v }
+	tests := []struct {
+		name    string
+		ing     *networkingv1.Ingress
+		classes []*networkingv1.IngressClass
+		opt     Options
+		want    bool
+	}{
+		{"class name ours", ing(s("switchyard"), ""), []*networkingv1.IngressClass{ours, theirs}, Options{}, true},
+		{"class name theirs", ing(s("nginx"), ""), []*networkingv1.IngressClass{ours, theirs}, Options{}, false},
+		{"class missing", ing(s("gone"), ""), []*networkingv1.IngressClass{ours}, Options{}, false},
+		{"drop-in controller class", ing(s("nginx"), ""), []*networkingv1.IngressClass{theirs}, Options{ControllerClass: "k8s.io/ingress-nginx"}, true},
+		{"legacy annotation", ing(nil, "switchyard"), nil, Options{}, true},
+		{"legacy annotation other", ing(nil, "nginx"), []*networkingv1.IngressClass{deflt}, Options{}, false},
+		{"no class, default ours", ing(nil, ""), []*networkingv1.IngressClass{deflt}, Options{}, true},
+		{"no class, no default", ing(nil, ""), []*networkingv1.IngressClass{ours}, Options{}, false},
+		{"other namespace", ing(s("switchyard"), ""), []*networkingv1.IngressClass{ours}, Options{WatchNamespace: "x"}, false},
+	}
+	for _, tt := range tests {
+		if got := IsOurs(tt.ing, tt.classes, tt.opt); got != tt.want {
+			t.Errorf("%s: got %v; want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestValidatePath(t *testing.T) {
+	for _, tc := range []struct {
+		path  string
+		regex bool
+		ok    bool
+	}{
+		{"/", false, true}, {"/api/v1", false, true}, {"/a%20b", false, true},
+		{"/a;b", false, false}, {"/a b", false, false}, {`/a"b`, false, false}, {"/a{b}", false, false},
+		{"a", false, false}, {"/a\nb", false, false}, {"/a\\b", false, false},
+		{"/api/(.*)", true, true}, {"/x{2}", true, true}, {"/(", true, false}, {"/a;b", true, false}, {"/${x}", true, false},
+	} {
+		if err := validatePath(tc.path, tc.regex); (err == nil) != tc.ok {
+			t.Errorf("validatePath(%q, %v) = %v; want ok=%v", tc.path, tc.regex, err, tc.ok)
+		}
+	}
+}
+
+// FuzzAnnotations: no input panics, and every accepted value matches the
+// grammar that keeps it out of a config file's syntax.
+func FuzzAnnotations(f *testing.F) {
+	f.Add("load-balance", "ewma")
+	f.Add("upstream-hash-by", "$request_uri")
+	f.Add("session-cookie-path", "/app")
+	f.Add("canary-by-header-pattern", "a|b")
+	f.Add("session-cookie-name", "route;x")
+	f.Fuzz(func(t *testing.T, key, value string) {
+		a, _ := parseAnnotations(map[string]string{annotationPrefix + key: value, annotationPrefix + "affinity": "cookie", annotationPrefix + "canary": "true"})
+		for _, s := range []string{a.cookie.Name, a.cookie.Path, a.cookie.Domain, a.canaryHeader, a.canaryCookie, a.canaryHeaderValue, a.canaryHeaderPattern} {
+			if strings.ContainsAny(s, "\n\r\x00;") {
+				t.Fatalf("accepted %q for %s", s, key)
+			}
+		}
+		if a.hashBy != nil && !reHashBy.MatchString(*a.hashBy) {
+			t.Fatalf("accepted hash-by %q", *a.hashBy)
+		}
+	})
+}
+
+func FuzzValidatePath(f *testing.F) {
+	f.Add("/api", false)
+	f.Add("/api/(.*)", true)
+	f.Fuzz(func(t *testing.T, p string, regex bool) {
+		if validatePath(p, regex) == nil && strings.ContainsAny(p, " \t\r\n;\"'`{}\x00") && !regex {
+			t.Fatalf("accepted %q", p)
+		}
+		if validatePath(p, regex) == nil && strings.ContainsAny(p, " \t\r\n;\"`\x00") {
+			t.Fatalf("accepted %q (regex)", p)
+		}
+	})
+}
