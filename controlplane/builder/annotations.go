@@ -45,7 +45,7 @@ var (
 	// Value grammars, as strict as ingress-nginx's validators or stricter.
 	reHashBy     = regexp.MustCompile(`^[A-Za-z0-9\-_${}]+$`)
 	reToken      = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+\-.^_` + "`" + `|~]+$`)
-	reCookiePath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!$&'()*+,=:@/%]*$`)
+	reCookiePath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!&()*+,=:@/%]*$`)
 	reDomain     = regexp.MustCompile(`^\.?([A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?$`)
 	reHeaderVal  = regexp.MustCompile(`^[\x20-\x7e]*$`)
 	snippetKeys  = []string{"configuration-snippet", "server-snippet", "auth-snippet", "stream-snippet", "modsecurity-snippet"}

@@ -210,7 +210,7 @@ func FuzzValidatePath(f *testing.F) {
 		if validatePath(p, regex) == nil && strings.ContainsAny(p, " \t\r\n;\"'`{}\x00") && !regex {
 			t.Fatalf("accepted %q", p)
 		}
-		if validatePath(p, regex) == nil && strings.ContainsAny(p, " \t\r\n;\"`\x00") {
+		if validatePath(p, regex) == nil && strings.ContainsAny(p, " \t\r\n;\"'`\x00") {
 			t.Fatalf("accepted %q (regex)", p)
 		}
 	})

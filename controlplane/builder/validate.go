@@ -7,14 +7,15 @@ import (
 )
 
 var (
-	// rePath is what an Ingress path may contain: RFC 3986 path characters.
+	// rePath is what an Ingress path may contain: RFC 3986 path characters
+	// less the quote and '$' (nginx variables).
 	// Quotes, braces, ';', whitespace, '\' and control characters never reach
 	// a data plane (the 2025-2026 ingress-nginx injection CVEs came through
 	// the path).
-	rePath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!$&'()*+,=:@/%]*$`)
+	rePath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!&()*+,=:@/%]*$`)
 	// reRegexPath additionally allows the regex metacharacters of a use-regex
 	// path, still without quotes, braces in nginx syntax, ';' or whitespace.
-	reRegexPath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!$&'()*+,=:@/%^|?\[\]\\{}]*$`)
+	reRegexPath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!$&()*+,=:@/%^|?\[\]\\{}]*$`)
 	reHost      = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?$`)
 )
 
