@@ -1,0 +1,361 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/builder"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Change says what a new Configuration changed compared with the previous one
+// handed to the sinks.
+type Change struct {
+	// Reload is true when something beyond backends and certificates changed
+	// (servers, locations, settings): the nginx data plane must rewrite its
+	// config. The first Configuration always has Reload set.
+	Reload bool
+	// Dynamic is true when backends (endpoints, algorithms, canary policy,
+	// affinity) or certificates changed: applied without a reload.
+	Dynamic bool
+}
+
+// Sink consumes Configurations. Update must not modify cfg. An error makes the
+// controller retry the same Configuration later with backoff.
+type Sink interface {
+	Update(ctx context.Context, cfg *model.Configuration, change Change) error
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(ctx context.Context, cfg *model.Configuration, change Change) error
+
+// Update calls f.
+func (f SinkFunc) Update(ctx context.Context, cfg *model.Configuration, change Change) error {
+	return f(ctx, cfg, change)
+}
+
+var _ Sink = SinkFunc(nil)
+
+// SyncEvent describes one completed sync, for status pages and metrics.
+type SyncEvent struct {
+	Time     time.Time
+	Duration time.Duration
+	Version  uint64
+	Change   Change
+	Err      error
+}
+
+// Config configures a Controller.
+type Config struct {
+	// Client reads the cluster (or a manifests.Source). Required.
+	Client kubernetes.Interface
+	// Build holds the options of the pure builder (classes, namespace,
+	// default backend).
+	Build builder.Options
+	// ConfigMap is "namespace/name" of the controller ConfigMap; empty means
+	// defaults only.
+	ConfigMap string
+	// Sinks receive every changed Configuration, in order.
+	Sinks []Sink
+	// Holdoff is how long the loop waits after an event for more before it
+	// builds; zero means 50ms. MaxHoldoff bounds the wait under a steady
+	// stream of events; zero means 500ms.
+	Holdoff, MaxHoldoff time.Duration
+	// ResyncPeriod is the informers' resync; zero means none.
+	ResyncPeriod time.Duration
+	// OnSync, if set, is called after every sync.
+	OnSync func(SyncEvent)
+	// Component names the event source; zero means "switchyard".
+	Component string
+}
+
+// Controller runs the informers and the single sync loop.
+type Controller struct {
+	cfg      Config
+	factory  informers.SharedInformerFactory
+	secrets  informers.SharedInformerFactory
+	listers  listers
+	synced   []cache.InformerSynced
+	dirty    chan struct{}
+	ready    chan struct{}
+	readyOne sync.Once
+	current  atomic.Pointer[model.Configuration]
+	version  atomic.Uint64
+
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster
+	emitted     map[string]bool // errors already reported as Events
+}
+
+// New builds a Controller; nothing runs until Run.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("controlplane: Config.Client is required")
+	}
+	if cfg.ConfigMap != "" {
+		if ns, name, ok := strings.Cut(cfg.ConfigMap, "/"); !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("controlplane: ConfigMap %q is not namespace/name", cfg.ConfigMap)
+		}
+	}
+	if cfg.Holdoff <= 0 {
+		cfg.Holdoff = 50 * time.Millisecond
+	}
+	if cfg.MaxHoldoff <= 0 {
+		cfg.MaxHoldoff = 500 * time.Millisecond
+	}
+	if cfg.Component == "" {
+		cfg.Component = "switchyard"
+	}
+	strip := informers.WithTransform(stripManagedFields)
+	opts := []informers.SharedInformerOption{strip}
+	if ns := cfg.Build.WatchNamespace; ns != "" {
+		opts = append(opts, informers.WithNamespace(ns))
+	}
+	c := &Controller{
+		cfg:     cfg,
+		factory: informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, opts...),
+		secrets: informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, append(opts,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "type=" + string(corev1.SecretTypeTLS) }))...),
+		dirty:   make(chan struct{}, 1),
+		ready:   make(chan struct{}),
+		emitted: map[string]bool{},
+	}
+	f := c.factory
+	c.listers = listers{
+		ingresses:      f.Networking().V1().Ingresses().Lister(),
+		ingressClasses: f.Networking().V1().IngressClasses().Lister(),
+		services:       f.Core().V1().Services().Lister(),
+		endpointSlices: f.Discovery().V1().EndpointSlices().Lister(),
+		configMaps:     f.Core().V1().ConfigMaps().Lister(),
+		secrets:        c.secrets.Core().V1().Secrets().Lister(),
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.markDirty() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, err1 := meta.Accessor(oldObj)
+			n, err2 := meta.Accessor(newObj)
+			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
+				return // a resync, nothing changed
+			}
+			c.markDirty()
+		},
+		DeleteFunc: func(any) { c.markDirty() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		f.Networking().V1().Ingresses().Informer(),
+		f.Networking().V1().IngressClasses().Informer(),
+		f.Core().V1().Services().Informer(),
+		f.Discovery().V1().EndpointSlices().Informer(),
+		f.Core().V1().ConfigMaps().Informer(),
+		c.secrets.Core().V1().Secrets().Informer(),
+	} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return nil, fmt.Errorf("controlplane: add event handler: %w", err)
+		}
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	c.broadcaster = record.NewBroadcaster()
+	c.recorder = c.broadcaster.NewRecorder(eventScheme(), corev1.EventSource{Component: cfg.Component})
+	return c, nil
+}
+
+// stripManagedFields drops metadata.managedFields, which the controller never
+// reads, to save memory.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func (c *Controller) markDirty() {
+	select {
+	case c.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Ready is closed after the first Configuration was handed to every sink.
+func (c *Controller) Ready() <-chan struct{} { return c.ready }
+
+// Current returns the last Configuration handed to the sinks, or nil.
+func (c *Controller) Current() *model.Configuration { return c.current.Load() }
+
+// Run starts the informers and the sync loop and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	stopEvents := c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Client.CoreV1().Events("")})
+	defer stopEvents.Stop()
+	c.factory.Start(ctx.Done())
+	c.secrets.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	defer c.secrets.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return ctx.Err()
+	}
+	klog.V(1).InfoS("informer caches synced")
+	c.markDirty()
+
+	var prev *model.Configuration
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.dirty:
+		}
+		if !c.holdoff(ctx) {
+			return nil
+		}
+		next, err := c.sync(ctx, prev)
+		if err != nil {
+			backoff = min(max(2*backoff, 250*time.Millisecond), 30*time.Second)
+			klog.ErrorS(err, "sync failed; retrying", "in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			c.markDirty()
+			continue
+		}
+		backoff = 0
+		prev = next
+	}
+}
+
+// holdoff waits for the burst of events to settle: Holdoff after the last
+// event, MaxHoldoff at most after the first.
+func (c *Controller) holdoff(ctx context.Context) bool {
+	deadline := time.NewTimer(c.cfg.MaxHoldoff)
+	defer deadline.Stop()
+	quiet := time.NewTimer(c.cfg.Holdoff)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.dirty:
+			quiet.Reset(c.cfg.Holdoff)
+		case <-quiet.C:
+			return true
+		case <-deadline.C:
+			return true
+		}
+	}
+}
+
+// sync builds a Configuration and hands it to the sinks if it changed. It
+// returns the Configuration now in effect.
+func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*model.Configuration, error) {
+	start := time.Now()
+	in, err := c.listers.input(c.cfg.ConfigMap)
+	if err != nil {
+		return prev, err
+	}
+	cfg := builder.Build(in, c.cfg.Build)
+	c.recordErrors(cfg.Errors)
+	change := classify(prev, cfg)
+	if !change.Reload && !change.Dynamic && prev != nil {
+		cfg.Version = prev.Version
+		if !equalHash(prev, cfg) {
+			// Only errors changed; keep the new list for status pages.
+			c.current.Store(cfg)
+		}
+		return cfg, nil
+	}
+	cfg.Version = c.version.Add(1)
+	for _, s := range c.cfg.Sinks {
+		if err := s.Update(ctx, cfg, change); err != nil {
+			c.report(SyncEvent{Time: start, Duration: time.Since(start), Version: cfg.Version, Change: change, Err: err})
+			return prev, fmt.Errorf("sink update (version %d): %w", cfg.Version, err)
+		}
+	}
+	c.current.Store(cfg)
+	c.readyOne.Do(func() { close(c.ready) })
+	c.report(SyncEvent{Time: start, Duration: time.Since(start), Version: cfg.Version, Change: change})
+	klog.V(2).InfoS("configuration synced", "version", cfg.Version, "reload", change.Reload, "dynamic", change.Dynamic, "took", time.Since(start))
+	return cfg, nil
+}
+
+func (c *Controller) report(e SyncEvent) {
+	if c.cfg.OnSync != nil {
+		c.cfg.OnSync(e)
+	}
+}
+
+// classify compares two Configurations: Dynamic if backends or certificates
+// differ, Reload if anything else differs. Computed by hashing the parts, so
+// a new field in the model is classified without code changes here.
+func classify(prev, next *model.Configuration) Change {
+	if prev == nil {
+		return Change{Reload: true, Dynamic: true}
+	}
+	return Change{
+		Reload:  hashOf(structural(prev)) != hashOf(structural(next)),
+		Dynamic: hashOf(prev.Backends) != hashOf(next.Backends) || hashOf(prev.Certificates) != hashOf(next.Certificates),
+	}
+}
+
+// structural is the Configuration without the parts applied dynamically and
+// without bookkeeping.
+func structural(c *model.Configuration) model.Configuration {
+	s := *c
+	s.Version = 0
+	s.Backends = nil
+	s.Certificates = nil
+	s.Errors = nil
+	return s
+}
+
+func equalHash(a, b *model.Configuration) bool { return hashOf(a) == hashOf(b) }
+
+func hashOf(v any) [32]byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("BUG: model does not marshal: " + err.Error())
+	}
+	return sha256.Sum256(b)
+}
+
+// recordErrors emits a Warning Event for each object error not reported yet.
+func (c *Controller) recordErrors(errs []model.ObjectError) {
+	seen := make(map[string]bool, len(errs))
+	for _, e := range errs {
+		key := e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "/" + e.Object.UID + "|" + e.Field + "|" + e.Message
+		seen[key] = true
+		if c.emitted[key] {
+			continue
+		}
+		klog.InfoS("invalid object", "kind", e.Object.Kind, "namespace", e.Object.Namespace, "name", e.Object.Name, "field", e.Field, "problem", e.Message)
+		ref := &corev1.ObjectReference{Kind: e.Object.Kind, Namespace: e.Object.Namespace, Name: e.Object.Name, UID: types.UID(e.Object.UID)}
+		switch e.Object.Kind {
+		case "Ingress":
+			ref.APIVersion = "networking.k8s.io/v1"
+		default:
+			ref.APIVersion = "v1"
+		}
+		msg := e.Message
+		if e.Field != "" {
+			msg = e.Field + ": " + msg
+		}
+		c.recorder.Event(ref, corev1.EventTypeWarning, "InvalidConfiguration", msg)
+	}
+	c.emitted = seen
+}

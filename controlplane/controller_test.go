@@ -1,0 +1,223 @@
+package controlplane
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+const defaultTestTimeout = 10 * time.Second
+
+// update is one Configuration a sink saw.
+type update struct {
+	cfg    *model.Configuration
+	change Change
+}
+
+func startController(t *testing.T, client *fake.Clientset) (<-chan update, *Controller) {
+	t.Helper()
+	updates := make(chan update, 64)
+	c, err := New(Config{
+		Client: client, Holdoff: 5 * time.Millisecond, MaxHoldoff: 50 * time.Millisecond,
+		Sinks: []Sink{SinkFunc(func(_ context.Context, cfg *model.Configuration, ch Change) error {
+			updates <- update{cfg, ch}
+			return nil
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return updates, c
+}
+
+func next(t *testing.T, updates <-chan update, want func(update) bool) update {
+	t.Helper()
+	deadline := time.After(defaultTestTimeout)
+	for {
+		select {
+		case u := <-updates:
+			if want(u) {
+				return u
+			}
+		case <-deadline:
+			t.Fatal("timed out waiting for a matching configuration")
+		}
+	}
+}
+
+func objects() (*networkingv1.IngressClass, *corev1.Service, *discoveryv1.EndpointSlice, *networkingv1.Ingress) {
+	class := &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "switchyard"},
+		Spec: networkingv1.IngressClassSpec{Controller: "switchyard.dev/ingress-controller"}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "demo"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt(8080)}}}}
+	ready := true
+	port := int32(8080)
+	name := "http"
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "echo-1", Namespace: "demo",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:     []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}}
+	className := "switchyard"
+	prefix := networkingv1.PathTypePrefix
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "demo", UID: "ing-uid"},
+		Spec: networkingv1.IngressSpec{IngressClassName: &className, Rules: []networkingv1.IngressRule{{Host: "echo.example.com",
+			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+				Path: "/", PathType: &prefix, Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{
+					Name: "echo", Port: networkingv1.ServiceBackendPort{Name: "http"}}}}}}}}}}}
+	return class, svc, slice, ing
+}
+
+func endpointsOf(cfg *model.Configuration, backend string) []string {
+	for _, b := range cfg.Backends {
+		if b.Name == backend {
+			var out []string
+			for _, e := range b.Endpoints {
+				out = append(out, e.Address+":"+e.Port.Str)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+func TestControllerSyncsAndClassifies(t *testing.T) {
+	class, svc, slice, ing := objects()
+	client := fake.NewSimpleClientset(class, svc, slice, ing)
+	updates, c := startController(t, client)
+	ctx := context.Background()
+
+	first := next(t, updates, func(u update) bool { return true })
+	if !first.change.Reload || !first.change.Dynamic || first.cfg.Version != 1 {
+		t.Errorf("first change = %+v version %d; want reload+dynamic, version 1", first.change, first.cfg.Version)
+	}
+	if got := endpointsOf(first.cfg, "demo-echo-http"); !cmp.Equal(got, []string{"192.0.2.10:8080"}) {
+		t.Errorf("endpoints = %v", got)
+	}
+	select {
+	case <-c.Ready():
+	default:
+		t.Error("not ready after the first sync")
+	}
+
+	// Scale the slice: a dynamic-only change.
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"192.0.2.11"}})
+	slice.ResourceVersion = "2"
+	if _, err := client.DiscoveryV1().EndpointSlices("demo").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := next(t, updates, func(u update) bool { return len(endpointsOf(u.cfg, "demo-echo-http")) == 2 })
+	if u.change != (Change{Dynamic: true}) {
+		t.Errorf("scale change = %+v; want dynamic only", u.change)
+	}
+
+	// An invalid annotation: a Warning Event names the Ingress and the key,
+	// and the rest is still served.
+	ing.Annotations = map[string]string{"nginx.ingress.kubernetes.io/load-balance": "fastest"}
+	ing.ResourceVersion = "2"
+	if _, err := client.NetworkingV1().Ingresses("demo").Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(defaultTestTimeout)
+	for {
+		evs, _ := client.CoreV1().Events("demo").List(ctx, metav1.ListOptions{})
+		found := false
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == "echo" && strings.Contains(e.Message, "load-balance") {
+				found = true
+			}
+		}
+		if found {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatal("no Warning Event for the invalid annotation")
+		case <-updates:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if got := endpointsOf(c.Current(), "demo-echo-http"); len(got) != 2 {
+		t.Errorf("after invalid annotation endpoints = %v; want still served", got)
+	}
+
+	// A new host: needs a reload.
+	ing2 := ing.DeepCopy()
+	ing2.Name, ing2.UID, ing2.ResourceVersion, ing2.Annotations = "other", "ing2", "", nil
+	ing2.Spec.Rules[0].Host = "other.example.com"
+	if _, err := client.NetworkingV1().Ingresses("demo").Create(ctx, ing2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u = next(t, updates, func(u update) bool { return len(u.cfg.Servers) == 3 })
+	if !u.change.Reload {
+		t.Errorf("new host change = %+v; want reload", u.change)
+	}
+
+	// Delete: gone.
+	if err := client.NetworkingV1().Ingresses("demo").Delete(ctx, "other", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, updates, func(u update) bool { return len(u.cfg.Servers) == 2 })
+}
+
+func TestControllerIgnoresOtherClasses(t *testing.T) {
+	class, svc, slice, ing := objects()
+	other := "nginx"
+	ing.Spec.IngressClassName = &other
+	client := fake.NewSimpleClientset(class, svc, slice, ing)
+	updates, _ := startController(t, client)
+	u := next(t, updates, func(update) bool { return true })
+	if len(u.cfg.Servers) != 1 || u.cfg.Servers[0].Hostname != model.CatchAllHost {
+		t.Errorf("servers = %+v; want only the catch-all", u.cfg.Servers)
+	}
+	var names []string
+	for _, b := range u.cfg.Backends {
+		names = append(names, b.Name)
+	}
+	if !cmp.Equal(names, []string{model.DefaultBackendName}) {
+		t.Errorf("backends = %v", names)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	base := &model.Configuration{Servers: []model.Server{{Hostname: "a"}}, Backends: []balancer.Backend{{Name: "b"}}}
+	endpoints := *base
+	endpoints.Backends = []balancer.Backend{{Name: "b", Endpoints: []balancer.Endpoint{{Address: "192.0.2.1", Port: balancer.PortString("80")}}}}
+	servers := *base
+	servers.Servers = []model.Server{{Hostname: "a"}, {Hostname: "c"}}
+	errs := *base
+	errs.Errors = []model.ObjectError{{Message: "x"}}
+	for _, tc := range []struct {
+		name string
+		next *model.Configuration
+		want Change
+	}{
+		{"same", base, Change{}},
+		{"endpoints", &endpoints, Change{Dynamic: true}},
+		{"servers", &servers, Change{Reload: true}},
+		{"only errors", &errs, Change{}},
+	} {
+		if got := classify(base, tc.next); got != tc.want {
+			t.Errorf("%s: got %+v; want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package controlplane
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/builder"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+)
+
+// listers reads the informer caches.
+type listers struct {
+	ingresses      networkinglisters.IngressLister
+	ingressClasses networkinglisters.IngressClassLister
+	services       corelisters.ServiceLister
+	endpointSlices discoverylisters.EndpointSliceLister
+	configMaps     corelisters.ConfigMapLister
+	secrets        corelisters.SecretLister
+}
+
+// input snapshots the caches into a builder.Input.
+func (l listers) input(configMap string) (builder.Input, error) {
+	var in builder.Input
+	var err error
+	all := labels.Everything()
+	if in.Ingresses, err = l.ingresses.List(all); err != nil {
+		return in, fmt.Errorf("list ingresses: %w", err)
+	}
+	if in.IngressClasses, err = l.ingressClasses.List(all); err != nil {
+		return in, fmt.Errorf("list ingressclasses: %w", err)
+	}
+	if in.Services, err = l.services.List(all); err != nil {
+		return in, fmt.Errorf("list services: %w", err)
+	}
+	if in.EndpointSlices, err = l.endpointSlices.List(all); err != nil {
+		return in, fmt.Errorf("list endpointslices: %w", err)
+	}
+	if in.Secrets, err = l.secrets.List(all); err != nil {
+		return in, fmt.Errorf("list secrets: %w", err)
+	}
+	if ns, name, ok := strings.Cut(configMap, "/"); ok {
+		cm, err := l.configMaps.ConfigMaps(ns).Get(name)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return in, fmt.Errorf("get configmap %s: %w", configMap, err)
+		default:
+			in.ConfigMap = cm
+		}
+	}
+	return in, nil
+}
+
+func eventScheme() *runtime.Scheme { return scheme.Scheme }
