@@ -592,15 +592,15 @@ func certificate(sec *corev1.Secret) (model.Certificate, error) {
 	crt, key := sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey]
 	pair, err := tls.X509KeyPair(crt, key)
 	if err != nil {
-		return model.Certificate{}, fmt.Errorf("Secret %s/%s: invalid certificate or key: %v", sec.Namespace, sec.Name, err)
+		return model.Certificate{}, fmt.Errorf("secret %s/%s: invalid certificate or key: %v", sec.Namespace, sec.Name, err)
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return model.Certificate{}, fmt.Errorf("Secret %s/%s: %v", sec.Namespace, sec.Name, err)
+		return model.Certificate{}, fmt.Errorf("secret %s/%s: %v", sec.Namespace, sec.Name, err)
 	}
 	pemText := strings.TrimRight(string(crt), "\n") + "\n" + strings.TrimRight(string(key), "\n") + "\n"
 	if blk, _ := pem.Decode(key); blk == nil {
-		return model.Certificate{}, fmt.Errorf("Secret %s/%s: key is not PEM", sec.Namespace, sec.Name)
+		return model.Certificate{}, fmt.Errorf("secret %s/%s: key is not PEM", sec.Namespace, sec.Name)
 	}
 	uid := string(sec.UID)
 	if uid == "" {
