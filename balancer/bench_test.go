@@ -113,37 +113,45 @@ func BenchmarkPickNewStickyCookie(b *testing.B) {
 	}
 }
 
-// BenchmarkSync applies a payload whose endpoints all changed (the worst
-// case: every balancer is rebuilt).
+// BenchmarkSync applies a payload of ten backends that differs from the
+// previous one: by one endpoint per backend, or (all-new) in every endpoint,
+// the worst case where no ring can be reused.
 func BenchmarkSync(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		for _, alg := range []struct {
 			name string
 			b    Backend
 		}{{"round_robin", Backend{}}, {"ewma", Backend{LoadBalance: "ewma"}}, {"chash", Backend{UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri")}}}} {
-			b.Run("endpoints="+strconv.Itoa(n)+"/"+alg.name, func(b *testing.B) {
-				// Ten backends sharing the endpoints between them.
-				var payloads [2][]Backend
-				for v := range payloads {
-					eps := benchEndpoints(n + v)[v:]
-					per := n / 10
-					for i := range 10 {
-						be := alg.b
-						be.Name = "b" + strconv.Itoa(i)
-						be.Endpoints = eps[i*per : (i+1)*per]
-						payloads[v] = append(payloads[v], be)
+			for _, change := range []struct {
+				name  string
+				shift int
+			}{{"", 1}, {"/all-new", n}} {
+				b.Run("endpoints="+strconv.Itoa(n)+"/"+alg.name+change.name, func(b *testing.B) {
+					// Ten backends sharing the endpoints between them. The two
+					// payloads differ by one endpoint per backend (a pod
+					// replaced), or in every endpoint (all-new).
+					var payloads [2][]Backend
+					for v := range payloads {
+						eps := benchEndpoints(n + v*change.shift)[v*change.shift:]
+						per := n / 10
+						for i := range 10 {
+							be := alg.b
+							be.Name = "b" + strconv.Itoa(i)
+							be.Endpoints = eps[i*per : (i+1)*per]
+							payloads[v] = append(payloads[v], be)
+						}
 					}
-				}
-				r := NewRegistry(Config{})
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if err := r.Sync(payloads[i%2]); err != nil {
-						b.Fatal(err)
+					r := NewRegistry(Config{})
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						if err := r.Sync(payloads[i%2]); err != nil {
+							b.Fatal(err)
+						}
+						i++
 					}
-					i++
-				}
-			})
+				})
+			}
 		}
 	}
 }

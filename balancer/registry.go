@@ -64,6 +64,12 @@ type backendState struct {
 	rr        *atomic.Uint32            // round-robin cursor
 	rrKey     string                    // node set the cursor belongs to
 	algo      string                    // algorithm of the last build
+	// ring and ringIDs are the last ring built over this backend's addresses
+	// (chash, sticky_balanced), reused when few addresses change; subsetRing
+	// is chashsubset's ring over "set1".."setN". Immutable once built.
+	ring       ring
+	ringIDs    []string
+	subsetRing ring
 }
 
 // endpointState is the live state of one endpoint of one backend. Keyed by
@@ -306,7 +312,7 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 		if in.UpstreamHashBy.HashBy != nil {
 			tmpl = *in.UpstreamHashBy.HashBy
 		}
-		b.algo = newCHash(b, parseHashKey(tmpl))
+		b.algo = newCHash(st, b, parseHashKey(tmpl))
 	case "chashsubset":
 		tmpl := "$request_uri"
 		if in.UpstreamHashBy.HashBy != nil {
@@ -316,9 +322,9 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 		if size <= 0 {
 			size = 3
 		}
-		b.algo = newCHashSubset(b, parseHashKey(tmpl), size)
+		b.algo = newCHashSubset(st, b, parseHashKey(tmpl), size)
 	case "sticky_balanced", "sticky_persistent":
-		s := newSticky(in, b, algoName == "sticky_persistent")
+		s := newSticky(in, st, b, algoName == "sticky_persistent")
 		b.sticky = s
 		b.algo = s
 	default:

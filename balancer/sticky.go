@@ -48,7 +48,7 @@ func md5hex(s string) string {
 // cookie value.
 func BackendKey(name string) string { return md5hex(md5hex(name) + name) }
 
-func newSticky(in *Backend, b *backend, persistent bool) *sticky {
+func newSticky(in *Backend, st *backendState, b *backend, persistent bool) *sticky {
 	ca := in.SessionAffinity.CookieSessionAffinity
 	s := &sticky{
 		persistent:      persistent,
@@ -93,12 +93,7 @@ func newSticky(in *Backend, b *backend, persistent bool) *sticky {
 			s.peerKeys[i] = k
 		}
 	} else {
-		order := sortedPeerOrder(b)
-		ids := make([]string, len(order))
-		for i, p := range order {
-			ids[i] = b.peers[p].addr
-		}
-		s.ring, s.ringToPeer = newRing(ids), order
+		s.ring, s.ringToPeer = st.peerRing(b)
 	}
 	return s
 }
