@@ -1,0 +1,383 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/valyala/fasthttp"
+)
+
+// Picker is what the proxy needs of the balancer; *balancer.Registry
+// implements it.
+type Picker interface {
+	Pick(backend string, req balancer.Request, a *balancer.Attempt) (balancer.Pick, error)
+	Done(p balancer.Pick, info balancer.DoneInfo)
+}
+
+var _ Picker = (*balancer.Registry)(nil)
+
+// Config configures a Proxy. Zero values are usable except Picker.
+type Config struct {
+	// Picker chooses peers. Required.
+	Picker Picker
+	// MaxConns caps concurrent client connections; zero means 10000.
+	MaxConns int
+	// ReadTimeout bounds reading a client request (slow-loris defence);
+	// zero means 60s.
+	ReadTimeout time.Duration
+	// IdleTimeout closes idle keep-alive client connections; zero means 75s
+	// (nginx keepalive_timeout).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds request headers; zero means 16 KiB.
+	MaxHeaderBytes int
+	// MaxBodyBytes bounds request bodies when a location sets none; zero
+	// means 1 MiB (ingress-nginx proxy-body-size).
+	MaxBodyBytes int
+}
+
+// Proxy is the HTTP/1.1 data plane.
+type Proxy struct {
+	cfg    Config
+	routes atomic.Pointer[table]
+	server *fasthttp.Server
+
+	mu      sync.Mutex // guards clients writes; reads are lock-free
+	clients atomic.Pointer[map[string]*fasthttp.HostClient]
+}
+
+// New returns a Proxy serving nothing until Update.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Picker == nil {
+		return nil, errors.New("proxy: Config.Picker is required")
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 10000
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 60 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 75 * time.Second
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = 16 << 10
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	p := &Proxy{cfg: cfg}
+	p.routes.Store(newTable(&model.Configuration{}))
+	empty := map[string]*fasthttp.HostClient{}
+	p.clients.Store(&empty)
+	p.server = &fasthttp.Server{
+		Handler:                       p.ServeHTTP,
+		Name:                          "switchyard",
+		Concurrency:                   cfg.MaxConns,
+		ReadTimeout:                   cfg.ReadTimeout,
+		IdleTimeout:                   cfg.IdleTimeout,
+		ReadBufferSize:                cfg.MaxHeaderBytes,
+		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultServerHeader:         true,
+		NoDefaultDate:                 false,
+		CloseOnShutdown:               true,
+	}
+	return p, nil
+}
+
+// Update swaps in the routes of cfg. Requests in flight finish on the routes
+// they started with.
+func (p *Proxy) Update(cfg *model.Configuration) {
+	p.routes.Store(newTable(cfg))
+}
+
+// Serve accepts connections on ln until ctx ends, then drains: in-flight
+// requests finish, idle connections close.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- p.server.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return p.server.Shutdown()
+	}
+}
+
+// hopHeaders are removed when proxying (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// ServeHTTP handles one request.
+func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
+	host := hostOnly(ctx.Host())
+	vh, rt := p.routes.Load().lookup(host, ctx.Path())
+	if rt == nil || rt.loc.IsDefaultBackend {
+		defaultBackend(ctx)
+		return
+	}
+	loc := &rt.loc
+	if limit := loc.Proxy.BodySizeBytes; limit > 0 && int64(len(ctx.Request.Body())) > limit {
+		ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
+		return
+	}
+	view := requestView{ctx: ctx, host: host, server: vh.name, location: loc.Path}
+	p.prepare(ctx, loc)
+
+	tries := loc.Proxy.NextUpstreamTries
+	if tries <= 0 {
+		tries = 3
+	}
+	replayable := isReplayable(ctx)
+	var a balancer.Attempt
+	for attempt := 1; ; attempt++ {
+		pick, err := p.cfg.Picker.Pick(loc.Backend, &view, &a)
+		if err != nil {
+			if errors.Is(err, balancer.ErrUnknownBackend) {
+				ctx.Error("503 Service Temporarily Unavailable", fasthttp.StatusServiceUnavailable)
+			} else {
+				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
+			}
+			return
+		}
+		start := time.Now()
+		timeout := time.Duration(loc.Proxy.ReadTimeoutSeconds) * time.Second
+		if timeout <= 0 {
+			timeout = 60 * time.Second
+		}
+		err = p.client(pick.Peer, loc).DoTimeout(&ctx.Request, &ctx.Response, timeout)
+		elapsed := time.Since(start)
+		if err == nil {
+			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: ctx.Response.StatusCode()})
+			removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
+			for _, h := range hopHeaders {
+				ctx.Response.Header.Del(h)
+			}
+			if pick.SetCookie != "" {
+				ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
+			}
+			return
+		}
+		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, Failed: true})
+		ctx.Response.Reset()
+		if attempt >= tries || !replayable || !retryable(err) {
+			if errors.Is(err, fasthttp.ErrTimeout) {
+				ctx.Error("504 Gateway Time-out", fasthttp.StatusGatewayTimeout)
+			} else {
+				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
+			}
+			return
+		}
+		a.LastFailure = balancer.FailureFailed
+	}
+}
+
+// prepare rewrites the request for the upstream: hop-by-hop headers out,
+// X-Forwarded-* and X-Real-IP in, X-Request-ID kept or made.
+func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
+	h := &ctx.Request.Header
+	removeConnectionTokens(h.Peek("Connection"), h.Del)
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	ip := ctx.RemoteIP().String()
+	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+		h.Set("X-Forwarded-For", string(prior)+", "+ip)
+	} else {
+		h.Set("X-Forwarded-For", ip)
+	}
+	h.Set("X-Real-IP", ip)
+	proto := "http"
+	if ctx.IsTLS() {
+		proto = "https"
+	}
+	h.Set("X-Forwarded-Proto", proto)
+	h.Set("X-Forwarded-Scheme", proto)
+	h.SetBytesV("X-Forwarded-Host", ctx.Host())
+	if _, port, err := net.SplitHostPort(ctx.LocalAddr().String()); err == nil {
+		h.Set("X-Forwarded-Port", port)
+	}
+	if len(h.Peek("X-Request-ID")) == 0 {
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		h.Set("X-Request-ID", hex.EncodeToString(id[:]))
+	}
+	if loc.UpstreamVhost != "" {
+		h.SetHost(loc.UpstreamVhost)
+	}
+	if loc.XForwardedPrefix != "" {
+		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
+	}
+}
+
+// removeConnectionTokens deletes the headers a Connection header names
+// (RFC 9110 §7.6.1).
+func removeConnectionTokens(conn []byte, del func(string)) {
+	if len(conn) == 0 {
+		return
+	}
+	for _, tok := range strings.Split(string(conn), ",") {
+		if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, "close") && !strings.EqualFold(tok, "keep-alive") {
+			del(tok)
+		}
+	}
+}
+
+// client returns the keep-alive pool for a peer, creating it on first use.
+func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
+	if c := (*p.clients.Load())[addr]; c != nil {
+		return c
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.clients.Load()
+	if c := old[addr]; c != nil {
+		return c
+	}
+	connect := time.Duration(loc.Proxy.ConnectTimeoutSeconds) * time.Second
+	if connect <= 0 {
+		connect = 5 * time.Second
+	}
+	c := &fasthttp.HostClient{
+		Addr:                          addr,
+		MaxConns:                      1024,
+		MaxIdleConnDuration:           60 * time.Second,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		NoDefaultUserAgentHeader:      true,
+		Dial: func(a string) (net.Conn, error) {
+			return fasthttp.DialTimeout(a, connect)
+		},
+	}
+	next := make(map[string]*fasthttp.HostClient, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[addr] = c
+	p.clients.Store(&next)
+	return c
+}
+
+// isReplayable: only requests that can be sent again (nginx
+// proxy_next_upstream without non_idempotent).
+func isReplayable(ctx *fasthttp.RequestCtx) bool {
+	switch string(ctx.Method()) {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+// retryable: errors where nothing reached the upstream application, or the
+// upstream closed before answering (proxy_next_upstream error timeout).
+func retryable(err error) bool {
+	var dialErr *net.OpError
+	if errors.As(err, &dialErr) {
+		return true
+	}
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, fasthttp.ErrDialTimeout) || errors.Is(err, fasthttp.ErrTimeout)
+}
+
+// defaultBackend answers as ingress-nginx's default backend.
+func defaultBackend(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+	ctx.SetStatusCode(fasthttp.StatusNotFound)
+	ctx.SetBodyString("default backend - 404")
+}
+
+// hostOnly lower-cases the Host header and drops the port.
+func hostOnly(h []byte) []byte {
+	if i := lastColon(h); i >= 0 && (len(h) == 0 || h[len(h)-1] != ']') {
+		h = h[:i]
+	}
+	for _, c := range h {
+		if c >= 'A' && c <= 'Z' {
+			b := make([]byte, len(h))
+			for i, c := range h {
+				if c >= 'A' && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				b[i] = c
+			}
+			return b
+		}
+	}
+	return h
+}
+
+func lastColon(b []byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		switch b[i] {
+		case ':':
+			return i
+		case ']':
+			return -1
+		}
+	}
+	return -1
+}
+
+// requestView answers nginx variables from the fasthttp request for the
+// balancer.
+type requestView struct {
+	ctx      *fasthttp.RequestCtx
+	host     []byte
+	server   string
+	location string
+	scratch  [64]byte
+}
+
+func (v *requestView) Var(name string) ([]byte, bool) {
+	switch name {
+	case "host":
+		return v.host, true
+	case "server_name":
+		return []byte(v.server), true
+	case "location_path":
+		return []byte(v.location), true
+	case "https":
+		if v.ctx.IsTLS() {
+			return []byte("on"), true
+		}
+		return nil, true
+	case "request_uri":
+		return v.ctx.RequestURI(), true
+	case "uri":
+		return v.ctx.Path(), true
+	case "remote_addr":
+		b, err := v.ctx.RemoteIP().AppendText(v.scratch[:0])
+		return b, err == nil
+	case "http_cookie":
+		c := v.ctx.Request.Header.Peek("Cookie")
+		return c, len(c) > 0
+	}
+	if len(name) > 5 && name[:5] == "http_" {
+		h := name[5:]
+		if len(h) > len(v.scratch) {
+			return nil, false
+		}
+		b := v.scratch[:len(h)]
+		for i := 0; i < len(h); i++ {
+			c := h[i]
+			if c == '_' {
+				c = '-'
+			}
+			b[i] = c
+		}
+		val := v.ctx.Request.Header.PeekBytes(b)
+		return val, val != nil
+	}
+	if len(name) > 7 && name[:7] == "cookie_" {
+		val := v.ctx.Request.Header.Cookie(name[7:])
+		return val, val != nil
+	}
+	return nil, false
+}

@@ -1,0 +1,226 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// backend is a real upstream on loopback that names itself and echoes what
+// it received.
+func backend(t *testing.T, name string) (addr string) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Backend", name)
+		fmt.Fprintf(w, "%s %s %s xff=%s xrip=%s proto=%s host=%s rid=%t conn=%q",
+			name, r.Method, r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-Ip"),
+			r.Header.Get("X-Forwarded-Proto"), r.Host, r.Header.Get("X-Request-Id") != "", r.Header.Get("X-Custom-Hop"))
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func endpoints(addrs ...string) []balancer.Endpoint {
+	var out []balancer.Endpoint
+	for _, a := range addrs {
+		h, p, _ := net.SplitHostPort(a)
+		out = append(out, balancer.Endpoint{Address: h, Port: balancer.PortString(p)})
+	}
+	return out
+}
+
+func loc(path string, pt model.PathType, backend string) model.Location {
+	return model.Location{Path: path, PathType: pt, Backend: backend, Proxy: model.Proxy{NextUpstreamTries: 3, ReadTimeoutSeconds: 5, ConnectTimeoutSeconds: 1}}
+}
+
+// start runs a Proxy with cfg on loopback and returns its base URL.
+func start(t *testing.T, cfg *model.Configuration) (string, *balancer.Registry) {
+	t.Helper()
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(cfg.Backends); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Picker: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), reg
+}
+
+func get(t *testing.T, url, host string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Host = host
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestRoutingAndHeaders(t *testing.T) {
+	a, b := backend(t, "a"), backend(t, "b")
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)}, {Name: "empty"}},
+		Servers: []model.Server{
+			{Hostname: "_", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: model.DefaultBackendName, IsDefaultBackend: true}}},
+			{Hostname: "shop.example.com", Locations: []model.Location{
+				loc("/", model.PathTypePrefix, "a"), loc("/api", model.PathTypePrefix, "b"), loc("/exact", model.PathTypeExact, "b"),
+				loc("/none", model.PathTypePrefix, "empty")}},
+			{Hostname: "*.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "b")}},
+		},
+	}
+	base, _ := start(t, cfg)
+	tests := []struct {
+		host, path string
+		status     int
+		body       string
+	}{
+		{"shop.example.com", "/", 200, "a GET /"},
+		{"SHOP.example.com:80", "/x", 200, "a GET /x"},
+		{"shop.example.com", "/api", 200, "b GET /api"},
+		{"shop.example.com", "/api/v1?q=1", 200, "b GET /api/v1?q=1"},
+		{"shop.example.com", "/apix", 200, "a GET /apix"}, // Prefix is element-wise
+		{"shop.example.com", "/exact", 200, "b GET /exact"},
+		{"shop.example.com", "/exact/more", 200, "a GET /exact/more"},
+		{"any.example.com", "/", 200, "b GET /"},
+		{"unknown.test", "/", 404, "default backend - 404"},
+		{"shop.example.com", "/none", 503, "503 Service Temporarily Unavailable"},
+	}
+	for _, tt := range tests {
+		resp, body := get(t, base+tt.path, tt.host, nil)
+		if resp.StatusCode != tt.status || !strings.HasPrefix(body, tt.body) {
+			t.Errorf("%s%s: %d %q; want %d %q", tt.host, tt.path, resp.StatusCode, body, tt.status, tt.body)
+		}
+	}
+	_, body := get(t, base+"/", "shop.example.com", map[string]string{"X-Forwarded-For": "203.0.113.9", "Connection": "X-Custom-Hop", "X-Custom-Hop": "x"})
+	for _, want := range []string{"xff=203.0.113.9, 127.0.0.1", "xrip=127.0.0.1", "proto=http", "host=shop.example.com", "rid=true", `conn=""`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("upstream saw %q; want %q", body, want)
+		}
+	}
+}
+
+func TestBalancingThroughTheProxy(t *testing.T) {
+	a, b := backend(t, "a"), backend(t, "b")
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{
+			{Name: "rr", Endpoints: endpoints(a, b), AlternativeBackends: []string{"canary"}},
+			{Name: "canary", Endpoints: endpoints(b), TrafficShapingPolicy: balancer.TrafficShapingPolicy{Header: "X-Canary"}},
+			{Name: "sticky", Endpoints: endpoints(a, b), SessionAffinity: balancer.SessionAffinityConfig{Name: "cookie",
+				CookieSessionAffinity: balancer.CookieSessionAffinity{Name: "INGRESSCOOKIE", Locations: map[string][]string{"sticky.test": {"/"}}}}},
+			{Name: "retry", Endpoints: endpoints(deadAddr(t), a), LoadBalance: "ewma"},
+		},
+		Servers: []model.Server{
+			{Hostname: "rr.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "rr")}},
+			{Hostname: "sticky.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "sticky")}},
+			{Hostname: "retry.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "retry")}},
+		},
+	}
+	base, _ := start(t, cfg)
+
+	seen := map[string]int{}
+	for range 20 {
+		resp, _ := get(t, base+"/", "rr.test", nil)
+		seen[resp.Header.Get("X-Backend")]++
+	}
+	if seen["a"] != 10 || seen["b"] != 10 {
+		t.Errorf("round robin gave %v; want 10/10", seen)
+	}
+	for range 5 {
+		if resp, _ := get(t, base+"/", "rr.test", map[string]string{"X-Canary": "always"}); resp.Header.Get("X-Backend") != "b" {
+			t.Fatalf("canary header went to %s", resp.Header.Get("X-Backend"))
+		}
+	}
+
+	resp, _ := get(t, base+"/", "sticky.test", nil)
+	cookie := resp.Header.Get("Set-Cookie")
+	if !strings.HasPrefix(cookie, "INGRESSCOOKIE=") || !strings.Contains(cookie, "; Path=/; HttpOnly") {
+		t.Fatalf("Set-Cookie = %q", cookie)
+	}
+	first := resp.Header.Get("X-Backend")
+	for range 10 {
+		r, _ := get(t, base+"/", "sticky.test", map[string]string{"Cookie": strings.SplitN(cookie, ";", 2)[0]})
+		if r.Header.Get("X-Backend") != first || r.Header.Get("Set-Cookie") != "" {
+			t.Fatalf("sticky request went to %s (cookie %q); want %s", r.Header.Get("X-Backend"), r.Header.Get("Set-Cookie"), first)
+		}
+	}
+
+	for range 10 {
+		r, body := get(t, base+"/", "retry.test", nil)
+		if r.StatusCode != 200 || !strings.HasPrefix(body, "a ") {
+			t.Fatalf("retry: %d %q; want 200 from a", r.StatusCode, body)
+		}
+	}
+}
+
+func TestRouteSwapUnderLoad(t *testing.T) {
+	a, b := backend(t, "a"), backend(t, "b")
+	cfgA := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "x", Endpoints: endpoints(a)}},
+		Servers:  []model.Server{{Hostname: "swap.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "x")}}},
+	}
+	base, reg := start(t, cfgA)
+	p := &model.Configuration{Backends: []balancer.Backend{{Name: "x", Endpoints: endpoints(b)}}, Servers: cfgA.Servers}
+	errs := make(chan error, 1)
+	go func() {
+		for i := range 50 {
+			c := cfgA
+			if i%2 == 1 {
+				c = p
+			}
+			if err := reg.Sync(c.Backends); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for range 200 {
+		if resp, _ := get(t, base+"/", "swap.test", nil); resp.StatusCode != 200 {
+			t.Fatalf("status %d during swaps", resp.StatusCode)
+		}
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// table is an immutable routing table built from one Configuration.
+type table struct {
+	exact     map[string]*vhost
+	wildcards []wildcard // longest suffix first
+	catchAll  *vhost
+}
+
+type wildcard struct {
+	suffix string // ".example.com" for "*.example.com"
+	vh     *vhost
+}
+
+// vhost is one server's locations, pre-sorted for matching.
+type vhost struct {
+	name   string
+	exact  map[string]*route
+	regex  []*route // in configuration order
+	prefix []*route // longest path first
+}
+
+// route is one location.
+type route struct {
+	loc model.Location
+	re  *regexp.Regexp
+}
+
+// newTable builds the routing table. Locations whose regex does not compile
+// are skipped (the builder already validated them).
+func newTable(cfg *model.Configuration) *table {
+	t := &table{exact: map[string]*vhost{}}
+	for i := range cfg.Servers {
+		s := &cfg.Servers[i]
+		vh := &vhost{name: s.Hostname, exact: map[string]*route{}}
+		for _, loc := range s.Locations {
+			r := &route{loc: loc}
+			switch {
+			case loc.PathType == model.PathTypeExact:
+				vh.exact[loc.Path] = r
+			case loc.Regex:
+				// ingress-nginx writes use-regex paths as case-insensitive
+				// "location ~*".
+				re, err := regexp.Compile("(?i)" + loc.Path)
+				if err != nil {
+					continue
+				}
+				r.re = re
+				vh.regex = append(vh.regex, r)
+			default:
+				vh.prefix = append(vh.prefix, r)
+			}
+		}
+		sort.SliceStable(vh.prefix, func(i, j int) bool { return len(vh.prefix[i].loc.Path) > len(vh.prefix[j].loc.Path) })
+		switch {
+		case s.Hostname == model.CatchAllHost:
+			t.catchAll = vh
+		case strings.HasPrefix(s.Hostname, "*."):
+			t.wildcards = append(t.wildcards, wildcard{suffix: s.Hostname[1:], vh: vh})
+			for _, a := range s.Aliases {
+				t.exact[a] = vh
+			}
+		default:
+			t.exact[s.Hostname] = vh
+			for _, a := range s.Aliases {
+				t.exact[a] = vh
+			}
+		}
+	}
+	sort.SliceStable(t.wildcards, func(i, j int) bool { return len(t.wildcards[i].suffix) > len(t.wildcards[j].suffix) })
+	return t
+}
+
+// lookup finds the route for a host (lower case, no port) and path, as nginx
+// would: exact host, then the longest wildcard, then the catch-all server;
+// within it an exact location, then the first regex that matches, then the
+// longest prefix (element-wise, so /foo matches /foo/bar but not /foobar).
+func (t *table) lookup(host, path []byte) (*vhost, *route) {
+	vh := t.exact[string(host)]
+	if vh == nil {
+		for _, w := range t.wildcards {
+			// "*.example.com" matches one or more labels before the suffix.
+			if len(host) > len(w.suffix) && strings.HasSuffix(string(host), w.suffix) {
+				vh = w.vh
+				break
+			}
+		}
+	}
+	if vh == nil {
+		vh = t.catchAll
+	}
+	if vh == nil {
+		return nil, nil
+	}
+	if r := vh.exact[string(path)]; r != nil {
+		return vh, r
+	}
+	for _, r := range vh.regex {
+		if r.re.Match(path) {
+			return vh, r
+		}
+	}
+	for _, r := range vh.prefix {
+		if prefixMatch(r.loc.Path, path) {
+			return vh, r
+		}
+	}
+	// nginx does not fall back to another server: the default backend
+	// answers.
+	return vh, nil
+}
+
+// prefixMatch is the Ingress Prefix path type: element-wise.
+func prefixMatch(prefix string, path []byte) bool {
+	if prefix == "/" {
+		return true
+	}
+	p := strings.TrimSuffix(prefix, "/")
+	if len(path) < len(p) || string(path[:len(p)]) != p {
+		return false
+	}
+	return len(path) == len(p) || path[len(p)] == '/'
+}
