@@ -13,13 +13,18 @@ func sortStrings(s []string) { sort.Strings(s) }
 // sync that does not change the node set keeps the position.
 type roundRobin struct {
 	cursor *atomic.Uint32
-	n      uint64
+	// order is the rotation: b.peers indices in address order, so a payload
+	// listing the same endpoints in another order keeps the permutation (Lua
+	// keeps its node table when the node map is unchanged).
+	order []int
+	n     uint64
 	// m is Lemire's fastmod constant for n: c % n without a division.
 	m uint64
 }
 
-func newRoundRobin(cursor *atomic.Uint32, n int) *roundRobin {
-	return &roundRobin{cursor: cursor, n: uint64(n), m: ^uint64(0)/uint64(n) + 1}
+func newRoundRobin(cursor *atomic.Uint32, order []int) *roundRobin {
+	n := len(order)
+	return &roundRobin{cursor: cursor, order: order, n: uint64(n), m: ^uint64(0)/uint64(n) + 1}
 }
 
 func (rr *roundRobin) pick(_ *Registry, _ *backend, _ Request, _ *Attempt) (int, string, float64, error) {
@@ -28,7 +33,7 @@ func (rr *roundRobin) pick(_ *Registry, _ *backend, _ Request, _ *Attempt) (int,
 	}
 	c := uint64(rr.cursor.Add(1))
 	hi, _ := bits.Mul64(rr.m*c, rr.n)
-	return int(hi), "", -1, nil
+	return rr.order[hi], "", -1, nil
 }
 
 // ewmaPicker is ewma.lua (spec §4.2): power of two choices over the peers not

@@ -44,6 +44,10 @@ func nameOf(r json.RawMessage) string {
 	return ""
 }
 
+// maxCookieSeconds bounds session-cookie-expires and -max-age (about 31,700
+// years), so now + expires cannot overflow.
+const maxCookieSeconds = 1e12
+
 // Validate checks the fields a balancer relies on. Sync calls it for every
 // backend and skips (keeping the previous version of) a backend that fails.
 func (b *Backend) Validate() error {
@@ -62,13 +66,13 @@ func (b *Backend) Validate() error {
 	}
 	ca := b.SessionAffinity.CookieSessionAffinity
 	if ca.Expires != "" {
-		if _, err := strconv.ParseInt(ca.Expires, 10, 64); err != nil {
-			errs = append(errs, fmt.Errorf("cookie expires %q is not a whole number of seconds", ca.Expires))
+		if n, err := strconv.ParseInt(ca.Expires, 10, 64); err != nil || n > maxCookieSeconds || n < -maxCookieSeconds {
+			errs = append(errs, fmt.Errorf("cookie expires %q is not a whole number of seconds within ±%d", ca.Expires, int64(maxCookieSeconds)))
 		}
 	}
 	if ca.MaxAge != "" {
-		if _, err := strconv.ParseInt(ca.MaxAge, 10, 64); err != nil {
-			errs = append(errs, fmt.Errorf("cookie maxage %q is not a whole number of seconds", ca.MaxAge))
+		if n, err := strconv.ParseInt(ca.MaxAge, 10, 64); err != nil || n > maxCookieSeconds || n < -maxCookieSeconds {
+			errs = append(errs, fmt.Errorf("cookie maxage %q is not a whole number of seconds within ±%d", ca.MaxAge, int64(maxCookieSeconds)))
 		}
 	}
 	if strings.ContainsAny(ca.Name, "=;, \t\r\n") {

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/md5"
 	"encoding/hex"
 	"hash/crc32"
@@ -53,7 +54,7 @@ func newSticky(in *Backend, st *backendState, b *backend, persistent bool) *stic
 	s := &sticky{
 		persistent:      persistent,
 		backendKey:      []byte(BackendKey(in.Name)),
-		cookieName:      ca.Name,
+		cookieName:      cmp.Or(ca.Name, "route"), // Lua: name or "route"
 		maxAge:          ca.MaxAge,
 		domain:          ca.Domain,
 		path:            ca.Path,
@@ -221,7 +222,9 @@ func (s *sticky) shouldSetCookie(req Request) bool {
 	}
 	locs, ok := s.locations[string(host)]
 	if !ok {
-		if i := bytes.IndexByte(host, '.'); i >= 0 {
+		// Lua: ngx.re.sub(host, "^[^\\.]+\\.", "*."): at least one character
+		// before the first dot.
+		if i := bytes.IndexByte(host, '.'); i > 0 {
 			locs, ok = s.wildcardLocations[string(host[i+1:])]
 		}
 	}

@@ -1,7 +1,9 @@
 package balancer
 
 import (
+	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -250,5 +252,121 @@ func TestRingIsStableSort(t *testing.T) {
 		if rg.hashes[i] != p.h || rg.owners[i] != p.o {
 			t.Fatalf("point %d = (%d, %d); want (%d, %d)", i, rg.hashes[i], rg.owners[i], p.h, p.o)
 		}
+	}
+}
+
+// Spec §4.5.1: sticky_balanced keys are "<ngx.now()+i>.<pid>.<math.random(999999)>",
+// ngx.now()+i printed as Lua %.14g; with an injected clock, pid and RNG the
+// cookie is exact.
+func TestStickyBalancedKey(t *testing.T) {
+	const r323811 = 0x52e53bbedf5cdf5f // intn(999999) = 323810, so math.random gives 323811
+	aff := SessionAffinityConfig{Name: "cookie", CookieSessionAffinity: CookieSessionAffinity{
+		Name: "INGRESSCOOKIE", Locations: map[string][]string{"h": {"/"}}}}
+	req := vars{"host": "h", "server_name": "h", "location_path": "/"}
+	bk := BackendKey("default-echo-80")
+	tests := []struct {
+		name  string
+		now   float64
+		eps   []string
+		tried []string
+		want  string // the cookie value; "" for ErrNoPeer
+	}{
+		{"whole second", 1700000000, []string{"10.0.0.1:8080"}, nil, "1700000001.4242.323811|" + bk},
+		{"milliseconds", 1700000000.123, []string{"10.0.0.1:8080"}, nil, "1700000001.123.4242.323811|" + bk},
+		{"the only peer already failed: 20 tries, then no peer", 1700000000, []string{"10.0.0.1:8080"}, []string{"10.0.0.1:8080"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRegistry(Config{Rand: func() uint64 { return r323811 }, Now: fixedClock(tt.now), PID: 4242})
+			mustSync(t, r, Backend{Name: "default-echo-80", Endpoints: eps(tt.eps...), SessionAffinity: aff})
+			var a Attempt
+			p, err := r.PickAfter("default-echo-80", req, &a, tt.tried)
+			if tt.want == "" {
+				if !errors.Is(err, ErrNoPeer) {
+					t.Fatalf("got %+v, %v; want ErrNoPeer", p, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "INGRESSCOOKIE=" + tt.want + "; Path=/; HttpOnly"
+			if p.SetCookie != want {
+				t.Errorf("Set-Cookie\n got %q\nwant %q", p.SetCookie, want)
+			}
+		})
+	}
+}
+
+// The key of a new sticky_balanced session is hashed onto the ring: the peer
+// is the ring owner of CRC32(key), and a retry after that peer failed uses
+// the next i (ngx.now()+2).
+func TestStickyBalancedKeyPicksRingOwner(t *testing.T) {
+	const r323811 = 0x52e53bbedf5cdf5f
+	addrs := []string{"10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080"}
+	r := NewRegistry(Config{Rand: func() uint64 { return r323811 }, Now: fixedClock(1700000000), PID: 4242})
+	mustSync(t, r, Backend{Name: "b", Endpoints: eps(addrs...), SessionAffinity: SessionAffinityConfig{Name: "cookie"}})
+	owner := func(key string) string {
+		b := r.snap.Load().byName["b"]
+		s := b.algo.(*sticky)
+		return b.peers[s.ringToPeer[s.ring.find(crc32Of(key))]].addr
+	}
+	var a Attempt
+	p, err := r.Pick("b", vars{}, &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := owner("1700000001.4242.323811"); p.Peer != want {
+		t.Errorf("first pick %s; want the ring owner %s of the key", p.Peer, want)
+	}
+	// Retry with change_on_failure semantics do not apply (no cookie): the
+	// failed peer is excluded, keys continue with i = 2, 3, ...
+	a.LastFailure = FailureFailed
+	p2, err := r.Pick("b", vars{}, &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for i := 2; i <= 20; i++ {
+		if o := owner(strconv.Itoa(1700000000+i) + ".4242.323811"); o != p.Peer {
+			want = o
+			break
+		}
+	}
+	if p2.Peer != want {
+		t.Errorf("retry %s; want %s", p2.Peer, want)
+	}
+}
+
+// Edge cases of should_set_cookie and the cookie name.
+func TestStickyCookieEdges(t *testing.T) {
+	tests := []struct {
+		name string
+		ca   CookieSessionAffinity
+		req  vars
+		want string
+	}{
+		{"empty cookie name is route, as Lua's name or \"route\"", CookieSessionAffinity{Locations: map[string][]string{"h": {"/"}}},
+			vars{"host": "h", "server_name": "h", "location_path": "/"}, "route="},
+		{"host with a leading dot has no wildcard", CookieSessionAffinity{Name: "c", Locations: map[string][]string{"*.example.com": {"/"}}},
+			vars{"host": ".example.com", "server_name": "x", "location_path": "/"}, ""},
+		{"wildcard needs the same location path", CookieSessionAffinity{Name: "c", Locations: map[string][]string{"*.example.com": {"/app"}}},
+			vars{"host": "a.example.com", "server_name": "x", "location_path": "/"}, ""},
+		{"exact host beats wildcard", CookieSessionAffinity{Name: "c", Locations: map[string][]string{"a.example.com": {"/x"}, "*.example.com": {"/"}}},
+			vars{"host": "a.example.com", "server_name": "x", "location_path": "/"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRegistry(Config{Rand: seqRand(1), Now: fixedClock(1700000000)})
+			mustSync(t, r, Backend{Name: "b", Endpoints: eps("10.0.0.1:80"), SessionAffinity: SessionAffinityConfig{Name: "cookie", Mode: "persistent", CookieSessionAffinity: tt.ca}})
+			var a Attempt
+			p, err := r.Pick("b", tt.req, &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(p.SetCookie, tt.want) || (tt.want == "") != (p.SetCookie == "") {
+				t.Errorf("Set-Cookie %q; want prefix %q", p.SetCookie, tt.want)
+			}
+		})
 	}
 }
