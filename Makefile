@@ -42,4 +42,4 @@ bench:
 	@for s in test/bench/*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; "$$s" || exit 1; done
 
 run:
-	$(GO) run ./cmd/switchyard --manifests deploy/quickstart
+	$(GO) run ./cmd/switchyard quickstart

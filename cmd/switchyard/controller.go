@@ -1,13 +1,34 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/cmd/switchyard/internal/statuspage"
+	"github.com/switchyard-proxy/switchyard/controlplane"
+	"github.com/switchyard-proxy/switchyard/controlplane/builder"
+	"github.com/switchyard-proxy/switchyard/controlplane/manifests"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/proxy"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
 
-// runController runs the controller. The flags are parsed and validated; the
-// wiring of control plane and data planes lands with the product-binary
-// issue, so for now it says so instead of pretending.
+// runController runs the controller until SIGINT or SIGTERM.
 func runController(args []string, stdout, stderr io.Writer) int {
 	opts, err := parseControllerFlags(args, stderr)
 	if err != nil {
@@ -18,12 +39,278 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, versionString())
 		return 0
 	}
-	fmt.Fprintln(stderr, "switchyard controller: not implemented yet")
-	return 2
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serveController(ctx, opts, nil); err != nil {
+		fmt.Fprintf(stderr, "switchyard controller: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // runBalancer runs the drop-in balancer mode. Not built yet.
 func runBalancer(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "switchyard balancer: not implemented yet")
+	fmt.Fprintln(stderr, "switchyard balancer: not implemented yet (the pick socket and /configuration API land with the nginx shim)")
 	return 2
+}
+
+// listening receives the addresses the controller bound, for tests and the
+// quickstart banner.
+type listening struct {
+	HTTP, Status string
+}
+
+// serveController wires control plane, balancer and data plane and serves
+// until ctx ends. If ready is not nil it receives the bound addresses once
+// the first configuration is served.
+func serveController(ctx context.Context, opts controllerOptions, ready chan<- listening) error {
+	klogFlags(opts.Verbosity)
+	if opts.DataPlane != "go" {
+		return fmt.Errorf("--data-plane=%s is not available yet; use --data-plane=go", opts.DataPlane)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	client, runSource, err := clusterClient(opts)
+	if err != nil {
+		return err
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	px, err := proxy.New(proxy.Config{Picker: reg})
+	if err != nil {
+		return err
+	}
+	metrics := newControllerMetrics(reg)
+	history := &statuspage.History{}
+	ctrl, err := controlplane.New(controlplane.Config{
+		Client: client,
+		Build: builder.Options{
+			ControllerClass: opts.ControllerClass, IngressClass: opts.IngressClass,
+			WatchNamespace: opts.WatchNamespace, DefaultBackendService: opts.DefaultBackendService,
+		},
+		ConfigMap: opts.ConfigMap,
+		Sinks: []controlplane.Sink{controlplane.SinkFunc(func(_ context.Context, cfg *model.Configuration, ch controlplane.Change) error {
+			// Balancers first, so routes never name a backend the balancer
+			// does not know yet. Per-backend errors were already reported by
+			// the builder; the registry keeps serving the rest.
+			if err := reg.Sync(cfg.Backends); err != nil {
+				klog.ErrorS(err, "some backends were not applied")
+			}
+			px.Update(cfg)
+			return nil
+		})},
+		OnSync: func(e controlplane.SyncEvent) {
+			metrics.observeSync(e)
+			reason := "endpoints or backends changed"
+			if e.Change.Reload {
+				reason = "servers or locations changed"
+			}
+			ev := statuspage.Event{Time: e.Time, Kind: "sync", Duration: e.Duration, Reason: fmt.Sprintf("version %d: %s", e.Version, reason)}
+			if e.Err != nil {
+				ev.Err = e.Err.Error()
+			}
+			history.Record(ev)
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	httpLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)))
+	if err != nil {
+		return fmt.Errorf("listen for HTTP: %w", err)
+	}
+	statusLn, err := net.Listen("tcp", net.JoinHostPort(opts.StatusAddress, strconv.Itoa(opts.StatusPort)))
+	if err != nil {
+		httpLn.Close()
+		return fmt.Errorf("listen for status: %w", err)
+	}
+	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 4)
+	go func() { errc <- runSource(ctx) }()
+	go func() { errc <- ctrl.Run(ctx) }()
+	go func() { errc <- px.Serve(ctx, httpLn) }()
+	go func() {
+		if err := statusSrv.Serve(statusLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
+
+	select {
+	case <-ctrl.Ready():
+		if ready != nil {
+			ready <- listening{HTTP: httpLn.Addr().String(), Status: statusLn.Addr().String()}
+		}
+	case err := <-errc:
+		cancel()
+		return err
+	case <-ctx.Done():
+	}
+	var first error
+	select {
+	case first = <-errc:
+	case <-ctx.Done():
+	}
+	cancel()
+	shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	_ = statusSrv.Shutdown(shutdown)
+	return first
+}
+
+// clusterClient returns the client to watch, and a function running whatever
+// feeds it (the manifest watcher; a no-op for a real API server).
+func clusterClient(opts controllerOptions) (kubernetes.Interface, func(context.Context) error, error) {
+	if opts.Manifests != "" {
+		src, err := manifests.Load(manifests.Config{Dir: opts.Manifests, OnError: func(path string, err error) {
+			klog.ErrorS(err, "manifest skipped", "file", path)
+		}})
+		if src == nil {
+			return nil, nil, err
+		}
+		if err != nil {
+			klog.ErrorS(err, "some manifests were skipped")
+		}
+		return src.Client(), src.Run, nil
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	restCfg.UserAgent = "switchyard/" + version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, func(ctx context.Context) error { <-ctx.Done(); return nil }, nil
+}
+
+// statusMux serves the status port: the status page, health, readiness and
+// metrics.
+func statusMux(ctrl *controlplane.Controller, reg *balancer.Registry, history *statuspage.History, m *controllerMetrics) http.Handler {
+	mux := http.NewServeMux()
+	page := statuspage.New(statuspage.Config{History: history, Snapshot: func() statuspage.Snapshot {
+		return snapshot(ctrl, reg)
+	}})
+	mux.Handle("/", page)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-ctrl.Ready():
+			_, _ = io.WriteString(w, "ok\n")
+		default:
+			http.Error(w, "waiting for the first sync", http.StatusServiceUnavailable)
+		}
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// snapshot turns the current Configuration and balancer state into what the
+// status page shows.
+func snapshot(ctrl *controlplane.Controller, reg *balancer.Registry) statuspage.Snapshot {
+	var s statuspage.Snapshot
+	select {
+	case <-ctrl.Ready():
+		s.Ready = true
+	default:
+	}
+	if cfg := ctrl.Current(); cfg != nil {
+		s.Version = cfg.Version
+		for _, srv := range cfg.Servers {
+			out := statuspage.Server{Host: srv.Hostname, TLS: srv.TLS != nil}
+			for _, l := range srv.Locations {
+				out.Paths = append(out.Paths, statuspage.Path{Path: l.Path, PathType: string(l.PathType), Backend: l.Backend})
+			}
+			s.Servers = append(s.Servers, out)
+		}
+		for _, e := range cfg.Errors {
+			obj := e.Object.Kind + " " + e.Object.Namespace + "/" + e.Object.Name
+			s.Errors = append(s.Errors, statuspage.ObjError{Object: obj, Field: e.Field, Message: e.Message})
+		}
+	}
+	for _, b := range reg.Backends() {
+		out := statuspage.Backend{Name: b.Name, Algorithm: b.Algorithm, Alternatives: b.Alternatives}
+		for _, e := range b.Endpoints {
+			out.Endpoints = append(out.Endpoints, statuspage.Endpoint{Address: e.Address, Picks: e.Requests, Failures: e.Failures, InFlight: e.InFlight, EWMA: e.EWMA})
+		}
+		s.Backends = append(s.Backends, out)
+	}
+	return s
+}
+
+// controllerMetrics are the controller's Prometheus metrics, with
+// ingress-nginx's names where one exists.
+type controllerMetrics struct {
+	registry     *prometheus.Registry
+	syncs        *prometheus.CounterVec
+	lastOK       prometheus.Gauge
+	syncDuration prometheus.Histogram
+}
+
+func newControllerMetrics(reg *balancer.Registry) *controllerMetrics {
+	m := &controllerMetrics{
+		registry: prometheus.NewRegistry(),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "nginx_ingress_controller", Name: "success",
+			Help: "Cumulative number of successful configuration syncs (ingress-nginx: reload operations).",
+		}, []string{"kind"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "nginx_ingress_controller", Name: "config_last_reload_successful",
+			Help: "Whether the last configuration sync was successful.",
+		}),
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "switchyard", Name: "sync_duration_seconds",
+			Help: "Time from the start of a sync to the sinks having the configuration.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	m.registry.MustRegister(m.syncs, m.lastOK, m.syncDuration, balancerCollector{reg},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *controllerMetrics) observeSync(e controlplane.SyncEvent) {
+	if e.Err != nil {
+		m.lastOK.Set(0)
+		return
+	}
+	kind := "dynamic"
+	if e.Change.Reload {
+		kind = "structural"
+	}
+	m.syncs.WithLabelValues(kind).Inc()
+	m.lastOK.Set(1)
+	m.syncDuration.Observe(e.Duration.Seconds())
+}
+
+// balancerCollector exports per-endpoint balancer state at scrape time.
+type balancerCollector struct{ reg *balancer.Registry }
+
+var (
+	descRequests = prometheus.NewDesc("switchyard_balancer_endpoint_requests_total", "Attempts completed per endpoint.", []string{"backend", "endpoint"}, nil)
+	descFailures = prometheus.NewDesc("switchyard_balancer_endpoint_failures_total", "Failed attempts per endpoint.", []string{"backend", "endpoint"}, nil)
+	descInFlight = prometheus.NewDesc("switchyard_balancer_endpoint_in_flight", "Requests in flight per endpoint.", []string{"backend", "endpoint"}, nil)
+	descEWMA     = prometheus.NewDesc("switchyard_balancer_endpoint_ewma_seconds", "Decayed EWMA latency score per endpoint (ewma, peak_ewma).", []string{"backend", "endpoint"}, nil)
+)
+
+func (balancerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRequests
+	ch <- descFailures
+	ch <- descInFlight
+	ch <- descEWMA
+}
+
+func (c balancerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, b := range c.reg.Backends() {
+		for _, e := range b.Endpoints {
+			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(e.Requests), b.Name, e.Address)
+			ch <- prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, float64(e.Failures), b.Name, e.Address)
+			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(e.InFlight), b.Name, e.Address)
+			if e.EWMA >= 0 {
+				ch <- prometheus.MustNewConstMetric(descEWMA, prometheus.GaugeValue, e.EWMA, b.Name, e.Address)
+			}
+		}
+	}
 }

@@ -46,6 +46,11 @@ func TestDebugPick(t *testing.T) {
 	if err := os.WriteFile(stickyFile, []byte(sticky), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	condFile := filepath.Join(dir, "cond.json")
+	cond := strings.Replace(sticky, `"samesite":"None"`, `"samesite":"None","conditional_samesite_none":true`, 1)
+	if err := os.WriteFile(condFile, []byte(cond), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const fullCookie = "INGRESSCOOKIE=5d7bb003ea5eff5dd462c931c5761887|df61074cff0dc933beb37e1d8124ac6f; Expires=Thu, 16-Nov-23 22:13:20 GMT; Max-Age=172800; Path=/; Secure; HttpOnly; SameSite=None"
 	tests := []struct {
 		name string
@@ -59,7 +64,16 @@ func TestDebugPick(t *testing.T) {
 		{"canary by cookie", []string{"--backend", "default-echo-80", "--cookie", "Canary=always", "--var", "request_uri=/"}, `{"backend":"default-echo-canary-80","peer":"10.0.1.1:8080","setCookie":"","ewmaScore":-1}`},
 		{"header never beats cookie", []string{"--backend", "default-echo-80", "--header", "X-Canary: never", "--cookie", "canary=always", "--var", "request_uri=/"}, `{"backend":"default-echo-80","peer":"10.0.0.1:8080","setCookie":"","ewmaScore":-1}`},
 		{"sticky cookie vector", []string{"--backends", stickyFile, "--backend", "default-echo-80", "--host", "echo.example.com", "--https", "--now", "1700000000"}, `{"backend":"default-echo-80","peer":"10.0.0.3:8080","setCookie":"` + fullCookie + `","ewmaScore":-1}`},
+		{"sticky cookie vector over plain http: no Secure", []string{"--backends", stickyFile, "--backend", "default-echo-80", "--host", "echo.example.com", "--now", "1700000000"},
+			`{"backend":"default-echo-80","peer":"10.0.0.3:8080","setCookie":"` + strings.Replace(fullCookie, "; Secure", "", 1) + `","ewmaScore":-1}`},
+		{"sticky existing cookie is honoured, no new cookie", []string{"--backends", stickyFile, "--backend", "default-echo-80", "--host", "echo.example.com", "--cookie", "INGRESSCOOKIE=5d7bb003ea5eff5dd462c931c5761887|df61074cff0dc933beb37e1d8124ac6f"},
+			`{"backend":"default-echo-80","peer":"10.0.0.3:8080","setCookie":"","ewmaScore":-1}`},
+		{"chash empty key", []string{"--backend", "default-echo-80", "--var", "request_uri="}, `{"backend":"default-echo-80","peer":"10.0.0.1:8080","setCookie":"","ewmaScore":-1}`},
+		{"chash retry hits the same peer", []string{"--backend", "default-echo-80", "--var", "request_uri=/foo", "--tried", "10.0.0.3:8080", "--last-failure", "failed"}, `{"backend":"default-echo-80","peer":"10.0.0.3:8080","setCookie":"","ewmaScore":-1}`},
 		{"sticky other host: no cookie", []string{"--backend", "default-sticky-80", "--host", "other.example.com", "--now", "1700000000"}, `{"backend":"default-sticky-80","peer":"10.0.0.3:8080","setCookie":"","ewmaScore":-1}`},
+		{"sticky cookie vector with conditional SameSite=None and Chrome/51", []string{"--backends", condFile, "--backend", "default-echo-80", "--host", "echo.example.com", "--https", "--now", "1700000000",
+			"--user-agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/51.0.2704.103 Safari/537.36"},
+			`{"backend":"default-echo-80","peer":"10.0.0.3:8080","setCookie":"` + strings.TrimSuffix(fullCookie, "; SameSite=None") + `","ewmaScore":-1}`},
 		{"ewma retry excludes tried", []string{"--backend", "default-ewma-80", "--tried", "10.0.0.1:8080", "--last-failure", "failed", "--seed", "1"}, `{"backend":"default-ewma-80","peer":"10.0.0.2:8080","setCookie":"","ewmaScore":0}`},
 		{"unknown backend", []string{"--backend", "nope"}, `{"status":503}`},
 		{"no endpoints", []string{"--backend", "default-empty-80"}, `{"status":503}`},

@@ -5,6 +5,7 @@
 //
 //	switchyard [controller] [flags]   control plane + balancer + data plane (default)
 //	switchyard balancer [flags]       drop-in mode beside an existing ingress-nginx
+//	switchyard quickstart             the no-cluster demo on deploy/quickstart
 //	switchyard debug pick [flags]     one balancer pick from a backends payload
 //	switchyard debug backends|config  what a running controller holds
 package main
@@ -28,6 +29,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"controller": runController,
 		"balancer":   runBalancer,
 		"debug":      runDebug,
+		"quickstart": runQuickstart,
 	}
 	if len(args) == 0 || (len(args[0]) > 0 && args[0][0] == '-') {
 		return runController(args, stdout, stderr)

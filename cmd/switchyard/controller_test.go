@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const defaultTestTimeout = 30 * time.Second
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// quickstartDir copies deploy/quickstart with the backends moved to the given
+// ports, so the test runs beside a real quickstart.
+func quickstartDir(t *testing.T, port1, port2 int) string {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := filepath.Glob("../../deploy/quickstart/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("quickstart manifests: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.ReplaceAll(string(data), "18081", strconv.Itoa(port1))
+		s = strings.ReplaceAll(s, "18082", strconv.Itoa(port2))
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestControllerServesQuickstart runs the controller exactly as the
+// quickstart does (manifests, Go data plane) and checks the README's curl
+// lines, the status port, and the status page in headless Chromium.
+func TestControllerServesQuickstart(t *testing.T) {
+	p1, p2 := freePort(t), freePort(t)
+	for i, p := range []int{p1, p2} {
+		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+	}
+	dir := quickstartDir(t, p1, p2)
+	opts, err := parseControllerFlags([]string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)),
+		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serveController(ctx, opts, ready) }()
+	var l listening
+	select {
+	case l = <-ready:
+	case err := <-done:
+		t.Fatalf("controller stopped: %v", err)
+	}
+
+	get := func(host string, hdr ...string) (string, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.HTTP+"/", nil)
+		req.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b)), resp.Header
+	}
+	// Round robin alternates.
+	var seq []string
+	for range 4 {
+		body, _ := get("echo.localhost")
+		seq = append(seq, strings.SplitN(body, ":", 2)[0])
+	}
+	if seq[0] == seq[1] || seq[0] != seq[2] || seq[1] != seq[3] {
+		t.Errorf("round robin sequence %v does not alternate", seq)
+	}
+	// Canary by header.
+	for range 3 {
+		if body, _ := get("echo.localhost", "X-Canary", "always"); !strings.HasPrefix(body, "backend-2:") {
+			t.Errorf("canary answered %q", body)
+		}
+	}
+	// Sticky cookie.
+	body, h := get("sticky.localhost")
+	cookie := h.Get("Set-Cookie")
+	if !strings.HasPrefix(cookie, "INGRESSCOOKIE=") || !strings.Contains(cookie, "Max-Age=3600") {
+		t.Fatalf("Set-Cookie = %q", cookie)
+	}
+	for range 5 {
+		again, h2 := get("sticky.localhost", "Cookie", strings.SplitN(cookie, ";", 2)[0])
+		if again != body || h2.Get("Set-Cookie") != "" {
+			t.Errorf("sticky answered %q (cookie %q); want %q", again, h2.Get("Set-Cookie"), body)
+		}
+	}
+	if body, _ := get("nothing.localhost"); body != "default backend - 404" {
+		t.Errorf("unknown host answered %q", body)
+	}
+
+	// Status port.
+	status := func(path string) string {
+		resp, err := http.Get("http://" + l.Status + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %d", path, resp.StatusCode)
+		}
+		return string(b)
+	}
+	status("/healthz")
+	status("/readyz")
+	metrics := status("/metrics")
+	for _, want := range []string{
+		"nginx_ingress_controller_config_last_reload_successful 1",
+		`nginx_ingress_controller_success{kind="structural"} 1`,
+		fmt.Sprintf(`switchyard_balancer_endpoint_requests_total{backend="demo-echo-http",endpoint="127.0.0.1:%d"} 2`, p1),
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// The status page in headless Chromium shows the live backends.
+	if path, err := exec.LookPath("chromium"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed; test/setup.sh installs it")
+		}
+		t.Log("SKIPPING the Chromium part: chromium is not installed")
+	} else {
+		args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000"}
+		out, err := exec.CommandContext(ctx, path, append(args, "--dump-dom", "http://"+l.Status+"/")...).Output()
+		if err != nil {
+			t.Fatalf("chromium: %v", err)
+		}
+		dom := string(out)
+		for _, want := range []string{"demo-echo-http", "sticky_balanced", fmt.Sprintf("127.0.0.1:%d", p2), "echo.localhost", ">ready<"} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("status page DOM lacks %q", want)
+			}
+		}
+		if dst := os.Getenv("SWITCHYARD_SCREENSHOT_DIR"); dst != "" {
+			shot := filepath.Join(dst, "status-page.png")
+			if err := exec.CommandContext(ctx, path, append(args, "--window-size=1280,800", "--screenshot="+shot, "http://"+l.Status+"/")...).Run(); err != nil {
+				t.Errorf("screenshot: %v", err)
+			}
+		}
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("controller: %v", err)
+	}
+}
