@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math"
 	"math/bits"
 	"sort"
 	"sync/atomic"
@@ -51,7 +52,13 @@ func (ewmaPicker) pick(r *Registry, b *backend, _ Request, a *Attempt) (int, str
 		st := b.peers[i].st
 		s := st.score(now)
 		if b.peak {
-			s *= float64(st.inFlight.Load() + 1)
+			pending := float64(st.inFlight.Load())
+			if s == 0 && pending > 0 {
+				// Finagle's cold-start rule: a peer with no latency yet
+				// but requests in flight is not free.
+				return peakPenalty + pending
+			}
+			s *= pending + 1
 		}
 		return s
 	}
@@ -76,6 +83,10 @@ func (ewmaPicker) pick(r *Registry, b *backend, _ Request, a *Attempt) (int, str
 	}
 	return first, "", c1, nil
 }
+
+// peakPenalty is the cost of a peak_ewma peer without a latency sample that
+// already has requests in flight (Finagle PeakEwma: Long.MaxValue >> 16).
+const peakPenalty = float64(math.MaxInt64 >> 16)
 
 // twoDistinct draws two distinct indices in [0, n) the way a partial
 // Fisher–Yates with k = 2 does: the first uniform, the second uniform among

@@ -38,7 +38,6 @@ func TestPickAllocs(t *testing.T) {
 			b.Endpoints = eps(addrs...)
 			mustSync(t, r, b, Backend{Name: "c", Endpoints: eps("10.0.0.9:80"), TrafficShapingPolicy: TrafficShapingPolicy{Header: "X-Canary"}})
 			var a Attempt
-			a.keyBuf = make([]byte, 0, 64)
 			req := toB(tt.req.(vars))
 			allocs := testing.AllocsPerRun(1000, func() {
 				a.Reset()

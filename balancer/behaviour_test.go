@@ -80,14 +80,6 @@ func TestRoundRobin(t *testing.T) {
 	}
 }
 
-func eps2addrs(e []Endpoint) []string {
-	var out []string
-	for _, x := range e {
-		out = append(out, x.Address+":"+x.Port.Str)
-	}
-	return out
-}
-
 func indexOf(s []string, v string) int {
 	for i, x := range s {
 		if x == v {
@@ -177,6 +169,26 @@ func TestPeakEWMAReactsAtOnce(t *testing.T) {
 	r.Feedback("p", "10.0.0.1:80", DoneInfo{ResponseTime: 2 * time.Second})
 	if got, _ := r.EWMA("p", "10.0.0.1:80"); got != 2 {
 		t.Errorf("peak ewma = %v; want 2 (a slow response raises it at once)", got)
+	}
+}
+
+// peak_ewma cold start: peers without a latency sample are not free once
+// they have requests in flight, so new requests go to the idle one.
+func TestPeakEWMAColdStart(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(29), Now: fixedClock(1700000000)})
+	mustSync(t, r, Backend{Name: "p", LoadBalance: "peak_ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")})
+	var a Attempt
+	busy, err := r.Pick("p", vars{}, &a) // stays in flight
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		var b Attempt
+		p, _ := r.Pick("p", vars{}, &b)
+		if p.Peer == busy.Peer {
+			t.Fatalf("picked the unscored peer with a request in flight (%s)", p.Peer)
+		}
+		r.Done(p, DoneInfo{Failed: true}) // no latency sample
 	}
 }
 

@@ -38,6 +38,11 @@ func benchRegistry(b *testing.B, alg Backend, n int) (*Registry, bvars) {
 	if err := r.Sync([]Backend{alg}); err != nil {
 		b.Fatal(err)
 	}
+	// ewma and peak_ewma score real statistics (an unscored peer costs no
+	// math.Exp): every endpoint has an EWMA, touched up to 10 s ago.
+	for i, e := range alg.Endpoints {
+		r.SetEWMA("bench", e.Address+":"+e.Port.Str, 0.001*float64(1+i%97), 1700000000-float64(i%10))
+	}
 	return r, nil
 }
 

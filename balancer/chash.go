@@ -260,6 +260,8 @@ func hashOf(k hashKey, req Request, a *Attempt) uint32 {
 		val, _ := req.Var(v)
 		return crc32.ChecksumIEEE(val)
 	}
+	// The Attempt keeps the buffer: a reused Attempt (Reset) builds keys
+	// without allocating; only its first composite key allocates.
 	a.keyBuf = k.eval(req, a.keyBuf)
 	return crc32.ChecksumIEEE(a.keyBuf)
 }

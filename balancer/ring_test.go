@@ -64,8 +64,7 @@ func TestRebuildRingEqualsNewRing(t *testing.T) {
 // mergeRing orders equal hashes from surviving and new nodes by node index,
 // as the stable sort does.
 func TestMergeRingTies(t *testing.T) {
-	// Old nodes 0, 1, 2 become 0, 2, 3 (node 1 is new); node 2 of the old
-	// ring was removed.
+	// Old nodes 0, 1, 2 are renumbered 0, 2, removed; new node 1 is added.
 	prev := ring{hashes: []uint32{5, 5, 7, 9}, owners: []int32{0, 1, 2, 1}}
 	remap := []int32{0, 2, -1}
 	fresh := []uint64{5<<32 | 1, 9<<32 | 1, 10<<32 | 1}
