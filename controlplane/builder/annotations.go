@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,6 +35,42 @@ type annotations struct {
 	canaryWeightTotal   int
 
 	useRegex bool
+
+	// Per-location settings.
+	backendProtocol       string
+	sslRedirect           *bool
+	forceSSLRedirect      bool
+	rewriteTarget         string
+	appRoot               string
+	preserveTrailingSlash bool
+	redirectURL           string
+	redirectCode          int
+	connectTimeout        *int
+	sendTimeout           *int
+	readTimeout           *int
+	bodySize              *int64
+	nextUpstream          []string
+	nextUpstreamTries     *int
+	nextUpstreamTimeout   *int
+	buffering             *bool
+	allowSourceRanges     []string
+	cors                  corsAnnotations
+	customHTTPErrors      []int
+	defaultBackend        string
+	xForwardedPrefix      string
+	serverAliases         []string
+	upstreamVhost         string
+	sslPassthrough        bool
+}
+
+type corsAnnotations struct {
+	enabled          bool
+	allowOrigin      []string
+	allowMethods     string
+	allowHeaders     string
+	exposeHeaders    string
+	allowCredentials bool
+	maxAge           int
 }
 
 // annotationError is one rejected annotation.
@@ -212,6 +249,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 	}
 	a.useRegex = boolean("use-regex")
+	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs
 }
 
@@ -222,4 +260,238 @@ func isAlgorithm(name string) bool {
 		}
 	}
 	return false
+}
+
+var (
+	reRewrite          = regexp.MustCompile(`^/?[A-Za-z0-9\-._~!&()*+,=:@/%$]*$`)
+	reURL              = regexp.MustCompile(`^https?://[A-Za-z0-9\-.]+(:[0-9]{1,5})?(/[A-Za-z0-9\-._~!&()*+,=:@/%?]*)?$`)
+	reOrigin           = regexp.MustCompile(`^(\*|https?://(\*\.)?[A-Za-z0-9\-.]+(:[0-9]{1,5})?)$`)
+	reTokenList        = regexp.MustCompile(`^[A-Za-z0-9\-_]+(\s*,\s*[A-Za-z0-9\-_]+)*$`)
+	reSize             = regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`)
+	reVhost            = regexp.MustCompile(`^[a-z0-9]([a-z0-9\-.]{0,251}[a-z0-9])?(:[0-9]{1,5})?$`)
+	reLabel            = regexp.MustCompile(`^[a-z]([a-z0-9\-]{0,61}[a-z0-9])?$`)
+	nextUpstreamTokens = map[string]bool{"error": true, "timeout": true, "invalid_header": true, "http_500": true,
+		"http_502": true, "http_503": true, "http_504": true, "http_403": true, "http_404": true, "http_429": true,
+		"non_idempotent": true, "off": true}
+)
+
+// parseLocationAnnotations reads the per-location annotations: protocol,
+// redirects and rewrites, proxy settings, access, CORS, error pages.
+func parseLocationAnnotations(a *annotations, get func(string) (string, bool), bad func(string, string, ...any),
+	boolean func(string) bool, integer func(string, int, int) (int, bool)) {
+	if v, ok := get("backend-protocol"); ok {
+		switch up := strings.ToUpper(v); up {
+		case "HTTP", "HTTPS", "GRPC", "GRPCS", "H2C":
+			a.backendProtocol = up
+		default:
+			bad("backend-protocol", "%q is not HTTP, HTTPS, GRPC, GRPCS or H2C", v)
+		}
+	}
+	if _, ok := get("ssl-redirect"); ok {
+		b := boolean("ssl-redirect")
+		a.sslRedirect = &b
+	}
+	a.forceSSLRedirect = boolean("force-ssl-redirect")
+	a.preserveTrailingSlash = boolean("preserve-trailing-slash")
+	if v, ok := get("rewrite-target"); ok {
+		if !reRewrite.MatchString(v) || strings.Contains(v, "${") {
+			bad("rewrite-target", "%q is not a path (captures as $1 allowed)", v)
+		} else {
+			a.rewriteTarget = v
+		}
+	}
+	if v, ok := get("app-root"); ok {
+		if validatePath(v, false) != nil {
+			bad("app-root", "%q is not a path", v)
+		} else {
+			a.appRoot = v
+		}
+	}
+	if v, ok := get("permanent-redirect"); ok {
+		if !reURL.MatchString(v) {
+			bad("permanent-redirect", "%q is not an http(s) URL", v)
+		} else {
+			a.redirectURL, a.redirectCode = v, 301
+			if n, ok := integer("permanent-redirect-code", 300, 308); ok {
+				a.redirectCode = n
+			}
+		}
+	}
+	if v, ok := get("temporal-redirect"); ok && a.redirectURL == "" {
+		if !reURL.MatchString(v) {
+			bad("temporal-redirect", "%q is not an http(s) URL", v)
+		} else {
+			a.redirectURL, a.redirectCode = v, 302
+		}
+	}
+	for _, k := range []struct {
+		name string
+		dst  **int
+		lo   int
+		hi   int
+	}{
+		{"proxy-connect-timeout", &a.connectTimeout, 1, 3600}, {"proxy-send-timeout", &a.sendTimeout, 1, 86400},
+		{"proxy-read-timeout", &a.readTimeout, 1, 86400}, {"proxy-next-upstream-tries", &a.nextUpstreamTries, 0, 100},
+		{"proxy-next-upstream-timeout", &a.nextUpstreamTimeout, 0, 86400},
+	} {
+		if n, ok := integer(k.name, k.lo, k.hi); ok {
+			*k.dst = &n
+		}
+	}
+	if v, ok := get("proxy-body-size"); ok {
+		m := reSize.FindStringSubmatch(v)
+		if m == nil {
+			bad("proxy-body-size", "%q is not a size (e.g. 8m, 512k, 0 for unlimited)", v)
+		} else {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			switch strings.ToLower(m[2]) {
+			case "k":
+				n <<= 10
+			case "m":
+				n <<= 20
+			case "g":
+				n <<= 30
+			}
+			a.bodySize = &n
+		}
+	}
+	if v, ok := get("proxy-next-upstream"); ok {
+		toks := strings.Fields(v)
+		valid := len(toks) > 0
+		for _, tk := range toks {
+			valid = valid && nextUpstreamTokens[tk]
+		}
+		if !valid {
+			bad("proxy-next-upstream", "%q is not a list of error, timeout, invalid_header, http_5xx/403/404/429, non_idempotent or off", v)
+		} else {
+			a.nextUpstream = toks
+		}
+	}
+	if v, ok := get("proxy-buffering"); ok {
+		switch v {
+		case "on", "off":
+			b := v == "on"
+			a.buffering = &b
+		default:
+			bad("proxy-buffering", "%q is not on or off", v)
+		}
+	}
+	for _, key := range []string{"whitelist-source-range", "allowlist-source-range"} {
+		v, ok := get(key)
+		if !ok {
+			continue
+		}
+		var ranges []string
+		valid := true
+		for _, r := range strings.Split(v, ",") {
+			r = strings.TrimSpace(r)
+			if _, n, err := net.ParseCIDR(r); err == nil {
+				ranges = append(ranges, n.String())
+			} else if ip := net.ParseIP(r); ip != nil {
+				ranges = append(ranges, ip.String())
+			} else {
+				valid = false
+			}
+		}
+		if !valid {
+			bad(key, "%q is not a comma-separated list of CIDRs", v)
+			continue
+		}
+		a.allowSourceRanges = ranges
+	}
+	if a.cors.enabled = boolean("enable-cors"); a.cors.enabled {
+		a.cors.allowOrigin = []string{"*"}
+		a.cors.allowMethods = "GET, PUT, POST, DELETE, PATCH, OPTIONS"
+		a.cors.allowHeaders = "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization"
+		a.cors.allowCredentials = true
+		a.cors.maxAge = 1728000
+		if v, ok := get("cors-allow-origin"); ok {
+			var origins []string
+			valid := true
+			for _, o := range strings.Split(v, ",") {
+				o = strings.TrimSpace(o)
+				if !reOrigin.MatchString(o) {
+					valid = false
+				}
+				origins = append(origins, o)
+			}
+			if valid {
+				a.cors.allowOrigin = origins
+			} else {
+				bad("cors-allow-origin", "%q is not * or a list of http(s) origins", v)
+			}
+		}
+		for _, k := range []struct {
+			name string
+			dst  *string
+		}{{"cors-allow-methods", &a.cors.allowMethods}, {"cors-allow-headers", &a.cors.allowHeaders}, {"cors-expose-headers", &a.cors.exposeHeaders}} {
+			if v, ok := get(k.name); ok {
+				if !reTokenList.MatchString(v) {
+					bad(k.name, "%q is not a comma-separated list of tokens", v)
+				} else {
+					*k.dst = v
+				}
+			}
+		}
+		if _, ok := get("cors-allow-credentials"); ok {
+			a.cors.allowCredentials = boolean("cors-allow-credentials")
+		}
+		if n, ok := integer("cors-max-age", 0, 1<<31-1); ok {
+			a.cors.maxAge = n
+		}
+	}
+	if v, ok := get("custom-http-errors"); ok {
+		var codes []int
+		valid := true
+		for _, c := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(c))
+			if err != nil || n < 400 || n > 599 {
+				valid = false
+			}
+			codes = append(codes, n)
+		}
+		if valid {
+			a.customHTTPErrors = codes
+		} else {
+			bad("custom-http-errors", "%q is not a comma-separated list of 4xx/5xx codes", v)
+		}
+	}
+	if v, ok := get("default-backend"); ok {
+		if !reLabel.MatchString(v) {
+			bad("default-backend", "%q is not a Service name", v)
+		} else {
+			a.defaultBackend = v
+		}
+	}
+	if v, ok := get("x-forwarded-prefix"); ok {
+		if validatePath(v, false) != nil {
+			bad("x-forwarded-prefix", "%q is not a path", v)
+		} else {
+			a.xForwardedPrefix = v
+		}
+	}
+	if v, ok := get("server-alias"); ok {
+		var aliases []string
+		valid := true
+		for _, h := range strings.Split(v, ",") {
+			h = strings.TrimSpace(h)
+			if validateHost(h) != nil {
+				valid = false
+			}
+			aliases = append(aliases, h)
+		}
+		if valid {
+			a.serverAliases = aliases
+		} else {
+			bad("server-alias", "%q is not a comma-separated list of host names", v)
+		}
+	}
+	if v, ok := get("upstream-vhost"); ok {
+		if !reVhost.MatchString(v) {
+			bad("upstream-vhost", "%q is not a host name", v)
+		} else {
+			a.upstreamVhost = v
+		}
+	}
+	a.sslPassthrough = boolean("ssl-passthrough")
 }

@@ -25,6 +25,9 @@ type Input struct {
 	Secrets        []*corev1.Secret
 	// ConfigMap is the controller ConfigMap; nil means all defaults.
 	ConfigMap *corev1.ConfigMap
+	// TCPServices and UDPServices are the --tcp-services-configmap and
+	// --udp-services-configmap ConfigMaps; nil means none.
+	TCPServices, UDPServices *corev1.ConfigMap
 }
 
 // Options are the controller flags the build depends on.
@@ -162,6 +165,9 @@ func Build(in Input, opt Options) *model.Configuration {
 		b.ingress(ing)
 	}
 	b.mergeCanaries(canaries)
+	b.cfg.TCPServices = b.l4(in.TCPServices, "tcp")
+	b.cfg.UDPServices = b.l4(in.UDPServices, "udp")
+	b.passthrough()
 	b.finish()
 	return b.cfg
 }
@@ -267,6 +273,12 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 		if uid, ok := tlsHosts[host]; ok && srv.TLS == nil {
 			srv.TLS = &model.ServerTLS{CertificateUID: uid}
 		}
+		if len(srv.Aliases) == 0 && len(a.serverAliases) > 0 && host != model.CatchAllHost {
+			srv.Aliases = a.serverAliases
+		}
+		if a.sslPassthrough && host != model.CatchAllHost {
+			srv.SSLPassthrough = true
+		}
 		for pi, p := range rule.HTTP.Paths {
 			field := fmt.Sprintf("spec.rules[%d].http.paths[%d]", ri, pi)
 			loc, ok := b.location(ing, ref, a, host, p, field)
@@ -329,7 +341,9 @@ func (b *builder) location(ing *networkingv1.Ingress, ref model.ObjectRef, a ann
 	if p.PathType != nil {
 		pt = model.PathType(*p.PathType)
 	}
-	regex := a.useRegex && pt == model.PathTypeImplementationSpecific
+	// ingress-nginx writes regex locations for use-regex, and for
+	// rewrite-target too (so captures exist).
+	regex := (a.useRegex || a.rewriteTarget != "") && pt == model.PathTypeImplementationSpecific
 	if err := validatePath(path, regex); err != nil {
 		b.objErr(ing, field+".path", err.Error()+"; the path is ignored")
 		return model.Location{}, false
@@ -343,12 +357,85 @@ func (b *builder) location(ing *networkingv1.Ingress, ref model.ObjectRef, a ann
 		return model.Location{}, false
 	}
 	b.affinityFor(be, a, host, path)
-	return model.Location{
+	loc := model.Location{
 		Path: path, PathType: pt, Regex: regex, Ingress: ref,
 		Service: p.Backend.Service.Name, ServicePort: portString(p.Backend.Service.Port),
 		Backend: be.Name, BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy,
 		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect, UseRegex: a.useRegex},
-	}, true
+	}
+	b.applyLocationAnnotations(ing, &loc, a)
+	return loc, true
+}
+
+// applyLocationAnnotations copies validated per-location annotations onto
+// loc, over the ConfigMap defaults.
+func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model.Location, a annotations) {
+	if a.backendProtocol != "" {
+		loc.BackendProtocol = model.BackendProtocol(a.backendProtocol)
+	}
+	if a.sslRedirect != nil {
+		loc.Rewrite.SSLRedirect = *a.sslRedirect
+	}
+	loc.Rewrite.ForceSSLRedirect = a.forceSSLRedirect
+	loc.Rewrite.Target = a.rewriteTarget
+	loc.Rewrite.AppRoot = a.appRoot
+	loc.Rewrite.PreserveTrailingSlash = a.preserveTrailingSlash
+	loc.Redirect = model.Redirect{URL: a.redirectURL, Code: a.redirectCode}
+	px := &loc.Proxy
+	px.NextUpstream = append([]string(nil), px.NextUpstream...)
+	for _, o := range []struct {
+		v   *int
+		dst *int
+	}{{a.connectTimeout, &px.ConnectTimeoutSeconds}, {a.sendTimeout, &px.SendTimeoutSeconds}, {a.readTimeout, &px.ReadTimeoutSeconds},
+		{a.nextUpstreamTries, &px.NextUpstreamTries}, {a.nextUpstreamTimeout, &px.NextUpstreamTimeoutSeconds}} {
+		if o.v != nil {
+			*o.dst = *o.v
+		}
+	}
+	if a.bodySize != nil {
+		px.BodySizeBytes = *a.bodySize
+	}
+	if a.nextUpstream != nil {
+		px.NextUpstream = a.nextUpstream
+	}
+	if a.buffering != nil {
+		px.Buffering = *a.buffering
+	}
+	loc.AllowSourceRanges = a.allowSourceRanges
+	if a.cors.enabled {
+		loc.CORS = model.CORS{Enabled: true, AllowOrigin: a.cors.allowOrigin, AllowMethods: a.cors.allowMethods,
+			AllowHeaders: a.cors.allowHeaders, ExposeHeaders: a.cors.exposeHeaders,
+			AllowCredentials: a.cors.allowCredentials, MaxAgeSeconds: a.cors.maxAge}
+	}
+	loc.CustomHTTPErrors = a.customHTTPErrors
+	loc.UpstreamVhost = a.upstreamVhost
+	loc.XForwardedPrefix = a.xForwardedPrefix
+	if a.defaultBackend != "" {
+		loc.CustomDefaultBackend = b.customDefaultBackend(ing, a.defaultBackend)
+	}
+}
+
+// customDefaultBackend returns the backend of the default-backend annotation's
+// Service (ingress-nginx's custom-default-backend-<ns>-<svc>).
+func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string) string {
+	name := "custom-default-backend-" + ing.Namespace + "-" + svcName
+	if b.backends[name] != nil {
+		return name
+	}
+	svc := b.services[ing.Namespace+"/"+svcName]
+	if svc == nil || len(svc.Spec.Ports) == 0 {
+		b.objErr(ing, annotationPrefix+"default-backend", fmt.Sprintf("Service %s/%s does not exist or has no ports; the annotation is ignored", ing.Namespace, svcName))
+		return ""
+	}
+	be := &balancer.Backend{Name: name, Port: balancer.PortNumber(int(svc.Spec.Ports[0].Port)),
+		Service: &balancer.BackendService{Metadata: []byte("{}"), Spec: []byte("{}"), Status: []byte(`{"loadBalancer":{}}`)},
+		UpstreamHashBy: balancer.UpstreamHashByConfig{HashBySubsetSize: 3}}
+	if spec, err := jsonMarshal(svc.Spec); err == nil {
+		be.Service.Spec = spec
+	}
+	be.Endpoints = b.endpoints(svc, svc.Spec.Ports[0])
+	b.backends[name] = be
+	return name
 }
 
 func portString(p networkingv1.ServiceBackendPort) string {
@@ -610,6 +697,99 @@ func certificate(sec *corev1.Secret) (model.Certificate, error) {
 		UID: uid, Secret: model.ObjectRef{Kind: "Secret", Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)},
 		PEM: pemText, Hosts: leaf.DNSNames, NotAfter: leaf.NotAfter.Unix(),
 	}, nil
+}
+
+// passthrough lists the ssl-passthrough hosts with the backend of their
+// "/" location (or their first one).
+func (b *builder) passthrough() {
+	for _, srv := range b.servers {
+		if !srv.SSLPassthrough || len(srv.Locations) == 0 {
+			continue
+		}
+		backend := srv.Locations[0].Backend
+		if i := findLocation(srv, "/", model.PathTypePrefix); i >= 0 {
+			backend = srv.Locations[i].Backend
+		}
+		if be := b.backends[backend]; be != nil {
+			be.SSLPassthrough = true
+		}
+		b.cfg.PassthroughBackends = append(b.cfg.PassthroughBackends, model.PassthroughBackend{Hostname: srv.Hostname, Backend: backend})
+	}
+	sort.Slice(b.cfg.PassthroughBackends, func(i, j int) bool {
+		return b.cfg.PassthroughBackends[i].Hostname < b.cfg.PassthroughBackends[j].Hostname
+	})
+}
+
+// l4 reads a tcp-services or udp-services ConfigMap:
+// "<listen port>": "<namespace>/<service>:<port>[:PROXY][:PROXY]", the first
+// PROXY decoding the PROXY protocol from clients, the second sending it
+// upstream (ingress-nginx's format).
+func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
+	if cm == nil {
+		return nil
+	}
+	ref := model.ObjectRef{Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, UID: string(cm.UID)}
+	bad := func(key, msg string) {
+		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Message: msg + "; the entry is ignored"})
+	}
+	var out []model.L4Service
+	keys := make([]string, 0, len(cm.Data))
+	for k := range cm.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		val := cm.Data[key]
+		listen, err := strconv.Atoi(key)
+		if err != nil || listen < 1 || listen > 65535 {
+			bad(key, fmt.Sprintf("%q is not a port", key))
+			continue
+		}
+		parts := strings.Split(val, ":")
+		if len(parts) < 2 || len(parts) > 4 {
+			bad(key, fmt.Sprintf("%q is not namespace/service:port[:PROXY][:PROXY]", val))
+			continue
+		}
+		ns, name, ok := strings.Cut(parts[0], "/")
+		if !ok || !reLabel.MatchString(name) || !reLabel.MatchString(ns) {
+			bad(key, fmt.Sprintf("%q does not name a namespace/service", parts[0]))
+			continue
+		}
+		okFlags := true
+		for _, f := range parts[2:] {
+			okFlags = okFlags && (f == "PROXY" || f == "")
+		}
+		if !okFlags {
+			bad(key, fmt.Sprintf("%q: only PROXY may follow the port", val))
+			continue
+		}
+		svc := b.services[ns+"/"+name]
+		if svc == nil {
+			bad(key, fmt.Sprintf("Service %s/%s does not exist", ns, name))
+			continue
+		}
+		var sp corev1.ServicePort
+		found := false
+		for _, p := range svc.Spec.Ports {
+			if p.Name == parts[1] || strconv.Itoa(int(p.Port)) == parts[1] {
+				sp, found = p, true
+				break
+			}
+		}
+		if !found {
+			bad(key, fmt.Sprintf("Service %s/%s has no port %s", ns, name, parts[1]))
+			continue
+		}
+		backend := proto + "-" + ns + "-" + name + "-" + parts[1]
+		if b.backends[backend] == nil {
+			b.backends[backend] = &balancer.Backend{Name: backend, Port: balancer.PortNumber(listen), Endpoints: b.endpoints(svc, sp)}
+		}
+		out = append(out, model.L4Service{Port: listen, Backend: backend,
+			Service: model.ObjectRef{Kind: "Service", Namespace: ns, Name: name, UID: string(svc.UID)}, ServicePort: parts[1],
+			DecodeProxyProtocol: len(parts) > 2 && parts[2] == "PROXY", EncodeProxyProtocol: len(parts) > 3 && parts[3] == "PROXY"})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
+	return out
 }
 
 // finish sorts everything so the same input always gives the same bytes.

@@ -60,7 +60,14 @@ func loadInput(t *testing.T, path string) Input {
 		case *corev1.Secret:
 			in.Secrets = append(in.Secrets, o)
 		case *corev1.ConfigMap:
-			in.ConfigMap = o
+			switch o.Name {
+			case "tcp-services":
+				in.TCPServices = o
+			case "udp-services":
+				in.UDPServices = o
+			default:
+				in.ConfigMap = o
+			}
 		default:
 			t.Fatalf("%s: unsupported %T", path, obj)
 		}
