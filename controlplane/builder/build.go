@@ -428,7 +428,7 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 		return ""
 	}
 	be := &balancer.Backend{Name: name, Port: balancer.PortNumber(int(svc.Spec.Ports[0].Port)),
-		Service: &balancer.BackendService{Metadata: []byte("{}"), Spec: []byte("{}"), Status: []byte(`{"loadBalancer":{}}`)},
+		Service:        &balancer.BackendService{Metadata: []byte("{}"), Spec: []byte("{}"), Status: []byte(`{"loadBalancer":{}}`)},
 		UpstreamHashBy: balancer.UpstreamHashByConfig{HashBySubsetSize: 3}}
 	if spec, err := jsonMarshal(svc.Spec); err == nil {
 		be.Service.Spec = spec
