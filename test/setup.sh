@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine. Idempotent:
-# a second run installs nothing.
+# a second run installs nothing and says so.
 set -euo pipefail
 
 need_pkgs=()
@@ -13,4 +13,13 @@ if ((${#need_pkgs[@]})); then
 	[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+else
+	echo "setup: Debian packages present"
 fi
+
+# kube-apiserver v1.33.13 and etcd v3.5.21 for the end-to-end tests: built
+# once from the Go module proxy (test/tools/) into a cache outside the
+# checkout, keyed by version, and reused afterwards. test/k8s computes the
+# same path; SWITCHYARD_K8S_BIN overrides it.
+bin=$("$(dirname "$0")/tools/build-k8s.sh")
+echo "setup: kube-apiserver and etcd in $bin (tests find them there; SWITCHYARD_K8S_BIN overrides)"
