@@ -52,4 +52,26 @@ func TestPickAllocs(t *testing.T) {
 			}
 		})
 	}
+	// A pick that issues a new sticky cookie allocates the Set-Cookie string
+	// and nothing else.
+	for _, mode := range []string{"balanced", "persistent"} {
+		t.Run("new sticky cookie "+mode, func(t *testing.T) {
+			r := NewRegistry(Config{Now: func() time.Time { return time.Unix(1700000000, 0) }})
+			mustSync(t, r, Backend{Name: "a", Endpoints: eps(addrs...), SessionAffinity: SessionAffinityConfig{Name: "cookie", Mode: mode,
+				CookieSessionAffinity: CookieSessionAffinity{Name: "route", Expires: "3600", MaxAge: "3600", SameSite: "Lax", Locations: map[string][]string{"h": {"/"}}}}})
+			req := toB(vars{"host": "h", "server_name": "h", "location_path": "/", "https": "on"})
+			var a Attempt
+			allocs := testing.AllocsPerRun(1000, func() {
+				a.Reset()
+				p, err := r.Pick("a", req, &a)
+				if err != nil || p.SetCookie == "" {
+					t.Fatalf("pick %+v, %v; want a new cookie", p, err)
+				}
+				r.Done(p, DoneInfo{})
+			})
+			if allocs != 1 {
+				t.Errorf("%v allocs per pick with a new cookie; want 1 (the Set-Cookie string)", allocs)
+			}
+		})
+	}
 }

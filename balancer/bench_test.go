@@ -110,8 +110,9 @@ func BenchmarkPickNewStickyCookie(b *testing.B) {
 	}
 	req := bvars{"host": []byte("h"), "server_name": []byte("h"), "location_path": []byte("/")}
 	b.ReportAllocs()
+	var a Attempt
 	for b.Loop() {
-		var a Attempt
+		a.Reset()
 		p, _ := r.Pick("bench", req, &a)
 		if p.SetCookie == "" {
 			b.Fatal("no cookie")

@@ -170,6 +170,22 @@ func crcUpdateLE32(crc, v uint32) uint32 {
 	return ^(crcSlice4[3][byte(c)] ^ crcSlice4[2][byte(c>>8)] ^ crcSlice4[1][byte(c>>16)] ^ crcSlice4[0][byte(c>>24)])
 }
 
+// crcIEEE is crc32.ChecksumIEEE by slicing-by-4. Unlike the standard
+// library's, which calls through a function variable, it does not make p
+// escape, so keys built in stack buffers stay there.
+func crcIEEE(p []byte) uint32 {
+	crc := ^uint32(0)
+	for len(p) >= 4 {
+		crc ^= uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24
+		crc = crcSlice4[3][byte(crc)] ^ crcSlice4[2][byte(crc>>8)] ^ crcSlice4[1][byte(crc>>16)] ^ crcSlice4[0][crc>>24]
+		p = p[4:]
+	}
+	for _, c := range p {
+		crc = crcSlice4[0][byte(crc)^c] ^ crc>>8
+	}
+	return ^crc
+}
+
 // crcSlice4 are the slicing-by-4 tables of CRC-32/IEEE: [0] is the standard
 // table, [k][i] is [k-1][i] advanced by one zero byte. Read-only after init.
 var crcSlice4 = func() (t [4][256]uint32) {

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"hash/crc32"
 	"testing"
 )
 
@@ -52,14 +53,66 @@ func FuzzHashKey(f *testing.F) {
 	})
 }
 
-// FuzzCookieValue: the parser never panics and returns a sub-slice free of
-// the value terminators.
+// cookieValueReference is lua-resty-cookie's parser written as its state
+// machine (expect key, expect value, expect space), byte by byte; CookieValue
+// must agree with it on every input.
+func cookieValueReference(header []byte, name string) ([]byte, bool) {
+	const (
+		expectKey = iota
+		expectValue
+		expectSpace
+	)
+	state := expectSpace
+	i := 0
+	var key []byte
+	haveKey := false
+	var found []byte
+	ok := false
+	for j := 0; j < len(header); j++ {
+		c := header[j]
+		switch state {
+		case expectKey:
+			if c == '=' {
+				key = header[i:j]
+				haveKey = true
+				state = expectValue
+				i = j + 1
+			}
+		case expectValue:
+			if c == ';' || c == ' ' || c == '\t' {
+				if string(key) == name {
+					found, ok = header[i:j], true
+				}
+				haveKey = false
+				state = expectSpace
+				i = j + 1
+			}
+		case expectSpace:
+			if c != ' ' && c != '\t' {
+				state = expectKey
+				i = j
+				j--
+			}
+		}
+	}
+	if haveKey && state == expectValue && string(key) == name {
+		found, ok = header[i:], true
+	}
+	return found, ok
+}
+
+// FuzzCookieValue: the parser never panics, returns a value free of the value
+// terminators, and agrees with the byte-by-byte state machine.
 func FuzzCookieValue(f *testing.F) {
-	for _, s := range []string{"route=abc", "a=1; route=x|y", "foo; route=x", "  route=", "route", "=x", ";;;="} {
+	for _, s := range []string{"route=abc", "a=1; route=x|y", "foo; route=x", "  route=", "route", "=x", ";;;=", "route=1; route=2", "a=b=c; route", "route=v\tx=1"} {
 		f.Add(s, "route")
 	}
 	f.Fuzz(func(t *testing.T, header, name string) {
 		v, ok := CookieValue([]byte(header), name)
+		rv, rok := cookieValueReference([]byte(header), name)
+		if ok != rok || string(v) != string(rv) {
+			t.Fatalf("CookieValue(%q, %q) = %q, %v; the state machine gives %q, %v", header, name, v, ok, rv, rok)
+		}
 		if !ok {
 			return
 		}
@@ -67,6 +120,18 @@ func FuzzCookieValue(f *testing.F) {
 			if c == ';' || c == ' ' || c == '\t' {
 				t.Fatalf("value %q of %q contains a terminator", v, header)
 			}
+		}
+	})
+}
+
+// FuzzCRC: crcIEEE is CRC-32/IEEE, as hash/crc32 computes it.
+func FuzzCRC(f *testing.F) {
+	for _, s := range []string{"", "a", "/foo", "1700000001.4242.323811", "10.0.0.1:8080"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := crcIEEE(b), crc32.ChecksumIEEE(b); got != want {
+			t.Fatalf("crcIEEE(%q) = %d; want %d", b, got, want)
 		}
 	})
 }

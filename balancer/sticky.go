@@ -177,32 +177,47 @@ func (s *sticky) pick(r *Registry, b *backend, req Request, a *Attempt) (int, st
 	}
 	cookie := ""
 	if s.shouldSetCookie(req) {
-		cookie = s.cookie(r, req, key)
+		cookie = s.cookie(r, req, key.bytes())
 	}
 	return idx, cookie, -1, nil
 }
 
+// stickyKey is the upstream key of a new session, built without allocating.
+type stickyKey struct {
+	b [64]byte
+	n int
+}
+
+func (k *stickyKey) bytes() []byte { return k.b[:k.n] }
+
 // pickNewUpstream picks a peer not tried yet by this request ($upstream_addr
 // in Lua) and the key to store in the cookie.
-func (s *sticky) pickNewUpstream(r *Registry, b *backend, a *Attempt) (int, string) {
+func (s *sticky) pickNewUpstream(r *Registry, b *backend, a *Attempt) (int, stickyKey) {
+	var k stickyKey
 	if s.persistent {
 		untried := len(b.peers) - countTried(b, a)
 		if untried <= 0 {
-			return -1, ""
+			return -1, k
 		}
 		i := nthUntried(b, a, r.intn(untried))
-		return i, s.peerKeys[i]
+		k.n = copy(k.b[:], s.peerKeys[i])
+		return i, k
 	}
 	now := r.nowSeconds()
 	for i := 1; i <= 20; i++ {
-		key := strconv.FormatFloat(roundMillis(now)+float64(i), 'g', 14, 64) + "." +
-			strconv.Itoa(r.cfg.PID) + "." + strconv.Itoa(r.intn(999999)+1)
-		p := s.ringToPeer[s.ring.find(crc32.ChecksumIEEE([]byte(key)))]
+		// string.format("%s.%s.%s", ngx.now() + i, worker_pid, math.random(999999))
+		buf := strconv.AppendFloat(k.b[:0], roundMillis(now)+float64(i), 'g', 14, 64)
+		buf = append(buf, '.')
+		buf = strconv.AppendInt(buf, int64(r.cfg.PID), 10)
+		buf = append(buf, '.')
+		buf = strconv.AppendInt(buf, int64(r.intn(999999)+1), 10)
+		p := s.ringToPeer[s.ring.find(crcIEEE(buf))]
 		if !a.triedPeer(p) {
-			return p, key
+			k.n = copy(k.b[:], buf)
+			return p, k
 		}
 	}
-	return -1, ""
+	return -1, k
 }
 
 // roundMillis gives ngx.now()'s millisecond resolution.
@@ -241,17 +256,24 @@ func (s *sticky) shouldSetCookie(req Request) bool {
 }
 
 // cookie builds the Set-Cookie value in resty.cookie's attribute order.
-func (s *sticky) cookie(r *Registry, req Request, key string) string {
+func (s *sticky) cookie(r *Registry, req Request, key []byte) string {
+	var locPath []byte // $location_path when no cookie path is configured
+	if s.path == "" {
+		locPath, _ = req.Var("location_path")
+	}
 	var sb strings.Builder
-	sb.Grow(160)
+	// One allocation: every attribute name, the date and the flags fit in
+	// 120 bytes besides the variable parts.
+	sb.Grow(120 + len(s.cookieName) + len(key) + len(s.backendKey) + len(s.maxAge) + len(s.domain) + len(s.path) + len(locPath))
 	sb.WriteString(s.cookieName)
 	sb.WriteByte('=')
-	sb.WriteString(key)
+	sb.Write(key)
 	sb.WriteByte('|')
 	sb.Write(s.backendKey)
 	if s.hasExpires {
 		sb.WriteString("; Expires=")
-		sb.WriteString(CookieTime(r.now().Unix() + s.expires))
+		var tb [40]byte
+		sb.Write(appendCookieTime(tb[:0], r.now().Unix()+s.expires))
 	}
 	if s.maxAge != "" {
 		sb.WriteString("; Max-Age=")
@@ -262,12 +284,8 @@ func (s *sticky) cookie(r *Registry, req Request, key string) string {
 		sb.WriteString(s.domain)
 	}
 	sb.WriteString("; Path=")
-	if s.path != "" {
-		sb.WriteString(s.path)
-	} else {
-		lp, _ := req.Var("location_path")
-		sb.Write(lp)
-	}
+	sb.WriteString(s.path)
+	sb.Write(locPath)
 	secure := s.secure
 	if !secure {
 		https, _ := req.Var("https")
@@ -293,12 +311,14 @@ func (s *sticky) cookie(r *Registry, req Request, key string) string {
 
 // CookieTime formats Unix seconds as nginx's ngx.cookie_time does:
 // "Thu, 16-Nov-23 22:13:20 GMT", with a four-digit year after 2037.
-func CookieTime(unix int64) string {
+func CookieTime(unix int64) string { return string(appendCookieTime(nil, unix)) }
+
+func appendCookieTime(dst []byte, unix int64) []byte {
 	t := time.Unix(unix, 0).UTC()
 	if t.Year() > 2037 {
-		return t.Format("Mon, 02-Jan-2006 15:04:05 GMT")
+		return t.AppendFormat(dst, "Mon, 02-Jan-2006 15:04:05 GMT")
 	}
-	return t.Format("Mon, 02-Jan-06 15:04:05 GMT")
+	return t.AppendFormat(dst, "Mon, 02-Jan-06 15:04:05 GMT")
 }
 
 // SameSiteNoneIncompatible is util/same_site.lua: user agents known to reject
@@ -319,47 +339,38 @@ func SameSiteNoneIncompatible(ua []byte) bool {
 // key runs to '=', the value to the first ';', space or tab; names are
 // case-sensitive and the last occurrence wins; a segment without '=' merges
 // into the next key.
-func CookieValue(header []byte, name string) ([]byte, bool) {
-	const (
-		expectKey = iota
-		expectValue
-		expectSpace
-	)
-	state := expectSpace
-	i := 0
-	var key []byte
-	haveKey := false
-	var found []byte
-	ok := false
-	for j := 0; j < len(header); j++ {
-		c := header[j]
-		switch state {
-		case expectKey:
-			if c == '=' {
-				key = header[i:j]
-				haveKey = true
-				state = expectValue
-				i = j + 1
+func CookieValue(header []byte, name string) (value []byte, ok bool) {
+	j := 0
+	for {
+		for j < len(header) && (header[j] == ' ' || header[j] == '\t') {
+			j++
+		}
+		eq := bytes.IndexByte(header[j:], '=')
+		if eq < 0 {
+			return value, ok // a key that never ends names nothing
+		}
+		key := header[j : j+eq]
+		v := j + eq + 1
+		end := indexValueEnd(header[v:])
+		if end < 0 {
+			if string(key) == name {
+				return header[v:], true
 			}
-		case expectValue:
-			if c == ';' || c == ' ' || c == '\t' {
-				if string(key) == name {
-					found, ok = header[i:j], true
-				}
-				haveKey = false
-				state = expectSpace
-				i = j + 1
-			}
-		case expectSpace:
-			if c != ' ' && c != '\t' {
-				state = expectKey
-				i = j
-				j--
-			}
+			return value, ok
+		}
+		if string(key) == name {
+			value, ok = header[v:v+end], true
+		}
+		j = v + end + 1
+	}
+}
+
+// indexValueEnd returns the index of the first ';', space or tab in b, or -1.
+func indexValueEnd(b []byte) int {
+	for i, c := range b {
+		if c == ';' || c == ' ' || c == '\t' {
+			return i
 		}
 	}
-	if haveKey && state == expectValue && string(key) == name {
-		found, ok = header[i:], true
-	}
-	return found, ok
+	return -1
 }
