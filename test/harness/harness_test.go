@@ -1,0 +1,119 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+const defaultTestTimeout = 10 * time.Second
+
+// TestNetNS: inside the namespace every TEST-NET-1 address on lo accepts a
+// listener, and no interface but lo exists.
+func TestNetNS(t *testing.T) {
+	RequireNetNS(t)
+	for n := 1; n <= TestNetAddrs; n++ {
+		ln, err := net.Listen("tcp", TestIP(n)+":0")
+		if err != nil {
+			t.Fatalf("listen on %s: %v", TestIP(n), err)
+		}
+		ln.Close()
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	if len(names) != 1 || names[0] != "lo" {
+		t.Errorf("interfaces = %v; want only lo (a private namespace)", names)
+	}
+	if os.Getpid() != 1 {
+		t.Errorf("pid = %d; want 1 (the test binary leads its own PID namespace)", os.Getpid())
+	}
+}
+
+// TestStopKillsGroup: a process group whose members ignore SIGTERM is killed
+// after the grace period, children included.
+func TestStopKillsGroup(t *testing.T) {
+	p := StartProcess(t, Cmd{Name: "stubborn", Path: "/bin/sh",
+		Args:      []string{"-c", `trap "" TERM; sleep 300 & echo "child $!"; wait`},
+		StopGrace: 200 * time.Millisecond})
+	var child int
+	WaitFor(t, defaultTestTimeout, "the child's pid in the log", p, func(context.Context) (bool, error) {
+		f := strings.Fields(p.Tail(100))
+		if len(f) == 2 && f[0] == "child" {
+			child, _ = strconv.Atoi(f[1])
+			return child > 0, nil
+		}
+		return false, nil
+	})
+	if err := p.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	select {
+	case <-p.Exited():
+	default:
+		t.Fatal("Stop returned before the process exited")
+	}
+	if alive(child) {
+		t.Errorf("child %d of the stopped group is still running", child)
+	}
+}
+
+// alive reports whether pid runs (a zombie counts as dead).
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// TestWaitEndsWhenProcessExits: waiting on a readiness signal of a process
+// that died fails at once with its output, not at the deadline.
+func TestWaitEndsWhenProcessExits(t *testing.T) {
+	p := StartProcess(t, Cmd{Name: "dies", Path: "/bin/sh", Args: []string{"-c", "echo boom; exit 3"}})
+	start := time.Now()
+	err := WaitUntil(context.Background(), time.Minute, "never", p, func(context.Context) (bool, error) {
+		return false, errors.New("not yet")
+	})
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("WaitUntil = %v; want an error carrying the process output", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("WaitUntil took %v; want it to end when the process exited", d)
+	}
+	if err := p.Stop(); err == nil {
+		t.Error("Stop of a process that failed on its own = nil; want its exit error")
+	}
+}
+
+// TestFreePortAndTCPReady: a free port is bindable, and TCPReady turns true
+// once something listens there.
+func TestFreePortAndTCPReady(t *testing.T) {
+	addr := FreeAddr(t, "127.0.0.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if ok, _ := TCPReady(addr)(ctx); ok {
+		t.Fatalf("%s ready before anything listens", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the free address %s: %v", addr, err)
+	}
+	defer ln.Close()
+	WaitFor(t, defaultTestTimeout, addr+" accepting", nil, TCPReady(addr))
+}
