@@ -178,9 +178,54 @@ func (p *Process) Stop() error {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-p.exited
 	}
-	// Anything left in the group (a child that ignored SIGTERM) goes too.
+	// Anything left in the group (a child that ignored SIGTERM) goes too;
+	// wait until the kernel has finished it off.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	deadline := time.Now().Add(p.grace + DefaultStopGrace)
+	for len(procs(pgid)) > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: process group %d still has %v after SIGKILL", p.name, pgid, procs(pgid))
+		}
+		time.Sleep(10 * time.Millisecond) // the kernel offers no wait for a group member that is not our child
+	}
 	return nil
+}
+
+// procs lists the live (non-zombie) processes as "pid comm", all of them
+// when pgid is 0, else those of process group pgid.
+func procs(pgid int) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return []string{fmt.Sprintf("(read /proc: %v)", err)}
+	}
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// comm is in parentheses and may hold spaces; then state, ppid, pgrp.
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 3 || f[0] == "Z" {
+			continue
+		}
+		if pgid != 0 {
+			if g, _ := strconv.Atoi(f[2]); g != pgid {
+				continue
+			}
+		}
+		out = append(out, fmt.Sprintf("pid %d %s", pid, s[strings.IndexByte(s, '(')+1:i]))
+	}
+	return out
 }
 
 // strayProcesses lists processes still running after the tests: those
@@ -196,27 +241,11 @@ func strayProcesses() []string {
 	if !InNetNS() {
 		return out
 	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return append(out, fmt.Sprintf("(read /proc: %v)", err))
-	}
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
+	self := fmt.Sprintf("pid %d ", os.Getpid())
+	for _, p := range procs(0) {
+		if !strings.HasPrefix(p, self) {
+			out = append(out, p)
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// comm is in parentheses and may hold spaces; the state follows it.
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 || i+2 >= len(s) || s[i+2] == 'Z' {
-			continue
-		}
-		out = append(out, fmt.Sprintf("pid %d %s", pid, s[strings.IndexByte(s, '(')+1:i]))
 	}
 	return out
 }
