@@ -150,6 +150,29 @@ func TestEWMA(t *testing.T) {
 	}
 }
 
+// §4.2 step 3: when every peer has been tried, ewma picks among all of them
+// again ("all endpoints have been retried").
+func TestEWMAAllTried(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(31), Now: fixedClock(1700000000)})
+	mustSync(t, r, Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")})
+	seen := map[string]bool{}
+	var a Attempt
+	for try := range 9 {
+		p, err := r.Pick("e", vars{}, &a)
+		if err != nil {
+			t.Fatalf("try %d: %v", try, err)
+		}
+		if try < 3 && seen[p.Peer] {
+			t.Fatalf("try %d repeated %s before every peer was tried", try, p.Peer)
+		}
+		seen[p.Peer] = true
+		a.LastFailure = FailureFailed
+	}
+	if len(seen) != 3 {
+		t.Errorf("tried %v; want all three", seen)
+	}
+}
+
 // Fix of spec §4.2: two backends sharing an ip:port keep separate stats.
 func TestEWMAStatsPerBackend(t *testing.T) {
 	r := NewRegistry(Config{Now: fixedClock(1700000000)})
@@ -512,11 +535,17 @@ func TestConcurrentSyncAndPick(t *testing.T) {
 					return
 				default:
 				}
+				name := algos[(g+i)%len(algos)].Name
 				var a Attempt
-				p, err := r.Pick(algos[(g+i)%len(algos)].Name, req, &a)
+				p, err := r.Pick(name, req, &a)
 				if err == nil {
 					r.Done(p, DoneInfo{ResponseTime: time.Millisecond})
+					r.Feedback(name, p.Peer, DoneInfo{ResponseTime: time.Millisecond})
 				}
+				var dst [3]string
+				a.Reset()
+				_, _, _ = r.Candidates(name, req, &a, dst[:])
+				_ = r.NeededVars(name)
 			}
 		}()
 	}
