@@ -46,17 +46,21 @@ func RequireNetNS(t testing.TB) {
 	t.Skip("SKIPPING: " + msg)
 }
 
+// M is what Main runs: a *testing.M, or a wrapper that adds set-up and
+// tear-down inside the namespace (test/k8s does).
+type M interface{ Run() int }
+
 // Main runs the package's tests inside a private network namespace with the
 // TEST-NET-1 addresses on lo, then checks that no child process outlived
 // them, and exits. Call it from TestMain; it never returns.
-func Main(m *testing.M) {
+func Main(m M) {
 	os.Exit(RunInNetNS(m))
 }
 
 // RunInNetNS is Main without the os.Exit: it returns the exit code. In the
 // outer process it re-executes the binary in the namespace and returns that
 // run's code; inside, it sets up lo and runs m.
-func RunInNetNS(m *testing.M) int {
+func RunInNetNS(m M) int {
 	switch os.Getenv(netnsEnv) {
 	case "1":
 		if err := setupLoopback(); err != nil {
@@ -133,7 +137,7 @@ func setupLoopback() error {
 
 // runChecked runs the tests, then fails the binary if a process started
 // through this package is still running.
-func runChecked(m *testing.M) int {
+func runChecked(m M) int {
 	code := m.Run()
 	if stray := strayProcesses(); len(stray) > 0 {
 		fmt.Fprintf(os.Stderr, "harness: FAIL: processes still running after the tests: %s\n", strings.Join(stray, "; "))
