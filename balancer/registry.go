@@ -481,7 +481,7 @@ func (r *Registry) pick(name string, req Request, a *Attempt, p *Pick) error {
 		}
 		a.chosen = b
 	}
-	idx, cookie, score, err := b.algo.pick(r, b, req, a)
+	idx, cookie, score, err := b.pickIn(r, req, a)
 	p.Backend, p.Alternative, p.EWMAScore = b.name, b.name != name, score
 	if err != nil {
 		p.EWMAScore = -1
@@ -491,6 +491,27 @@ func (r *Registry) pick(name string, req Request, a *Attempt, p *Pick) error {
 	pe := &b.peers[idx]
 	p.Peer, p.SetCookie, p.st, p.scored, p.peak = pe.addr, cookie, pe.st, b.scored, b.peak
 	return nil
+}
+
+// pickIn runs b's algorithm. A type switch with direct calls, not a call
+// through the algorithm interface: escape analysis then sees that a does not
+// escape, so a caller's per-request Attempt can live on its stack.
+func (b *backend) pickIn(r *Registry, req Request, a *Attempt) (int, string, float64, error) {
+	switch al := b.algo.(type) {
+	case *roundRobin:
+		return al.pick(r, b, req, a)
+	case ewmaPicker:
+		return al.pick(r, b, req, a)
+	case leastRequest:
+		return al.pick(r, b, req, a)
+	case *chash:
+		return al.pick(r, b, req, a)
+	case *chashSubset:
+		return al.pick(r, b, req, a)
+	case *sticky:
+		return al.pick(r, b, req, a)
+	}
+	panic("BUG: unhandled algorithm type")
 }
 
 // Done reports the outcome of the attempt p: it decrements the in-flight count

@@ -46,10 +46,10 @@ const maxTracked = 16
 // peers tried so far (ewma's exclusion list, sticky's failed set) and the last
 // failure. The zero value is ready. The caller sets LastFailure before each
 // retry and calls Reset to reuse it for another request. An Attempt must not be
-// used by two requests at once. Pick keeps no reference to it after returning,
-// but the compiler cannot prove that, so an Attempt declared per request moves
-// to the heap: reuse Attempts (Reset, a sync.Pool, or a field of a pooled
-// request context) to keep the request path allocation-free.
+// used by two requests at once. Pick does not let it escape, so an Attempt can
+// be a local variable of the request handler; only a hash key built from
+// several variables allocates its buffer on an Attempt's first use (reuse the
+// Attempt with Reset to avoid that).
 type Attempt struct {
 	// LastFailure is how the previous attempt ended; FailureNone on the first.
 	LastFailure Failure
