@@ -80,7 +80,7 @@ func RunInNetNS(m M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "\n!!! harness: cannot create a network namespace (%v);\n!!! running WITHOUT it: tests needing TEST-NET-1 addresses skip.\n\n", err)
-	os.Setenv(netnsEnv, "0")
+	_ = os.Setenv(netnsEnv, "0")
 	return runChecked(m)
 }
 
