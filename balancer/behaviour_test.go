@@ -320,6 +320,42 @@ func TestStickyRetries(t *testing.T) {
 	}
 }
 
+// Candidates and CandidatePicks list the peers successive failed attempts
+// would get: ewma's are distinct, sticky's each carry their own cookie.
+func TestCandidates(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(37), Now: fixedClock(1700000000)})
+	mustSync(t, r,
+		Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")},
+		Backend{Name: "s", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"), SessionAffinity: SessionAffinityConfig{
+			Name: "cookie", Mode: "persistent", CookieSessionAffinity: CookieSessionAffinity{Name: "route", Locations: map[string][]string{"h": {"/"}}}}})
+	var a Attempt
+	var dst [3]string
+	n, first, err := r.Candidates("e", vars{}, &a, dst[:])
+	if err != nil || n != 3 || first.Peer != dst[0] {
+		t.Fatalf("Candidates = %d, %+v, %v", n, first, err)
+	}
+	if dst[0] == dst[1] || dst[1] == dst[2] || dst[0] == dst[2] {
+		t.Errorf("ewma candidates repeat a peer: %v", dst)
+	}
+	var b Attempt
+	var picks [3]Pick
+	req := vars{"host": "h", "server_name": "h", "location_path": "/"}
+	n, err = r.CandidatePicks("s", req, &b, picks[:])
+	if err != nil || n != 3 {
+		t.Fatalf("CandidatePicks = %d, %v", n, err)
+	}
+	for i, p := range picks {
+		want := "route=" + md5hex("s"+p.Peer) + "|" + BackendKey("s") + "; Path=/; HttpOnly"
+		if p.SetCookie != want {
+			t.Errorf("candidate %d (%s) cookie %q; want %q", i, p.Peer, p.SetCookie, want)
+		}
+	}
+	var c Attempt
+	if _, err := r.CandidatePicks("nope", req, &c, picks[:]); !errors.Is(err, ErrUnknownBackend) {
+		t.Errorf("unknown backend: %v", err)
+	}
+}
+
 // §3.6: the canary rules, in order.
 func TestCanaryRouting(t *testing.T) {
 	primary := Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c"}}

@@ -624,6 +624,27 @@ func (r *Registry) Candidates(name string, req Request, a *Attempt, dst []string
 	return n, first, nil
 }
 
+// CandidatePicks is Candidates with the whole Pick of every candidate, so a
+// caller that walks the list can send the Set-Cookie of the peer that
+// actually served (sticky picks a new peer, and issues a new cookie, on each
+// attempt without a usable cookie). It fills dst and returns how many; the
+// error is the first pick's. In-flight counts are not touched.
+func (r *Registry) CandidatePicks(name string, req Request, a *Attempt, dst []Pick) (int, error) {
+	n := 0
+	for n < len(dst) {
+		dst[n] = Pick{}
+		if err := r.pick(name, req, a, &dst[n]); err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			break
+		}
+		n++
+		a.LastFailure = FailureFailed
+	}
+	return n, nil
+}
+
 // PickAfter is Pick for a request that already tried the given peers (in
 // order), as nginx's $upstream_addr lists them: the backend and canary choice
 // are made first, then the peers are recorded as tried and a.LastFailure
