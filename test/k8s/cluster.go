@@ -57,23 +57,26 @@ type Cluster struct {
 type tokens struct{ admin, controller, nobody string }
 
 // BinDir returns where the binaries are: $SWITCHYARD_K8S_BIN, or the cache
-// path build-k8s.sh uses by default
-// (${XDG_CACHE_HOME:-$HOME/.cache}/switchyard/k8s-<v>-etcd-<v>, with
-// $SWITCHYARD_K8S_CACHE replacing .../switchyard).
+// path build-k8s.sh uses by default, CacheDir()/k8s-<v>-etcd-<v>.
 func BinDir() string {
 	if d := os.Getenv("SWITCHYARD_K8S_BIN"); d != "" {
 		return d
 	}
-	cache := os.Getenv("SWITCHYARD_K8S_CACHE")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "switchyard")
+	return filepath.Join(CacheDir(), "k8s-"+KubeVersion+"-etcd-"+EtcdVersion)
+}
+
+// CacheDir is where test/tools/*.sh cache what they build:
+// $SWITCHYARD_K8S_CACHE, else ${XDG_CACHE_HOME:-$HOME/.cache}/switchyard.
+func CacheDir() string {
+	if d := os.Getenv("SWITCHYARD_K8S_CACHE"); d != "" {
+		return d
 	}
-	return filepath.Join(cache, "k8s-"+KubeVersion+"-etcd-"+EtcdVersion)
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "switchyard")
 }
 
 // errNoBinaries says the binaries are not built; tests then fail under CI

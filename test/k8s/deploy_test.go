@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -52,29 +53,9 @@ func readManifests(t *testing.T, dir string) []manifest {
 		if err != nil {
 			return err
 		}
-		docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := docs.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			js, err := yaml.YAMLToJSON(doc)
-			if err != nil {
-				return err
-			}
-			if len(bytes.TrimSpace(js)) == 0 || string(js) == "null" {
-				continue // an empty document (comments only)
-			}
-			obj := &unstructured.Unstructured{}
-			if err := obj.UnmarshalJSON(js); err != nil {
-				return err
-			}
-			out = append(out, manifest{file: path, obj: obj})
-		}
-		return nil
+		ms, err := decodeManifests(path, data)
+		out = append(out, ms...)
+		return err
 	})
 	if err != nil {
 		t.Fatalf("read manifests under %s: %v", dir, err)
@@ -83,6 +64,33 @@ func readManifests(t *testing.T, dir string) []manifest {
 		t.Fatalf("no manifests under %s", dir)
 	}
 	return out
+}
+
+// decodeManifests splits a multi-document YAML stream into objects.
+func decodeManifests(name string, data []byte) ([]manifest, error) {
+	var out []manifest
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("split %s: %w", name, err)
+		}
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return out, fmt.Errorf("decode %s: %w", name, err)
+		}
+		if len(bytes.TrimSpace(js)) == 0 || string(js) == "null" {
+			continue // an empty document (comments only)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(js); err != nil {
+			return out, fmt.Errorf("decode %s: %w", name, err)
+		}
+		out = append(out, manifest{file: name, obj: obj})
+	}
 }
 
 // applier applies objects with server-side apply through the dynamic client.
