@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -72,6 +74,29 @@ type Config struct {
 	// ConfigMap is "namespace/name" of the controller ConfigMap; empty means
 	// defaults only.
 	ConfigMap string
+	// TCPServicesConfigMap and UDPServicesConfigMap are "namespace/name" of
+	// the --tcp-services-configmap and --udp-services-configmap ConfigMaps;
+	// empty means none.
+	TCPServicesConfigMap, UDPServicesConfigMap string
+
+	// PublishService is "namespace/name" of the Service whose addresses are
+	// written to Ingress status.loadBalancer (--publish-service).
+	// PublishStatusAddress is a comma-separated list of IPs or hostnames
+	// written instead (--publish-status-address); it wins over
+	// PublishService. With both empty the controller writes no status and
+	// runs no leader election.
+	PublishService, PublishStatusAddress string
+	// ElectionID names the Lease of the leader election; only the leader
+	// writes Ingress status. Zero means "switchyard-leader".
+	// ElectionNamespace is the Lease's namespace; zero means the namespace of
+	// PublishService, else WatchNamespace, else "default".
+	ElectionID, ElectionNamespace string
+	// Identity is this controller's name in the Lease; zero means the
+	// hostname plus a random suffix.
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune the election; zero
+	// means 30s, 20s and 2s (as ingress-nginx).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Sinks receive every changed Configuration, in order.
 	Sinks []Sink
 	// Holdoff is how long the loop waits after an event for more before it
@@ -102,6 +127,9 @@ type Controller struct {
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster
 	emitted     map[string]bool // errors already reported as Events
+
+	status *statusWriter // nil without status publishing
+	built  atomic.Bool   // a Configuration was handed to the sinks
 }
 
 // New builds a Controller; nothing runs until Run.
@@ -109,10 +137,61 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("controlplane: Config.Client is required")
 	}
-	if cfg.ConfigMap != "" {
-		if ns, name, ok := strings.Cut(cfg.ConfigMap, "/"); !ok || ns == "" || name == "" {
-			return nil, fmt.Errorf("controlplane: ConfigMap %q is not namespace/name", cfg.ConfigMap)
+	for _, cm := range []string{cfg.ConfigMap, cfg.TCPServicesConfigMap, cfg.UDPServicesConfigMap} {
+		if cm == "" {
+			continue
 		}
+		if ns, name, ok := strings.Cut(cm, "/"); !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("controlplane: ConfigMap %q is not namespace/name", cm)
+		}
+	}
+	for _, f := range []struct{ flag, v string }{
+		{"PublishService", cfg.PublishService},
+	} {
+		if f.v == "" {
+			continue
+		}
+		if ns, name, ok := strings.Cut(f.v, "/"); !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("controlplane: %s %q is not namespace/name", f.flag, f.v)
+		}
+	}
+	if cfg.PublishStatusAddress != "" {
+		for _, a := range strings.Split(cfg.PublishStatusAddress, ",") {
+			a = strings.TrimSpace(a)
+			if net.ParseIP(a) == nil && len(validation.IsDNS1123Subdomain(a)) > 0 {
+				return nil, fmt.Errorf("controlplane: PublishStatusAddress: %q is neither an IP address nor a hostname", a)
+			}
+		}
+	}
+	if cfg.ElectionID == "" {
+		cfg.ElectionID = "switchyard-leader"
+	}
+	if errs := validation.IsDNS1123Subdomain(cfg.ElectionID); len(errs) > 0 {
+		return nil, fmt.Errorf("controlplane: ElectionID %q: %s", cfg.ElectionID, strings.Join(errs, "; "))
+	}
+	if cfg.ElectionNamespace == "" {
+		cfg.ElectionNamespace = "default"
+		if ns, _, ok := strings.Cut(cfg.PublishService, "/"); ok {
+			cfg.ElectionNamespace = ns
+		} else if cfg.Build.WatchNamespace != "" {
+			cfg.ElectionNamespace = cfg.Build.WatchNamespace
+		}
+	}
+	if cfg.Identity == "" {
+		cfg.Identity = defaultIdentity()
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = 30 * time.Second
+	}
+	if cfg.RenewDeadline <= 0 {
+		cfg.RenewDeadline = 20 * time.Second
+	}
+	if cfg.RetryPeriod <= 0 {
+		cfg.RetryPeriod = 2 * time.Second
+	}
+	if cfg.LeaseDuration <= cfg.RenewDeadline || cfg.RenewDeadline <= cfg.RetryPeriod {
+		return nil, fmt.Errorf("controlplane: need LeaseDuration (%v) > RenewDeadline (%v) > RetryPeriod (%v)",
+			cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod)
 	}
 	if cfg.Holdoff <= 0 {
 		cfg.Holdoff = 50 * time.Millisecond
@@ -173,6 +252,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(eventScheme(), corev1.EventSource{Component: cfg.Component})
+	if cfg.statusEnabled() {
+		c.status = &statusWriter{c: c, kick: make(chan struct{}, 1)}
+	}
 	return c, nil
 }
 
@@ -211,6 +293,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	klog.V(1).InfoS("informer caches synced")
 	c.markDirty()
+	if c.status != nil {
+		statusDone := make(chan struct{})
+		go func() { defer close(statusDone); c.status.run(ctx) }()
+		defer func() { <-statusDone }()
+	}
 
 	var prev *model.Configuration
 	backoff := time.Duration(0)
@@ -237,6 +324,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		backoff = 0
 		prev = next
+		if c.status != nil {
+			c.status.signal() // after the build, never during it
+		}
 	}
 }
 
@@ -265,7 +355,7 @@ func (c *Controller) holdoff(ctx context.Context) bool {
 // returns the Configuration now in effect.
 func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*model.Configuration, error) {
 	start := time.Now()
-	in, err := c.listers.input(c.cfg.ConfigMap)
+	in, err := c.listers.input(c.cfg.ConfigMap, c.cfg.TCPServicesConfigMap, c.cfg.UDPServicesConfigMap)
 	if err != nil {
 		return prev, err
 	}
@@ -288,6 +378,7 @@ func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*mode
 		}
 	}
 	c.current.Store(cfg)
+	c.built.Store(true)
 	c.readyOne.Do(func() { close(c.ready) })
 	c.report(SyncEvent{Time: start, Duration: time.Since(start), Version: cfg.Version, Change: change})
 	klog.V(2).InfoS("configuration synced", "version", cfg.Version, "reload", change.Reload, "dynamic", change.Dynamic, "took", time.Since(start))

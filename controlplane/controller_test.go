@@ -50,7 +50,7 @@ func startController(t *testing.T, client *fake.Clientset) (<-chan update, *Cont
 	return updates, c
 }
 
-func next(t *testing.T, updates <-chan update, want func(update) bool) update {
+func next(t testing.TB, updates <-chan update, want func(update) bool) update {
 	t.Helper()
 	deadline := time.After(defaultTestTimeout)
 	for {
@@ -113,11 +113,7 @@ func TestControllerSyncsAndClassifies(t *testing.T) {
 	if got := endpointsOf(first.cfg, "demo-echo-http"); !cmp.Equal(got, []string{"192.0.2.10:8080"}) {
 		t.Errorf("endpoints = %v", got)
 	}
-	select {
-	case <-c.Ready():
-	default:
-		t.Error("not ready after the first sync")
-	}
+	readyOrFail(t, c) // closed right after the sinks took the first Configuration
 
 	// Scale the slice: a dynamic-only change.
 	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"192.0.2.11"}})

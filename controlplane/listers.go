@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/builder"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,8 +25,9 @@ type listers struct {
 	secrets        corelisters.SecretLister
 }
 
-// input snapshots the caches into a builder.Input.
-func (l listers) input(configMap string) (builder.Input, error) {
+// input snapshots the caches into a builder.Input. The ConfigMaps are
+// "namespace/name" or empty; a missing ConfigMap reads as nil.
+func (l listers) input(configMap, tcpServices, udpServices string) (builder.Input, error) {
 	var in builder.Input
 	var err error
 	all := labels.Everything()
@@ -44,17 +46,32 @@ func (l listers) input(configMap string) (builder.Input, error) {
 	if in.Secrets, err = l.secrets.List(all); err != nil {
 		return in, fmt.Errorf("list secrets: %w", err)
 	}
-	if ns, name, ok := strings.Cut(configMap, "/"); ok {
-		cm, err := l.configMaps.ConfigMaps(ns).Get(name)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return in, fmt.Errorf("get configmap %s: %w", configMap, err)
-		default:
-			in.ConfigMap = cm
-		}
+	if in.ConfigMap, err = l.configMap(configMap); err != nil {
+		return in, err
+	}
+	if in.TCPServices, err = l.configMap(tcpServices); err != nil {
+		return in, err
+	}
+	if in.UDPServices, err = l.configMap(udpServices); err != nil {
+		return in, err
 	}
 	return in, nil
+}
+
+// configMap reads "namespace/name" from the cache; empty or missing is nil.
+func (l listers) configMap(key string) (*corev1.ConfigMap, error) {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil, nil
+	}
+	cm, err := l.configMaps.ConfigMaps(ns).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get configmap %s: %w", key, err)
+	}
+	return cm, nil
 }
 
 func eventScheme() *runtime.Scheme { return scheme.Scheme }
