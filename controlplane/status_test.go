@@ -146,7 +146,7 @@ func TestOneLeaderWritesStatus(t *testing.T) {
 		t.Fatalf("IsLeader a=%v b=%v; want only a", ca.IsLeader(), cb.IsLeader())
 	}
 
-	stopA() // releases the Lease
+	stopA()                                                                                              // releases the Lease
 	want := []networkingv1.IngressLoadBalancerIngress{{Hostname: "lb.example.net"}, {IP: "192.0.2.200"}} // sorted by IP, as ingress-nginx
 	waitStatus(t, client, "demo", "echo", want)
 	if !cb.IsLeader() {
