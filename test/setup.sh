@@ -23,3 +23,8 @@ fi
 # same path; SWITCHYARD_K8S_BIN overrides it.
 bin=$("$(dirname "$0")/tools/build-k8s.sh")
 echo "setup: kube-apiserver and etcd in $bin (tests find them there; SWITCHYARD_K8S_BIN overrides)"
+
+# helm, for rendering the chart under deploy/helm in the tests (built from
+# the Go module proxy, cached beside the binaries above).
+helm=$("$(dirname "$0")/tools/build-helm.sh")
+echo "setup: helm at $helm (SWITCHYARD_HELM overrides)"
