@@ -794,6 +794,8 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 
 // finish sorts everything so the same input always gives the same bytes.
 func (b *builder) finish() {
+	b.cfg.Backends = make([]balancer.Backend, 0, len(b.backends))
+	b.cfg.Servers = make([]model.Server, 0, len(b.servers))
 	for _, be := range b.backends {
 		b.cfg.Backends = append(b.cfg.Backends, *be)
 	}
