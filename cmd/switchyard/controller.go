@@ -205,6 +205,7 @@ func statusMux(ctrl *controlplane.Controller, reg *balancer.Registry, history *s
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	registerDebugHandlers(mux, ctrl, reg)
 	return mux
 }
 

@@ -45,10 +45,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 // runDebug dispatches `switchyard debug <what>`.
 func runDebug(args []string, stdout, stderr io.Writer) int {
 	debug := map[string]command{
-		"pick": runDebugPick,
+		"pick":     runDebugPick,
+		"backends": runDebugBackends,
+		"config":   runDebugConfig,
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "switchyard debug: want a subcommand: pick")
+		fmt.Fprintln(stderr, "switchyard debug: want a subcommand: pick, backends or config")
 		return 2
 	}
 	cmd, ok := debug[args[0]]
