@@ -112,7 +112,11 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	if err := checkBinaries(); err != nil {
 		skipOrFail(t, err)
 	}
+	start := time.Now()
 	c, err := launch(t.TempDir(), opts)
+	if err == nil {
+		t.Logf("k8s: cluster ready in %v at %s", time.Since(start).Round(time.Millisecond), c.host)
+	}
 	if c != nil {
 		t.Cleanup(func() {
 			if t.Failed() {
@@ -291,7 +295,12 @@ type sharedM struct{ m *testing.M }
 func (s *sharedM) Run() int {
 	code := s.m.Run()
 	if shared.c != nil {
-		if err := shared.c.Stop(); err != nil {
+		start := time.Now()
+		err := shared.c.Stop()
+		if testing.Verbose() {
+			fmt.Fprintf(os.Stderr, "k8s: shared cluster stopped in %v\n", time.Since(start).Round(time.Millisecond))
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "k8s: stop the shared cluster: %v\n", err)
 			code = max(code, 1)
 		}
@@ -318,7 +327,11 @@ func Shared(t testing.TB) *Cluster {
 			shared.err = err
 			return
 		}
+		start := time.Now()
 		shared.c, shared.err = launch(dir, Options{})
+		if shared.err == nil {
+			t.Logf("k8s: shared cluster ready in %v at %s", time.Since(start).Round(time.Millisecond), shared.c.host)
+		}
 	})
 	if shared.err != nil {
 		t.Fatalf("start the shared cluster: %v", shared.err)
