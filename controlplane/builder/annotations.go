@@ -324,58 +324,7 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 			a.redirectURL, a.redirectCode = v, 302
 		}
 	}
-	for _, k := range []struct {
-		name string
-		dst  **int
-		lo   int
-		hi   int
-	}{
-		{"proxy-connect-timeout", &a.connectTimeout, 1, 3600}, {"proxy-send-timeout", &a.sendTimeout, 1, 86400},
-		{"proxy-read-timeout", &a.readTimeout, 1, 86400}, {"proxy-next-upstream-tries", &a.nextUpstreamTries, 0, 100},
-		{"proxy-next-upstream-timeout", &a.nextUpstreamTimeout, 0, 86400},
-	} {
-		if n, ok := integer(k.name, k.lo, k.hi); ok {
-			*k.dst = &n
-		}
-	}
-	if v, ok := get("proxy-body-size"); ok {
-		m := reSize.FindStringSubmatch(v)
-		if m == nil {
-			bad("proxy-body-size", "%q is not a size (e.g. 8m, 512k, 0 for unlimited)", v)
-		} else {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
-			switch strings.ToLower(m[2]) {
-			case "k":
-				n <<= 10
-			case "m":
-				n <<= 20
-			case "g":
-				n <<= 30
-			}
-			a.bodySize = &n
-		}
-	}
-	if v, ok := get("proxy-next-upstream"); ok {
-		toks := strings.Fields(v)
-		valid := len(toks) > 0
-		for _, tk := range toks {
-			valid = valid && nextUpstreamTokens[tk]
-		}
-		if !valid {
-			bad("proxy-next-upstream", "%q is not a list of error, timeout, invalid_header, http_5xx/403/404/429, non_idempotent or off", v)
-		} else {
-			a.nextUpstream = toks
-		}
-	}
-	if v, ok := get("proxy-buffering"); ok {
-		switch v {
-		case "on", "off":
-			b := v == "on"
-			a.buffering = &b
-		default:
-			bad("proxy-buffering", "%q is not on or off", v)
-		}
-	}
+	parseProxyAnnotations(a, get, bad, integer)
 	for _, key := range []string{"whitelist-source-range", "allowlist-source-range"} {
 		v, ok := get(key)
 		if !ok {
@@ -494,4 +443,62 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 		}
 	}
 	a.sslPassthrough = boolean("ssl-passthrough")
+}
+
+// parseProxyAnnotations reads the proxy-* keys; the controller ConfigMap uses
+// the same names and grammar for its defaults.
+func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad func(string, string, ...any),
+	integer func(string, int, int) (int, bool)) {
+	for _, k := range []struct {
+		name string
+		dst  **int
+		lo   int
+		hi   int
+	}{
+		{"proxy-connect-timeout", &a.connectTimeout, 1, 3600}, {"proxy-send-timeout", &a.sendTimeout, 1, 86400},
+		{"proxy-read-timeout", &a.readTimeout, 1, 86400}, {"proxy-next-upstream-tries", &a.nextUpstreamTries, 0, 100},
+		{"proxy-next-upstream-timeout", &a.nextUpstreamTimeout, 0, 86400},
+	} {
+		if n, ok := integer(k.name, k.lo, k.hi); ok {
+			*k.dst = &n
+		}
+	}
+	if v, ok := get("proxy-body-size"); ok {
+		m := reSize.FindStringSubmatch(v)
+		if m == nil {
+			bad("proxy-body-size", "%q is not a size (e.g. 8m, 512k, 0 for unlimited)", v)
+		} else {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			switch strings.ToLower(m[2]) {
+			case "k":
+				n <<= 10
+			case "m":
+				n <<= 20
+			case "g":
+				n <<= 30
+			}
+			a.bodySize = &n
+		}
+	}
+	if v, ok := get("proxy-next-upstream"); ok {
+		toks := strings.Fields(v)
+		valid := len(toks) > 0
+		for _, tk := range toks {
+			valid = valid && nextUpstreamTokens[tk]
+		}
+		if !valid {
+			bad("proxy-next-upstream", "%q is not a list of error, timeout, invalid_header, http_5xx/403/404/429, non_idempotent or off", v)
+		} else {
+			a.nextUpstream = toks
+		}
+	}
+	if v, ok := get("proxy-buffering"); ok {
+		switch v {
+		case "on", "off":
+			b := v == "on"
+			a.buffering = &b
+		default:
+			bad("proxy-buffering", "%q is not on or off", v)
+		}
+	}
 }

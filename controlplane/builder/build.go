@@ -42,6 +42,11 @@ type Options struct {
 	// DefaultBackendService is "ns/name" of the default backend Service;
 	// empty means the built-in 404 at 127.0.0.1:8181, as ingress-nginx.
 	DefaultBackendService string
+	// DefaultSSLCertificate is "ns/name" of the kubernetes.io/tls Secret
+	// served for unknown SNI (--default-ssl-certificate); empty means the
+	// data plane's self-signed fake. An invalid or missing Secret is
+	// reported in Configuration.Errors and the fake is used.
+	DefaultSSLCertificate string
 }
 
 // DefaultControllerClass is the IngressClass controller value Switchyard
@@ -155,6 +160,7 @@ func Build(in Input, opt Options) *model.Configuration {
 		b.anns[ing] = a
 	}
 
+	b.defaultCertificate()
 	b.defaultServer()
 	var canaries []*networkingv1.Ingress
 	for _, ing := range ours {
@@ -220,6 +226,41 @@ func (b *builder) global() {
 			} else {
 				g.HSTSMaxAge = v
 			}
+		}
+		get := func(key string) (string, bool) { v, ok := cm.Data[key]; return v, ok }
+		badf := func(key, format string, args ...any) { bad(key, fmt.Sprintf(format, args...)) }
+		integer := func(key string, lo, hi int) (int, bool) {
+			v, ok := cm.Data[key]
+			if !ok {
+				return 0, false
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < lo || n > hi {
+				bad(key, fmt.Sprintf("%q is not an integer in [%d, %d]", v, lo, hi))
+				return 0, false
+			}
+			return n, true
+		}
+		var px annotations
+		parseProxyAnnotations(&px, get, badf, integer)
+		for _, o := range []struct {
+			v   *int
+			dst *int
+		}{{px.connectTimeout, &g.Proxy.ConnectTimeoutSeconds}, {px.sendTimeout, &g.Proxy.SendTimeoutSeconds},
+			{px.readTimeout, &g.Proxy.ReadTimeoutSeconds}, {px.nextUpstreamTries, &g.Proxy.NextUpstreamTries},
+			{px.nextUpstreamTimeout, &g.Proxy.NextUpstreamTimeoutSeconds}} {
+			if o.v != nil {
+				*o.dst = *o.v
+			}
+		}
+		if px.bodySize != nil {
+			g.Proxy.BodySizeBytes = *px.bodySize
+		}
+		if px.nextUpstream != nil {
+			g.Proxy.NextUpstream = px.nextUpstream
+		}
+		if px.buffering != nil {
+			g.Proxy.Buffering = *px.buffering
 		}
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
@@ -697,6 +738,30 @@ func certificate(sec *corev1.Secret) (model.Certificate, error) {
 		UID: uid, Secret: model.ObjectRef{Kind: "Secret", Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)},
 		PEM: pemText, Hosts: leaf.DNSNames, NotAfter: leaf.NotAfter.Unix(),
 	}, nil
+}
+
+// defaultCertificate loads --default-ssl-certificate.
+func (b *builder) defaultCertificate() {
+	if b.opt.DefaultSSLCertificate == "" {
+		return
+	}
+	ns, name, _ := strings.Cut(b.opt.DefaultSSLCertificate, "/")
+	ref := model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name}
+	sec := b.secrets[ns+"/"+name]
+	if sec == nil {
+		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: "--default-ssl-certificate",
+			Message: "the default SSL certificate Secret does not exist; a self-signed certificate is served"})
+		return
+	}
+	cert, err := certificate(sec)
+	if err != nil {
+		ref.UID = string(sec.UID)
+		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: "--default-ssl-certificate",
+			Message: err.Error() + "; a self-signed certificate is served"})
+		return
+	}
+	b.cfg.Certificates[cert.UID] = cert
+	b.cfg.DefaultCertificate = cert.UID
 }
 
 // passthrough lists the ssl-passthrough hosts with the backend of their

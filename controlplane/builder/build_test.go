@@ -75,6 +75,11 @@ func loadInput(t *testing.T, path string) Input {
 	return in
 }
 
+// caseOptions are the controller flags of the golden cases that need any.
+var caseOptions = map[string]Options{
+	"tls": {DefaultSSLCertificate: "ingress/default-cert"},
+}
+
 // TestGolden builds every testdata/<case>.yaml and compares the Configuration
 // with testdata/<case>.json (go test -run TestGolden -update rewrites them).
 func TestGolden(t *testing.T) {
@@ -85,7 +90,7 @@ func TestGolden(t *testing.T) {
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		t.Run(name, func(t *testing.T) {
-			got := Build(loadInput(t, f), Options{})
+			got := Build(loadInput(t, f), caseOptions[name])
 			golden := strings.TrimSuffix(f, ".yaml") + ".json"
 			if *update {
 				b, _ := json.MarshalIndent(got, "", "  ")
