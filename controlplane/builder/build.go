@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -519,6 +520,10 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 			be.Service.Spec = spec
 		}
 		be.Endpoints = b.endpoints(svc, sp)
+		if svc.Spec.Type == corev1.ServiceTypeExternalName && isLoopback(svc.Spec.ExternalName) {
+			b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s is an ExternalName pointing at loopback (%s), which is refused; the backend has no endpoints",
+				ing.Namespace, sb.Name, svc.Spec.ExternalName))
+		}
 	}
 	b.backends[name] = be
 	return be
@@ -538,6 +543,9 @@ func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1
 // ready, the serving-but-terminating ones; duplicates by ip:port removed.
 func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balancer.Endpoint {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		if isLoopback(svc.Spec.ExternalName) {
+			return nil
+		}
 		port := sp.TargetPort.String()
 		if sp.TargetPort.IntValue() == 0 && sp.TargetPort.StrVal == "" {
 			port = strconv.Itoa(int(sp.Port))
@@ -589,6 +597,18 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balanc
 	})
 }
 
+// isLoopback reports whether an ExternalName points at this host: such
+// services are refused (ingress-nginx does the same), since they would let an
+// Ingress reach the data plane's own local ports.
+func isLoopback(name string) bool {
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(name)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+}
+
 func ptrStr(p *string) string {
 	if p == nil {
 		return ""
@@ -598,7 +618,8 @@ func ptrStr(p *string) string {
 
 // affinityFor applies session affinity from one path: type and mode from the
 // first path that sets them; cookie fields overwritten by every path with
-// affinity, and the path appended to locations[host] (ingress-nginx, §1.4).
+// affinity, and the path appended to locations[host] and to the locations of
+// each server alias (ingress-nginx, §1.4).
 func (b *builder) affinityFor(be *balancer.Backend, a annotations, host, path string) {
 	if a.affinity != "cookie" {
 		return
@@ -615,6 +636,11 @@ func (b *builder) affinityFor(be *balancer.Backend, a annotations, host, path st
 		locs = map[string][]string{}
 	}
 	locs[host] = append(locs[host], path)
+	if host != model.CatchAllHost {
+		for _, alias := range a.serverAliases {
+			locs[alias] = append(locs[alias], path)
+		}
+	}
 	sa.CookieSessionAffinity.Locations = locs
 }
 
