@@ -1,0 +1,748 @@
+package nginxcompat
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+//go:embed templates/nginx.tmpl
+var templateFS embed.FS
+
+var confTemplate = template.Must(template.New("nginx.tmpl").Funcs(template.FuncMap{
+	"q":     quote,
+	"onoff": onoff,
+}).ParseFS(templateFS, "templates/nginx.tmpl"))
+
+// checksumPlaceholder is replaced, after rendering, by the checksum of the
+// rendered file (computed with the placeholder in place), so the status
+// server answers which generation is loaded.
+const checksumPlaceholder = "@@CHECKSUM@@"
+
+// RenderConfig says where the rendered nginx.conf finds its files and what it
+// listens on. Zero values take the documented defaults.
+type RenderConfig struct {
+	// LuaDir is the directory holding balancer.lua; lua_package_path is
+	// "<LuaDir>/?.lua;;". Default "/usr/share/switchyard/lua".
+	LuaDir string
+	// CertDir holds the certificates written by WriteCertificates, one
+	// "<uid>.pem" each. Default "/etc/switchyard/certs".
+	CertDir string
+	// TempDir is the parent of nginx's *_temp_path directories.
+	// Default "/var/lib/switchyard/nginx".
+	TempDir string
+	// PIDFile default "/run/switchyard-nginx.pid".
+	PIDFile string
+	// ErrorLog default "stderr"; AccessLog default "/dev/stdout".
+	ErrorLog  string
+	AccessLog string
+	// HTTPListen and HTTPSListen are the listen addresses ("80",
+	// "127.0.0.2:8080"). Defaults ["80"] and ["443"].
+	HTTPListen  []string
+	HTTPSListen []string
+	// StatusListen is the loopback status server. Default "127.0.0.1:10245"
+	// (10246 is left to the Go /configuration API in drop-in mode).
+	StatusListen string
+	// APISocket is the unix socket of the Go /configuration API, forwarded
+	// from the status server's /configuration. Empty: not forwarded.
+	APISocket string
+}
+
+func (c RenderConfig) withDefaults() RenderConfig {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.LuaDir, "/usr/share/switchyard/lua")
+	def(&c.CertDir, "/etc/switchyard/certs")
+	def(&c.TempDir, "/var/lib/switchyard/nginx")
+	def(&c.PIDFile, "/run/switchyard-nginx.pid")
+	def(&c.ErrorLog, "stderr")
+	def(&c.AccessLog, "/dev/stdout")
+	def(&c.StatusListen, "127.0.0.1:10245")
+	if len(c.HTTPListen) == 0 {
+		c.HTTPListen = []string{"80"}
+	}
+	if len(c.HTTPSListen) == 0 {
+		c.HTTPSListen = []string{"443"}
+	}
+	return c
+}
+
+// Rendered is one nginx.conf.
+type Rendered struct {
+	// Conf is the complete file.
+	Conf []byte
+	// Checksum is the hex SHA-256 the file's status server answers on
+	// /config-checksum.
+	Checksum string
+	// Errors are the servers, locations and ConfigMap keys left out (or
+	// defaulted) because a value failed its grammar; the rest is rendered.
+	Errors []model.ObjectError
+}
+
+// Render renders nginx.conf from cfg. Every value reaching the file passes a
+// strict per-field grammar and is then quoted for nginx; a server or location
+// whose value fails is left out and reported in Rendered.Errors. Only an error
+// in the renderer's own settings fails the whole render.
+func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
+	rc = rc.withDefaults()
+	if err := checkRenderConfig(rc); err != nil {
+		return nil, err
+	}
+	v := view{
+		Version:        cfg.Version,
+		PIDFile:        rc.PIDFile,
+		ErrorLog:       rc.ErrorLog,
+		AccessLog:      rc.AccessLog,
+		TempDir:        rc.TempDir,
+		LuaPackagePath: rc.LuaDir + "/?.lua;;",
+		HTTPListens:    rc.HTTPListen,
+		HTTPSListens:   rc.HTTPSListen,
+		StatusListen:   rc.StatusListen,
+		APISocket:      rc.APISocket,
+	}
+	v.G, v.Errors = globals(&cfg.Global)
+	if v.G.HSTS {
+		v.HSTSValue = "max-age=" + v.G.HSTSMaxAge
+		if cfg.Global.HSTSIncludeSubdomains {
+			v.HSTSValue += "; includeSubDomains"
+		}
+		if cfg.Global.HSTSPreload {
+			v.HSTSValue += "; preload"
+		}
+	}
+	seenHost := map[string]bool{}
+	for i := range cfg.Servers {
+		s := &cfg.Servers[i]
+		sv, errs := serverView(cfg, s, rc, &v.G)
+		v.Errors = append(v.Errors, errs...)
+		if sv == nil {
+			continue
+		}
+		dup := false
+		for _, n := range sv.Names {
+			if seenHost[n] {
+				dup = true
+			}
+		}
+		if dup {
+			v.Errors = append(v.Errors, model.ObjectError{Object: firstIngress(s), Field: "spec.rules.host",
+				Message: fmt.Sprintf("server %q: a host or alias is already served by another server; left out", s.Hostname)})
+			continue
+		}
+		for _, n := range sv.Names {
+			seenHost[n] = true
+		}
+		v.Servers = append(v.Servers, sv)
+	}
+	var buf bytes.Buffer
+	buf.Grow(4096 + 2048*len(v.Servers))
+	if err := confTemplate.Execute(&buf, &v); err != nil {
+		return nil, fmt.Errorf("render nginx.conf: %w", err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	hexsum := hex.EncodeToString(sum[:])
+	conf := bytes.Replace(buf.Bytes(), []byte(checksumPlaceholder), []byte(hexsum), 1)
+	return &Rendered{Conf: conf, Checksum: hexsum, Errors: v.Errors}, nil
+}
+
+type view struct {
+	Version        uint64
+	PIDFile        string
+	ErrorLog       string
+	AccessLog      string
+	TempDir        string
+	LuaPackagePath string
+	HTTPListens    []string
+	HTTPSListens   []string
+	StatusListen   string
+	APISocket      string
+	G              globalView
+	HSTSValue      string
+	Servers        []*serverV
+	Errors         []model.ObjectError
+}
+
+type serverV struct {
+	Names     []string
+	Default   bool
+	TLS       string // certificate file, empty without TLS
+	Locations []*locationV
+}
+
+type corsV struct {
+	Origin, Methods, Headers, Expose string
+	Credentials                      bool
+	MaxAge                           int
+}
+
+type locationV struct {
+	Modifier, Path                  string
+	Namespace, IngressName, Service string
+	Backend                         string
+	Allow                           []string
+	SSLRedirect                     bool
+	AppRoot                         string
+	RedirectURL                     string
+	RedirectCode                    int
+	CORS                            *corsV
+	BodySize                        string
+	ConnectTimeout, SendTimeout     int
+	ReadTimeout                     int
+	Buffering                       bool
+	NextUpstream                    string
+	NextUpstreamTries               int
+	NextUpstreamTimeout             int
+	UpstreamVhost                   string
+	XForwardedPrefix                string
+	RewriteRegex, RewriteTarget     string
+	GRPC                            bool
+	Scheme                          string
+}
+
+// quote writes s as an nginx double-quoted string: only \ and " are special
+// inside one (ngx_conf_file.c), so escaping those two keeps any value a
+// single argument. Values still pass their field grammar first: quoting does
+// not stop nginx from expanding $variables.
+func quote(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\\' || c == '"' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func onoff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+var (
+	reHostLabel   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	reK8sName     = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	reBackendName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+	reUID         = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	reHeaderList  = regexp.MustCompile(`^[A-Za-z0-9!#%&'*+.^_|~-]+( ?, ?[A-Za-z0-9!#%&'*+.^_|~-]+)*$`)
+	reFilePath    = regexp.MustCompile(`^/[A-Za-z0-9/._+-]*$`)
+	reListen      = regexp.MustCompile(`^(([0-9]{1,3}\.){3}[0-9]{1,3}:|\[[0-9a-fA-F:]+\]:)?[0-9]{1,5}$`)
+	reCiphers     = regexp.MustCompile(`^[A-Za-z0-9:+!@._-]+$`)
+	reDuration    = regexp.MustCompile(`^[0-9]{1,9}(ms|s|m|h|d)?$`)
+)
+
+// validHost accepts a lower-case DNS name, a "*." wildcard of one, or "_".
+func validHost(h string) bool {
+	if h == model.CatchAllHost {
+		return true
+	}
+	h = strings.TrimPrefix(h, "*.")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(h, ".") {
+		if !reHostLabel.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// printableNoDollar accepts visible ASCII without space and '$' (and no
+// control characters), the grammar of paths and URLs here.
+func printableNoDollar(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '$' {
+			return false
+		}
+	}
+	return true
+}
+
+func validPath(p string) bool {
+	return strings.HasPrefix(p, "/") && len(p) <= 4096 && printableNoDollar(p)
+}
+
+// validRewriteTarget is a path or URL whose only '$' are capture references
+// ($1..$9), as rewrite-target allows.
+func validRewriteTarget(s string) bool {
+	if s == "" || len(s) > 4096 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f {
+			return false
+		}
+		if c == '$' && (i+1 >= len(s) || s[i+1] < '0' || s[i+1] > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func validURL(s string) bool {
+	if !printableNoDollar(s) || len(s) > 4096 {
+		return false
+	}
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func validUpstreamVhost(s string) bool {
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i > 0 {
+		p, err := strconv.Atoi(s[i+1:])
+		if err != nil || p < 1 || p > 65535 {
+			return false
+		}
+		host = s[:i]
+	}
+	return host != "_" && validHost(host) && !strings.HasPrefix(host, "*.")
+}
+
+var nextUpstreamWords = map[string]bool{
+	"error": true, "timeout": true, "invalid_header": true, "http_500": true, "http_502": true,
+	"http_503": true, "http_504": true, "http_403": true, "http_404": true, "http_429": true,
+	"non_idempotent": true, "off": true,
+}
+
+func checkRenderConfig(rc RenderConfig) error {
+	for name, p := range map[string]string{"LuaDir": rc.LuaDir, "CertDir": rc.CertDir, "TempDir": rc.TempDir, "PIDFile": rc.PIDFile} {
+		if !reFilePath.MatchString(p) {
+			return fmt.Errorf("nginxcompat: RenderConfig.%s %q: want an absolute path of [A-Za-z0-9/._+-]", name, p)
+		}
+	}
+	for name, p := range map[string]string{"ErrorLog": rc.ErrorLog, "AccessLog": rc.AccessLog} {
+		if p != "stderr" && !reFilePath.MatchString(p) {
+			return fmt.Errorf("nginxcompat: RenderConfig.%s %q: want stderr or an absolute path", name, p)
+		}
+	}
+	if rc.APISocket != "" && !reFilePath.MatchString(rc.APISocket) {
+		return fmt.Errorf("nginxcompat: RenderConfig.APISocket %q: want an absolute path", rc.APISocket)
+	}
+	for _, l := range append(append([]string{rc.StatusListen}, rc.HTTPListen...), rc.HTTPSListen...) {
+		if !reListen.MatchString(l) {
+			return fmt.Errorf("nginxcompat: listen address %q: want port, ipv4:port or [ipv6]:port", l)
+		}
+	}
+	return nil
+}
+
+func firstIngress(s *model.Server) model.ObjectRef {
+	for _, l := range s.Locations {
+		if l.Ingress.Name != "" {
+			return l.Ingress
+		}
+	}
+	return model.ObjectRef{}
+}
+
+func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *globalView) (*serverV, []model.ObjectError) {
+	var errs []model.ObjectError
+	bad := func(obj model.ObjectRef, field, format string, args ...any) {
+		errs = append(errs, model.ObjectError{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if !validHost(s.Hostname) {
+		bad(firstIngress(s), "spec.rules.host", "host %q is not a lower-case DNS name; server left out", s.Hostname)
+		return nil, errs
+	}
+	sv := &serverV{Names: []string{s.Hostname}, Default: s.Hostname == model.CatchAllHost}
+	for _, a := range s.Aliases {
+		if !validHost(a) || a == model.CatchAllHost {
+			bad(firstIngress(s), "nginx.ingress.kubernetes.io/server-alias", "alias %q is not a DNS name; left out", a)
+			continue
+		}
+		sv.Names = append(sv.Names, a)
+	}
+	uid := ""
+	if s.TLS != nil {
+		uid = s.TLS.CertificateUID
+	} else if sv.Default {
+		uid = cfg.DefaultCertificate
+	}
+	if uid != "" {
+		if _, ok := cfg.Certificates[uid]; ok && reUID.MatchString(uid) {
+			sv.TLS = filepath.Join(rc.CertDir, uid+".pem")
+		} else {
+			bad(firstIngress(s), "spec.tls", "server %q: certificate %q is missing or has a bad UID; served without TLS", s.Hostname, uid)
+		}
+	}
+	seen := map[string]bool{}
+	for i := range s.Locations {
+		l := &s.Locations[i]
+		lv, err := locationView(l, sv.TLS != "", g)
+		if err != nil {
+			bad(l.Ingress, "spec.rules.http.paths", "server %q path %q: %v; location left out", s.Hostname, l.Path, err)
+			continue
+		}
+		key := lv.Modifier + lv.Path
+		if seen[key] {
+			bad(l.Ingress, "spec.rules.http.paths", "server %q path %q (%s): already defined; location left out", s.Hostname, l.Path, l.PathType)
+			continue
+		}
+		seen[key] = true
+		sv.Locations = append(sv.Locations, lv)
+	}
+	return sv, errs
+}
+
+func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error) {
+	p := l.Path
+	if p == "" {
+		p = "/"
+	}
+	if !validPath(p) {
+		return nil, fmt.Errorf("path must start with / and hold visible ASCII without $")
+	}
+	lv := &locationV{Path: p, Backend: l.Backend}
+	switch {
+	case l.Regex:
+		if _, err := regexp.Compile(p); err != nil {
+			return nil, fmt.Errorf("bad regular expression: %w", err)
+		}
+		lv.Modifier = "~* "
+		lv.Path = "^" + p
+	case l.PathType == model.PathTypeExact:
+		lv.Modifier = "= "
+	}
+	if !reBackendName.MatchString(l.Backend) {
+		return nil, fmt.Errorf("backend name %q", l.Backend)
+	}
+	for _, n := range []string{l.Ingress.Namespace, l.Ingress.Name, l.Service} {
+		if n != "" && !reK8sName.MatchString(n) {
+			return nil, fmt.Errorf("object name %q", n)
+		}
+	}
+	lv.Namespace, lv.IngressName, lv.Service = l.Ingress.Namespace, l.Ingress.Name, l.Service
+	for _, c := range l.AllowSourceRanges {
+		if pfx, err := netip.ParsePrefix(c); err == nil {
+			lv.Allow = append(lv.Allow, pfx.String())
+		} else if a, err := netip.ParseAddr(c); err == nil {
+			lv.Allow = append(lv.Allow, a.String())
+		} else {
+			return nil, fmt.Errorf("source range %q is not a CIDR", c)
+		}
+	}
+	lv.SSLRedirect = l.Rewrite.ForceSSLRedirect || (tls && l.Rewrite.SSLRedirect)
+	if r := l.Rewrite.AppRoot; r != "" {
+		if !validPath(r) {
+			return nil, fmt.Errorf("app-root %q", r)
+		}
+		lv.AppRoot = r
+	}
+	if l.Redirect.URL != "" {
+		if !validURL(l.Redirect.URL) {
+			return nil, fmt.Errorf("redirect URL %q", l.Redirect.URL)
+		}
+		switch l.Redirect.Code {
+		case 0:
+			lv.RedirectCode = 301
+		case 301, 302, 303, 307, 308:
+			lv.RedirectCode = l.Redirect.Code
+		default:
+			return nil, fmt.Errorf("redirect code %d", l.Redirect.Code)
+		}
+		lv.RedirectURL = l.Redirect.URL
+	}
+	if l.CORS.Enabled {
+		c := &corsV{Origin: "*", Methods: "GET, PUT, POST, DELETE, PATCH, OPTIONS",
+			Headers:     "DNT,X-CustomHeader,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Authorization",
+			Credentials: l.CORS.AllowCredentials, MaxAge: 1728000}
+		if len(l.CORS.AllowOrigin) > 0 {
+			for _, o := range l.CORS.AllowOrigin {
+				if o != "*" && !validURL(o) {
+					return nil, fmt.Errorf("cors-allow-origin %q", o)
+				}
+			}
+			// One origin can be written as is; several need the request's
+			// Origin echoed, which this template does not do yet.
+			c.Origin = l.CORS.AllowOrigin[0]
+		}
+		for _, f := range []struct {
+			dst *string
+			src string
+		}{{&c.Methods, l.CORS.AllowMethods}, {&c.Headers, l.CORS.AllowHeaders}, {&c.Expose, l.CORS.ExposeHeaders}} {
+			if f.src == "" {
+				continue
+			}
+			if !reHeaderList.MatchString(f.src) {
+				return nil, fmt.Errorf("cors list %q", f.src)
+			}
+			*f.dst = f.src
+		}
+		if l.CORS.MaxAgeSeconds > 0 {
+			c.MaxAge = l.CORS.MaxAgeSeconds
+		}
+		lv.CORS = c
+	}
+	pr, def := l.Proxy, g.Proxy
+	pick := func(v, d, fallback int) int {
+		if v > 0 {
+			return v
+		}
+		if d > 0 {
+			return d
+		}
+		return fallback
+	}
+	lv.ConnectTimeout = pick(pr.ConnectTimeoutSeconds, def.ConnectTimeoutSeconds, 5)
+	lv.SendTimeout = pick(pr.SendTimeoutSeconds, def.SendTimeoutSeconds, 60)
+	lv.ReadTimeout = pick(pr.ReadTimeoutSeconds, def.ReadTimeoutSeconds, 60)
+	lv.NextUpstreamTries = pick(pr.NextUpstreamTries, def.NextUpstreamTries, 3)
+	lv.NextUpstreamTimeout = pick(pr.NextUpstreamTimeoutSeconds, def.NextUpstreamTimeoutSeconds, 0)
+	if pr.BodySizeBytes < 0 {
+		return nil, fmt.Errorf("negative body size")
+	}
+	lv.BodySize = strconv.FormatInt(pr.BodySizeBytes, 10)
+	lv.Buffering = pr.Buffering
+	nu := pr.NextUpstream
+	if len(nu) == 0 {
+		nu = def.NextUpstream
+	}
+	if len(nu) == 0 {
+		nu = []string{"error", "timeout"}
+	}
+	for _, w := range nu {
+		if !nextUpstreamWords[w] {
+			return nil, fmt.Errorf("proxy-next-upstream %q", w)
+		}
+	}
+	lv.NextUpstream = strings.Join(nu, " ")
+	if l.UpstreamVhost != "" {
+		if !validUpstreamVhost(l.UpstreamVhost) {
+			return nil, fmt.Errorf("upstream-vhost %q", l.UpstreamVhost)
+		}
+		lv.UpstreamVhost = l.UpstreamVhost
+	}
+	if l.XForwardedPrefix != "" {
+		if !validPath(l.XForwardedPrefix) {
+			return nil, fmt.Errorf("x-forwarded-prefix %q", l.XForwardedPrefix)
+		}
+		lv.XForwardedPrefix = l.XForwardedPrefix
+	}
+	if t := l.Rewrite.Target; t != "" {
+		if !validRewriteTarget(t) {
+			return nil, fmt.Errorf("rewrite-target %q", t)
+		}
+		lv.RewriteTarget = t
+		if l.Regex {
+			lv.RewriteRegex = "(?i)" + p
+		} else {
+			lv.RewriteRegex = "(?i)^" + regexp.QuoteMeta(p)
+		}
+	}
+	switch l.BackendProtocol {
+	case "", model.ProtocolHTTP:
+		lv.Scheme = "http"
+	case model.ProtocolHTTPS:
+		lv.Scheme = "https"
+	case model.ProtocolH2C:
+		// nginx cannot proxy_pass over h2c; grpc_pass speaks HTTP/2
+		// cleartext, as ingress-nginx does for H2C.
+		lv.Scheme, lv.GRPC = "grpc", true
+	case model.ProtocolGRPC:
+		lv.Scheme, lv.GRPC = "grpc", true
+	case model.ProtocolGRPCS:
+		lv.Scheme, lv.GRPC = "grpcs", true
+	default:
+		return nil, fmt.Errorf("backend-protocol %q", l.BackendProtocol)
+	}
+	return lv, nil
+}
+
+// globalView is the validated ConfigMap.
+type globalView struct {
+	WorkerProcesses              string
+	WorkerShutdownTimeout        string
+	MaxWorkerConnections         int
+	KeepAlive                    int
+	KeepAliveRequests            int
+	ServerTokens                 bool
+	UseForwardedHeaders          bool
+	ComputeFullForwardedFor      bool
+	SSLProtocols                 string
+	SSLCiphers                   string
+	LogFormatUpstream            string
+	HTTPRedirectCode             int
+	HSTS                         bool
+	HSTSMaxAge                   string
+	UpstreamKeepaliveConnections int
+	UpstreamKeepaliveTime        string
+	UpstreamKeepaliveTimeout     int
+	UpstreamKeepaliveRequests    int
+	Proxy                        model.Proxy
+}
+
+// defaultLogFormat is ingress-nginx's log-format-upstream default.
+const defaultLogFormat = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_length $request_time [$proxy_upstream_name] [$proxy_alternative_upstream_name] $upstream_addr $upstream_response_length $upstream_response_time $upstream_status $req_id`
+
+// ConfigMapKeys lists the ingress-nginx ConfigMap keys the template honours.
+var ConfigMapKeys = []string{
+	"worker-processes", "worker-shutdown-timeout", "max-worker-connections", "keep-alive",
+	"keep-alive-requests", "server-tokens", "ssl-protocols", "ssl-ciphers", "log-format-upstream",
+	"upstream-keepalive-connections", "upstream-keepalive-time", "upstream-keepalive-timeout",
+	"upstream-keepalive-requests", "use-forwarded-headers", "compute-full-forwarded-for",
+	"http-redirect-code", "hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload",
+	"ssl-redirect", "proxy-connect-timeout", "proxy-send-timeout", "proxy-read-timeout",
+	"proxy-body-size", "proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout",
+	"proxy-buffering",
+}
+
+// configMapRef names the controller ConfigMap; the caller knows its name.
+var configMapRef = model.ObjectRef{Kind: "ConfigMap"}
+
+func globals(g *model.Global) (globalView, []model.ObjectError) {
+	v := globalView{
+		WorkerProcesses: "auto", WorkerShutdownTimeout: "240s", MaxWorkerConnections: 16384,
+		KeepAlive: 75, KeepAliveRequests: 1000, SSLProtocols: "TLSv1.2 TLSv1.3",
+		SSLCiphers:        "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384",
+		LogFormatUpstream: defaultLogFormat, HTTPRedirectCode: 308, HSTSMaxAge: "31536000",
+		UpstreamKeepaliveConnections: 320, UpstreamKeepaliveTime: "1h", UpstreamKeepaliveTimeout: 60,
+		UpstreamKeepaliveRequests: 10000,
+		UseForwardedHeaders:       g.UseForwardedHeaders, ComputeFullForwardedFor: g.ComputeFullForwardedFor,
+		HSTS: g.HSTS, Proxy: g.Proxy,
+	}
+	var errs []model.ObjectError
+	bad := func(key, val, want string) {
+		errs = append(errs, model.ObjectError{Object: configMapRef, Field: key,
+			Message: fmt.Sprintf("%s %q: want %s; default kept", key, val, want)})
+	}
+	switch c := g.HTTPRedirectCode; c {
+	case 0:
+	case 301, 302, 307, 308:
+		v.HTTPRedirectCode = c
+	default:
+		bad("http-redirect-code", strconv.Itoa(c), "301, 302, 307 or 308")
+	}
+	if g.HSTSMaxAge != "" {
+		if _, err := strconv.ParseUint(g.HSTSMaxAge, 10, 32); err == nil {
+			v.HSTSMaxAge = g.HSTSMaxAge
+		} else {
+			bad("hsts-max-age", g.HSTSMaxAge, "seconds")
+		}
+	}
+	keys := make([]string, 0, len(g.Raw))
+	for k := range g.Raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	intKey := func(k, val string, dst *int, lo int) {
+		n, err := strconv.Atoi(val)
+		if err != nil || n < lo || n > 1<<30 {
+			bad(k, val, fmt.Sprintf("an integer >= %d", lo))
+			return
+		}
+		*dst = n
+	}
+	for _, k := range keys {
+		val := strings.TrimSpace(g.Raw[k])
+		switch k {
+		case "worker-processes":
+			if n, err := strconv.Atoi(val); val == "auto" || (err == nil && n > 0 && n <= 1024) {
+				v.WorkerProcesses = val
+			} else {
+				bad(k, val, "auto or 1..1024")
+			}
+		case "worker-shutdown-timeout", "upstream-keepalive-time":
+			if !reDuration.MatchString(val) {
+				bad(k, val, "an nginx duration such as 240s")
+			} else if k == "worker-shutdown-timeout" {
+				v.WorkerShutdownTimeout = val
+			} else {
+				v.UpstreamKeepaliveTime = val
+			}
+		case "max-worker-connections":
+			intKey(k, val, &v.MaxWorkerConnections, 1)
+		case "keep-alive":
+			intKey(k, val, &v.KeepAlive, 0)
+		case "keep-alive-requests":
+			intKey(k, val, &v.KeepAliveRequests, 1)
+		case "upstream-keepalive-connections":
+			intKey(k, val, &v.UpstreamKeepaliveConnections, 0)
+		case "upstream-keepalive-timeout":
+			intKey(k, val, &v.UpstreamKeepaliveTimeout, 0)
+		case "upstream-keepalive-requests":
+			intKey(k, val, &v.UpstreamKeepaliveRequests, 1)
+		case "server-tokens":
+			if b, err := strconv.ParseBool(val); err == nil {
+				v.ServerTokens = b
+			} else {
+				bad(k, val, "true or false")
+			}
+		case "ssl-protocols":
+			ok := val != ""
+			for _, p := range strings.Fields(val) {
+				switch p {
+				case "TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3":
+				default:
+					ok = false
+				}
+			}
+			if ok {
+				v.SSLProtocols = strings.Join(strings.Fields(val), " ")
+			} else {
+				bad(k, val, "TLSv1.2 TLSv1.3 or similar")
+			}
+		case "ssl-ciphers":
+			if reCiphers.MatchString(val) {
+				v.SSLCiphers = val
+			} else {
+				bad(k, val, "an OpenSSL cipher list")
+			}
+		case "log-format-upstream":
+			if validLogFormat(val) {
+				v.LogFormatUpstream = val
+			} else {
+				bad(k, val, "printable text whose $ start variable names")
+			}
+		}
+	}
+	return v, errs
+}
+
+// validLogFormat accepts printable ASCII (spaces included) in which every
+// '$' starts a variable name, so nginx reads the value as one format string.
+func validLogFormat(s string) bool {
+	if s == "" || len(s) > 4096 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < ' ' || c >= 0x7f {
+			return false
+		}
+		if c == '$' {
+			if i+1 >= len(s) {
+				return false
+			}
+			n := s[i+1]
+			if !(n == '_' || (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || n == '{') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,235 @@
+package nginxcompat
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/render")
+
+// goldenRenderConfig is the RenderConfig of the golden files: fixed paths.
+var goldenRenderConfig = RenderConfig{APISocket: "/run/switchyard/api.sock"}
+
+func loadCase(t testing.TB, path string) *model.Configuration {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg model.Configuration
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("decode %s: %v", path, err)
+	}
+	return &cfg
+}
+
+// requireNginx returns the nginx binary. Without one the test fails under
+// CI=true and is skipped loudly elsewhere.
+func requireNginx(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("nginx")
+	if err != nil {
+		for _, c := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
+			if _, err := os.Stat(c); err == nil {
+				return c
+			}
+		}
+		if os.Getenv("CI") != "" {
+			t.Fatalf("nginx not found (CI=true): test/setup.sh installs nginx and libnginx-mod-http-lua")
+		}
+		t.Skip("SKIPPED LOUDLY: nginx not installed; install nginx libnginx-mod-http-lua lua-resty-core lua-cjson")
+	}
+	return p
+}
+
+// testDirs is a RenderConfig whose files all live under dir, with the Lua
+// stand-in of testdata/lua unless luaDir is given. Reusable by e2e tests.
+func testDirs(t testing.TB, dir, luaDir string) RenderConfig {
+	t.Helper()
+	if luaDir == "" {
+		abs, err := filepath.Abs("testdata/lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		luaDir = abs
+	}
+	return RenderConfig{
+		LuaDir:    luaDir,
+		CertDir:   filepath.Join(dir, "certs"),
+		TempDir:   filepath.Join(dir, "tmp"),
+		PIDFile:   filepath.Join(dir, "nginx.pid"),
+		ErrorLog:  "stderr",
+		AccessLog: filepath.Join(dir, "access.log"),
+	}
+}
+
+// nginxTest runs the real `nginx -t` on conf, writing cfg's certificates.
+func nginxTest(t testing.TB, nginx string, rc RenderConfig, cfg *model.Configuration, conf []byte) error {
+	t.Helper()
+	if err := PrepareDirs(rc); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteCertificates(rc.CertDir, cfg.Certificates); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(rc.PIDFile)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(nginx, "-t", "-q", "-e", "stderr", "-p", dir, "-c", path).CombinedOutput()
+	if err != nil {
+		return &nginxTestError{out: string(out), err: err}
+	}
+	return nil
+}
+
+type nginxTestError struct {
+	out string
+	err error
+}
+
+func (e *nginxTestError) Error() string { return "nginx -t: " + e.err.Error() + ": " + e.out }
+
+// Golden pairs: testdata/render/<case>.json → <case>.conf (and the errors
+// reported, <case>.errors.json), each rendered again with test paths and
+// passed through the real `nginx -t`.
+func TestRenderGolden(t *testing.T) {
+	nginx := requireNginx(t)
+	cases, err := filepath.Glob("testdata/render/*.json")
+	if err != nil || len(cases) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	for _, in := range cases {
+		if strings.HasSuffix(in, ".errors.json") {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(in), ".json")
+		t.Run(name, func(t *testing.T) {
+			cfg := loadCase(t, in)
+			r, err := Render(cfg, goldenRenderConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs, err := json.MarshalIndent(r.Errors, "", " ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs = append(errs, '\n')
+			confPath := strings.TrimSuffix(in, ".json") + ".conf"
+			errPath := strings.TrimSuffix(in, ".json") + ".errors.json"
+			if *update {
+				if err := os.WriteFile(confPath, r.Conf, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(errPath, errs, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(confPath)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if diff := cmp.Diff(string(want), string(r.Conf)); diff != "" {
+				t.Errorf("%s differs (-want +got):\n%s", confPath, diff)
+			}
+			wantErrs, err := os.ReadFile(errPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(wantErrs), string(errs)); diff != "" {
+				t.Errorf("%s differs (-want +got):\n%s", errPath, diff)
+			}
+			if _, err := parseNginxConf(string(r.Conf)); err != nil {
+				t.Errorf("rendered file does not parse: %v", err)
+			}
+
+			// The same Configuration with this machine's paths through nginx -t.
+			rc := testDirs(t, t.TempDir(), "")
+			rt, err := Render(cfg, rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nginxTest(t, nginx, rc, cfg, rt.Conf); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// The checksum on /config-checksum is that of the file, and changes with it.
+func TestRenderChecksum(t *testing.T) {
+	cfg := loadCase(t, "testdata/render/basic.json")
+	a, err := Render(cfg, goldenRenderConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Render(cfg, goldenRenderConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Conf, b.Conf) {
+		t.Fatal("two renders of one Configuration differ")
+	}
+	ds, err := parseNginxConf(string(a.Conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	walk(ds, func(d *directive, parent *directive) {
+		if d.Name == "location" && len(d.Args) == 2 && d.Args[1] == "/config-checksum" {
+			for _, k := range d.Block {
+				if k.Name == "return" {
+					got = k.Args[1]
+				}
+			}
+		}
+	})
+	if got != a.Checksum || len(got) != 64 {
+		t.Errorf("config-checksum answers %q; want %q", got, a.Checksum)
+	}
+	cfg.Servers[1].Hostname = "other.example.com"
+	c, err := Render(cfg, goldenRenderConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Checksum == a.Checksum {
+		t.Errorf("checksum unchanged after the host changed")
+	}
+}
+
+func walk(ds []*directive, f func(d, parent *directive)) {
+	var rec func([]*directive, *directive)
+	rec = func(ds []*directive, parent *directive) {
+		for _, d := range ds {
+			f(d, parent)
+			rec(d.Block, d)
+		}
+	}
+	rec(ds, nil)
+}
+
+func TestRenderConfigRejected(t *testing.T) {
+	cfg := loadCase(t, "testdata/render/basic.json")
+	for name, rc := range map[string]RenderConfig{
+		"lua dir with quote":   {LuaDir: `/x";`},
+		"relative cert dir":    {CertDir: "certs"},
+		"listen with spaces":   {HTTPListen: []string{"80 ssl"}},
+		"socket with brace":    {APISocket: "/run/a{b"},
+		"status on a hostname": {StatusListen: "localhost:1"},
+	} {
+		if _, err := Render(cfg, rc); err == nil {
+			t.Errorf("%s: Render accepted %+v", name, rc)
+		}
+	}
+}
