@@ -121,13 +121,15 @@ func writeDebugError(w http.ResponseWriter, status int, msg string) {
 }
 
 func writeDebugJSON(w http.ResponseWriter, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false) // paths and the redaction note keep < > &
+	if err := enc.Encode(v); err != nil {
 		writeDebugError(w, http.StatusInternalServerError, "encode: "+err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body.Bytes())
 }
 
 // runDebugBackends is `switchyard debug backends`: it prints the balancers of
