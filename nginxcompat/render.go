@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -373,6 +374,9 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	for _, a := range s.Aliases {
 		if !validHost(a) || a == model.CatchAllHost {
 			bad(firstIngress(s), "nginx.ingress.kubernetes.io/server-alias", "alias %q is not a DNS name; left out", a)
+			continue
+		}
+		if slices.Contains(sv.Names, a) {
 			continue
 		}
 		sv.Names = append(sv.Names, a)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,15 +21,22 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/re
 // goldenRenderConfig is the RenderConfig of the golden files: fixed paths.
 var goldenRenderConfig = RenderConfig{APISocket: "/run/switchyard/api.sock"}
 
+// loadCase reads a golden Configuration; t may be nil (it then panics).
 func loadCase(t testing.TB, path string) *model.Configuration {
-	t.Helper()
+	fail := func(format string, args ...any) {
+		if t == nil {
+			panic(fmt.Sprintf(format, args...))
+		}
+		t.Helper()
+		t.Fatalf(format, args...)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		fail("%v", err)
 	}
 	var cfg model.Configuration
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
+		fail("decode %s: %v", path, err)
 	}
 	return &cfg
 }

@@ -1,0 +1,144 @@
+package nginxcompat
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// allowedShapes is every "ctx/.../name" the template writes, taken from the
+// golden cases that switch every feature on.
+var allowedShapes = sync.OnceValue(func() map[string]int {
+	m := map[string]int{}
+	for _, c := range []string{"annotations", "tls", "basic"} {
+		cfg := loadCase(nil, "testdata/render/"+c+".json")
+		r, err := Render(cfg, goldenRenderConfig)
+		if err != nil {
+			panic(err)
+		}
+		ds, err := parseNginxConf(string(r.Conf))
+		if err != nil {
+			panic(err)
+		}
+		shapes(ds, "", m)
+	}
+	return m
+})
+
+// FuzzRender renders arbitrary hosts, paths and annotation values and parses
+// the output: it must parse, hold only directives the template writes, have
+// exactly the servers and locations accepted, and carry each accepted value
+// back unchanged as one argument.
+func FuzzRender(f *testing.F) {
+	f.Add("app.example.com", "/", "", "", "", "10.0.0.0/8", "default-web-80", false)
+	f.Add("a;b", "/x { deny all; }", "/$1", "https://x.example.com", "h.example.com:80", "nope", "b\"c", true)
+	f.Add("*.example.com", "/a\"b", "/$host", "*", "", "", "x", false)
+	f.Add("x.example.com", "/p\\\"; return 200 x;#", "/ok", "", "", "", "be", true)
+	f.Fuzz(func(t *testing.T, host, path, target, origin, vhost, cidr, backend string, regex bool) {
+		loc := model.Location{
+			Path: path, PathType: model.PathTypePrefix, Regex: regex,
+			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
+			Backend: backend, Rewrite: model.Rewrite{Target: target, SSLRedirect: true},
+			UpstreamVhost: vhost, XForwardedPrefix: path,
+			CORS: model.CORS{Enabled: origin != "", AllowOrigin: []string{origin}},
+		}
+		if cidr != "" {
+			loc.AllowSourceRanges = []string{cidr}
+		}
+		cfg := &model.Configuration{
+			Servers: []model.Server{
+				{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
+				{Hostname: host, Aliases: []string{host}, Locations: []model.Location{loc}},
+			},
+			Global: model.Global{Raw: map[string]string{"log-format-upstream": path, "ssl-ciphers": target}},
+		}
+		r, err := Render(cfg, goldenRenderConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := parseNginxConf(string(r.Conf))
+		if err != nil {
+			t.Fatalf("rendered file does not parse: %v\n%s", err, r.Conf)
+		}
+		got := map[string]int{}
+		shapes(ds, "", got)
+		allowed := allowedShapes()
+		for k := range got {
+			if _, ok := allowed[k]; !ok {
+				t.Fatalf("directive %s is not one the template writes", k)
+			}
+		}
+		var servers, locations []*directive
+		walk(ds, func(d, parent *directive) {
+			if parent != nil && parent.Name == "http" && d.Name == "server" {
+				servers = append(servers, d)
+			}
+			if d.Name == "location" && parent != nil && parent.Name == "server" {
+				locations = append(locations, d)
+			}
+		})
+		hostOK := validHost(host) && host != "_"
+		wantServers := 2 // catch-all and status
+		if hostOK {
+			wantServers++
+		}
+		if len(servers) != wantServers {
+			t.Fatalf("got %d servers; want %d (host %q)", len(servers), wantServers, host)
+		}
+		if !hostOK {
+			return
+		}
+		hs := servers[1]
+		for _, d := range hs.Block {
+			if d.Name == "server_name" && (len(d.Args) != 1 || d.Args[0] != host) {
+				t.Fatalf("server_name args %q; want [%q]", d.Args, host)
+			}
+		}
+		var mine []*directive
+		for _, d := range hs.Block {
+			if d.Name == "location" {
+				mine = append(mine, d)
+			}
+		}
+		if len(mine) > 1 {
+			t.Fatalf("got %d locations from one path", len(mine))
+		}
+		if len(mine) == 0 {
+			if len(r.Errors) == 0 {
+				t.Fatalf("location %q left out without an error", path)
+			}
+			return
+		}
+		l := mine[0]
+		wantPath := path
+		if regex {
+			wantPath = "^" + path
+		}
+		if l.Args[len(l.Args)-1] != wantPath {
+			t.Fatalf("location path %q; want %q", l.Args[len(l.Args)-1], wantPath)
+		}
+		for _, d := range l.Block {
+			switch d.Name {
+			case "rewrite":
+				if len(d.Args) != 3 || d.Args[1] != target || d.Args[2] != "break" {
+					t.Fatalf("rewrite args %q; want target %q", d.Args, target)
+				}
+			case "set":
+				if len(d.Args) != 2 {
+					t.Fatalf("set args %q", d.Args)
+				}
+				if d.Args[0] == "$proxy_upstream_name" && d.Args[1] != backend {
+					t.Fatalf("upstream name %q; want %q", d.Args[1], backend)
+				}
+			}
+			for _, a := range d.Args {
+				if d.Name != "return" && d.Name != "if" && strings.Contains(a, "$") &&
+					!strings.HasPrefix(a, "$") && d.Name != "rewrite" {
+					t.Fatalf("%s has a variable inside a value: %q", d.Name, a)
+				}
+			}
+		}
+	})
+}
