@@ -57,8 +57,9 @@ func buildSwitchyard(t *testing.T, dir string) string {
 }
 
 // TestControllerBinaryWithDeployRBAC runs the real switchyard binary with the
-// DaemonSet's args and the controller identity (exactly deploy/base's RBAC)
-// against the API server: it must become ready (every informer synced, so
+// DaemonSet's args as the DaemonSet's ServiceAccount, holding exactly what
+// deploy/base/rbac.yaml binds to it (applied for real; the binary's client
+// impersonates system:serviceaccount:switchyard:switchyard): it must become ready (every informer synced, so
 // every list and watch it needs is allowed) and proxy a request to a
 // TEST-NET-1 backend named by an EndpointSlice, without a single Forbidden.
 func TestControllerBinaryWithDeployRBAC(t *testing.T) {
@@ -87,7 +88,7 @@ func TestControllerBinaryWithDeployRBAC(t *testing.T) {
 	// The cluster side: deploy/base's IngressClass and ConfigMap for real,
 	// plus an Ingress, a selector-less Service and its EndpointSlice.
 	a := newApplier(t, c.AdminConfig())
-	for _, f := range []string{"ingressclass.yaml", "configmap.yaml"} {
+	for _, f := range []string{"rbac.yaml", "ingressclass.yaml", "configmap.yaml"} {
 		for _, m := range readManifests(t, filepath.Join(RepoRoot(), "deploy", "base", f)) {
 			if err := a.apply(ctx, m, false); err != nil {
 				t.Fatalf("apply %s: %v", m, err)
@@ -113,8 +114,10 @@ func TestControllerBinaryWithDeployRBAC(t *testing.T) {
 	dir := t.TempDir()
 	ip := harness.TestIP(2)
 	httpPort, statusPort := harness.FreePort(t, ip), harness.FreePort(t, ip)
+	asSA := c.AdminConfig()
+	asSA.Impersonate.UserName = "system:serviceaccount:switchyard:switchyard"
 	args := append(daemonSetArgs(t, "switchyard"),
-		"--kubeconfig="+c.WriteKubeconfig(t, c.ControllerConfig()),
+		"--kubeconfig="+c.WriteKubeconfig(t, asSA),
 		"--listen-address="+ip, "--http-port="+strconv.Itoa(httpPort),
 		"--status-address="+ip, "--status-port="+strconv.Itoa(statusPort))
 	ctrl := harness.StartProcess(t, harness.Cmd{Name: "switchyard", Path: buildSwitchyard(t, dir), Args: args, LogDir: dir})
