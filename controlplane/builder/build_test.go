@@ -227,3 +227,95 @@ func FuzzValidatePath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLocationAnnotations: every per-location value the parser accepts is
+// free of what would break out of an nginx directive or a header (control
+// characters, quotes, ';', braces, backslash), and every rejection names the
+// annotation.
+func FuzzLocationAnnotations(f *testing.F) {
+	for _, s := range [][2]string{
+		{"rewrite-target", "/$1"}, {"app-root", "/app"}, {"permanent-redirect", "https://x.example.com/a"},
+		{"temporal-redirect", "http://x:8080/"}, {"x-forwarded-prefix", "/p"}, {"upstream-vhost", "svc.local:80"},
+		{"server-alias", "a.example.com, b.example.com"}, {"cors-allow-origin", "https://a.example.com, *"},
+		{"cors-allow-methods", "GET, PUT"}, {"cors-allow-headers", "X-A"}, {"whitelist-source-range", "10.0.0.0/8"},
+		{"proxy-next-upstream", "error timeout"}, {"custom-http-errors", "404,503"}, {"default-backend", "errors"},
+		{"proxy-body-size", "8m"}, {"backend-protocol", "grpcs"}, {"rewrite-target", "/a;return 200"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		a, errs := parseAnnotations(map[string]string{annotationPrefix + key: value, annotationPrefix + "enable-cors": "true"})
+		for _, e := range errs {
+			if !strings.HasPrefix(e.key, annotationPrefix) || e.msg == "" {
+				t.Fatalf("error without key or message: %+v", e)
+			}
+		}
+		vals := []string{a.rewriteTarget, a.appRoot, a.redirectURL, a.xForwardedPrefix, a.upstreamVhost,
+			a.cors.allowMethods, a.cors.allowHeaders, a.cors.exposeHeaders, a.defaultBackend, a.backendProtocol}
+		vals = append(vals, a.serverAliases...)
+		vals = append(vals, a.cors.allowOrigin...)
+		vals = append(vals, a.allowSourceRanges...)
+		vals = append(vals, a.nextUpstream...)
+		for _, v := range vals {
+			if strings.ContainsAny(v, "\x00\r\n\t;\"'`{}\\") || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				t.Fatalf("%s=%q accepted, giving %q", key, value, v)
+			}
+		}
+		if strings.Contains(a.rewriteTarget, "${") {
+			t.Fatalf("rewrite-target %q accepted", a.rewriteTarget)
+		}
+	})
+}
+
+func FuzzValidateHost(f *testing.F) {
+	for _, h := range []string{"example.com", "*.example.com", "a-b.c", "A.com", "x..y", "*.*.x", "a.com;"} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		if validateHost(h) != nil {
+			return
+		}
+		if len(h) == 0 || len(h) > 253 || strings.Count(h, "*") > 1 || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
+			t.Fatalf("accepted %q", h)
+		}
+		for _, r := range h {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '*') {
+				t.Fatalf("accepted %q with %q", h, r)
+			}
+		}
+	})
+}
+
+// FuzzL4Services: a tcp-services entry either becomes an L4Service whose
+// backend exists, or an error naming the key; never a panic.
+func FuzzL4Services(f *testing.F) {
+	for _, s := range [][2]string{{"9000", "app/db:5432"}, {"9001", "app/db:pg:PROXY:PROXY"}, {"x", "app/db:1"},
+		{"70000", "app/db:5432"}, {"9002", "app/db:5432:TLS"}, {"9003", "app/db"}} {
+		f.Add(s[0], s[1])
+	}
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = "app", "db"
+	svc.Spec.Ports = []corev1.ServicePort{{Name: "pg", Port: 5432}}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		cm := &corev1.ConfigMap{Data: map[string]string{key: value}}
+		cm.Namespace, cm.Name = "ingress", "tcp-services"
+		cfg := Build(Input{Services: []*corev1.Service{svc}, TCPServices: cm}, Options{})
+		if len(cfg.TCPServices)+len(cfg.Errors) != 1 {
+			t.Fatalf("%q=%q: %d services, %d errors", key, value, len(cfg.TCPServices), len(cfg.Errors))
+		}
+		for _, s := range cfg.TCPServices {
+			found := false
+			for _, be := range cfg.Backends {
+				found = found || be.Name == s.Backend
+			}
+			if !found || s.Port < 1 || s.Port > 65535 {
+				t.Fatalf("%q=%q: bad service %+v", key, value, s)
+			}
+		}
+		for _, e := range cfg.Errors {
+			if e.Field != key || e.Object.Name != "tcp-services" {
+				t.Fatalf("error does not name the entry: %+v", e)
+			}
+		}
+	})
+}
