@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -116,4 +117,43 @@ func TestFreePortAndTCPReady(t *testing.T) {
 	}
 	defer ln.Close()
 	WaitFor(t, defaultTestTimeout, addr+" accepting", nil, TCPReady(addr))
+}
+
+// TestMainWithoutUnshare runs this test binary again where unshare cannot be
+// found: under CI=true it must fail loudly, elsewhere run the tests outside a
+// namespace after a loud message.
+func TestMainWithoutUnshare(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		ci       bool
+		wantCode int
+		wantMsg  string
+	}{
+		{"ci", true, 1, "FAIL: cannot create the test network namespace under CI"},
+		{"local", false, 0, "running WITHOUT it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = []string{"PATH=/nonexistent", "HOME=" + t.TempDir()}
+			if tt.ci {
+				cmd.Env = append(cmd.Env, "CI=true")
+			}
+			out, err := cmd.CombinedOutput()
+			code := 0
+			var exit *exec.ExitError
+			if errors.As(err, &exit) {
+				code = exit.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode || !strings.Contains(string(out), tt.wantMsg) {
+				t.Errorf("exit code %d, output:\n%s\nwant code %d and %q", code, out, tt.wantCode, tt.wantMsg)
+			}
+		})
+	}
 }
