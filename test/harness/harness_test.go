@@ -13,7 +13,16 @@ import (
 	"time"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	// TestStrayProcessFailsBinary re-runs this binary with a process leaked
+	// on purpose inside the namespace.
+	if os.Getenv("SWITCHYARD_HARNESS_LEAK") == "1" && InNetNS() {
+		if _, err := Launch(Cmd{Name: "leaked", Path: "/bin/sleep", Args: []string{"300"}, LogDir: os.TempDir()}); err != nil {
+			panic(err)
+		}
+	}
+	Main(m)
+}
 
 const defaultTestTimeout = 10 * time.Second
 
@@ -155,5 +164,27 @@ func TestMainWithoutUnshare(t *testing.T) {
 				t.Errorf("exit code %d, output:\n%s\nwant code %d and %q", code, out, tt.wantCode, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// TestStrayProcessFailsBinary: a test binary whose tests pass but leave a
+// process running fails, naming the process (the goleak of processes).
+func TestStrayProcessFailsBinary(t *testing.T) {
+	RequireNetNS(t) // the re-run makes its own namespace, so the leak dies with it
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, netnsEnv+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "SWITCHYARD_HARNESS_LEAK=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "processes still running after the tests: leaked") {
+		t.Errorf("re-run: %v, output:\n%s\nwant exit code 1 naming the leaked process", err, out)
 	}
 }
