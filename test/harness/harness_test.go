@@ -181,7 +181,7 @@ func TestStrayProcessFailsBinary(t *testing.T) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "SWITCHYARD_HARNESS_LEAK=1")
+	cmd.Env = append(cmd.Env, "SWITCHYARD_HARNESS_LEAK=1", "TMPDIR="+t.TempDir()) // TMPDIR last wins
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "processes still running after the tests: leaked") {
