@@ -101,7 +101,8 @@ type Config struct {
 	Sinks []Sink
 	// Holdoff is how long the loop waits after an event for more before it
 	// builds; zero means 50ms. MaxHoldoff bounds the wait under a steady
-	// stream of events; zero means 500ms.
+	// stream of events; zero means 500ms. An event more than MaxHoldoff after
+	// the previous build is built at once, without a holdoff.
 	Holdoff, MaxHoldoff time.Duration
 	// ResyncPeriod is the informers' resync; zero means none.
 	ResyncPeriod time.Duration
@@ -300,6 +301,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 
 	var prev *model.Configuration
+	var lastBuild time.Time
 	backoff := time.Duration(0)
 	for {
 		select {
@@ -307,9 +309,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-c.dirty:
 		}
-		if !c.holdoff(ctx) {
+		// An event after a quiet spell is built at once; one within
+		// MaxHoldoff of the last build starts a burst, coalesced by the
+		// holdoff (as contour's EventHandler).
+		if time.Since(lastBuild) < c.cfg.MaxHoldoff && !c.holdoff(ctx) {
 			return nil
 		}
+		lastBuild = time.Now()
 		next, err := c.sync(ctx, prev)
 		if err != nil {
 			backoff = min(max(2*backoff, 250*time.Millisecond), 30*time.Second)

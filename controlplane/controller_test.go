@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ const defaultTestTimeout = 10 * time.Second
 type update struct {
 	cfg    *model.Configuration
 	change Change
+	at     time.Time // when the sink got it
 }
 
 func startController(t *testing.T, client *fake.Clientset) (<-chan update, *Controller) {
@@ -31,7 +33,7 @@ func startController(t *testing.T, client *fake.Clientset) (<-chan update, *Cont
 	c, err := New(Config{
 		Client: client, Holdoff: 5 * time.Millisecond, MaxHoldoff: 50 * time.Millisecond,
 		Sinks: []Sink{SinkFunc(func(_ context.Context, cfg *model.Configuration, ch Change) error {
-			updates <- update{cfg, ch}
+			updates <- update{cfg, ch, time.Now()}
 			return nil
 		})},
 	})
@@ -215,5 +217,37 @@ func TestClassify(t *testing.T) {
 		if got := classify(base, tc.next); got != tc.want {
 			t.Errorf("%s: got %+v; want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestControllerCoalescesBursts: a burst of EndpointSlice updates yields a
+// few builds, the last with the final state; an isolated update after a
+// quiet spell is built without waiting for the holdoff.
+func TestControllerCoalescesBursts(t *testing.T) {
+	class, svc, slice, ing := objects()
+	client := fake.NewClientset(class, svc, slice, ing)
+	updates, _, _ := runController(t, client, Config{Holdoff: 50 * time.Millisecond, MaxHoldoff: 500 * time.Millisecond})
+	next(t, updates, func(update) bool { return true })
+	ctx := context.Background()
+	ready := true
+	const burst = 100
+	for i := 1; i <= burst; i++ {
+		s := slice.DeepCopy()
+		s.ResourceVersion = strconv.Itoa(i + 1)
+		s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"192.0.2." + strconv.Itoa(1+i%40)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}
+		if i == burst {
+			s.Endpoints[0].Addresses[0] = "192.0.2.99"
+		}
+		if _, err := client.DiscoveryV1().EndpointSlices("demo").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	builds := 0
+	next(t, updates, func(u update) bool {
+		builds++
+		return cmp.Equal(endpointsOf(u.cfg, "demo-echo-http"), []string{"192.0.2.99:8080"})
+	})
+	if builds > burst/10 {
+		t.Errorf("%d updates made %d builds; want them coalesced", burst, builds)
 	}
 }

@@ -27,7 +27,7 @@ func runController(t testing.TB, client kubernetes.Interface, cfg Config) (<-cha
 	}
 	cfg.Sinks = append(cfg.Sinks, SinkFunc(func(_ context.Context, cfg *model.Configuration, ch Change) error {
 		select {
-		case updates <- update{cfg, ch}:
+		case updates <- update{cfg, ch, time.Now()}:
 		default: // the test stopped reading
 		}
 		return nil
