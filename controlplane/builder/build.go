@@ -651,7 +651,15 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 	for _, ing := range canaries {
 		a := b.anns[ing]
 		ref := model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)}
-		for ri, rule := range ing.Spec.Rules {
+		rules := ing.Spec.Rules
+		if d := ing.Spec.DefaultBackend; d != nil {
+			// A canary's default backend merges into the catch-all server's
+			// "/" (ingress-nginx, spec §1.4).
+			rules = append(append([]networkingv1.IngressRule(nil), rules...), networkingv1.IngressRule{
+				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{
+					{Path: "/", PathType: ptr(networkingv1.PathTypePrefix), Backend: *d}}}}})
+		}
+		for ri, rule := range rules {
 			host := rule.Host
 			if host == "" {
 				host = model.CatchAllHost
@@ -662,6 +670,9 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 			}
 			for pi, p := range rule.HTTP.Paths {
 				field := fmt.Sprintf("spec.rules[%d].http.paths[%d]", ri, pi)
+				if ri >= len(ing.Spec.Rules) {
+					field = "spec.defaultBackend"
+				}
 				loc, ok := b.location(ing, ref, a, host, p, field)
 				if !ok {
 					continue

@@ -1,0 +1,108 @@
+package builder
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func svcWithSlice(ns, name string, eps ...discoveryv1.Endpoint) (*corev1.Service, *discoveryv1.EndpointSlice) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}},
+		Endpoints:   eps,
+	}
+	return svc, es
+}
+
+func ep(addr string, ready, serving, terminating *bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{addr},
+		Conditions: discoveryv1.EndpointConditions{Ready: ready, Serving: serving, Terminating: terminating}}
+}
+
+func TestEndpoints(t *testing.T) {
+	yes, no := ptr(true), ptr(false)
+	e := func(addrs ...string) []balancer.Endpoint {
+		var out []balancer.Endpoint
+		for _, a := range addrs {
+			out = append(out, balancer.Endpoint{Address: a, Port: balancer.PortString("8080")})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		eps  []discoveryv1.Endpoint
+		want []balancer.Endpoint
+	}{
+		{"ready, nil conditions count as ready", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, no), ep("10.0.0.2", nil, nil, nil)}, e("10.0.0.1", "10.0.0.2")},
+		{"not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, no, no), ep("10.0.0.2", yes, nil, nil)}, e("10.0.0.2")},
+		{"terminating left out while another is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2")},
+		{"terminating but serving when nothing is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", no, no, yes)}, e("10.0.0.1")},
+		{"duplicates removed", []discoveryv1.Endpoint{ep("10.0.0.1", yes, nil, nil), ep("10.0.0.1", yes, nil, nil)}, e("10.0.0.1")},
+		{"none", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc, es := svcWithSlice("ns", "web", tt.eps...)
+			b := &builder{slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
+			if diff := cmp.Diff(tt.want, b.endpoints(svc, svc.Spec.Ports[0])); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A canary Ingress with only a default backend becomes the alternative of the
+// primary's default backend on the catch-all server.
+func TestCanaryDefaultBackend(t *testing.T) {
+	class := "switchyard"
+	mk := func(name string, created int64, svc string, ann map[string]string) *networkingv1.Ingress {
+		return &networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann, CreationTimestamp: metav1.Unix(created, 0)},
+			Spec: networkingv1.IngressSpec{IngressClassName: &class, DefaultBackend: &networkingv1.IngressBackend{
+				Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Name: "http"}}}},
+		}
+	}
+	main, mainES := svcWithSlice("ns", "main", ep("10.0.0.1", nil, nil, nil))
+	canary, canaryES := svcWithSlice("ns", "canary", ep("10.0.0.2", nil, nil, nil))
+	in := Input{
+		IngressClasses: []*networkingv1.IngressClass{{ObjectMeta: metav1.ObjectMeta{Name: class},
+			Spec: networkingv1.IngressClassSpec{Controller: DefaultControllerClass}}},
+		Services:       []*corev1.Service{main, canary},
+		EndpointSlices: []*discoveryv1.EndpointSlice{mainES, canaryES},
+		Ingresses: []*networkingv1.Ingress{
+			mk("c", 2, "canary", map[string]string{annotationPrefix + "canary": "true", annotationPrefix + "canary-weight": "30"}),
+			mk("m", 1, "main", nil),
+		},
+	}
+	cfg := Build(in, Options{})
+	if len(cfg.Errors) != 0 {
+		t.Fatalf("errors: %+v", cfg.Errors)
+	}
+	got := map[string]balancer.Backend{}
+	for _, be := range cfg.Backends {
+		got[be.Name] = be
+	}
+	if diff := cmp.Diff([]string{"ns-canary-http"}, got["ns-main-http"].AlternativeBackends); diff != "" {
+		t.Errorf("primary alternativeBackends (-want +got):\n%s", diff)
+	}
+	want := balancer.TrafficShapingPolicy{Weight: 30, WeightTotal: 100}
+	if diff := cmp.Diff(want, got["ns-canary-http"].TrafficShapingPolicy); diff != "" {
+		t.Errorf("canary policy (-want +got):\n%s", diff)
+	}
+	if !got["ns-canary-http"].NoServer {
+		t.Error("canary backend must have noServer")
+	}
+	if diff := cmp.Diff("ns-main-http", cfg.Servers[0].Locations[0].Backend); cfg.Servers[0].Hostname != model.CatchAllHost || diff != "" {
+		t.Errorf("catch-all / backend (-want +got):\n%s", diff)
+	}
+}
