@@ -903,10 +903,15 @@ func (b *builder) finish() {
 	}
 	sort.Slice(b.cfg.Backends, func(i, j int) bool { return b.cfg.Backends[i].Name < b.cfg.Backends[j].Name })
 	for _, s := range b.servers {
-		// ingress-nginx orders locations by path, descending, so longer
-		// prefixes come first; Exact before Prefix for the same path.
+		// ingress-nginx sorts locations by path descending and then, stably,
+		// by path length descending: longest first, equal lengths in
+		// descending byte order. Same path: Exact, ImplementationSpecific,
+		// Prefix.
 		sort.SliceStable(s.Locations, func(i, j int) bool {
 			li, lj := s.Locations[i], s.Locations[j]
+			if len(li.Path) != len(lj.Path) {
+				return len(li.Path) > len(lj.Path)
+			}
 			if li.Path != lj.Path {
 				return li.Path > lj.Path
 			}
