@@ -133,14 +133,16 @@ func writeDebugJSON(w http.ResponseWriter, v any) {
 }
 
 // runDebugBackends is `switchyard debug backends`: it prints the balancers of
-// a running controller, or one of them with --name (ingress-nginx's
-// `dbg backends list` and `dbg backends get NAME`).
+// a running controller, one of them with --name, or their names with --names
+// (ingress-nginx's `dbg backends all`, `dbg backends get NAME` and
+// `dbg backends list`).
 func runDebugBackends(args []string, stdout, stderr io.Writer) int {
 	const cmd = "switchyard debug backends"
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("status-address", defaultStatusAddress, "HOST:PORT of the controller's status port")
 	name := fs.String("name", "", "print only the backend with this name ($proxy_upstream_name)")
+	names := fs.Bool("names", false, "print only the backend names, one a line (ingress-nginx: dbg backends list)")
 	nameSet := false
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -153,11 +155,30 @@ func runDebugBackends(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: -name: empty backend name\n", cmd)
 		return 2
 	}
+	if nameSet && *names {
+		fmt.Fprintf(stderr, "%s: -name and -names exclude each other\n", cmd)
+		return 2
+	}
 	path := debugBackendsPath
 	if nameSet {
 		path += "?" + url.Values{"name": {*name}}.Encode()
 	}
-	return fetchDebug(cmd, *addr, path, stdout, stderr)
+	if !*names {
+		return fetchDebug(cmd, *addr, path, stdout, stderr)
+	}
+	var all bytes.Buffer
+	if code := fetchDebug(cmd, *addr, path, &all, stderr); code != 0 {
+		return code
+	}
+	var list []balancer.BackendStatus
+	if err := json.Unmarshal(all.Bytes(), &list); err != nil {
+		fmt.Fprintf(stderr, "%s: %s answered no list of backends: %v\n", cmd, *addr, err)
+		return 1
+	}
+	for _, b := range list {
+		fmt.Fprintln(stdout, b.Name)
+	}
+	return 0
 }
 
 // runDebugConfig is `switchyard debug config`: it prints the Configuration a

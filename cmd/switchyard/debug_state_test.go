@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -92,7 +93,7 @@ func TestDebugBackendsAndConfig(t *testing.T) {
 	}
 	echo, ok := byName["demo-echo-http"]
 	if !ok {
-		t.Fatalf("debug backends lacks demo-echo-http: %v", slices.Sorted(mapsKeys(byName)))
+		t.Fatalf("debug backends lacks demo-echo-http: %v", slices.Sorted(maps.Keys(byName)))
 	}
 	if echo.Algorithm != "round_robin" {
 		t.Errorf("demo-echo-http algorithm = %q, want round_robin", echo.Algorithm)
@@ -124,6 +125,10 @@ func TestDebugBackendsAndConfig(t *testing.T) {
 	}
 	if diff := cmp.Diff(byName["demo-echo-80"], one); diff != "" {
 		t.Errorf("debug backends --name demo-echo-80 differs from the list (-list +one):\n%s", diff)
+	}
+	code, out, errOut = runCLI("debug", "backends", "--status-address", l.Status, "--names")
+	if want := strings.Join(slices.Sorted(maps.Keys(byName)), "\n") + "\n"; code != 0 || out != want {
+		t.Errorf("debug backends --names: exit %d, stdout %q, stderr %q; want stdout %q", code, out, errOut, want)
 	}
 	code, out, errOut = runCLI("debug", "backends", "--status-address", l.Status, "--name", "no-such-backend")
 	if code != 1 || out != "" || !strings.Contains(errOut, `404 Not Found: no backend named "no-such-backend"`) {
@@ -172,7 +177,7 @@ func TestDebugBackendsAndConfig(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff(slices.Sorted(mapsKeys(byName)), cfgNames); diff != "" {
+	if diff := cmp.Diff(slices.Sorted(maps.Keys(byName)), cfgNames); diff != "" {
 		t.Errorf("debug config backends differ from debug backends (-balancer +config):\n%s", diff)
 	}
 
@@ -181,16 +186,6 @@ func TestDebugBackendsAndConfig(t *testing.T) {
 	code, _, errOut = runCLI("debug", "config", "--status-address", ep1)
 	if code != 1 || !strings.Contains(errOut, "is not JSON") {
 		t.Errorf("debug config against a non-controller: exit %d, stderr %q", code, errOut)
-	}
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
 	}
 }
 
@@ -212,6 +207,7 @@ func TestDebugCommandErrors(t *testing.T) {
 		{"bad port", []string{"debug", "backends", "--status-address", "127.0.0.1:99999"}, 2, "port \"99999\" is not 1-65535"},
 		{"no host", []string{"debug", "backends", "--status-address", ":10254"}, 2, "has no host"},
 		{"empty name", []string{"debug", "backends", "--status-address", closed, "--name="}, 2, "-name: empty backend name"},
+		{"name and names", []string{"debug", "backends", "--status-address", closed, "--name", "a", "--names"}, 2, "-name and -names exclude each other"},
 		{"extra argument", []string{"debug", "backends", "list"}, 2, `unexpected argument "list"`},
 		{"unknown subcommand", []string{"debug", "conf"}, 2, `unknown subcommand "conf"`},
 	}
