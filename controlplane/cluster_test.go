@@ -325,14 +325,26 @@ func waitEvent(t *testing.T, client kubernetes.Interface, ns, object, contains s
 		t.Fatal(err)
 	}
 	defer w.Stop()
+	// The Event may predate the watch: look at what exists, then watch.
+	match := func(e *corev1.Event) bool {
+		return e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == object && strings.Contains(e.Message, contains)
+	}
+	evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs.Items {
+		if match(&evs.Items[i]) {
+			return
+		}
+	}
 	for {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				t.Fatalf("event watch closed before a Warning about %s on %s", contains, object)
 			}
-			if e, ok := ev.Object.(*corev1.Event); ok && e.Type == corev1.EventTypeWarning &&
-				e.InvolvedObject.Name == object && strings.Contains(e.Message, contains) {
+			if e, ok := ev.Object.(*corev1.Event); ok && match(e) {
 				return
 			}
 		case <-ctx.Done():

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 )
 
 const defaultTestTimeout = 10 * time.Second
@@ -135,25 +136,7 @@ func TestControllerSyncsAndClassifies(t *testing.T) {
 	if _, err := client.NetworkingV1().Ingresses("demo").Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(defaultTestTimeout)
-	for {
-		evs, _ := client.CoreV1().Events("demo").List(ctx, metav1.ListOptions{})
-		found := false
-		for _, e := range evs.Items {
-			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == "echo" && strings.Contains(e.Message, "load-balance") {
-				found = true
-			}
-		}
-		if found {
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatal("no Warning Event for the invalid annotation")
-		case <-updates:
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitEvent(t, client, "demo", "echo", "load-balance")
 	if got := endpointsOf(c.Current(), "demo-echo-http"); len(got) != 2 {
 		t.Errorf("after invalid annotation endpoints = %v; want still served", got)
 	}
@@ -250,4 +233,38 @@ func TestControllerCoalescesBursts(t *testing.T) {
 	if builds > burst/10 {
 		t.Errorf("%d updates made %d builds; want them coalesced", burst, builds)
 	}
+}
+
+// TestRecordErrorsOncePerError: an object error becomes one Warning Event,
+// not one per sync; it is reported again only after it went away and came
+// back.
+func TestRecordErrorsOncePerError(t *testing.T) {
+	rec := record.NewFakeRecorder(16)
+	c := &Controller{recorder: rec, emitted: map[string]bool{}}
+	bad := model.ObjectError{Object: model.ObjectRef{Kind: "Ingress", Namespace: "demo", Name: "echo", UID: "u1"},
+		Field: "nginx.ingress.kubernetes.io/load-balance", Message: `"fastest" is not a balancer`}
+	other := bad
+	other.Field, other.Message = "nginx.ingress.kubernetes.io/canary-weight", `"x" is not an integer`
+	want := func(step string, n int) {
+		t.Helper()
+		if got := len(rec.Events); got != n {
+			t.Errorf("%s: %d events queued; want %d", step, got, n)
+		}
+		for range len(rec.Events) {
+			e := <-rec.Events
+			if !strings.HasPrefix(e, "Warning InvalidConfiguration nginx.ingress.kubernetes.io/") {
+				t.Errorf("%s: event %q", step, e)
+			}
+		}
+	}
+	c.recordErrors([]model.ObjectError{bad})
+	want("first sync", 1)
+	c.recordErrors([]model.ObjectError{bad})
+	want("same error again", 0)
+	c.recordErrors([]model.ObjectError{bad, other})
+	want("a second error", 1)
+	c.recordErrors(nil)
+	want("fixed", 0)
+	c.recordErrors([]model.ObjectError{bad})
+	want("broken again", 1)
 }
