@@ -287,9 +287,12 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 			bad("backend-protocol", "%q is not HTTP, HTTPS, GRPC, GRPCS or H2C", v)
 		}
 	}
-	if _, ok := get("ssl-redirect"); ok {
-		b := boolean("ssl-redirect")
-		a.sslRedirect = &b
+	if v, ok := get("ssl-redirect"); ok {
+		if b, err := strconv.ParseBool(v); err == nil {
+			a.sslRedirect = &b
+		} else {
+			bad("ssl-redirect", "%q is not true or false", v)
+		}
 	}
 	a.forceSSLRedirect = boolean("force-ssl-redirect")
 	a.preserveTrailingSlash = boolean("preserve-trailing-slash")
@@ -317,10 +320,11 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 			}
 		}
 	}
-	if v, ok := get("temporal-redirect"); ok && a.redirectURL == "" {
+	if v, ok := get("temporal-redirect"); ok {
+		// permanent-redirect wins when both are set, as in ingress-nginx.
 		if !reURL.MatchString(v) {
 			bad("temporal-redirect", "%q is not an http(s) URL", v)
-		} else {
+		} else if a.redirectURL == "" {
 			a.redirectURL, a.redirectCode = v, 302
 		}
 	}
@@ -382,8 +386,12 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 				}
 			}
 		}
-		if _, ok := get("cors-allow-credentials"); ok {
-			a.cors.allowCredentials = boolean("cors-allow-credentials")
+		if v, ok := get("cors-allow-credentials"); ok {
+			if b, err := strconv.ParseBool(v); err == nil {
+				a.cors.allowCredentials = b
+			} else {
+				bad("cors-allow-credentials", "%q is not true or false", v)
+			}
 		}
 		if n, ok := integer("cors-max-age", 0, 1<<31-1); ok {
 			a.cors.maxAge = n

@@ -106,3 +106,60 @@ func TestCanaryDefaultBackend(t *testing.T) {
 		t.Errorf("catch-all / backend (-want +got):\n%s", diff)
 	}
 }
+
+// Every annotation with an invalid value is reported under its own key and
+// ignored: the parsed result equals the one without that annotation.
+func TestInvalidAnnotationValues(t *testing.T) {
+	bad := map[string]string{
+		"load-balance": "random", "upstream-hash-by": "$a;b", "upstream-hash-by-subset": "yes please",
+		"upstream-hash-by-subset-size": "0", "affinity-mode": "sticky", "affinity-canary-behavior": "other",
+		"session-cookie-name": "a;b", "session-cookie-path": "/a b", "session-cookie-domain": "a..b",
+		"session-cookie-expires": "-1", "session-cookie-max-age": "1h", "session-cookie-samesite": "Always",
+		"session-cookie-conditional-samesite-none": "maybe", "session-cookie-change-on-failure": "2",
+		"session-cookie-secure": "on", "canary-by-header": "X Canary", "canary-by-header-value": "a\nb",
+		"canary-by-header-pattern": "(", "canary-by-cookie": "c=d", "canary-weight": "-5", "canary-weight-total": "0",
+		"backend-protocol": "FTP", "ssl-redirect": "sometimes", "force-ssl-redirect": "1x", "ssl-passthrough": "y",
+		"rewrite-target": "/a;return 200", "use-regex": "regex", "app-root": "app", "permanent-redirect": "javascript:alert(1)",
+		"permanent-redirect-code": "200", "temporal-redirect": "http://a.example.com/\"x", "proxy-connect-timeout": "5s",
+		"proxy-send-timeout": "0", "proxy-read-timeout": "forever", "proxy-body-size": "1t",
+		"proxy-next-upstream": "error; rm", "proxy-next-upstream-tries": "many", "proxy-next-upstream-timeout": "-1",
+		"proxy-buffering": "true", "whitelist-source-range": "10.0.0.0/33", "allowlist-source-range": "anywhere",
+		"cors-allow-origin": "evil\"", "cors-allow-methods": "GET;", "cors-allow-headers": "X{}", "cors-expose-headers": "a\nb",
+		"cors-allow-credentials": "si", "cors-max-age": "old", "custom-http-errors": "200,abc", "default-backend": "Bad_Name",
+		"x-forwarded-prefix": "/a\"b", "server-alias": "bad host", "upstream-vhost": "a b", "configuration-snippet": "return 200;",
+		"server-snippet": "x", "enable-cors": "enable",
+	}
+	base := map[string]string{annotationPrefix + "affinity": "cookie", annotationPrefix + "canary": "true",
+		annotationPrefix + "enable-cors": "true", annotationPrefix + "permanent-redirect": "https://x.example.com/"}
+	want, errs := parseAnnotations(base)
+	if len(errs) != 0 {
+		t.Fatalf("base annotations rejected: %+v", errs)
+	}
+	for key, value := range bad {
+		t.Run(key, func(t *testing.T) {
+			raw := map[string]string{}
+			for k, v := range base {
+				raw[k] = v
+			}
+			raw[annotationPrefix+key] = value
+			got, errs := parseAnnotations(raw)
+			if len(errs) != 1 || errs[0].key != annotationPrefix+key || errs[0].msg == "" {
+				t.Fatalf("errors = %+v; want one naming %s", errs, key)
+			}
+			want := want
+			if _, inBase := base[annotationPrefix+key]; inBase {
+				// An invalid value is the same as no value.
+				without := map[string]string{}
+				for k, v := range base {
+					if k != annotationPrefix+key {
+						without[k] = v
+					}
+				}
+				want, _ = parseAnnotations(without)
+			}
+			if diff := cmp.Diff(want, got, cmp.AllowUnexported(annotations{}, corsAnnotations{})); diff != "" {
+				t.Errorf("an invalid value changed the result (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
