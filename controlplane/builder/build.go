@@ -884,7 +884,13 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 		}
 		backend := proto + "-" + ns + "-" + name + "-" + parts[1]
 		if b.backends[backend] == nil {
-			b.backends[backend] = &balancer.Backend{Name: backend, Port: balancer.PortNumber(listen), Endpoints: b.endpoints(svc, sp)}
+			be := &balancer.Backend{Name: backend, Port: balancer.PortNumber(listen), Endpoints: b.endpoints(svc, sp)}
+			// Only the spec travels with a stream backend (spec §1.6), so the
+			// data plane can tell an ExternalName service.
+			if spec, err := jsonMarshal(svc.Spec); err == nil {
+				be.Service = &balancer.BackendService{Spec: spec}
+			}
+			b.backends[backend] = be
 		}
 		out = append(out, model.L4Service{Port: listen, Backend: backend,
 			Service: model.ObjectRef{Kind: "Service", Namespace: ns, Name: name, UID: string(svc.UID)}, ServicePort: parts[1],
