@@ -19,7 +19,6 @@
 //
 // It performs no I/O and keeps no state. It must never import client-go
 // (informers, clients, recorders), net/http, or any data plane package
-// directly; it
-// depends only on k8s.io/api types, balancer (wire types) and
+// directly; it depends only on k8s.io/api types, balancer (wire types) and
 // controlplane/model.
 package builder
