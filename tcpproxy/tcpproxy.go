@@ -1,0 +1,287 @@
+package tcpproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/tcpproxy/proxyproto"
+)
+
+// Picker is what the L4 proxy needs of the balancer; *balancer.Registry
+// implements it.
+type Picker interface {
+	Pick(backend string, req balancer.Request, a *balancer.Attempt) (balancer.Pick, error)
+	Done(p balancer.Pick, info balancer.DoneInfo)
+}
+
+var _ Picker = (*balancer.Registry)(nil)
+
+// Routes is one immutable routing snapshot.
+type Routes struct {
+	// Passthrough maps an SNI host name ("a.example.com" or
+	// "*.example.com") to the backend that receives the raw TLS stream.
+	Passthrough map[string]string
+	// TCP maps a listen port to its TCP service.
+	TCP map[int]model.L4Service
+}
+
+// RoutesFrom derives the L4 routes of a Configuration.
+func RoutesFrom(cfg *model.Configuration) *Routes {
+	r := &Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}}
+	for _, p := range cfg.PassthroughBackends {
+		r.Passthrough[p.Hostname] = p.Backend
+	}
+	for _, s := range cfg.TCPServices {
+		r.TCP[s.Port] = s
+	}
+	return r
+}
+
+// lookup finds the passthrough backend for an SNI name: exact, then the
+// wildcard for its parent domain.
+func (r *Routes) lookup(sni string) (string, bool) {
+	if b, ok := r.Passthrough[sni]; ok {
+		return b, true
+	}
+	if i := strings.IndexByte(sni, '.'); i > 0 {
+		b, ok := r.Passthrough["*"+sni[i:]]
+		return b, ok
+	}
+	return "", false
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Picker chooses peers. Required.
+	Picker Picker
+	// HTTPSFallback is the address of the local HTTPS data plane that gets
+	// every TLS connection not routed by passthrough (with a PROXY v2
+	// header, so the client address survives). Empty closes them.
+	HTTPSFallback string
+	// HelloTimeout bounds reading the ClientHello; zero means 5s.
+	HelloTimeout time.Duration
+	// ConnectTimeout bounds each upstream dial; zero means 5s.
+	ConnectTimeout time.Duration
+	// IdleTimeout closes a connection with no client bytes for this long;
+	// zero means 10 minutes (nginx proxy_timeout for streams).
+	IdleTimeout time.Duration
+	// Tries is how many peers a connection may try; zero means 3.
+	Tries int
+}
+
+// Proxy is the L4 data plane: SNI passthrough and TCP services.
+type Proxy struct {
+	cfg    Config
+	routes atomic.Pointer[Routes]
+
+	mu        sync.Mutex // guards listeners
+	listeners map[int]net.Listener
+	wg        sync.WaitGroup
+}
+
+// New returns a Proxy with no routes.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Picker == nil {
+		return nil, errors.New("tcpproxy: Config.Picker is required")
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 5 * time.Second
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 10 * time.Minute
+	}
+	if cfg.Tries <= 0 {
+		cfg.Tries = 3
+	}
+	p := &Proxy{cfg: cfg, listeners: map[int]net.Listener{}}
+	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}})
+	return p, nil
+}
+
+// Update swaps in new routes. Established connections are never reset.
+func (p *Proxy) Update(r *Routes) { p.routes.Store(r) }
+
+// connView answers the nginx variables an L4 pick may read.
+type connView struct {
+	sni    string
+	remote string
+	// src and dst are the client's original addresses: from a decoded
+	// PROXY header, else the connection's own.
+	src, dst netip.AddrPort
+}
+
+func (v *connView) Var(name string) ([]byte, bool) {
+	switch name {
+	case "ssl_preread_server_name":
+		return []byte(v.sni), v.sni != ""
+	case "remote_addr":
+		return []byte(v.remote), true
+	}
+	return nil, false
+}
+
+// ServeSNI accepts TLS connections on ln until ctx ends: passthrough hosts go
+// to their backend unterminated, everything else to the HTTPS fallback.
+func (p *Proxy) ServeSNI(ctx context.Context, ln net.Listener) error {
+	return p.serve(ctx, ln, p.handleSNI)
+}
+
+func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn)) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			handle(c)
+		}()
+	}
+}
+
+func (p *Proxy) handleSNI(c net.Conn) {
+	br := bufio.NewReaderSize(c, maxHello)
+	_ = c.SetReadDeadline(time.Now().Add(p.cfg.HelloTimeout))
+	sni, isTLS := readClientHello(br)
+	_ = c.SetReadDeadline(time.Time{})
+	if backend, ok := p.routes.Load().lookup(sni); ok && isTLS {
+		p.toBackend(c, br, backend, &connView{sni: sni, remote: remoteIP(c)}, false)
+		return
+	}
+	if p.cfg.HTTPSFallback == "" {
+		_ = c.Close()
+		return
+	}
+	up, err := net.DialTimeout("tcp", p.cfg.HTTPSFallback, p.cfg.ConnectTimeout)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	hdr := proxyproto.AppendV2(nil, proxyproto.AddrPortOf(c.RemoteAddr()), proxyproto.AddrPortOf(c.LocalAddr()))
+	if _, err := up.Write(hdr); err != nil {
+		_ = c.Close()
+		_ = up.Close()
+		return
+	}
+	pipe(c, br, up, p.cfg.IdleTimeout)
+}
+
+// toBackend picks a peer (retrying on connect failure) and pipes the
+// connection to it, optionally announcing the client with PROXY v1 (as
+// ingress-nginx's stream "proxy_protocol on").
+func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *connView, sendProxy bool) {
+	var a balancer.Attempt
+	for try := 0; try < p.cfg.Tries; try++ {
+		pick, err := p.cfg.Picker.Pick(backend, view, &a)
+		if err != nil {
+			break
+		}
+		start := time.Now()
+		up, err := net.DialTimeout("tcp", pick.Peer, p.cfg.ConnectTimeout)
+		if err != nil {
+			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: time.Since(start), Failed: true})
+			a.LastFailure = balancer.FailureFailed
+			continue
+		}
+		connect := time.Since(start)
+		if sendProxy {
+			if _, err := up.Write(proxyproto.AppendV1(nil, view.src, view.dst)); err != nil {
+				_ = up.Close()
+				p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, Failed: true})
+				continue
+			}
+		}
+		pipe(c, br, up, p.cfg.IdleTimeout)
+		p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: time.Since(start)})
+		return
+	}
+	_ = c.Close()
+}
+
+// SyncTCP makes the proxy listen on exactly the ports of the current TCP
+// services on addr (an IP, "" for all): new ports are opened, removed ports
+// closed (their established connections continue). Errors name the ports
+// that could not be opened; the others are served.
+func (p *Proxy) SyncTCP(ctx context.Context, addr string) error {
+	routes := p.routes.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for port, ln := range p.listeners {
+		if _, ok := routes.TCP[port]; !ok {
+			_ = ln.Close()
+			delete(p.listeners, port)
+		}
+	}
+	for port := range routes.TCP {
+		if _, ok := p.listeners[port]; ok {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tcp service port %d: %w", port, err))
+			continue
+		}
+		p.listeners[port] = ln
+		go func() { _ = p.serve(ctx, ln, func(c net.Conn) { p.handleTCP(c, port) }) }()
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Proxy) handleTCP(c net.Conn, port int) {
+	svc, ok := p.routes.Load().TCP[port]
+	if !ok {
+		_ = c.Close()
+		return
+	}
+	br := bufio.NewReader(c)
+	view := &connView{remote: remoteIP(c), src: proxyproto.AddrPortOf(c.RemoteAddr()), dst: proxyproto.AddrPortOf(c.LocalAddr())}
+	if svc.DecodeProxyProtocol {
+		_ = c.SetReadDeadline(time.Now().Add(p.cfg.HelloTimeout))
+		h, err := proxyproto.Read(br)
+		_ = c.SetReadDeadline(time.Time{})
+		if err != nil {
+			_ = c.Close() // strict: a malformed header closes the connection
+			return
+		}
+		if !h.Local {
+			view.remote = h.Source.Addr().String()
+			view.src, view.dst = h.Source, h.Destination
+		}
+	}
+	p.toBackend(c, br, svc.Backend, view, svc.EncodeProxyProtocol)
+}
+
+// Wait blocks until every connection handler has returned.
+func (p *Proxy) Wait() { p.wg.Wait() }
+
+func remoteIP(c net.Conn) string {
+	ap := proxyproto.AddrPortOf(c.RemoteAddr())
+	if !ap.IsValid() {
+		return ""
+	}
+	return ap.Addr().String()
+}
