@@ -48,6 +48,16 @@ type Options struct {
 	// data plane's self-signed fake. An invalid or missing Secret is
 	// reported in Configuration.Errors and the fake is used.
 	DefaultSSLCertificate string
+	// IngressClassByName (--ingress-class-by-name) also accepts an Ingress
+	// whose spec.ingressClassName equals IngressClass, whatever controller
+	// that IngressClass object names (or if it does not exist). False: only
+	// spec.controller decides.
+	IngressClassByName bool
+	// WatchIngressWithoutClass (--watch-ingress-without-class) accepts
+	// Ingresses with neither spec.ingressClassName nor the legacy annotation
+	// even when none of our IngressClasses is the cluster default. False:
+	// such Ingresses are ours only through a default IngressClass.
+	WatchIngressWithoutClass bool
 }
 
 // DefaultControllerClass is the IngressClass controller value Switchyard
@@ -77,6 +87,9 @@ func IsOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass, opt
 		return false
 	}
 	if name := ing.Spec.IngressClassName; name != nil {
+		if opt.IngressClassByName && *name == opt.IngressClass {
+			return true
+		}
 		for _, c := range classes {
 			if c.Name == *name {
 				return c.Spec.Controller == opt.ControllerClass
@@ -86,6 +99,9 @@ func IsOurs(ing *networkingv1.Ingress, classes []*networkingv1.IngressClass, opt
 	}
 	if v, ok := ing.Annotations[legacyClassAnnotation]; ok {
 		return v == opt.IngressClass
+	}
+	if opt.WatchIngressWithoutClass {
+		return true
 	}
 	for _, c := range classes {
 		if c.Spec.Controller == opt.ControllerClass && c.Annotations[networkingv1.AnnotationIsDefaultIngressClass] == "true" {

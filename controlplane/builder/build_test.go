@@ -169,6 +169,15 @@ func TestIsOurs(t *testing.T) {
 		{"no class, default ours", ing(nil, ""), []*networkingv1.IngressClass{deflt}, Options{}, true},
 		{"no class, no default", ing(nil, ""), []*networkingv1.IngressClass{ours}, Options{}, false},
 		{"other namespace", ing(s("switchyard"), ""), []*networkingv1.IngressClass{ours}, Options{WatchNamespace: "x"}, false},
+		{"class by name, other controller", ing(s("switchyard"), ""), []*networkingv1.IngressClass{func() *networkingv1.IngressClass {
+			c := theirs.DeepCopy()
+			c.Name = "switchyard"
+			return c
+		}()}, Options{IngressClassByName: true}, true},
+		{"class by name off", ing(s("switchyard"), ""), nil, Options{}, false},
+		{"class by name, other name", ing(s("nginx"), ""), []*networkingv1.IngressClass{theirs}, Options{IngressClassByName: true}, false},
+		{"without class watched", ing(nil, ""), []*networkingv1.IngressClass{ours}, Options{WatchIngressWithoutClass: true}, true},
+		{"without class watched, legacy other", ing(nil, "nginx"), nil, Options{WatchIngressWithoutClass: true}, false},
 	}
 	for _, tt := range tests {
 		if got := IsOurs(tt.ing, tt.classes, tt.opt); got != tt.want {
