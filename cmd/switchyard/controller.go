@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/manifests"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/proxy"
+	"github.com/switchyard-proxy/switchyard/tcpproxy"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -80,6 +81,13 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if err != nil {
 		return err
 	}
+	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
+	// port with --enable-ssl-passthrough. TLS that is not passed through has
+	// no local HTTPS data plane to go to yet and is closed.
+	l4, err := tcpproxy.New(tcpproxy.Config{Picker: reg})
+	if err != nil {
+		return err
+	}
 	metrics := newControllerMetrics(reg)
 	history := &statuspage.History{}
 	ctrl, err := controlplane.New(controlplane.Config{
@@ -87,8 +95,14 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		Build: builder.Options{
 			ControllerClass: opts.ControllerClass, IngressClass: opts.IngressClass,
 			WatchNamespace: opts.WatchNamespace, DefaultBackendService: opts.DefaultBackendService,
+			DefaultSSLCertificate: opts.DefaultSSLCertificate,
+			IngressClassByName:    opts.IngressClassByName, WatchIngressWithoutClass: opts.WatchIngressWithoutClass,
 		},
-		ConfigMap: opts.ConfigMap,
+		ConfigMap:            opts.ConfigMap,
+		TCPServicesConfigMap: opts.TCPServicesConfigMap, UDPServicesConfigMap: opts.UDPServicesConfigMap,
+		PublishService: opts.PublishService, PublishStatusAddress: opts.PublishStatusAddress,
+		// The Lease lives in the pod's namespace, as ingress-nginx's does.
+		ElectionID: opts.ElectionID, ElectionNamespace: os.Getenv("POD_NAMESPACE"),
 		Sinks: []controlplane.Sink{controlplane.SinkFunc(func(_ context.Context, cfg *model.Configuration, ch controlplane.Change) error {
 			// Balancers first, so routes never name a backend the balancer
 			// does not know yet. Per-backend errors were already reported by
@@ -97,6 +111,10 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 				klog.ErrorS(err, "some backends were not applied")
 			}
 			px.Update(cfg)
+			l4.Update(tcpproxy.RoutesFrom(cfg))
+			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
+				klog.ErrorS(err, "some TCP services could not listen")
+			}
 			return nil
 		})},
 		OnSync: func(e controlplane.SyncEvent) {
@@ -127,7 +145,16 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics), ReadHeaderTimeout: 10 * time.Second}
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
+	if opts.EnableSSLPassthrough {
+		httpsLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
+		if err != nil {
+			httpLn.Close()
+			statusLn.Close()
+			return fmt.Errorf("listen for SSL passthrough: %w", err)
+		}
+		go func() { errc <- l4.ServeSNI(ctx, httpsLn) }()
+	}
 	go func() { errc <- runSource(ctx) }()
 	go func() { errc <- ctrl.Run(ctx) }()
 	go func() { errc <- px.Serve(ctx, httpLn) }()

@@ -12,30 +12,32 @@ import (
 // controllerOptions are the flags of `switchyard controller`. Names and
 // meanings follow ingress-nginx's controller flags where one exists.
 type controllerOptions struct {
-	Kubeconfig            string
-	Manifests             string
-	WatchNamespace        string
-	IngressClass          string
-	ControllerClass       string
-	ConfigMap             string
-	TCPServicesConfigMap  string
-	UDPServicesConfigMap  string
-	PublishService        string
-	PublishStatusAddress  string
-	ElectionID            string
-	DefaultBackendService string
-	DefaultSSLCertificate string
-	EnableSSLPassthrough  bool
-	HTTPPort              int
-	HTTPSPort             int
-	StatusPort            int
-	StatusAddress         string
-	MetricsPerHost        bool
-	SyncRateLimit         float64
-	DataPlane             string
-	ListenAddress         string
-	Verbosity             int
-	Version               bool
+	Kubeconfig               string
+	Manifests                string
+	WatchNamespace           string
+	IngressClass             string
+	ControllerClass          string
+	ConfigMap                string
+	TCPServicesConfigMap     string
+	UDPServicesConfigMap     string
+	PublishService           string
+	PublishStatusAddress     string
+	ElectionID               string
+	DefaultBackendService    string
+	DefaultSSLCertificate    string
+	EnableSSLPassthrough     bool
+	IngressClassByName       bool
+	WatchIngressWithoutClass bool
+	HTTPPort                 int
+	HTTPSPort                int
+	StatusPort               int
+	StatusAddress            string
+	MetricsPerHost           bool
+	SyncRateLimit            float64
+	DataPlane                string
+	ListenAddress            string
+	Verbosity                int
+	Version                  bool
 }
 
 // newControllerFlags binds opts to a FlagSet that reports errors instead of
@@ -56,6 +58,8 @@ func newControllerFlags(opts *controllerOptions, stderr io.Writer) *flag.FlagSet
 	fs.StringVar(&opts.ElectionID, "election-id", "switchyard-leader", "name of the Lease used for leader election")
 	fs.StringVar(&opts.DefaultBackendService, "default-backend-service", "", "namespace/name of the Service answering unmatched requests")
 	fs.StringVar(&opts.DefaultSSLCertificate, "default-ssl-certificate", "", "namespace/name of the Secret served for unknown SNI")
+	fs.BoolVar(&opts.IngressClassByName, "ingress-class-by-name", false, "also serve Ingresses whose spec.ingressClassName equals --ingress-class")
+	fs.BoolVar(&opts.WatchIngressWithoutClass, "watch-ingress-without-class", false, "also serve Ingresses with no class at all")
 	fs.BoolVar(&opts.EnableSSLPassthrough, "enable-ssl-passthrough", false, "route TLS by SNI to backends with the ssl-passthrough annotation")
 	fs.IntVar(&opts.HTTPPort, "http-port", 80, "port for HTTP traffic")
 	fs.IntVar(&opts.HTTPSPort, "https-port", 443, "port for HTTPS traffic")
