@@ -274,6 +274,28 @@ func TestClusterOneLeaderWritesStatus(t *testing.T) {
 	}
 }
 
+// TestClusterPublishService: the leader copies the --publish-service
+// Service's load-balancer address into Ingress status, through RBAC.
+func TestClusterPublishService(t *testing.T) {
+	c := k8s.Shared(t)
+	admin, ns := clusterObjects(t, c)
+	ctx := context.Background()
+	lb, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "switchyard"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.5"}}
+	if _, err := admin.CoreV1().Services(ns).UpdateStatus(ctx, lb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, ctrl, _ := clusterController(t, c, ns, fastElection(Config{PublishService: ns + "/switchyard"}))
+	waitStatus(t, admin, ns, "echo", []networkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.5"}})
+	if !ctrl.IsLeader() {
+		t.Error("status written but IsLeader() = false")
+	}
+}
+
 // TestClusterRBAC: the controller's identity may do its job (the other
 // tests run with it) and nothing more.
 func TestClusterRBAC(t *testing.T) {
