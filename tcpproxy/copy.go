@@ -13,13 +13,29 @@ type closeWriter interface {
 	CloseWrite() error
 }
 
-// proxyCopy copies src to dst until EOF, then half-closes dst so the peer
-// sees the end of the stream while the other direction keeps flowing.
-// io.Copy uses splice when both ends are *net.TCPConn.
-func proxyCopy(wg *sync.WaitGroup, dst net.Conn, src io.Reader, counted *int64) {
+// idleChunk is how many bytes are copied per idle-deadline refresh. Copying
+// in chunks with io.CopyN keeps src an *io.LimitedReader over the socket, a
+// shape (*net.TCPConn).ReadFrom still splices, where a deadline-per-Read
+// wrapper would force a user-space copy.
+const idleChunk = 1 << 20
+
+// proxyCopy copies src to dst until EOF or idle seconds without a byte,
+// then half-closes dst so the peer sees the end of the stream while the
+// other direction keeps flowing. counted receives the bytes copied.
+func proxyCopy(wg *sync.WaitGroup, dst, src net.Conn, idle time.Duration, counted *int64) {
 	defer wg.Done()
-	n, _ := io.Copy(dst, src)
-	*counted = n
+	var total int64
+	for {
+		if idle > 0 {
+			_ = src.SetReadDeadline(time.Now().Add(idle))
+		}
+		n, err := io.CopyN(dst, src, idleChunk)
+		total += n
+		if err != nil {
+			break
+		}
+	}
+	*counted = total
 	if cw, ok := dst.(closeWriter); ok {
 		_ = cw.CloseWrite()
 	} else {
@@ -28,51 +44,42 @@ func proxyCopy(wg *sync.WaitGroup, dst net.Conn, src io.Reader, counted *int64) 
 }
 
 // pipe joins a client and an upstream connection and returns the bytes
-// copied each way once both directions are done. client may carry bytes
-// already read (a peeked ClientHello) in br.
+// copied each way once both directions are done. br holds bytes already
+// peeked from client (a ClientHello); they are written upstream first, then
+// the socket itself is copied so splice applies.
 func pipe(client net.Conn, br *bufio.Reader, upstream net.Conn, idle time.Duration) (up, down int64) {
+	if br != nil && br.Buffered() > 0 {
+		peeked, _ := br.Peek(br.Buffered())
+		n, err := upstream.Write(peeked)
+		up = int64(n)
+		if err != nil {
+			_ = client.Close()
+			_ = upstream.Close()
+			return up, 0
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	var src io.Reader = client
-	if br != nil && br.Buffered() > 0 {
-		// Replay the peeked bytes, then read the socket directly (keeping
-		// splice for the rest).
-		peeked, _ := br.Peek(br.Buffered())
-		src = io.MultiReader(bytesReader(peeked), client)
-	}
-	if idle > 0 {
-		src = &idleReader{r: src, c: client, d: idle}
-	}
-	go proxyCopy(&wg, upstream, src, &up)
-	go proxyCopy(&wg, client, upstream, &down)
+	var rest int64
+	go proxyCopy(&wg, upstream, unwrap(client), idle, &rest)
+	go proxyCopy(&wg, unwrap(client), unwrap(upstream), idle, &down)
 	wg.Wait()
 	_ = client.Close()
 	_ = upstream.Close()
-	return up, down
+	return up + rest, down
 }
 
-// idleReader extends a read deadline before each read, closing idle
-// connections.
-type idleReader struct {
-	r io.Reader
-	c net.Conn
-	d time.Duration
-}
-
-func (i *idleReader) Read(p []byte) (int, error) {
-	_ = i.c.SetReadDeadline(time.Now().Add(i.d))
-	return i.r.Read(p)
-}
-
-type byteSliceReader struct{ b []byte }
-
-func bytesReader(b []byte) *byteSliceReader { return &byteSliceReader{b: append([]byte(nil), b...)} }
-
-func (r *byteSliceReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
+// unwrap returns the *net.TCPConn under c when c is a thin wrapper that
+// exposes it (NetConn), so io.Copy can splice.
+func unwrap(c net.Conn) net.Conn {
+	for {
+		if _, ok := c.(*net.TCPConn); ok {
+			return c
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = w.NetConn()
 	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
 }
