@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/tcpproxy/proxyproto"
@@ -77,12 +78,16 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Tries is how many peers a connection may try; zero means 3.
 	Tries int
+	// Registerer receives the switchyard_tcpproxy_* metrics; nil means they
+	// are kept but not exported. Never the global registry by default.
+	Registerer prometheus.Registerer
 }
 
 // Proxy is the L4 data plane: SNI passthrough and TCP services.
 type Proxy struct {
-	cfg    Config
-	routes atomic.Pointer[Routes]
+	cfg     Config
+	metrics *metrics
+	routes  atomic.Pointer[Routes]
 
 	mu        sync.Mutex // guards listeners
 	listeners map[int]net.Listener
@@ -106,7 +111,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Tries <= 0 {
 		cfg.Tries = 3
 	}
-	p := &Proxy{cfg: cfg, listeners: map[int]net.Listener{}}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, metrics: m, listeners: map[int]net.Listener{}}
 	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}})
 	return p, nil
 }
@@ -177,16 +186,19 @@ func (p *Proxy) handleSNI(c net.Conn) {
 	}
 	up, err := net.DialTimeout("tcp", p.cfg.HTTPSFallback, p.cfg.ConnectTimeout)
 	if err != nil {
+		p.metrics.fail(fallbackService, reasonConnect)
 		_ = c.Close()
 		return
 	}
 	hdr := proxyproto.AppendV2(nil, proxyproto.AddrPortOf(c.RemoteAddr()), proxyproto.AddrPortOf(c.LocalAddr()))
 	if _, err := up.Write(hdr); err != nil {
+		p.metrics.fail(fallbackService, reasonConnect)
 		_ = c.Close()
 		_ = up.Close()
 		return
 	}
-	pipe(c, br, up, p.cfg.IdleTimeout)
+	n, m := pipe(c, br, up, p.cfg.IdleTimeout)
+	p.metrics.done(fallbackService, n, m)
 }
 
 // toBackend picks a peer (retrying on connect failure) and pipes the
@@ -194,9 +206,13 @@ func (p *Proxy) handleSNI(c net.Conn) {
 // ingress-nginx's stream "proxy_protocol on").
 func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *connView, sendProxy bool) {
 	var a balancer.Attempt
+	reason := reasonConnect
 	for try := 0; try < p.cfg.Tries; try++ {
 		pick, err := p.cfg.Picker.Pick(backend, view, &a)
 		if err != nil {
+			if try == 0 {
+				reason = reasonNoPeer
+			}
 			break
 		}
 		start := time.Now()
@@ -214,10 +230,12 @@ func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *co
 				continue
 			}
 		}
-		pipe(c, br, up, p.cfg.IdleTimeout)
+		n, m := pipe(c, br, up, p.cfg.IdleTimeout)
 		p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: time.Since(start)})
+		p.metrics.done(backend, n, m)
 		return
 	}
+	p.metrics.fail(backend, reason)
 	_ = c.Close()
 }
 
@@ -264,6 +282,7 @@ func (p *Proxy) handleTCP(c net.Conn, port int) {
 		h, err := proxyproto.Read(br)
 		_ = c.SetReadDeadline(time.Time{})
 		if err != nil {
+			p.metrics.fail(svc.Backend, reasonProxyProtocol)
 			_ = c.Close() // strict: a malformed header closes the connection
 			return
 		}
