@@ -17,7 +17,7 @@ func udpEcho(t *testing.T, ip, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pc.Close() })
+	t.Cleanup(func() { _ = pc.Close() })
 	go func() {
 		buf := make([]byte, 2048)
 		for {
