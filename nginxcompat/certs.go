@@ -1,7 +1,8 @@
 package nginxcompat
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,11 +10,18 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
-// WriteCertificates writes every certificate of cfg to dir as "<uid>.pem"
+// certFile is the file of one certificate: named by UID and content hash,
+// so a new (perhaps broken) certificate never overwrites the one a running
+// nginx would read again on restart.
+func certFile(dir, uid, pem string) string {
+	h := sha256.Sum256([]byte(pem))
+	return filepath.Join(dir, uid+"-"+hex.EncodeToString(h[:8])+".pem")
+}
+
+// WriteCertificates writes every certificate to dir as certFile names it
 // (chain then key, the file both ssl_certificate and ssl_certificate_key
 // name), mode 0600, atomically: a temp file created 0600 in dir, synced, then
-// renamed over the old one. A file whose content is unchanged is not
-// rewritten. Certificates with a UID outside [A-Za-z0-9._-] are skipped (the
+// renamed into place. An existing file is not rewritten. Certificates with a UID outside [A-Za-z0-9._-] are skipped (the
 // renderer leaves their servers without TLS and reports them).
 func WriteCertificates(dir string, certs map[string]model.Certificate) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -23,8 +31,8 @@ func WriteCertificates(dir string, certs map[string]model.Certificate) error {
 		if !reUID.MatchString(uid) {
 			continue
 		}
-		dst := filepath.Join(dir, uid+".pem")
-		if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, []byte(c.PEM)) {
+		dst := certFile(dir, uid, c.PEM)
+		if _, err := os.Stat(dst); err == nil {
 			continue
 		}
 		if err := writeFileAtomic(dst, []byte(c.PEM), 0o600); err != nil {
@@ -81,6 +89,27 @@ func PrepareDirs(rc RenderConfig) error {
 	}
 	if err := os.MkdirAll(rc.CertDir, 0o700); err != nil {
 		return fmt.Errorf("create certificate dir: %w", err)
+	}
+	return nil
+}
+
+// RemoveStaleCertificates deletes the certificate files in dir that certs
+// no longer name; call it after nginx loaded a file that uses only certs.
+func RemoveStaleCertificates(dir string, certs map[string]model.Certificate) error {
+	keep := map[string]bool{}
+	for uid, c := range certs {
+		keep[filepath.Base(certFile(dir, uid, c.PEM))] = true
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list certificates: %w", err)
+	}
+	for _, e := range ents {
+		if !e.IsDir() && filepath.Ext(e.Name()) == ".pem" && !keep[e.Name()] {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("remove stale certificate: %w", err)
+			}
+		}
 	}
 	return nil
 }

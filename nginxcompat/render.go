@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -388,8 +387,8 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 		uid = cfg.DefaultCertificate
 	}
 	if uid != "" {
-		if _, ok := cfg.Certificates[uid]; ok && reUID.MatchString(uid) {
-			sv.TLS = filepath.Join(rc.CertDir, uid+".pem")
+		if c, ok := cfg.Certificates[uid]; ok && reUID.MatchString(uid) {
+			sv.TLS = certFile(rc.CertDir, uid, c.PEM)
 		} else {
 			bad(firstIngress(s), "spec.tls", "server %q: certificate %q is missing or has a bad UID; served without TLS", s.Hostname, uid)
 		}
