@@ -1,0 +1,316 @@
+package picksock
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Version is the protocol version carried in every frame.
+const Version = 1
+
+// Frame types. Replies set the high bit of the request's type.
+const (
+	TypePick      = 0x01 // shim -> Go: pick candidates for a request
+	TypeDone      = 0x02 // shim -> Go: completion feedback of one attempt (no reply)
+	TypeNeedVars  = 0x03 // shim -> Go: which variables does a backend need
+	TypePickReply = 0x81
+	TypeVarsReply = 0x83
+)
+
+// Error codes of a pick reply.
+const (
+	CodeOK             = 0
+	CodeUnknownBackend = 1 // nginx answers 503
+	CodeNoPeer         = 2 // nginx answers 502
+	CodeBadFrame       = 3
+)
+
+const (
+	headerLen = 4 + 1 + 1 + 4 // length, version, type, id
+	// MaxFrame bounds the body of a frame (everything after the length).
+	MaxFrame = 64 << 10
+	// MaxVars bounds the variables of one pick request.
+	MaxVars = 16
+	// MaxCandidates bounds the candidates of one pick reply.
+	MaxCandidates = 8
+)
+
+// Errors of the frame decoder.
+var (
+	ErrShort   = errors.New("picksock: truncated frame")
+	ErrVersion = errors.New("picksock: unsupported protocol version")
+	ErrTooBig  = errors.New("picksock: frame too large")
+	ErrType    = errors.New("picksock: unknown frame type")
+	ErrTrail   = errors.New("picksock: trailing bytes in frame")
+)
+
+// Var is one request variable as sent by the shim.
+type Var struct{ Name, Value []byte }
+
+// Request is a decoded shim frame. Byte slices alias the input buffer.
+type Request struct {
+	Type    byte
+	ID      uint32
+	Backend []byte
+	// Pick:
+	NVars int
+	Vars  [MaxVars]Var
+	// Done:
+	Peer                            []byte
+	ConnectUS, HeaderUS, ResponseUS uint32
+	Status                          uint16
+	Failed                          bool
+}
+
+// Var implements balancer.Request over the frame's variables without
+// allocating.
+func (r *Request) Var(name string) ([]byte, bool) {
+	for i := 0; i < r.NVars; i++ {
+		if string(r.Vars[i].Name) == name {
+			return r.Vars[i].Value, true
+		}
+	}
+	return nil, false
+}
+
+// FrameLen reports the total length of the frame at the start of b, or 0 if
+// fewer than 4 bytes are available. It fails for frames over MaxFrame.
+func FrameLen(b []byte) (int, error) {
+	if len(b) < 4 {
+		return 0, nil
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n > MaxFrame {
+		return 0, fmt.Errorf("%w: %d bytes", ErrTooBig, n)
+	}
+	if n < headerLen-4 {
+		return 0, fmt.Errorf("%w: body of %d bytes", ErrShort, n)
+	}
+	return int(n) + 4, nil
+}
+
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) u8() byte {
+	if len(r.b) < 1 {
+		r.bad = true
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) u16() uint16 {
+	if len(r.b) < 2 {
+		r.bad = true
+		return 0
+	}
+	v := binary.BigEndian.Uint16(r.b)
+	r.b = r.b[2:]
+	return v
+}
+
+func (r *reader) u32() uint32 {
+	if len(r.b) < 4 {
+		r.bad = true
+		return 0
+	}
+	v := binary.BigEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) bytes(n int) []byte {
+	if len(r.b) < n {
+		r.bad = true
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// DecodeRequest decodes one whole frame (as delimited by FrameLen) into q.
+// It never allocates; on error q's contents are unspecified.
+func DecodeRequest(frame []byte, q *Request) error {
+	n, err := FrameLen(frame)
+	if err != nil {
+		return err
+	}
+	if n == 0 || n != len(frame) {
+		return ErrShort
+	}
+	r := reader{b: frame[4:]}
+	if v := r.u8(); v != Version {
+		return fmt.Errorf("%w: %d", ErrVersion, v)
+	}
+	q.Type = r.u8()
+	q.ID = r.u32()
+	q.Backend = r.bytes(int(r.u8()))
+	switch q.Type {
+	case TypePick:
+		nv := int(r.u8())
+		if nv > MaxVars {
+			return fmt.Errorf("%w: %d variables (max %d)", ErrTooBig, nv, MaxVars)
+		}
+		q.NVars = nv
+		for i := 0; i < nv; i++ {
+			q.Vars[i].Name = r.bytes(int(r.u8()))
+			q.Vars[i].Value = r.bytes(int(r.u16()))
+		}
+	case TypeDone:
+		q.Peer = r.bytes(int(r.u8()))
+		q.ConnectUS = r.u32()
+		q.HeaderUS = r.u32()
+		q.ResponseUS = r.u32()
+		q.Status = r.u16()
+		q.Failed = r.u8() != 0
+	case TypeNeedVars:
+	default:
+		return fmt.Errorf("%w: 0x%02x", ErrType, q.Type)
+	}
+	if r.bad {
+		return ErrShort
+	}
+	if len(r.b) != 0 {
+		return ErrTrail
+	}
+	return nil
+}
+
+func appendHeader(dst []byte, typ byte, id uint32) ([]byte, int) {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, Version, typ)
+	dst = binary.BigEndian.AppendUint32(dst, id)
+	return dst, start
+}
+
+func finish(dst []byte, start int) []byte {
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
+	return dst
+}
+
+func appendStr8(dst []byte, s string) []byte {
+	if len(s) > 255 {
+		s = s[:255]
+	}
+	dst = append(dst, byte(len(s)))
+	return append(dst, s...)
+}
+
+// AppendPick appends a pick request frame (used by tests and the Go client).
+func AppendPick(dst []byte, id uint32, backend string, vars ...string) []byte {
+	dst, start := appendHeader(dst, TypePick, id)
+	dst = appendStr8(dst, backend)
+	dst = append(dst, byte(len(vars)/2))
+	for i := 0; i+1 < len(vars); i += 2 {
+		dst = appendStr8(dst, vars[i])
+		v := vars[i+1]
+		if len(v) > math.MaxUint16 {
+			v = v[:math.MaxUint16]
+		}
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(v)))
+		dst = append(dst, v...)
+	}
+	return finish(dst, start)
+}
+
+// AppendDone appends a completion-feedback frame.
+func AppendDone(dst []byte, backend, peer string, connectUS, headerUS, responseUS uint32, status uint16, failed bool) []byte {
+	dst, start := appendHeader(dst, TypeDone, 0)
+	dst = appendStr8(dst, backend)
+	dst = appendStr8(dst, peer)
+	dst = binary.BigEndian.AppendUint32(dst, connectUS)
+	dst = binary.BigEndian.AppendUint32(dst, headerUS)
+	dst = binary.BigEndian.AppendUint32(dst, responseUS)
+	dst = binary.BigEndian.AppendUint16(dst, status)
+	f := byte(0)
+	if failed {
+		f = 1
+	}
+	dst = append(dst, f)
+	return finish(dst, start)
+}
+
+// AppendNeedVars appends a needed-variables query frame.
+func AppendNeedVars(dst []byte, id uint32, backend string) []byte {
+	dst, start := appendHeader(dst, TypeNeedVars, id)
+	dst = appendStr8(dst, backend)
+	return finish(dst, start)
+}
+
+// PickReply is a pick answer.
+type PickReply struct {
+	Code        byte
+	Alternative bool
+	Backend     string
+	SetCookie   string
+	EWMAScore   float64
+	Candidates  []string
+}
+
+// AppendPickReply appends a pick reply frame for request id.
+func AppendPickReply(dst []byte, id uint32, code byte, alt bool, backend, cookie string, score float64, cands []string) []byte {
+	dst, start := appendHeader(dst, TypePickReply, id)
+	flags := byte(0)
+	if alt {
+		flags = 1
+	}
+	dst = append(dst, code, flags)
+	dst = appendStr8(dst, backend)
+	if len(cookie) > math.MaxUint16 {
+		cookie = ""
+	}
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(cookie)))
+	dst = append(dst, cookie...)
+	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(score))
+	dst = append(dst, byte(len(cands)))
+	for _, c := range cands {
+		dst = appendStr8(dst, c)
+	}
+	return finish(dst, start)
+}
+
+// AppendVarsReply appends a needed-variables reply frame.
+func AppendVarsReply(dst []byte, id uint32, names []string) []byte {
+	dst, start := appendHeader(dst, TypeVarsReply, id)
+	if len(names) > MaxVars {
+		names = names[:MaxVars]
+	}
+	dst = append(dst, byte(len(names)))
+	for _, n := range names {
+		dst = appendStr8(dst, n)
+	}
+	return finish(dst, start)
+}
+
+// DecodePickReply decodes a pick reply frame (for Go clients and tests).
+func DecodePickReply(frame []byte) (id uint32, p PickReply, err error) {
+	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+		return 0, p, ErrShort
+	}
+	r := reader{b: frame[4:]}
+	if r.u8() != Version || r.u8() != TypePickReply {
+		return 0, p, ErrType
+	}
+	id = r.u32()
+	p.Code = r.u8()
+	p.Alternative = r.u8() == 1
+	p.Backend = string(r.bytes(int(r.u8())))
+	p.SetCookie = string(r.bytes(int(r.u16())))
+	p.EWMAScore = math.Float64frombits(binary.BigEndian.Uint64(append(r.bytes(8), make([]byte, 8)...)))
+	nc := int(r.u8())
+	for i := 0; i < nc && !r.bad; i++ {
+		p.Candidates = append(p.Candidates, string(r.bytes(int(r.u8()))))
+	}
+	if r.bad || len(r.b) != 0 {
+		return 0, PickReply{}, ErrShort
+	}
+	return id, p, nil
+}

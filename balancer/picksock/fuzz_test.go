@@ -1,0 +1,31 @@
+package picksock
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzDecodeRequest: any bytes either fail to decode or decode to a frame
+// whose fields all lie inside the input; a decoded pick re-encodes to the
+// same bytes.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add(AppendPick(nil, 1, "default-web-80", "request_uri", "/a", "https", "on"))
+	f.Add(AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 502, true))
+	f.Add(AppendNeedVars(nil, 3, "b"))
+	f.Add([]byte{0, 0, 0, 6, 1, 1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var q Request
+		if err := DecodeRequest(b, &q); err != nil {
+			return
+		}
+		if q.Type == TypePick {
+			vars := make([]string, 0, 2*q.NVars)
+			for i := 0; i < q.NVars; i++ {
+				vars = append(vars, string(q.Vars[i].Name), string(q.Vars[i].Value))
+			}
+			if re := AppendPick(nil, q.ID, string(q.Backend), vars...); !bytes.Equal(re, b) {
+				t.Fatalf("re-encode differs:\n%x\n%x", re, b)
+			}
+		}
+	})
+}

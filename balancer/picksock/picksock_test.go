@@ -1,0 +1,216 @@
+package picksock
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-proxy/switchyard/balancer"
+)
+
+const payload = `[
+ {"name":"default-web-80","port":80,"load-balance":"round_robin","endpoints":[
+   {"address":"127.0.0.2","port":"8080"},{"address":"127.0.0.3","port":"8080"},{"address":"127.0.0.4","port":"8080"}]},
+ {"name":"default-hash-80","port":80,"upstreamHashByConfig":{"upstream-hash-by":"$request_uri"},"endpoints":[
+   {"address":"127.0.0.2","port":"8080"},{"address":"127.0.0.3","port":"8080"},{"address":"127.0.0.4","port":"8080"}]}
+]`
+
+func newRegistry(t testing.TB) *balancer.Registry {
+	t.Helper()
+	bs, err := balancer.DecodeBackends([]byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := balancer.NewRegistry(balancer.Config{})
+	if err := r.Sync(bs); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestDecodeRequest(t *testing.T) {
+	pick := AppendPick(nil, 7, "default-web-80", "request_uri", "/a", "https", "on")
+	var q Request
+	if err := DecodeRequest(pick, &q); err != nil {
+		t.Fatal(err)
+	}
+	if q.Type != TypePick || q.ID != 7 || string(q.Backend) != "default-web-80" || q.NVars != 2 {
+		t.Fatalf("decoded %+v", q)
+	}
+	if v, ok := q.Var("https"); !ok || string(v) != "on" {
+		t.Fatalf("https = %q %v", v, ok)
+	}
+	if _, ok := q.Var("host"); ok {
+		t.Fatal("host should be unset")
+	}
+	done := AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 200, true)
+	if err := DecodeRequest(done, &q); err != nil {
+		t.Fatal(err)
+	}
+	got := []any{q.Type, string(q.Peer), q.ConnectUS, q.HeaderUS, q.ResponseUS, q.Status, q.Failed}
+	if d := cmp.Diff([]any{byte(TypeDone), "127.0.0.2:80", uint32(1), uint32(2), uint32(3), uint16(200), true}, got); d != "" {
+		t.Fatal(d)
+	}
+
+	bad := map[string]struct {
+		frame []byte
+		want  error
+	}{
+		"truncated":   {pick[:len(pick)-1], ErrShort},
+		"version":     {func() []byte { b := append([]byte(nil), pick...); b[4] = 9; return b }(), ErrVersion},
+		"type":        {func() []byte { b := append([]byte(nil), pick...); b[5] = 0x7f; return b }(), ErrType},
+		"too big":     {[]byte{0xff, 0, 0, 0, 1, 1}, ErrTooBig},
+		"trailing":    {func() []byte { b := AppendNeedVars(nil, 1, "x"); b = append(b, 0); b[3]++; return b }(), ErrTrail},
+		"inner short": {func() []byte { b := AppendNeedVars(nil, 1, "x"); b[10] = 50; return b }(), ErrShort},
+	}
+	for name, tc := range bad {
+		t.Run(name, func(t *testing.T) {
+			if err := DecodeRequest(tc.frame, &q); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPickReplyRoundTrip(t *testing.T) {
+	b := AppendPickReply(nil, 42, CodeOK, true, "canary", "c=1; Path=/", 1.5, []string{"127.0.0.2:80", "[fd00::1]:8080"})
+	id, p, err := DecodePickReply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PickReply{Code: CodeOK, Alternative: true, Backend: "canary", SetCookie: "c=1; Path=/", EWMAScore: 1.5,
+		Candidates: []string{"127.0.0.2:80", "[fd00::1]:8080"}}
+	if d := cmp.Diff(want, p); id != 42 || d != "" {
+		t.Fatalf("id %d %s", id, d)
+	}
+}
+
+// TestServerOverUnixSocket drives a real Registry through a real unix socket:
+// pipelined picks in one write come back by id, round robin spreads evenly,
+// chash matches Registry.Pick, unknown backends get CodeUnknownBackend, and
+// the socket has mode 0660.
+func TestServerOverUnixSocket(t *testing.T) {
+	reg := newRegistry(t)
+	srv := NewServer(Config{Picker: reg})
+	path := filepath.Join(t.TempDir(), "pick.sock")
+	ln, err := srv.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o660 || st.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket mode %v err %v", st.Mode(), err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	defer func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	readReply := func() (uint32, PickReply) {
+		t.Helper()
+		var hdr [4]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		n, err := FrameLen(hdr[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := make([]byte, n)
+		copy(f, hdr[:])
+		if _, err := io.ReadFull(br, f[4:]); err != nil {
+			t.Fatal(err)
+		}
+		id, p, err := DecodePickReply(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, p
+	}
+
+	// 300 picks in one write, with feedback frames interleaved.
+	var batch []byte
+	for i := 0; i < 300; i++ {
+		batch = AppendPick(batch, uint32(i+1), "default-web-80")
+		batch = AppendDone(batch, "default-web-80", "127.0.0.2:8080", 100, 200, 300, 200, false)
+	}
+	if _, err := c.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for i := 0; i < 300; i++ {
+		id, p := readReply()
+		if id != uint32(i+1) || p.Code != CodeOK || len(p.Candidates) != 1 || p.Backend != "default-web-80" {
+			t.Fatalf("reply %d: id %d %+v", i, id, p)
+		}
+		counts[p.Candidates[0]]++
+	}
+	want := map[string]int{"127.0.0.2:8080": 100, "127.0.0.3:8080": 100, "127.0.0.4:8080": 100}
+	if d := cmp.Diff(want, counts); d != "" {
+		t.Fatalf("round robin spread (-want +got):\n%s", d)
+	}
+
+	for _, uri := range []string{"/a", "/b", "/c/d", "/e?x=1"} {
+		var a balancer.Attempt
+		exp, err := reg.Pick("default-hash-80", balancer.VarsFunc(func(n string) ([]byte, bool) {
+			if n == "request_uri" {
+				return []byte(uri), true
+			}
+			return nil, false
+		}), &a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(AppendPick(nil, 9, "default-hash-80", "request_uri", uri)); err != nil {
+			t.Fatal(err)
+		}
+		_, p := readReply()
+		if p.Code != CodeOK || p.Candidates[0] != exp.Peer {
+			t.Fatalf("chash %s: got %+v want %s", uri, p, exp.Peer)
+		}
+	}
+
+	// With a retry budget of 3 the candidates are 3 distinct peers.
+	cs := &conn{s: NewServer(Config{Picker: reg, Candidates: 3})}
+	if err := cs.handle(AppendPick(nil, 6, "default-web-80")); err != nil {
+		t.Fatal(err)
+	}
+	if _, p, err := DecodePickReply(cs.out); err != nil || len(p.Candidates) != 3 || p.Candidates[0] == p.Candidates[1] || p.Candidates[1] == p.Candidates[2] || p.Candidates[0] == p.Candidates[2] {
+		t.Fatalf("candidates %v", p.Candidates)
+	}
+	if _, err := c.Write(AppendPick(nil, 5, "nope")); err != nil {
+		t.Fatal(err)
+	}
+	if id, p := readReply(); id != 5 || p.Code != CodeUnknownBackend || len(p.Candidates) != 0 {
+		t.Fatalf("unknown backend: %d %+v", id, p)
+	}
+}
+
+func BenchmarkPickFrame(b *testing.B) {
+	reg := newRegistry(b)
+	srv := NewServer(Config{Picker: reg})
+	cs := &conn{s: srv, out: make([]byte, 0, 64<<10)}
+	frame := AppendPick(nil, 1, "default-web-80", "request_uri", "/x", "https", "on")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := cs.handle(frame); err != nil {
+			b.Fatal(err)
+		}
+		cs.out = cs.out[:0]
+	}
+}

@@ -1,0 +1,234 @@
+package picksock
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+)
+
+// Picker is what the server needs of the balancer (a *balancer.Registry).
+type Picker interface {
+	CandidatePicks(name string, req balancer.Request, a *balancer.Attempt, dst []balancer.Pick) (int, error)
+	Feedback(backend, peer string, info balancer.DoneInfo)
+	NeededVars(backend string) []string
+}
+
+// Config of a Server.
+type Config struct {
+	// Picker answers picks; required.
+	Picker Picker
+	// Candidates is how many ordered peers a pick reply carries (the shim's
+	// retry budget). Zero means 1: balancer.Registry.CandidatePicks advances
+	// round robin's shared cursor once per candidate, so with k candidates and
+	// k endpoints every request would start on the same peer.
+	Candidates int
+	// Mode is the socket's permission bits. Zero means 0660.
+	Mode os.FileMode
+	// GID, when >= 0 and Chown is true, is the socket's group.
+	GID   int
+	Chown bool
+}
+
+// Server serves the pick protocol on unix-socket connections.
+type Server struct {
+	cfg   Config
+	mu    sync.Mutex
+	lns   map[net.Listener]struct{}
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// NewServer returns a Server.
+func NewServer(cfg Config) *Server {
+	if cfg.Candidates <= 0 {
+		cfg.Candidates = 1
+	}
+	if cfg.Candidates > MaxCandidates {
+		cfg.Candidates = MaxCandidates
+	}
+	if cfg.Mode == 0 {
+		cfg.Mode = 0o660
+	}
+	return &Server{cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+}
+
+// Listen creates the unix socket at path with its final mode and group: it
+// binds a temporary name next to path, sets mode and group, then renames it
+// into place, so the socket is never reachable with other permissions.
+func (s *Server) Listen(path string) (net.Listener, error) {
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("picksock: listen %s: %w", path, err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	fail := func(err error) (net.Listener, error) {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Chmod(tmp, s.cfg.Mode); err != nil {
+		return fail(fmt.Errorf("picksock: chmod %s: %w", tmp, err))
+	}
+	if s.cfg.Chown && s.cfg.GID >= 0 {
+		if err := os.Chown(tmp, -1, s.cfg.GID); err != nil {
+			return fail(fmt.Errorf("picksock: chown %s: %w", tmp, err))
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("picksock: rename %s: %w", path, err))
+	}
+	return ln, nil
+}
+
+// Serve accepts connections on ln until it is closed or Close is called.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("picksock: accept: %w", err)
+		}
+		delay = 0
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			_ = s.ServeConn(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops listeners and connections and waits for handlers to return.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	for ln := range s.lns {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// conn is the per-connection state reused across frames.
+type conn struct {
+	s     *Server
+	req   Request
+	att   balancer.Attempt
+	picks [MaxCandidates]balancer.Pick
+	cands [MaxCandidates]string
+	out   []byte
+}
+
+// ServeConn serves one connection until EOF or error. Replies to all frames
+// read in one read are written together.
+func (s *Server) ServeConn(c io.ReadWriteCloser) error {
+	defer c.Close()
+	br := bufio.NewReaderSize(c, MaxFrame+4)
+	cs := &conn{s: s, out: make([]byte, 0, 64<<10)}
+	for {
+		hdr, err := br.Peek(4)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		n, err := FrameLen(hdr)
+		if err != nil {
+			return err
+		}
+		frame, err := br.Peek(n)
+		if err != nil {
+			return err
+		}
+		if err := cs.handle(frame); err != nil {
+			return err
+		}
+		if _, err := br.Discard(n); err != nil {
+			return err
+		}
+		if br.Buffered() == 0 && len(cs.out) > 0 {
+			if _, err := c.Write(cs.out); err != nil {
+				return err
+			}
+			cs.out = cs.out[:0]
+		}
+	}
+}
+
+// HandleFrame processes one frame and appends any reply to out. Exported for
+// benchmarks of the server-side cost per frame.
+func (cs *conn) handle(frame []byte) error {
+	q := &cs.req
+	if err := DecodeRequest(frame, q); err != nil {
+		if len(frame) >= headerLen && q.Type == TypePick {
+			cs.out = AppendPickReply(cs.out, q.ID, CodeBadFrame, false, "", "", -1, nil)
+			return nil
+		}
+		return err
+	}
+	switch q.Type {
+	case TypePick:
+		cs.pick(q)
+	case TypeDone:
+		// The backend and peer names are only read during the call.
+		cs.s.cfg.Picker.Feedback(unsafeString(q.Backend), unsafeString(q.Peer), balancer.DoneInfo{
+			ConnectTime:  time.Duration(q.ConnectUS) * time.Microsecond,
+			HeaderTime:   time.Duration(q.HeaderUS) * time.Microsecond,
+			ResponseTime: time.Duration(q.ResponseUS) * time.Microsecond,
+			Status:       int(q.Status),
+			Failed:       q.Failed,
+		})
+	case TypeNeedVars:
+		cs.out = AppendVarsReply(cs.out, q.ID, cs.s.cfg.Picker.NeededVars(unsafeString(q.Backend)))
+	}
+	return nil
+}
+
+func (cs *conn) pick(q *Request) {
+	cs.att.Reset()
+	k := cs.s.cfg.Candidates
+	n, err := cs.s.cfg.Picker.CandidatePicks(unsafeString(q.Backend), q, &cs.att, cs.picks[:k])
+	if err != nil {
+		code := byte(CodeNoPeer)
+		if errors.Is(err, balancer.ErrUnknownBackend) {
+			code = CodeUnknownBackend
+		}
+		cs.out = AppendPickReply(cs.out, q.ID, code, false, "", "", -1, nil)
+		return
+	}
+	for i := 0; i < n; i++ {
+		cs.cands[i] = cs.picks[i].Peer
+	}
+	first := &cs.picks[0]
+	cs.out = AppendPickReply(cs.out, q.ID, CodeOK, first.Alternative, first.Backend, first.SetCookie, first.EWMAScore, cs.cands[:n])
+}
