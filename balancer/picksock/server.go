@@ -185,8 +185,8 @@ func (s *Server) ServeConn(c io.ReadWriteCloser) error {
 	}
 }
 
-// HandleFrame processes one frame and appends any reply to out. Exported for
-// benchmarks of the server-side cost per frame.
+// handle processes one frame and appends any reply to cs.out; the benchmark
+// measures the server-side cost per frame through it.
 func (cs *conn) handle(frame []byte) error {
 	q := &cs.req
 	if err := DecodeRequest(frame, q); err != nil {
