@@ -84,11 +84,12 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough. TLS that is not passed through has
 	// no local HTTPS data plane to go to yet and is closed.
-	l4, err := tcpproxy.New(tcpproxy.Config{Picker: reg})
+	metrics := newControllerMetrics(reg)
+	l4, err := tcpproxy.New(tcpproxy.Config{Picker: reg, Registerer: metrics.registry})
 	if err != nil {
 		return err
 	}
-	metrics := newControllerMetrics(reg)
+	udp := &udpServices{reg: reg, addr: opts.ListenAddress}
 	history := &statuspage.History{}
 	ctrl, err := controlplane.New(controlplane.Config{
 		Client: client,
@@ -114,6 +115,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			l4.Update(tcpproxy.RoutesFrom(cfg))
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some TCP services could not listen")
+			}
+			if err := udp.sync(ctx, cfg.UDPServices); err != nil {
+				klog.ErrorS(err, "some UDP services could not listen")
 			}
 			return nil
 		})},
