@@ -185,8 +185,12 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
 	h := &ctx.Request.Header
 	removeConnectionTokens(h.Peek("Connection"), h.Del)
+	teTrailers := tokenListHas(h.Peek("Te"), "trailers")
 	for _, name := range hopHeaders {
 		h.Del(name)
+	}
+	if teTrailers {
+		h.Set("Te", "trailers")
 	}
 	ip := ctx.RemoteIP().String()
 	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
@@ -229,6 +233,20 @@ func removeConnectionTokens(conn []byte, del func(string)) {
 			del(tok)
 		}
 	}
+}
+
+// tokenListHas reports whether a comma-separated header value lists tok
+// (case-insensitive, parameters after ';' ignored).
+func tokenListHas(v []byte, tok string) bool {
+	for _, t := range strings.Split(string(v), ",") {
+		if i := strings.IndexByte(t, ';'); i >= 0 {
+			t = t[:i]
+		}
+		if strings.EqualFold(strings.TrimSpace(t), tok) {
+			return true
+		}
+	}
+	return false
 }
 
 // client returns the keep-alive pool for a peer, creating it on first use.

@@ -20,9 +20,9 @@ func backend(t *testing.T, name string) (addr string) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Backend", name)
-		fmt.Fprintf(w, "%s %s %s xff=%s xrip=%s proto=%s host=%s rid=%t conn=%q",
+		fmt.Fprintf(w, "%s %s %s xff=%s xrip=%s proto=%s host=%s rid=%t conn=%q te=%q",
 			name, r.Method, r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-Ip"),
-			r.Header.Get("X-Forwarded-Proto"), r.Host, r.Header.Get("X-Request-Id") != "", r.Header.Get("X-Custom-Hop"))
+			r.Header.Get("X-Forwarded-Proto"), r.Host, r.Header.Get("X-Request-Id") != "", r.Header.Get("X-Custom-Hop"), r.Header.Get("Te"))
 	}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
@@ -136,6 +136,14 @@ func TestRoutingAndHeaders(t *testing.T) {
 	for _, want := range []string{"xff=203.0.113.9, 127.0.0.1", "xrip=127.0.0.1", "proto=http", "host=shop.example.com", "rid=true", `conn=""`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("upstream saw %q; want %q", body, want)
+		}
+	}
+	// httputil's TestReverseProxy: "Te: trailers" survives hop-by-hop
+	// removal (RFC 9110 §7.6.1 lets trailers through); other Te values do not.
+	for te, want := range map[string]string{"trailers": `te="trailers"`, "gzip, trailers": `te="trailers"`, "gzip": `te=""`} {
+		_, body := get(t, base+"/", "shop.example.com", map[string]string{"Te": te})
+		if !strings.Contains(body, want) {
+			t.Errorf("Te: %s: upstream saw %q; want %q", te, body, want)
 		}
 	}
 }
