@@ -49,12 +49,6 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// runBalancer runs the drop-in balancer mode. Not built yet.
-func runBalancer(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "switchyard balancer: not implemented yet (the pick socket and /configuration API land with the nginx shim)")
-	return 2
-}
-
 // listening receives the addresses the controller bound, for tests and the
 // quickstart banner.
 type listening struct {
