@@ -148,7 +148,9 @@ func TestControllerRealNginx(t *testing.T) {
 	go func() { done <- c.Run(runCtx) }()
 	defer func() {
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			t.Logf("nginx controller stopped: %v", err)
+		}
 	}()
 
 	cl := testClient()

@@ -109,7 +109,7 @@ func TestServerOverUnixSocket(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	defer func() {
-		srv.Close()
+		_ = srv.Close()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}

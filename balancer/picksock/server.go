@@ -72,7 +72,7 @@ func (s *Server) Listen(path string) (net.Listener, error) {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	fail := func(err error) (net.Listener, error) {
 		ln.Close()
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return nil, err
 	}
 	if err := os.Chmod(tmp, s.cfg.Mode); err != nil {
