@@ -50,35 +50,49 @@ func quickstartDir(t *testing.T, port1, port2 int) string {
 	return dir
 }
 
-// TestControllerServesQuickstart runs the controller exactly as the
-// quickstart does (manifests, Go data plane) and checks the README's curl
-// lines, the status port, and the status page in headless Chromium.
-func TestControllerServesQuickstart(t *testing.T) {
-	p1, p2 := freePort(t), freePort(t)
+// startQuickstartController runs two echo backends and the controller as
+// the quickstart does (manifests, Go data plane) on free loopback ports, and
+// stops it at the end of the test. It returns a context that ends with the
+// test, the bound addresses and the backends' ports.
+func startQuickstartController(t *testing.T) (ctx context.Context, l listening, p1, p2 int) {
+	t.Helper()
+	p1, p2 = freePort(t), freePort(t)
 	for i, p := range []int{p1, p2} {
 		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { srv.Close() })
+		t.Cleanup(func() { _ = srv.Close() })
 	}
-	dir := quickstartDir(t, p1, p2)
-	opts, err := parseControllerFlags([]string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)),
+	opts, err := parseControllerFlags([]string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)),
 		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
 	go func() { done <- serveController(ctx, opts, ready) }()
-	var l listening
 	select {
 	case l = <-ready:
 	case err := <-done:
+		cancel()
 		t.Fatalf("controller stopped: %v", err)
 	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	})
+	return ctx, l, p1, p2
+}
+
+// TestControllerServesQuickstart runs the controller exactly as the
+// quickstart does (manifests, Go data plane) and checks the README's curl
+// lines, the status port, and the status page in headless Chromium.
+func TestControllerServesQuickstart(t *testing.T) {
+	ctx, l, p1, p2 := startQuickstartController(t)
 
 	get := func(host string, hdr ...string) (string, http.Header) {
 		t.Helper()
@@ -180,8 +194,4 @@ func TestControllerServesQuickstart(t *testing.T) {
 		}
 	}
 
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("controller: %v", err)
-	}
 }

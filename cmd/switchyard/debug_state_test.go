@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,36 +30,7 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 // manifests, sends traffic through its Go data plane, and checks that
 // `switchyard debug backends|config` print what the controller serves.
 func TestDebugBackendsAndConfig(t *testing.T) {
-	p1, p2 := freePort(t), freePort(t)
-	for i, p := range []int{p1, p2} {
-		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { srv.Close() })
-	}
-	opts, err := parseControllerFlags([]string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)),
-		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serveController(ctx, opts, ready) }()
-	var l listening
-	select {
-	case l = <-ready:
-	case err := <-done:
-		t.Fatalf("controller stopped: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	}()
+	ctx, l, p1, p2 := startQuickstartController(t)
 
 	// Four requests round robin over both echo endpoints: two picks each.
 	for range 4 {
