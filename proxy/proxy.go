@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,24 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	loc := &rt.loc
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); !ok || !rt.allowed(ip) {
+		// whitelist-source-range: nginx "deny all" after the allow list.
+		ctx.Error("403 Forbidden", fasthttp.StatusForbidden)
+		return
+	}
+	if loc.Redirect.URL != "" {
+		// permanent-redirect / temporal-redirect: nginx "return <code> <url>",
+		// the URL as written and the code as configured (300-308).
+		ctx.Response.Header.Set("Location", loc.Redirect.URL)
+		ctx.SetStatusCode(loc.Redirect.Code)
+		return
+	}
+	if loc.Rewrite.AppRoot != "" && string(ctx.Path()) == "/" {
+		// app-root: ingress-nginx answers "/" with a 302 to
+		// $scheme://$http_host<app-root>.
+		ctx.Redirect(loc.Rewrite.AppRoot, fasthttp.StatusFound)
+		return
+	}
 	if limit := loc.Proxy.BodySizeBytes; limit > 0 && int64(len(ctx.Request.Body())) > limit {
 		ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
 		return

@@ -232,3 +232,50 @@ func TestRouteSwapUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// whitelist-source-range, permanent-redirect and app-root, as ingress-nginx
+// writes them into nginx.conf.
+func TestAccessAndRedirects(t *testing.T) {
+	a := backend(t, "a")
+	allowLoopback := loc("/", model.PathTypePrefix, "a")
+	allowLoopback.AllowSourceRanges = []string{"127.0.0.0/8"}
+	denyLoopback := loc("/", model.PathTypePrefix, "a")
+	denyLoopback.AllowSourceRanges = []string{"10.0.0.0/8", "192.0.2.7"}
+	redirect := loc("/", model.PathTypePrefix, "a")
+	redirect.Redirect = model.Redirect{URL: "https://new.example.com/landing", Code: 308}
+	appRoot := loc("/", model.PathTypePrefix, "a")
+	appRoot.Rewrite.AppRoot = "/app"
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Servers: []model.Server{
+			{Hostname: "allowed.test", Locations: []model.Location{allowLoopback}},
+			{Hostname: "denied.test", Locations: []model.Location{denyLoopback}},
+			{Hostname: "moved.test", Locations: []model.Location{redirect}},
+			{Hostname: "root.test", Locations: []model.Location{appRoot}},
+		},
+	}
+	base, _ := start(t, cfg)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		host, path string
+		status     int
+		location   string
+	}{
+		{"allowed.test", "/", 200, ""},
+		{"denied.test", "/", 403, ""},
+		{"moved.test", "/any/path", 308, "https://new.example.com/landing"},
+		{"root.test", "/", 302, "http://root.test/app"},
+		{"root.test", "/app", 200, ""},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, base+tc.path, nil)
+		req.Host = tc.host
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("Location") != tc.location {
+			t.Errorf("%s%s: %d Location %q; want %d %q", tc.host, tc.path, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
@@ -32,6 +33,39 @@ type vhost struct {
 type route struct {
 	loc model.Location
 	re  *regexp.Regexp
+	// allow is whitelist-source-range, parsed; empty allows every client.
+	allow []netip.Prefix
+}
+
+// allowed reports whether a client address may use the route.
+func (r *route) allowed(ip netip.Addr) bool {
+	if len(r.allow) == 0 {
+		return true
+	}
+	ip = ip.Unmap()
+	for _, p := range r.allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRanges turns validated CIDRs or bare IPs into prefixes. An entry that
+// does not parse is kept as a prefix that matches nothing, so a bad list
+// fails closed.
+func parseRanges(ranges []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ranges))
+	for _, r := range ranges {
+		if p, err := netip.ParsePrefix(r); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(r); err == nil {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		} else {
+			out = append(out, netip.Prefix{})
+		}
+	}
+	return out
 }
 
 // newTable builds the routing table. Locations whose regex does not compile
@@ -42,7 +76,7 @@ func newTable(cfg *model.Configuration) *table {
 		s := &cfg.Servers[i]
 		vh := &vhost{name: s.Hostname, exact: map[string]*route{}}
 		for _, loc := range s.Locations {
-			r := &route{loc: loc}
+			r := &route{loc: loc, allow: parseRanges(loc.AllowSourceRanges)}
 			switch {
 			case loc.PathType == model.PathTypeExact:
 				vh.exact[loc.Path] = r
