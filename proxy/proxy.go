@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,7 +150,15 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	view := requestView{ctx: ctx, host: host, server: vh.name, location: loc.Path}
+	if loc.CORS.Enabled && string(ctx.Method()) == "OPTIONS" && setCORS(ctx, &loc.CORS) {
+		return // a preflight is answered here, as ingress-nginx does
+	}
 	p.prepare(ctx, loc)
+	if rt.rewrite != nil {
+		if path, ok := rt.rewritten(ctx.Path()); ok {
+			ctx.Request.URI().SetPathBytes(path)
+		}
+	}
 
 	tries := loc.Proxy.NextUpstreamTries
 	if tries <= 0 {
@@ -182,6 +191,9 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 			}
 			if pick.SetCookie != "" {
 				ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
+			}
+			if loc.CORS.Enabled {
+				setCORS(ctx, &loc.CORS)
 			}
 			return
 		}
@@ -239,6 +251,55 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
 	}
+}
+
+// setCORS adds ingress-nginx's CORS headers when the request carries an
+// allowed Origin, and answers an OPTIONS preflight with 204 (it returns true
+// then).
+func setCORS(ctx *fasthttp.RequestCtx, c *model.CORS) bool {
+	origin := string(ctx.Request.Header.Peek("Origin"))
+	allowed := ""
+	for _, o := range c.AllowOrigin {
+		if o == "*" || o == origin || (strings.Contains(o, "://*.") && wildcardOrigin(o, origin)) {
+			allowed = o
+			if o != "*" {
+				allowed = origin
+			}
+			break
+		}
+	}
+	if origin == "" || allowed == "" {
+		return false
+	}
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Origin", allowed)
+	if c.AllowCredentials {
+		h.Set("Access-Control-Allow-Credentials", "true")
+	}
+	h.Set("Access-Control-Allow-Methods", c.AllowMethods)
+	h.Set("Access-Control-Allow-Headers", c.AllowHeaders)
+	if c.ExposeHeaders != "" {
+		h.Set("Access-Control-Expose-Headers", c.ExposeHeaders)
+	}
+	if string(ctx.Method()) != "OPTIONS" {
+		return false
+	}
+	h.Set("Access-Control-Max-Age", strconv.Itoa(c.MaxAgeSeconds))
+	h.SetContentType("text/plain; charset=utf-8")
+	h.SetContentLength(0)
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+	return true
+}
+
+// wildcardOrigin matches "https://*.example.com" against an Origin.
+func wildcardOrigin(pattern, origin string) bool {
+	scheme, rest, _ := strings.Cut(pattern, "://*.")
+	o, ok := strings.CutPrefix(origin, scheme+"://")
+	if !ok {
+		return false
+	}
+	i := strings.IndexByte(o, '.')
+	return i > 0 && o[i+1:] == rest
 }
 
 // removeConnectionTokens deletes the headers a Connection header names

@@ -279,3 +279,56 @@ func TestAccessAndRedirects(t *testing.T) {
 		}
 	}
 }
+
+// rewrite-target replaces the whole URI with the target, captures expanded,
+// as nginx's rewrite; CORS answers preflights and decorates responses.
+func TestRewriteAndCORS(t *testing.T) {
+	a := backend(t, "a")
+	rewrite := loc("/api(/|$)(.*)", model.PathTypeImplementationSpecific, "a")
+	rewrite.Regex, rewrite.Rewrite.Target = true, "/$2"
+	plain := loc("/old", model.PathTypePrefix, "a")
+	plain.Rewrite.Target = "/new"
+	cors := loc("/", model.PathTypePrefix, "a")
+	cors.CORS = model.CORS{Enabled: true, AllowOrigin: []string{"https://app.example.com", "https://*.example.org"},
+		AllowMethods: "GET, POST", AllowHeaders: "Content-Type", AllowCredentials: true, MaxAgeSeconds: 600}
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Servers: []model.Server{
+			{Hostname: "rw.test", Locations: []model.Location{rewrite, plain}},
+			{Hostname: "cors.test", Locations: []model.Location{cors}},
+		},
+	}
+	base, _ := start(t, cfg)
+	for path, want := range map[string]string{
+		"/api/users/7?x=1": "a GET /users/7?x=1",
+		"/api":             "a GET /?",
+		"/API/v2":          "a GET /v2",
+		"/old/thing":       "a GET /new",
+	} {
+		_, body := get(t, base+path, "rw.test", nil)
+		if !strings.HasPrefix(body, strings.TrimSuffix(want, "?")) {
+			t.Errorf("%s: upstream saw %q; want %q", path, body, want)
+		}
+	}
+
+	req, _ := http.NewRequest(http.MethodOptions, base+"/", nil)
+	req.Host = "cors.test"
+	req.Header.Set("Origin", "https://a.example.org")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://a.example.org" ||
+		resp.Header.Get("Access-Control-Max-Age") != "600" || resp.Header.Get("Access-Control-Allow-Credentials") != "true" {
+		t.Errorf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, body := get(t, base+"/", "cors.test", map[string]string{"Origin": "https://app.example.com"})
+	if !strings.HasPrefix(body, "a GET /") || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Errorf("CORS response: %q %v", body, resp.Header)
+	}
+	resp, _ = get(t, base+"/", "cors.test", map[string]string{"Origin": "https://evil.example.net"})
+	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("an origin not allowed got CORS headers: %v", resp.Header)
+	}
+}

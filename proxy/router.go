@@ -35,6 +35,39 @@ type route struct {
 	re  *regexp.Regexp
 	// allow is whitelist-source-range, parsed; empty allows every client.
 	allow []netip.Prefix
+	// rewrite matches the location path for rewrite-target (nginx
+	// `rewrite "(?i)<path>" <target> break;`); nil without a target.
+	rewrite *regexp.Regexp
+}
+
+// rewritten returns the upstream path for rewrite-target: as nginx's
+// rewrite, the whole URI is replaced by the target with $1..$9 expanded from
+// the match; ok is false when the path does not match (the URI is kept).
+func (r *route) rewritten(path []byte) ([]byte, bool) {
+	m := r.rewrite.FindSubmatchIndex(path)
+	if m == nil {
+		return nil, false
+	}
+	return r.rewrite.Expand(nil, []byte(nginxTemplate(r.loc.Rewrite.Target)), path, m), true
+}
+
+// nginxTemplate turns nginx's $1 into Go's ${1} so "$1abc" keeps meaning
+// capture 1 followed by "abc".
+func nginxTemplate(t string) string {
+	var b strings.Builder
+	for i := 0; i < len(t); i++ {
+		if t[i] == '$' && i+1 < len(t) && t[i+1] >= '0' && t[i+1] <= '9' {
+			b.WriteString("${" + string(t[i+1]) + "}")
+			i++
+			continue
+		}
+		if t[i] == '$' {
+			b.WriteString("$$")
+			continue
+		}
+		b.WriteByte(t[i])
+	}
+	return b.String()
 }
 
 // allowed reports whether a client address may use the route.
@@ -77,6 +110,11 @@ func newTable(cfg *model.Configuration) *table {
 		vh := &vhost{name: s.Hostname, exact: map[string]*route{}}
 		for _, loc := range s.Locations {
 			r := &route{loc: loc, allow: parseRanges(loc.AllowSourceRanges)}
+			if loc.Rewrite.Target != "" {
+				if re, err := regexp.Compile("(?i)" + loc.Path); err == nil {
+					r.rewrite = re
+				}
+			}
 			switch {
 			case loc.PathType == model.PathTypeExact:
 				vh.exact[loc.Path] = r
