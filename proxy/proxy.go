@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/valyala/fasthttp"
@@ -44,13 +45,20 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies when a location sets none; zero
 	// means 1 MiB (ingress-nginx proxy-body-size).
 	MaxBodyBytes int
+	// Registerer receives the request metrics (ingress-nginx's names); nil
+	// means no metrics.
+	Registerer prometheus.Registerer
+	// MetricsPerHost labels request metrics with the server name
+	// (--metrics-per-host); the label is empty otherwise.
+	MetricsPerHost bool
 }
 
 // Proxy is the HTTP/1.1 data plane.
 type Proxy struct {
-	cfg    Config
-	routes atomic.Pointer[table]
-	server *fasthttp.Server
+	cfg     Config
+	routes  atomic.Pointer[table]
+	server  *fasthttp.Server
+	metrics *metrics // nil without a Registerer
 
 	mu      sync.Mutex // guards clients writes; reads are lock-free
 	clients atomic.Pointer[map[string]*fasthttp.HostClient]
@@ -77,6 +85,13 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	p := &Proxy{cfg: cfg}
+	if cfg.Registerer != nil {
+		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
+		if err != nil {
+			return nil, err
+		}
+		p.metrics = m
+	}
 	p.routes.Store(newTable(&model.Configuration{}))
 	empty := map[string]*fasthttp.HostClient{}
 	p.clients.Store(&empty)
@@ -118,10 +133,30 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 // hopHeaders are removed when proxying (RFC 9110 §7.6.1).
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// ServeHTTP handles one request.
+// outcome is what one request did, for the metrics.
+type outcome struct {
+	server   string
+	loc      *model.Location
+	canary   string
+	upstream time.Duration
+}
+
+// ServeHTTP handles one request and records its metrics.
 func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
+	var o outcome
+	start := time.Now()
+	p.handle(ctx, &o)
+	if p.metrics != nil {
+		p.metrics.observe(ctx, &o, time.Since(start))
+	}
+}
+
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	host := hostOnly(ctx.Host())
 	vh, rt := p.routes.Load().lookup(host, ctx.Path())
+	if rt != nil && !rt.loc.IsDefaultBackend {
+		o.server, o.loc = vh.name, &rt.loc
+	}
 	if rt == nil || rt.loc.IsDefaultBackend {
 		defaultBackend(ctx)
 		return
@@ -183,6 +218,10 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		}
 		err = p.client(pick.Peer, loc).DoTimeout(&ctx.Request, &ctx.Response, timeout)
 		elapsed := time.Since(start)
+		o.upstream += elapsed
+		if pick.Alternative {
+			o.canary = pick.Backend
+		}
 		if err == nil {
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: ctx.Response.StatusCode()})
 			removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)

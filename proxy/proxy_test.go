@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
@@ -330,5 +333,55 @@ func TestRewriteAndCORS(t *testing.T) {
 	resp, _ = get(t, base+"/", "cors.test", map[string]string{"Origin": "https://evil.example.net"})
 	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("an origin not allowed got CORS headers: %v", resp.Header)
+	}
+}
+
+// The request metrics carry ingress-nginx's names and configuration-derived
+// labels.
+func TestRequestMetrics(t *testing.T) {
+	a := backend(t, "a")
+	l := loc("/shop", model.PathTypePrefix, "a")
+	l.Ingress = model.ObjectRef{Kind: "Ingress", Namespace: "prod", Name: "shop"}
+	l.Service = "web"
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Servers:  []model.Server{{Hostname: "m.test", Locations: []model.Location{l}}},
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(cfg.Backends); err != nil {
+		t.Fatal(err)
+	}
+	promReg := prometheus.NewRegistry()
+	p, err := New(Config{Picker: reg, Registerer: promReg, MetricsPerHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(cfg)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	for range 3 {
+		get(t, base+"/shop/cart", "m.test", nil)
+	}
+	get(t, base+"/elsewhere?id=123", "random-host.test", nil)
+	want := `
+# HELP nginx_ingress_controller_requests The total number of client requests.
+# TYPE nginx_ingress_controller_requests counter
+nginx_ingress_controller_requests{canary="",host="",ingress="",method="GET",namespace="",path="",service="",status="404"} 1
+nginx_ingress_controller_requests{canary="",host="m.test",ingress="shop",method="GET",namespace="prod",path="/shop",service="web",status="200"} 3
+`
+	if err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "nginx_ingress_controller_requests"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(promReg, "nginx_ingress_controller_response_duration_seconds"); n != 1 {
+		t.Errorf("upstream latency series = %d; want 1 (only the proxied requests)", n)
 	}
 }

@@ -71,14 +71,14 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return err
 	}
 	reg := balancer.NewRegistry(balancer.Config{})
-	px, err := proxy.New(proxy.Config{Picker: reg})
+	metrics := newControllerMetrics(reg)
+	px, err := proxy.New(proxy.Config{Picker: reg, Registerer: metrics.registry, MetricsPerHost: opts.MetricsPerHost})
 	if err != nil {
 		return err
 	}
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough. TLS that is not passed through has
 	// no local HTTPS data plane to go to yet and is closed.
-	metrics := newControllerMetrics(reg)
 	l4, err := tcpproxy.New(tcpproxy.Config{Picker: reg, Registerer: metrics.registry})
 	if err != nil {
 		return err

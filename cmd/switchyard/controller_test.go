@@ -160,9 +160,12 @@ func TestControllerServesQuickstart(t *testing.T) {
 		"nginx_ingress_controller_config_last_reload_successful 1",
 		`nginx_ingress_controller_success{kind="structural"} 1`,
 		fmt.Sprintf(`switchyard_balancer_endpoint_requests_total{backend="demo-echo-http",endpoint="127.0.0.1:%d"} 2`, p1),
+		`nginx_ingress_controller_requests{canary="",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 4`,
+		`nginx_ingress_controller_requests{canary="",host="",ingress="",method="GET",namespace="",path="",service="",status="404"} 1`,
+		`nginx_ingress_controller_requests{canary="demo-echo-canary-http",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 3`,
 	} {
 		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
+			t.Errorf("/metrics lacks %q; has:\n%s", want, grepLines(metrics, "nginx_ingress_controller_requests"))
 		}
 	}
 
@@ -194,4 +197,14 @@ func TestControllerServesQuickstart(t *testing.T) {
 		}
 	}
 
+}
+
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
