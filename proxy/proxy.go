@@ -59,6 +59,7 @@ type Proxy struct {
 	routes  atomic.Pointer[table]
 	server  *fasthttp.Server
 	metrics *metrics // nil without a Registerer
+	certs   *certStore
 
 	mu      sync.Mutex // guards clients writes; reads are lock-free
 	clients atomic.Pointer[map[string]*fasthttp.HostClient]
@@ -84,7 +85,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	p := &Proxy{cfg: cfg}
+	certs, err := newCertStore()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, certs: certs}
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
 		if err != nil {
@@ -114,6 +119,7 @@ func New(cfg Config) (*Proxy, error) {
 // Update swaps in the routes of cfg. Requests in flight finish on the routes
 // they started with.
 func (p *Proxy) Update(cfg *model.Configuration) {
+	p.certs.update(cfg)
 	p.routes.Store(newTable(cfg))
 }
 
@@ -128,6 +134,14 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 		return p.server.Shutdown()
 	}
+}
+
+// ServeTLS is Serve for HTTPS: TLS is terminated with the certificate the
+// Configuration gives the SNI name (exact, then wildcard, then the default
+// certificate, else a self-signed fake), swapped by Update without
+// restarting the listener.
+func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
+	return p.Serve(ctx, p.tlsListener(ln))
 }
 
 // hopHeaders are removed when proxying (RFC 9110 §7.6.1).
@@ -153,7 +167,8 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	host := hostOnly(ctx.Host())
-	vh, rt := p.routes.Load().lookup(host, ctx.Path())
+	tbl := p.routes.Load()
+	vh, rt := tbl.lookup(host, ctx.Path())
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
 	}
@@ -165,6 +180,17 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); !ok || !rt.allowed(ip) {
 		// whitelist-source-range: nginx "deny all" after the allow list.
 		ctx.Error("403 Forbidden", fasthttp.StatusForbidden)
+		return
+	}
+	if !ctx.IsTLS() && (loc.Rewrite.ForceSSLRedirect || (loc.Rewrite.SSLRedirect && vh.tls)) {
+		// ssl-redirect / force-ssl-redirect (lua_ingress.rewrite): to
+		// https://<host without port><request_uri>, http-redirect-code.
+		uri := string(ctx.RequestURI())
+		if !loc.Rewrite.PreserveTrailingSlash {
+			uri = strings.TrimSuffix(uri, "/") // one trailing slash, as lua_ingress
+		}
+		ctx.Response.Header.Set("Location", "https://"+string(host)+uri)
+		ctx.SetStatusCode(tbl.redirectCode)
 		return
 	}
 	if loc.Redirect.URL != "" {
@@ -287,6 +313,9 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
 	if loc.UpstreamVhost != "" {
 		h.SetHost(loc.UpstreamVhost)
 	}
+	// The upstream is spoken to in plain HTTP whatever the client used;
+	// fasthttp's HostClient refuses a request whose scheme differs.
+	ctx.Request.URI().SetScheme("http")
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
 	}

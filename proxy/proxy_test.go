@@ -2,13 +2,23 @@ package proxy
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -383,5 +393,114 @@ nginx_ingress_controller_requests{canary="",host="m.test",ingress="shop",method=
 	}
 	if n := testutil.CollectAndCount(promReg, "nginx_ingress_controller_response_duration_seconds"); n != 1 {
 		t.Errorf("upstream latency series = %d; want 1 (only the proxied requests)", n)
+	}
+}
+
+// pemCert makes a PEM certificate+key for names, as a kubernetes.io/tls
+// Secret holds them.
+func pemCert(t *testing.T, names ...string) string {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})) + string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}))
+}
+
+// HTTPS: the certificate by SNI (exact, wildcard, fake for unknown names),
+// swapped by Update on the running listener; ssl-redirect on plain HTTP.
+func TestTLSAndSSLRedirect(t *testing.T) {
+	a := backend(t, "a")
+	l := loc("/", model.PathTypePrefix, "a")
+	l.Rewrite.SSLRedirect = true
+	cfg := &model.Configuration{
+		Backends:     []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Certificates: map[string]model.Certificate{"uid-shop": {UID: "uid-shop", PEM: pemCert(t, "shop.example.com")}, "uid-wild": {UID: "uid-wild", PEM: pemCert(t, "*.example.org")}},
+		Servers: []model.Server{
+			{Hostname: "shop.example.com", TLS: &model.ServerTLS{CertificateUID: "uid-shop"}, Locations: []model.Location{l}},
+			{Hostname: "*.example.org", TLS: &model.ServerTLS{CertificateUID: "uid-wild"}, Locations: []model.Location{l}},
+			{Hostname: "plain.test", Locations: []model.Location{l}},
+		},
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(cfg.Backends); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Picker: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(cfg)
+	httpLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	tlsLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- p.Serve(ctx, httpLn) }()
+	go func() { done <- p.ServeTLS(ctx, tlsLn) }()
+	defer func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		}
+	}()
+	httpsGet := func(sni string) (string, string) {
+		t.Helper()
+		tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: sni, InsecureSkipVerify: true}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodGet, "https://"+tlsLn.Addr().String()+"/x", nil)
+		req.Host = sni
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.TLS.PeerCertificates[0].Subject.CommonName, string(b)
+	}
+	for sni, wantCN := range map[string]string{"shop.example.com": "shop.example.com", "a.example.org": "*.example.org", "unknown.test": "Switchyard Fake Certificate"} {
+		cn, body := httpsGet(sni)
+		if cn != wantCN {
+			t.Errorf("SNI %s: certificate %q; want %q", sni, cn, wantCN)
+		}
+		if sni != "unknown.test" && !strings.HasPrefix(body, "a GET /x") {
+			t.Errorf("SNI %s: body %q", sni, body)
+		}
+	}
+	// A new certificate is served without restarting the listener.
+	cfg.Certificates["uid-shop"] = model.Certificate{UID: "uid-shop", PEM: pemCert(t, "shop.example.com", "renewed.example.com")}
+	p.Update(cfg)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: "shop.example.com", InsecureSkipVerify: true}}
+	resp, err := (&http.Client{Transport: tr}).Get("https://" + tlsLn.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	tr.CloseIdleConnections()
+	if names := resp.TLS.PeerCertificates[0].DNSNames; len(names) != 2 {
+		t.Errorf("after Update the old certificate is still served: %v", names)
+	}
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct{ host, path, status, location string }{
+		{"shop.example.com", "/cart/?id=1", "308", "https://shop.example.com/cart/?id=1"},
+		{"shop.example.com", "/cart/", "308", "https://shop.example.com/cart"},
+		{"plain.test", "/", "200", ""},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+httpLn.Addr().String()+tc.path, nil)
+		req.Host = tc.host
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if strconv.Itoa(resp.StatusCode) != tc.status || resp.Header.Get("Location") != tc.location {
+			t.Errorf("http://%s%s: %d %q; want %s %q", tc.host, tc.path, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
 	}
 }

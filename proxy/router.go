@@ -11,9 +11,11 @@ import (
 
 // table is an immutable routing table built from one Configuration.
 type table struct {
-	exact     map[string]*vhost
-	wildcards []wildcard // longest suffix first
-	catchAll  *vhost
+	// redirectCode is http-redirect-code for ssl-redirect (308 default).
+	redirectCode int
+	exact        map[string]*vhost
+	wildcards    []wildcard // longest suffix first
+	catchAll     *vhost
 }
 
 type wildcard struct {
@@ -23,7 +25,10 @@ type wildcard struct {
 
 // vhost is one server's locations, pre-sorted for matching.
 type vhost struct {
-	name   string
+	name string
+	// tls is true when a certificate covers the server (ssl-redirect
+	// applies).
+	tls    bool
 	exact  map[string]*route
 	regex  []*route // in configuration order
 	prefix []*route // longest path first
@@ -104,10 +109,13 @@ func parseRanges(ranges []string) []netip.Prefix {
 // newTable builds the routing table. Locations whose regex does not compile
 // are skipped (the builder already validated them).
 func newTable(cfg *model.Configuration) *table {
-	t := &table{exact: map[string]*vhost{}}
+	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode}
+	if t.redirectCode == 0 {
+		t.redirectCode = 308
+	}
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
-		vh := &vhost{name: s.Hostname, exact: map[string]*route{}}
+		vh := &vhost{name: s.Hostname, exact: map[string]*route{}, tls: s.TLS != nil}
 		for _, loc := range s.Locations {
 			r := &route{loc: loc, allow: parseRanges(loc.AllowSourceRanges)}
 			if loc.Rewrite.Target != "" {

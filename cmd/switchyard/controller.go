@@ -52,7 +52,7 @@ func runController(args []string, stdout, stderr io.Writer) int {
 // listening receives the addresses the controller bound, for tests and the
 // quickstart banner.
 type listening struct {
-	HTTP, Status string
+	HTTP, HTTPS, Status string
 }
 
 // serveController wires control plane, balancer and data plane and serves
@@ -77,8 +77,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return err
 	}
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
-	// port with --enable-ssl-passthrough. TLS that is not passed through has
-	// no local HTTPS data plane to go to yet and is closed.
+	// port with --enable-ssl-passthrough.
 	l4, err := tcpproxy.New(tcpproxy.Config{Picker: reg, Registerer: metrics.registry})
 	if err != nil {
 		return err
@@ -144,14 +143,18 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 5)
+	httpsLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
+	if err != nil {
+		httpLn.Close()
+		statusLn.Close()
+		return fmt.Errorf("listen for HTTPS: %w", err)
+	}
 	if opts.EnableSSLPassthrough {
-		httpsLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
-		if err != nil {
-			httpLn.Close()
-			statusLn.Close()
-			return fmt.Errorf("listen for SSL passthrough: %w", err)
-		}
+		// The HTTPS port routes by SNI; TLS that is not passed through has
+		// no PROXY-protocol-aware HTTPS listener to go to yet and is closed.
 		go func() { errc <- l4.ServeSNI(ctx, httpsLn) }()
+	} else {
+		go func() { errc <- px.ServeTLS(ctx, httpsLn) }()
 	}
 	go func() { errc <- runSource(ctx) }()
 	go func() { errc <- ctrl.Run(ctx) }()
@@ -161,12 +164,12 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			errc <- err
 		}
 	}()
-	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
+	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
 
 	select {
 	case <-ctrl.Ready():
 		if ready != nil {
-			ready <- listening{HTTP: httpLn.Addr().String(), Status: statusLn.Addr().String()}
+			ready <- listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}
 		}
 	case err := <-errc:
 		cancel()

@@ -64,7 +64,7 @@ func startQuickstartController(t *testing.T) (ctx context.Context, l listening, 
 		}
 		t.Cleanup(func() { _ = srv.Close() })
 	}
-	opts, err := parseControllerFlags([]string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)),
+	opts, err := parseControllerFlags([]string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
 		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ func runQuickstart(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("manifests", "deploy/quickstart", "directory of manifests to serve")
 	httpPort := fs.Int("http-port", 8080, "port for HTTP traffic")
+	httpsPort := fs.Int("https-port", 8443, "port for HTTPS traffic")
 	statusPort := fs.Int("status-port", 10254, "port of the status page and /metrics")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -46,7 +47,7 @@ func runQuickstart(args []string, stdout, stderr io.Writer) int {
 		defer srv.Close()
 	}
 	opts, err := parseControllerFlags([]string{
-		"--manifests", *dir, "--http-port", strconv.Itoa(*httpPort), "--status-port", strconv.Itoa(*statusPort),
+		"--manifests", *dir, "--http-port", strconv.Itoa(*httpPort), "--https-port", strconv.Itoa(*httpsPort), "--status-port", strconv.Itoa(*statusPort),
 		"--listen-address", "127.0.0.1",
 	}, stderr)
 	if err != nil {

@@ -113,12 +113,12 @@ func TestControllerBinaryWithDeployRBAC(t *testing.T) {
 	// kubeconfig (later flags win).
 	dir := t.TempDir()
 	ip := harness.TestIP(2)
-	httpPort, statusPort := harness.FreePort(t, ip), harness.FreePort(t, ip)
+	httpPort, httpsPort, statusPort := harness.FreePort(t, ip), harness.FreePort(t, ip), harness.FreePort(t, ip)
 	asSA := c.AdminConfig()
 	asSA.Impersonate.UserName = "system:serviceaccount:switchyard:switchyard"
 	args := append(daemonSetArgs(t, "switchyard"),
 		"--kubeconfig="+c.WriteKubeconfig(t, asSA),
-		"--listen-address="+ip, "--http-port="+strconv.Itoa(httpPort),
+		"--listen-address="+ip, "--http-port="+strconv.Itoa(httpPort), "--https-port="+strconv.Itoa(httpsPort),
 		"--status-address="+ip, "--status-port="+strconv.Itoa(statusPort))
 	ctrl := harness.StartProcess(t, harness.Cmd{Name: "switchyard", Path: buildSwitchyard(t, dir), Args: args, LogDir: dir})
 	status := "http://" + net.JoinHostPort(ip, strconv.Itoa(statusPort))

@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// certTable maps server names to certificates, built from one
+// Configuration and swapped atomically: listeners keep running while
+// certificates change.
+type certTable struct {
+	byHost   map[string]*tls.Certificate
+	fallback *tls.Certificate
+}
+
+// certStore holds the current certTable and answers tls.Config's
+// GetCertificate.
+type certStore struct {
+	table atomic.Pointer[certTable]
+	// fake is the self-signed certificate served for unknown names when no
+	// default certificate is configured (ingress-nginx's "fake certificate").
+	fake *tls.Certificate
+}
+
+func newCertStore() (*certStore, error) {
+	fake, err := selfSigned("Switchyard Fake Certificate")
+	if err != nil {
+		return nil, err
+	}
+	s := &certStore{fake: fake}
+	s.table.Store(&certTable{byHost: map[string]*tls.Certificate{}, fallback: fake})
+	return s, nil
+}
+
+// update rebuilds the table. A certificate that does not parse is skipped:
+// the builder already reported it; its hosts get the fallback.
+func (s *certStore) update(cfg *model.Configuration) {
+	parsed := map[string]*tls.Certificate{}
+	for uid, c := range cfg.Certificates {
+		pair, err := tls.X509KeyPair([]byte(c.PEM), []byte(c.PEM))
+		if err != nil {
+			continue
+		}
+		parsed[uid] = &pair
+	}
+	t := &certTable{byHost: map[string]*tls.Certificate{}, fallback: s.fake}
+	if c := parsed[cfg.DefaultCertificate]; c != nil {
+		t.fallback = c
+	}
+	for _, srv := range cfg.Servers {
+		if srv.TLS == nil {
+			continue
+		}
+		c := parsed[srv.TLS.CertificateUID]
+		if c == nil {
+			continue
+		}
+		t.byHost[srv.Hostname] = c
+		for _, a := range srv.Aliases {
+			t.byHost[a] = c
+		}
+	}
+	s.table.Store(t)
+}
+
+// getCertificate selects by SNI as ingress-nginx's certificate.lua: exact
+// name, then the wildcard for the parent domain, then the default.
+func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	t := s.table.Load()
+	name := strings.TrimSuffix(strings.ToLower(hello.ServerName), ".")
+	if c := t.byHost[name]; c != nil {
+		return c, nil
+	}
+	if i := strings.IndexByte(name, '.'); i > 0 {
+		if c := t.byHost["*"+name[i:]]; c != nil {
+			return c, nil
+		}
+	}
+	return t.fallback, nil
+}
+
+// tlsConfig is the listener configuration: TLS 1.2+, certificates by SNI.
+func (s *certStore) tlsConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.getCertificate}
+}
+
+// tlsListener wraps ln to terminate TLS with the current certificates.
+func (p *Proxy) tlsListener(ln net.Listener) net.Listener {
+	return tls.NewListener(ln, p.certs.tlsConfig())
+}
+
+func selfSigned(cn string) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: fake certificate key: %w", err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard"}},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(10, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{"ingress.local"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: fake certificate: %w", err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
