@@ -69,29 +69,45 @@ func loc(path string, pt model.PathType, backend string) model.Location {
 // start runs a Proxy with cfg on loopback and returns its base URL.
 func start(t *testing.T, cfg *model.Configuration) (string, *balancer.Registry) {
 	t.Helper()
+	p, reg := newProxy(t, cfg, Config{})
+	return "http://" + serve(t, p.Serve), reg
+}
+
+// newProxy makes a Proxy with pc (its Picker a Registry synced with cfg's
+// backends) serving cfg.
+func newProxy(t *testing.T, cfg *model.Configuration, pc Config) (*Proxy, *balancer.Registry) {
+	t.Helper()
 	reg := balancer.NewRegistry(balancer.Config{})
 	if err := reg.Sync(cfg.Backends); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Picker: reg})
+	pc.Picker = reg
+	p, err := New(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Update(cfg)
+	return p, reg
+}
+
+// serve runs fn (Serve or ServeTLS) on a loopback listener until the test
+// ends and returns the listener's address.
+func serve(t *testing.T, fn func(context.Context, net.Listener) error) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, ln) }()
+	go func() { done <- fn(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+			t.Errorf("serve: %v", err)
 		}
 	})
-	return "http://" + ln.Addr().String(), reg
+	return ln.Addr().String()
 }
 
 func get(t *testing.T, url, host string, hdr map[string]string) (*http.Response, string) {
@@ -357,27 +373,9 @@ func TestRequestMetrics(t *testing.T) {
 		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "m.test", Locations: []model.Location{l}}},
 	}
-	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
-		t.Fatal(err)
-	}
 	promReg := prometheus.NewRegistry()
-	p, err := New(Config{Picker: reg, Registerer: promReg, MetricsPerHost: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Update(cfg)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	base := "http://" + ln.Addr().String()
+	p, _ := newProxy(t, cfg, Config{Registerer: promReg, MetricsPerHost: true})
+	base := "http://" + serve(t, p.Serve)
 	for range 3 {
 		get(t, base+"/shop/cart", "m.test", nil)
 	}
@@ -426,34 +424,13 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 			{Hostname: "plain.test", Locations: []model.Location{l}},
 		},
 	}
-	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(Config{Picker: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Update(cfg)
-	httpLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	tlsLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- p.Serve(ctx, httpLn) }()
-	go func() { done <- p.ServeTLS(ctx, tlsLn) }()
-	defer func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		}
-	}()
+	p, _ := newProxy(t, cfg, Config{})
+	httpAddr, tlsAddr := serve(t, p.Serve), serve(t, p.ServeTLS)
 	httpsGet := func(sni string) (string, string) {
 		t.Helper()
 		tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: sni, InsecureSkipVerify: true}}
 		defer tr.CloseIdleConnections()
-		req, _ := http.NewRequest(http.MethodGet, "https://"+tlsLn.Addr().String()+"/x", nil)
+		req, _ := http.NewRequest(http.MethodGet, "https://"+tlsAddr+"/x", nil)
 		req.Host = sni
 		resp, err := (&http.Client{Transport: tr}).Do(req)
 		if err != nil {
@@ -476,7 +453,7 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 	cfg.Certificates["uid-shop"] = model.Certificate{UID: "uid-shop", PEM: pemCert(t, "shop.example.com", "renewed.example.com")}
 	p.Update(cfg)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: "shop.example.com", InsecureSkipVerify: true}}
-	resp, err := (&http.Client{Transport: tr}).Get("https://" + tlsLn.Addr().String() + "/")
+	resp, err := (&http.Client{Transport: tr}).Get("https://" + tlsAddr + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +469,7 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 		{"shop.example.com", "/cart/", "308", "https://shop.example.com/cart"},
 		{"plain.test", "/", "200", ""},
 	} {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+httpLn.Addr().String()+tc.path, nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+tc.path, nil)
 		req.Host = tc.host
 		resp, err := noRedirect.Do(req)
 		if err != nil {
