@@ -20,25 +20,11 @@ import (
 func TestPassthroughChashBySNI(t *testing.T) {
 	cert := selfSigned(t, "h.example.com")
 	named := func(ip, name string) string {
-		ln, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
-					defer tc.Close()
-					_, _ = io.WriteString(tc, name)
-				}()
-			}
-		}()
-		return ln.Addr().String()
+		return listenOn(t, ip, func(c net.Conn) {
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
+			defer tc.Close()
+			_, _ = io.WriteString(tc, name)
+		})
 	}
 	a, b := named("127.0.0.2", "a"), named("127.0.0.3", "b")
 	hashBy := "$ssl_preread_server_name"
@@ -84,31 +70,17 @@ func TestPassthroughChashBySNI(t *testing.T) {
 // working, new connections go to the remaining endpoint.
 func TestEndpointRemovalDrains(t *testing.T) {
 	echo := func(ip, name string) string {
-		ln, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
+		return listenOn(t, ip, func(c net.Conn) {
+			defer c.Close()
+			br := bufio.NewReader(c)
 			for {
-				c, err := ln.Accept()
+				line, err := br.ReadString('\n')
 				if err != nil {
 					return
 				}
-				go func() {
-					defer c.Close()
-					br := bufio.NewReader(c)
-					for {
-						line, err := br.ReadString('\n')
-						if err != nil {
-							return
-						}
-						_, _ = io.WriteString(c, name+": "+line)
-					}
-				}()
+				_, _ = io.WriteString(c, name+": "+line)
 			}
-		}()
-		return ln.Addr().String()
+		})
 	}
 	addrs := map[string]string{"a": echo("127.0.0.2", "a"), "b": echo("127.0.0.3", "b")}
 	backend := func(names ...string) []balancer.Backend {

@@ -41,7 +41,13 @@ func selfSigned(t *testing.T, name string) tls.Certificate {
 // listen serves handle on a loopback port until the test ends.
 func listen(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return listenOn(t, "127.0.0.1", handle)
+}
+
+// listenOn serves handle on a free port of ip until the test ends.
+func listenOn(t *testing.T, ip string, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
