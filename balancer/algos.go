@@ -28,11 +28,21 @@ func newRoundRobin(cursor *atomic.Uint32, order []int) *roundRobin {
 	return &roundRobin{cursor: cursor, order: order, n: uint64(n), m: ^uint64(0)/uint64(n) + 1}
 }
 
-func (rr *roundRobin) pick(_ *Registry, _ *backend, _ Request, _ *Attempt) (int, string, float64, error) {
+// A retry (a later pick with the same Attempt) takes the next peer in the
+// rotation after the request's previous one without moving the shared
+// cursor, so asking for k candidates up front (the nginx shim) costs other
+// requests nothing and spreads first attempts exactly like k single picks.
+func (rr *roundRobin) pick(_ *Registry, _ *backend, _ Request, a *Attempt) (int, string, float64, error) {
 	if rr.n == 1 {
 		return 0, "", -1, nil
 	}
-	c := uint64(rr.cursor.Add(1))
+	var c uint64
+	if a.ntried == 0 {
+		c = uint64(rr.cursor.Add(1))
+		a.rrBase = c
+	} else {
+		c = uint64(uint32(a.rrBase + uint64(a.ntried)))
+	}
 	hi, _ := bits.Mul64(rr.m*c, rr.n)
 	return rr.order[hi], "", -1, nil
 }

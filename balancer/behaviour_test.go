@@ -356,6 +356,40 @@ func TestCandidates(t *testing.T) {
 	}
 }
 
+// Round-robin candidates walk the rotation from the request's own start and
+// leave the shared cursor to the next request: k requests asking for k
+// candidates each still start on k different peers (the shim asks for 3).
+func TestRoundRobinCandidatesKeepRotation(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(5), Now: fixedClock(1700000000)})
+	mustSync(t, r, Backend{Name: "rr", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")})
+	firsts := map[string]int{}
+	for i := 0; i < 300; i++ {
+		var a Attempt
+		var dst [3]string
+		n, _, err := r.Candidates("rr", vars{}, &a, dst[:])
+		if err != nil || n != 3 {
+			t.Fatalf("Candidates = %d, %v", n, err)
+		}
+		if dst[0] == dst[1] || dst[1] == dst[2] || dst[0] == dst[2] {
+			t.Fatalf("request %d: candidates repeat a peer: %v", i, dst)
+		}
+		firsts[dst[0]]++
+	}
+	for _, ep := range []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"} {
+		if firsts[ep] != 100 {
+			t.Errorf("first attempts %v; want 100 on each peer", firsts)
+			break
+		}
+	}
+	got := r.Peers("rr")
+	if len(got) != 3 || got[0] != "10.0.0.1:80" || got[2] != "10.0.0.3:80" {
+		t.Errorf("Peers = %v", got)
+	}
+	if r.Peers("nope") != nil {
+		t.Errorf("Peers of an unknown backend is not nil")
+	}
+}
+
 // §3.6: the canary rules, in order.
 func TestCanaryRouting(t *testing.T) {
 	primary := Backend{Name: "p", Endpoints: eps("10.0.0.1:80"), AlternativeBackends: []string{"c"}}

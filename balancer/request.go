@@ -59,6 +59,9 @@ type Attempt struct {
 	ntried int
 	// keyBuf is scratch space for building hash keys without allocating.
 	keyBuf []byte
+	// rrBase is the shared round-robin cursor value of this request's first
+	// pick; retries continue from it instead of advancing the shared cursor.
+	rrBase uint64
 }
 
 // Reset prepares a for a new request, keeping its scratch buffer.

@@ -79,3 +79,19 @@ func (r *Registry) SetEWMA(backend, peer string, ewma, lastTouched float64) bool
 	st.hasStat.Store(true)
 	return true
 }
+
+// Peers returns the endpoint addresses ("ip:port") of the named backend in
+// address order, or nil when it is unknown or has none. The nginx shim keeps
+// them as its fallback list for when the Go side cannot be reached.
+func (r *Registry) Peers(backend string) []string {
+	b := r.snap.Load().byName[backend]
+	if b == nil || len(b.peers) == 0 {
+		return nil
+	}
+	out := make([]string, len(b.peers))
+	for i := range b.peers {
+		out[i] = b.peers[i].addr
+	}
+	sort.Strings(out)
+	return out
+}
