@@ -238,7 +238,7 @@ func AppendDone(dst []byte, backend, peer string, connectUS, headerUS, responseU
 	return finish(dst, start)
 }
 
-// AppendNeedVars appends a needed-variables query frame.
+// AppendNeedVars appends a backend-info query frame.
 func AppendNeedVars(dst []byte, id uint32, backend string) []byte {
 	dst, start := appendHeader(dst, TypeNeedVars, id)
 	dst = appendStr8(dst, backend)
@@ -249,37 +249,64 @@ func AppendNeedVars(dst []byte, id uint32, backend string) []byte {
 type PickReply struct {
 	Code        byte
 	Alternative bool
-	Backend     string
-	SetCookie   string
-	EWMAScore   float64
-	Candidates  []string
+	// Gen is the low 32 bits of the balancer's configuration version when the
+	// pick was made; the shim refreshes its backend info when it changes.
+	Gen       uint32
+	Backend   string
+	EWMAScore float64
+	// Candidates are the peers in attempt order; Cookies[i] is the
+	// Set-Cookie value to send when Candidates[i] serves ("" for none).
+	Candidates []string
+	Cookies    []string
 }
 
-// AppendPickReply appends a pick reply frame for request id.
-func AppendPickReply(dst []byte, id uint32, code byte, alt bool, backend, cookie string, score float64, cands []string) []byte {
+func appendStr16(dst []byte, s string) []byte {
+	if len(s) > math.MaxUint16 {
+		s = ""
+	}
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(s)))
+	return append(dst, s...)
+}
+
+// AppendPickReply appends a pick reply frame for request id. cookies is
+// either nil or as long as cands.
+func AppendPickReply(dst []byte, id uint32, code byte, alt bool, gen uint32, backend string, score float64, cands, cookies []string) []byte {
 	dst, start := appendHeader(dst, TypePickReply, id)
 	flags := byte(0)
 	if alt {
 		flags = 1
 	}
 	dst = append(dst, code, flags)
+	dst = binary.BigEndian.AppendUint32(dst, gen)
 	dst = appendStr8(dst, backend)
-	if len(cookie) > math.MaxUint16 {
-		cookie = ""
-	}
-	dst = binary.BigEndian.AppendUint16(dst, uint16(len(cookie)))
-	dst = append(dst, cookie...)
 	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(score))
 	dst = append(dst, byte(len(cands)))
-	for _, c := range cands {
+	for i, c := range cands {
 		dst = appendStr8(dst, c)
+		if cookies != nil {
+			dst = appendStr16(dst, cookies[i])
+		} else {
+			dst = append(dst, 0, 0)
+		}
 	}
 	return finish(dst, start)
 }
 
-// AppendVarsReply appends a needed-variables reply frame.
-func AppendVarsReply(dst []byte, id uint32, names []string) []byte {
+// BackendInfo is the answer to a backend-info query.
+type BackendInfo struct {
+	Code  byte // CodeOK or CodeUnknownBackend
+	Gen   uint32
+	Vars  []string
+	Peers []string
+}
+
+// AppendVarsReply appends a backend-info reply frame: the variables a pick
+// for the backend needs and its peers (the shim's fallback list), cut to what
+// fits in one frame.
+func AppendVarsReply(dst []byte, id uint32, code byte, gen uint32, names, peers []string) []byte {
 	dst, start := appendHeader(dst, TypeVarsReply, id)
+	dst = append(dst, code)
+	dst = binary.BigEndian.AppendUint32(dst, gen)
 	if len(names) > MaxVars {
 		names = names[:MaxVars]
 	}
@@ -287,6 +314,17 @@ func AppendVarsReply(dst []byte, id uint32, names []string) []byte {
 	for _, n := range names {
 		dst = appendStr8(dst, n)
 	}
+	npos := len(dst)
+	dst = append(dst, 0, 0)
+	n := 0
+	for _, p := range peers {
+		if len(p) > 255 || len(dst)+1+len(p)-start-4 > MaxFrame || n == math.MaxUint16 {
+			continue
+		}
+		dst = appendStr8(dst, p)
+		n++
+	}
+	binary.BigEndian.PutUint16(dst[npos:], uint16(n))
 	return finish(dst, start)
 }
 
@@ -302,15 +340,42 @@ func DecodePickReply(frame []byte) (id uint32, p PickReply, err error) {
 	id = r.u32()
 	p.Code = r.u8()
 	p.Alternative = r.u8() == 1
+	p.Gen = r.u32()
 	p.Backend = string(r.bytes(int(r.u8())))
-	p.SetCookie = string(r.bytes(int(r.u16())))
 	p.EWMAScore = math.Float64frombits(binary.BigEndian.Uint64(append(r.bytes(8), make([]byte, 8)...)))
 	nc := int(r.u8())
 	for i := 0; i < nc && !r.bad; i++ {
 		p.Candidates = append(p.Candidates, string(r.bytes(int(r.u8()))))
+		p.Cookies = append(p.Cookies, string(r.bytes(int(r.u16()))))
 	}
 	if r.bad || len(r.b) != 0 {
 		return 0, PickReply{}, ErrShort
 	}
 	return id, p, nil
+}
+
+// DecodeVarsReply decodes a backend-info reply frame.
+func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
+	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+		return 0, info, ErrShort
+	}
+	r := reader{b: frame[4:]}
+	if r.u8() != Version || r.u8() != TypeVarsReply {
+		return 0, info, ErrType
+	}
+	id = r.u32()
+	info.Code = r.u8()
+	info.Gen = r.u32()
+	nv := int(r.u8())
+	for i := 0; i < nv && !r.bad; i++ {
+		info.Vars = append(info.Vars, string(r.bytes(int(r.u8()))))
+	}
+	np := int(r.u16())
+	for i := 0; i < np && !r.bad; i++ {
+		info.Peers = append(info.Peers, string(r.bytes(int(r.u8()))))
+	}
+	if r.bad || len(r.b) != 0 {
+		return 0, BackendInfo{}, ErrShort
+	}
+	return id, info, nil
 }

@@ -3,10 +3,12 @@ package picksock
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -78,15 +80,39 @@ func TestDecodeRequest(t *testing.T) {
 }
 
 func TestPickReplyRoundTrip(t *testing.T) {
-	b := AppendPickReply(nil, 42, CodeOK, true, "canary", "c=1; Path=/", 1.5, []string{"127.0.0.2:80", "[fd00::1]:8080"})
+	b := AppendPickReply(nil, 42, CodeOK, true, 7, "canary", 1.5, []string{"127.0.0.2:80", "[fd00::1]:8080"}, []string{"c=1; Path=/", ""})
 	id, p, err := DecodePickReply(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := PickReply{Code: CodeOK, Alternative: true, Backend: "canary", SetCookie: "c=1; Path=/", EWMAScore: 1.5,
-		Candidates: []string{"127.0.0.2:80", "[fd00::1]:8080"}}
+	want := PickReply{Code: CodeOK, Alternative: true, Gen: 7, Backend: "canary", EWMAScore: 1.5,
+		Candidates: []string{"127.0.0.2:80", "[fd00::1]:8080"}, Cookies: []string{"c=1; Path=/", ""}}
 	if d := cmp.Diff(want, p); id != 42 || d != "" {
 		t.Fatalf("id %d %s", id, d)
+	}
+}
+
+func TestVarsReplyRoundTrip(t *testing.T) {
+	b := AppendVarsReply(nil, 9, CodeOK, 3, []string{"request_uri", "http_x_canary"}, []string{"10.0.0.1:80", "10.0.0.2:80"})
+	id, info, err := DecodeVarsReply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := BackendInfo{Code: CodeOK, Gen: 3, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
+	if d := cmp.Diff(want, info); id != 9 || d != "" {
+		t.Fatalf("id %d %s", id, d)
+	}
+	// A peer list larger than a frame is cut to what fits.
+	many := make([]string, 5000)
+	for i := range many {
+		many[i] = fmt.Sprintf("10.%d.%d.%d:8080", i>>16, (i>>8)&255, i&255)
+	}
+	b = AppendVarsReply(nil, 1, CodeOK, 1, nil, many)
+	if n, err := FrameLen(b); err != nil || n != len(b) || n-4 > MaxFrame {
+		t.Fatalf("frame of %d bytes, FrameLen %d %v", len(b), n, err)
+	}
+	if _, info, err = DecodeVarsReply(b); err != nil || len(info.Peers) == 0 || len(info.Peers) >= 5000 || info.Peers[0] != many[0] {
+		t.Fatalf("cut peer list: %d peers, %v", len(info.Peers), err)
 	}
 }
 
@@ -154,7 +180,7 @@ func TestServerOverUnixSocket(t *testing.T) {
 	counts := map[string]int{}
 	for i := 0; i < 300; i++ {
 		id, p := readReply()
-		if id != uint32(i+1) || p.Code != CodeOK || len(p.Candidates) != 1 || p.Backend != "default-web-80" {
+		if id != uint32(i+1) || p.Code != CodeOK || len(p.Candidates) != 3 || p.Backend != "default-web-80" || p.Gen != uint32(reg.Version()) {
 			t.Fatalf("reply %d: id %d %+v", i, id, p)
 		}
 		counts[p.Candidates[0]]++
@@ -184,8 +210,8 @@ func TestServerOverUnixSocket(t *testing.T) {
 		}
 	}
 
-	// With a retry budget of 3 the candidates are 3 distinct peers.
-	cs := &conn{s: NewServer(Config{Picker: reg, Candidates: 3})}
+	// The default retry budget of 3 gives 3 distinct peers.
+	cs := &conn{s: NewServer(Config{Picker: reg})}
 	if err := cs.handle(AppendPick(nil, 6, "default-web-80")); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +223,23 @@ func TestServerOverUnixSocket(t *testing.T) {
 	}
 	if id, p := readReply(); id != 5 || p.Code != CodeUnknownBackend || len(p.Candidates) != 0 {
 		t.Fatalf("unknown backend: %d %+v", id, p)
+	}
+
+	// Backend info: the variables and the fallback peer list.
+	cs.out = cs.out[:0]
+	if err := cs.handle(AppendNeedVars(nil, 11, "default-hash-80")); err != nil {
+		t.Fatal(err)
+	}
+	if id, info, err := DecodeVarsReply(cs.out); err != nil || id != 11 || info.Code != CodeOK || len(info.Peers) != 3 ||
+		!slices.Contains(info.Vars, "request_uri") || info.Gen != uint32(reg.Version()) {
+		t.Fatalf("info: %d %+v %v", id, info, err)
+	}
+	cs.out = cs.out[:0]
+	if err := cs.handle(AppendNeedVars(nil, 12, "nope")); err != nil {
+		t.Fatal(err)
+	}
+	if _, info, err := DecodeVarsReply(cs.out); err != nil || info.Code != CodeUnknownBackend || len(info.Peers) != 0 {
+		t.Fatalf("unknown info: %+v %v", info, err)
 	}
 }
 

@@ -18,16 +18,17 @@ type Picker interface {
 	CandidatePicks(name string, req balancer.Request, a *balancer.Attempt, dst []balancer.Pick) (int, error)
 	Feedback(backend, peer string, info balancer.DoneInfo)
 	NeededVars(backend string) []string
+	Peers(backend string) []string
+	Version() uint64
 }
 
 // Config of a Server.
 type Config struct {
 	// Picker answers picks; required.
 	Picker Picker
-	// Candidates is how many ordered peers a pick reply carries (the shim's
-	// retry budget). Zero means 1: balancer.Registry.CandidatePicks advances
-	// round robin's shared cursor once per candidate, so with k candidates and
-	// k endpoints every request would start on the same peer.
+	// Candidates is how many ordered peers a pick reply carries: the shim's
+	// retry budget before it falls back to cycling them. Zero means 3,
+	// ingress-nginx's proxy-next-upstream-tries default.
 	Candidates int
 	// Mode is the socket's permission bits. Zero means 0660.
 	Mode os.FileMode
@@ -48,7 +49,7 @@ type Server struct {
 // NewServer returns a Server.
 func NewServer(cfg Config) *Server {
 	if cfg.Candidates <= 0 {
-		cfg.Candidates = 1
+		cfg.Candidates = 3
 	}
 	if cfg.Candidates > MaxCandidates {
 		cfg.Candidates = MaxCandidates
@@ -140,12 +141,13 @@ func (s *Server) Close() error {
 
 // conn is the per-connection state reused across frames.
 type conn struct {
-	s     *Server
-	req   Request
-	att   balancer.Attempt
-	picks [MaxCandidates]balancer.Pick
-	cands [MaxCandidates]string
-	out   []byte
+	s       *Server
+	req     Request
+	att     balancer.Attempt
+	picks   [MaxCandidates]balancer.Pick
+	cands   [MaxCandidates]string
+	cookies [MaxCandidates]string
+	out     []byte
 }
 
 // ServeConn serves one connection until EOF or error. Replies to all frames
@@ -191,7 +193,7 @@ func (cs *conn) handle(frame []byte) error {
 	q := &cs.req
 	if err := DecodeRequest(frame, q); err != nil {
 		if len(frame) >= headerLen && q.Type == TypePick {
-			cs.out = AppendPickReply(cs.out, q.ID, CodeBadFrame, false, "", "", -1, nil)
+			cs.out = AppendPickReply(cs.out, q.ID, CodeBadFrame, false, 0, "", -1, nil, nil)
 			return nil
 		}
 		return err
@@ -209,7 +211,15 @@ func (cs *conn) handle(frame []byte) error {
 			Failed:       q.Failed,
 		})
 	case TypeNeedVars:
-		cs.out = AppendVarsReply(cs.out, q.ID, cs.s.cfg.Picker.NeededVars(unsafeString(q.Backend)))
+		p := cs.s.cfg.Picker
+		gen := uint32(p.Version())
+		name := unsafeString(q.Backend)
+		peers := p.Peers(name)
+		code := byte(CodeOK)
+		if peers == nil {
+			code = CodeUnknownBackend
+		}
+		cs.out = AppendVarsReply(cs.out, q.ID, code, gen, p.NeededVars(name), peers)
 	}
 	return nil
 }
@@ -217,18 +227,20 @@ func (cs *conn) handle(frame []byte) error {
 func (cs *conn) pick(q *Request) {
 	cs.att.Reset()
 	k := cs.s.cfg.Candidates
+	gen := uint32(cs.s.cfg.Picker.Version())
 	n, err := cs.s.cfg.Picker.CandidatePicks(unsafeString(q.Backend), q, &cs.att, cs.picks[:k])
 	if err != nil {
 		code := byte(CodeNoPeer)
 		if errors.Is(err, balancer.ErrUnknownBackend) {
 			code = CodeUnknownBackend
 		}
-		cs.out = AppendPickReply(cs.out, q.ID, code, false, "", "", -1, nil)
+		cs.out = AppendPickReply(cs.out, q.ID, code, false, gen, "", -1, nil, nil)
 		return
 	}
 	for i := 0; i < n; i++ {
 		cs.cands[i] = cs.picks[i].Peer
+		cs.cookies[i] = cs.picks[i].SetCookie
 	}
 	first := &cs.picks[0]
-	cs.out = AppendPickReply(cs.out, q.ID, CodeOK, first.Alternative, first.Backend, first.SetCookie, first.EWMAScore, cs.cands[:n])
+	cs.out = AppendPickReply(cs.out, q.ID, CodeOK, first.Alternative, gen, first.Backend, first.EWMAScore, cs.cands[:n], cs.cookies[:n])
 }

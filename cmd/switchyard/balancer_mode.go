@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -29,6 +31,7 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 	configSocket := fs.String("configuration-socket", "/var/run/switchyard/configuration.sock", "unix socket serving the ingress-nginx /configuration API")
 	pickSocket := fs.String("pick-socket", "/var/run/switchyard/pick.sock", "unix socket the Lua shim asks for peers")
 	gid := fs.Int("socket-gid", -1, "group that owns both sockets (nginx workers' group); -1 keeps the process's")
+	state := fs.String("state-file", "/var/run/switchyard/backends.json", "where the last accepted backends payload is kept, so a restarted balancer serves at once; empty disables")
 	v := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -40,18 +43,96 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 	klogFlags(*v)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serveBalancer(ctx, *configSocket, *pickSocket, *gid, nil); err != nil {
+	if err := serveBalancer(ctx, balancerSockets{config: *configSocket, pick: *pickSocket, gid: *gid, state: *state}, nil); err != nil {
 		fmt.Fprintf(stderr, "switchyard balancer: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
+// balancerSockets are the paths balancer mode serves on.
+type balancerSockets struct {
+	config, pick string
+	gid          int
+	// state is the file keeping the last accepted backends; "" for none.
+	state string
+}
+
+// persistingSyncer writes every accepted backends payload to a file after
+// applying it: ingress-nginx's controller POSTs only on change, so without it
+// a restarted balancer would answer 503 until the next change.
+type persistingSyncer struct {
+	reg  *balancer.Registry
+	path string
+}
+
+func (p persistingSyncer) Sync(backends []balancer.Backend) error {
+	err := p.reg.Sync(backends)
+	if p.path == "" {
+		return err
+	}
+	data, merr := json.Marshal(backends)
+	if merr != nil {
+		klog.ErrorS(merr, "encode backends for the state file")
+		return err
+	}
+	if werr := writeFileAtomic(p.path, data, 0o600); werr != nil {
+		klog.ErrorS(werr, "write the state file", "path", p.path)
+	}
+	return err
+}
+
+// restoreState applies the backends kept in path, if any.
+func restoreState(reg *balancer.Registry, path string) {
+	if path == "" {
+		return
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		klog.ErrorS(err, "read the state file", "path", path)
+		return
+	}
+	backends, err := balancer.DecodeBackends(data)
+	if err != nil {
+		klog.ErrorS(err, "the state file holds no valid backends; ignored", "path", path)
+		return
+	}
+	if err := reg.Sync(backends); err != nil {
+		klog.ErrorS(err, "some backends of the state file were refused", "path", path)
+	}
+	klog.InfoS("backends restored from the state file", "path", path, "backends", len(backends))
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
 // serveBalancer serves until ctx ends; ready, if set, is closed once both
 // sockets accept connections.
-func serveBalancer(ctx context.Context, configSocket, pickSocket string, gid int, ready chan<- struct{}) error {
+func serveBalancer(ctx context.Context, socks balancerSockets, ready chan<- struct{}) error {
+	configSocket, pickSocket, gid := socks.config, socks.pick, socks.gid
 	reg := balancer.NewRegistry(balancer.Config{})
-	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: reg, OnError: func(path string, status int, err error) {
+	restoreState(reg, socks.state)
+	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: persistingSyncer{reg: reg, path: socks.state}, OnError: func(path string, status int, err error) {
 		klog.InfoS("configuration request refused", "path", path, "status", status, "error", err)
 	}})
 	if err != nil {

@@ -16,15 +16,16 @@ import (
 
 // TestBalancerMode runs the drop-in mode: an ingress-nginx-shaped backends
 // POST over the configuration socket drives the picks answered on the pick
-// socket.
+// socket, and a restarted balancer answers from its state file at once.
 func TestBalancerMode(t *testing.T) {
 	dir := t.TempDir()
 	cfgSock, pickSock := filepath.Join(dir, "configuration.sock"), filepath.Join(dir, "pick.sock")
+	socks := balancerSockets{config: cfgSock, pick: pickSock, gid: -1, state: filepath.Join(dir, "backends.json")}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- serveBalancer(ctx, cfgSock, pickSock, -1, ready) }()
+	go func() { done <- serveBalancer(ctx, socks, ready) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -50,6 +51,40 @@ func TestBalancerMode(t *testing.T) {
 		t.Fatalf("POST /configuration/backends = %d; want 201", resp.StatusCode)
 	}
 
+	checkPicks(t, pickSock)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("balancer mode: %v", err)
+	}
+	for _, p := range []string{cfgSock, pickSock} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind after shutdown", p)
+		}
+	}
+	if st, err := os.Stat(socks.state); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v; want mode 0600", st, err)
+	}
+
+	// Restarted with no POST: the state file answers.
+	ctx, cancel = context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ready = make(chan struct{})
+	go func() { done <- serveBalancer(ctx, socks, ready) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("balancer mode stopped: %v", err)
+	}
+	checkPicks(t, pickSock)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("balancer mode: %v", err)
+	}
+}
+
+// checkPicks asks the pick socket for the spec §8.1 chash vectors.
+func checkPicks(t *testing.T, pickSock string) {
+	t.Helper()
 	c, err := net.Dial("unix", pickSock)
 	if err != nil {
 		t.Fatal(err)
@@ -75,15 +110,6 @@ func TestBalancerMode(t *testing.T) {
 		gotID, reply, err := picksock.DecodePickReply(frame)
 		if err != nil || gotID != id || reply.Code != 0 || len(reply.Candidates) == 0 || reply.Candidates[0] != peer {
 			t.Errorf("pick %s: id %d reply %+v err %v; want %s", uri, gotID, reply, err, peer)
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("balancer mode: %v", err)
-	}
-	for _, p := range []string{cfgSock, pickSock} {
-		if _, err := os.Stat(p); !os.IsNotExist(err) {
-			t.Errorf("%s left behind after shutdown", p)
 		}
 	}
 }

@@ -1,0 +1,153 @@
+-- balancer.lua: Switchyard's replacement for ingress-nginx's balancer.lua,
+-- with the same entry points (init_worker, rewrite, balance, log) and the same
+-- variable contract ($proxy_upstream_name in; $proxy_alternative_upstream_name
+-- and $balancer_ewma_score out), so an nginx.conf rendered from
+-- ingress-nginx's nginx.tmpl works unchanged. It holds no balancing logic: the
+-- rewrite phase asks the Go balancer (switchyard.pick) for the request's
+-- ordered candidates, and the balancer phase walks them, one per attempt.
+
+local ngx = ngx
+local ngx_balancer = require("ngx.balancer")
+local pick = require("switchyard.pick")
+
+local find = string.find
+local log, WARN, ERR = ngx.log, ngx.WARN, ngx.ERR
+
+local _M = {}
+
+-- configure sets switchyard.pick options (socket, timeout, ...) from a table;
+-- call it from init_by_lua. ingress-nginx's template never calls it, so the
+-- defaults are what a drop-in swap gets.
+function _M.configure(opts)
+  for k, v in pairs(opts or {}) do
+    pick[k] = v
+  end
+end
+
+function _M.init_worker()
+  pick.init_worker()
+end
+
+-- get_balancer returns this request's pick result (nil before rewrite). The
+-- name is ingress-nginx's; the value is ours.
+function _M.get_balancer()
+  return ngx.ctx.switchyard
+end
+
+-- rewrite asks Go once per request: the canary decision and the candidates
+-- are fixed for the retries and the log phase, as ingress-nginx's cached
+-- ngx.ctx.balancer was.
+function _M.rewrite()
+  local ctx = ngx.ctx
+  if ctx.switchyard then
+    return
+  end
+  local name = ngx.var.proxy_upstream_name
+  local res = pick.pick(name)
+  if not res then
+    return ngx.exit(ngx.HTTP_SERVICE_UNAVAILABLE)
+  end
+  local code = res.code
+  if code ~= 0 then
+    pick.release(res)
+    if code == 1 then
+      return ngx.exit(ngx.HTTP_SERVICE_UNAVAILABLE)
+    elseif code == 2 then
+      return ngx.exit(ngx.HTTP_BAD_GATEWAY)
+    end
+    return ngx.exit(ngx.HTTP_INTERNAL_SERVER_ERROR)
+  end
+  ctx.switchyard = res
+  if res.alt then
+    ngx.var.proxy_alternative_upstream_name = res.backend
+  end
+  if res.score then
+    ngx.var.balancer_ewma_score = res.score
+  end
+end
+
+local function prohibited(peer)
+  local port = _M.prohibited_localhost_port
+  if not port then
+    local conf = package.loaded["configuration"]
+    port = conf and conf.prohibited_localhost_port
+    if not port then
+      return false
+    end
+  end
+  -- ingress-nginx's pattern ^127.*:<port>$, where "." matches anything.
+  return find(peer, "^127.*:" .. port .. "$") ~= nil
+end
+
+-- set_cookie appends a Set-Cookie unless the same string is there already,
+-- as lua-resty-cookie does: a request that picked a new peer on several
+-- attempts carries several cookies, the last for the peer that served.
+local function set_cookie(cookie)
+  local cur = ngx.header["Set-Cookie"]
+  if cur == nil then
+    ngx.header["Set-Cookie"] = cookie
+  elseif type(cur) == "string" then
+    if cur ~= cookie then
+      ngx.header["Set-Cookie"] = { cur, cookie }
+    end
+  else
+    for i = 1, #cur do
+      if cur[i] == cookie then
+        return
+      end
+    end
+    cur[#cur + 1] = cookie
+    ngx.header["Set-Cookie"] = cur
+  end
+end
+
+-- balance runs once per upstream attempt: the next candidate, set_more_tries
+-- so nginx may try again, and the Set-Cookie of the peer that serves.
+function _M.balance()
+  local ctx = ngx.ctx
+  local res = ctx.switchyard
+  if not res then
+    -- Locations without a rewrite handler (custom error pages) reach here
+    -- directly; this phase cannot ask Go, so use the last peer list.
+    res = pick.fallback_for(ngx.var.proxy_upstream_name)
+    if not res then
+      log(WARN, "no peer was returned, balancer: ", ngx.var.proxy_upstream_name)
+      return
+    end
+    ctx.switchyard = res
+  end
+  local n = res.n
+  if n == 0 then
+    log(WARN, "no peer was returned, balancer: ", res.backend)
+    return
+  end
+  local i = (res.attempt or 0) + 1
+  res.attempt = i
+  local k = (i - 1) % n + 1
+  local peer = res.cands[k]
+  if prohibited(peer) then
+    log(ERR, "attempted to proxy to self, balancer: ", res.backend, ", peer: ", peer)
+    return
+  end
+  ngx_balancer.set_more_tries(1)
+  local ok, err = ngx_balancer.set_current_peer(peer)
+  if not ok then
+    log(ERR, "error while setting current upstream peer ", peer, ": ", err)
+  end
+  local cookie = res.cookies[k]
+  if cookie then
+    set_cookie(cookie)
+  end
+end
+
+function _M.log()
+  local res = ngx.ctx.switchyard
+  if not res then
+    return
+  end
+  pick.feedback(res)
+  ngx.ctx.switchyard = nil
+  pick.release(res)
+end
+
+return _M

@@ -1,0 +1,563 @@
+-- switchyard.pick: one nginx worker's client of the Go pick socket
+-- (docs/pick-protocol.md). It owns one persistent unix-socket connection per
+-- worker, held by a timer ("the pump"): a writer loop sends every queued frame
+-- in one send, a reader light thread dispatches replies by request id to the
+-- requests sleeping on their semaphores. Requests only enqueue and wait.
+--
+-- In: backend names and nginx variables from the rewrite phase, completion
+-- data from the log phase. Out: ordered candidate peers, the backend actually
+-- used, Set-Cookie values, the EWMA score. No balancing logic lives here; when
+-- Go cannot answer in time, it cycles through the last peer list Go gave for
+-- the backend.
+
+local ngx = ngx
+local semaphore = require("ngx.semaphore")
+local bit = require("bit")
+local ffi = require("ffi")
+
+local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
+local band, rshift = bit.band, bit.rshift
+local floor, min = math.floor, math.min
+local tonumber, type, pairs = tonumber, type, pairs
+local ngx_var = ngx.var
+local ngx_now = ngx.now
+local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
+
+local ok_clear, table_clear = pcall(require, "table.clear")
+if not ok_clear then
+  table_clear = function(t)
+    for k in pairs(t) do
+      t[k] = nil
+    end
+  end
+end
+
+local _M = {
+  -- socket is the Go pick socket ("unix:/path").
+  socket = "unix:/var/run/switchyard/pick.sock",
+  -- timeout is how long a request waits for Go's answer, in seconds, before
+  -- it falls back to the last peer list.
+  timeout = 0.05,
+  -- flush_interval bounds how long feedback waits for a pick to ride on.
+  flush_interval = 0.1,
+  -- max_queue bounds frames waiting to be written; beyond it feedback is
+  -- dropped and picks fall back.
+  max_queue = 10000,
+  -- log_interval: each kind of trouble is logged at most once per interval.
+  log_interval = 10,
+}
+
+local VERSION = 1
+local T_PICK, T_DONE, T_INFO = 1, 2, 3
+local T_PICK_REPLY, T_INFO_REPLY = 0x81, 0x83
+local CODE_UNKNOWN = 1
+-- The IEEE 754 bits of -1.0, "not scored", as sent big-endian.
+local NO_SCORE = "\191\240\0\0\0\0\0\0"
+
+local function u16(n)
+  return char(band(rshift(n, 8), 255), band(n, 255))
+end
+
+local function u32(n)
+  return char(band(rshift(n, 24), 255), band(rshift(n, 16), 255), band(rshift(n, 8), 255), band(n, 255))
+end
+
+local function str8(s)
+  if #s > 255 then
+    s = sub(s, 1, 255)
+  end
+  return char(#s) .. s
+end
+
+local function str16(s)
+  if #s > 65535 then
+    s = sub(s, 1, 65535)
+  end
+  return u16(#s) .. s
+end
+
+local function frame(typ, id, body)
+  return u32(6 + #body) .. char(VERSION, typ) .. u32(id) .. body
+end
+
+-- Per-worker state. Everything runs on the worker's one thread, so no locks.
+local queue, spare = {}, {} -- frames waiting for the writer; double buffer
+local nqueue = 0
+local waiting = {} -- request id -> slot awaiting the reply
+local pool, npool = {}, 0 -- idle slots (each owns a semaphore)
+local next_id = 0
+local connected = false
+local reader_failed = false
+local wake = nil -- semaphore the writer sleeps on
+local writer_idle = false
+local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, stale}
+local last_logged = {}
+
+local function log_once(kind, ...)
+  local now = ngx_now()
+  local last = last_logged[kind]
+  if last and now - last < _M.log_interval then
+    return
+  end
+  last_logged[kind] = now
+  log(ERR, "switchyard pick: ", ...)
+end
+
+local function enqueue(f)
+  if nqueue >= _M.max_queue then
+    return false
+  end
+  nqueue = nqueue + 1
+  queue[nqueue] = f
+  return true
+end
+
+local function kick()
+  if writer_idle then
+    writer_idle = false
+    wake:post(1)
+  end
+end
+
+local function new_id()
+  next_id = next_id + 1
+  if next_id > 4294967295 then
+    next_id = 1
+  end
+  return next_id
+end
+
+local function get_slot()
+  if npool > 0 then
+    local s = pool[npool]
+    pool[npool] = nil
+    npool = npool - 1
+    return s
+  end
+  return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0 }
+end
+
+-- release returns a pick result to the pool once its request is done.
+function _M.release(s)
+  if s and s.sema and not s.pending then
+    s.fallback, s.attempt, s.backend, s.alt, s.score = nil, nil, nil, nil, nil
+    npool = npool + 1
+    pool[npool] = s
+  end
+end
+
+local dbl = ffi.new("double[1]")
+local dbl_bytes = ffi.cast("uint8_t*", dbl)
+local function f64(s, i)
+  -- Big-endian on the wire; x86 and arm64 are little-endian.
+  for k = 0, 7 do
+    dbl_bytes[k] = byte(s, i + 7 - k)
+  end
+  return dbl[0]
+end
+
+-- Reply parsing. b is the frame after its 4-byte length.
+local function be32(b, i)
+  local b1, b2, b3, b4 = byte(b, i, i + 3)
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+
+local function parse_info(b, i)
+  local info = { vars = {}, nvars = 0, peers = {}, npeers = 0, rr = 0 }
+  local code = byte(b, i)
+  info.gen = be32(b, i + 1)
+  i = i + 5
+  local nv = byte(b, i)
+  i = i + 1
+  for k = 1, nv do
+    local l = byte(b, i)
+    local name = sub(b, i + 1, i + l)
+    i = i + 1 + l
+    -- $1 .. $9 of a hash key are regex captures: ngx.var[1].
+    info.vars[k] = tonumber(name) or name
+    info.names = info.names or {}
+    info.names[k] = str8(name)
+  end
+  info.nvars = nv
+  local np = byte(b, i) * 256 + byte(b, i + 1)
+  i = i + 2
+  for k = 1, np do
+    local l = byte(b, i)
+    info.peers[k] = sub(b, i + 1, i + l)
+    i = i + 1 + l
+  end
+  info.npeers = np
+  info.unknown = code == CODE_UNKNOWN
+  return info
+end
+
+local function parse_pick(s, b, i)
+  s.code = byte(b, i)
+  s.alt = byte(b, i + 1) == 1
+  s.gen = be32(b, i + 2)
+  i = i + 6
+  local l = byte(b, i)
+  s.backend = sub(b, i + 1, i + l)
+  i = i + 1 + l
+  local raw = sub(b, i, i + 7)
+  if raw == NO_SCORE then
+    s.score = nil
+  else
+    s.score = f64(b, i)
+  end
+  i = i + 8
+  local n = byte(b, i)
+  i = i + 1
+  local cands, cookies = s.cands, s.cookies
+  for k = 1, n do
+    l = byte(b, i)
+    cands[k] = sub(b, i + 1, i + l)
+    i = i + 1 + l
+    l = byte(b, i) * 256 + byte(b, i + 1)
+    if l == 0 then
+      cookies[k] = false
+    else
+      cookies[k] = sub(b, i + 2, i + 1 + l)
+    end
+    i = i + 2 + l
+  end
+  s.n = n
+end
+
+local function dispatch(b)
+  -- b: version, type, id, body
+  if byte(b, 1) ~= VERSION then
+    return "protocol version " .. tostring(byte(b, 1))
+  end
+  local typ = byte(b, 2)
+  local id = be32(b, 3)
+  local s = waiting[id]
+  if not s then
+    return nil -- the request gave up waiting
+  end
+  waiting[id] = nil
+  if typ == T_PICK_REPLY then
+    parse_pick(s, b, 7)
+    local info = infos[s.name]
+    if info and info.gen ~= s.gen then
+      info.stale = true
+    end
+  elseif typ == T_INFO_REPLY then
+    local info = parse_info(b, 7)
+    if info.unknown then
+      infos[s.name] = nil
+    else
+      infos[s.name] = info
+    end
+    s.info = info
+  else
+    return "unexpected frame type " .. tostring(typ)
+  end
+  s.pending = nil
+  if s.sema then
+    s.sema:post(1)
+  end
+  return nil
+end
+
+-- fail_waiters wakes every request waiting on the lost connection; they fall
+-- back at once instead of waiting out their timeout.
+local function fail_waiters()
+  for id, s in pairs(waiting) do
+    waiting[id] = nil
+    s.code = nil
+    s.pending = nil
+    if s.sema then
+      s.sema:post(1)
+    end
+  end
+end
+
+local function reader(sock)
+  while true do
+    local hdr, err = sock:receive(4)
+    if not hdr then
+      if err ~= "timeout" then
+        if connected then
+          log_once("read", "reading from ", _M.socket, ": ", err)
+        end
+        break
+      end
+    else
+      local len = be32(hdr, 1)
+      if len < 6 or len > 65536 then
+        log_once("frame", "bad frame length ", len)
+        break
+      end
+      local b
+      b, err = sock:receive(len)
+      if not b then
+        log_once("read", "reading from ", _M.socket, ": ", err)
+        break
+      end
+      err = dispatch(b)
+      if err then
+        log_once("frame", err)
+        break
+      end
+    end
+  end
+  reader_failed = true
+  kick()
+end
+
+local function writer(sock)
+  while true do
+    if reader_failed or ngx.worker.exiting() then
+      return
+    end
+    if nqueue > 0 then
+      local q = queue
+      queue, spare = spare, queue
+      nqueue = 0
+      local ok, err = sock:send(q)
+      table_clear(q)
+      if not ok then
+        log_once("write", "writing to ", _M.socket, ": ", err)
+        return
+      end
+    else
+      writer_idle = true
+      wake:wait(_M.flush_interval)
+      writer_idle = false
+    end
+  end
+end
+
+local function pump(premature)
+  if premature then
+    return
+  end
+  local backoff = 0.05
+  while not ngx.worker.exiting() do
+    local sock = ngx.socket.tcp()
+    -- An idle connection waits for replies for a long time: a read timeout
+    -- would be logged by nginx at every expiry; the writer ends the reader
+    -- when the connection must go.
+    sock:settimeouts(1000, 1000, 3600000)
+    local ok, err = sock:connect(_M.socket)
+    if ok then
+      if backoff > 0.05 then
+        log(NOTICE, "switchyard pick: connected to ", _M.socket)
+      end
+      backoff = 0.05
+      connected, reader_failed = true, false
+      local rt = ngx.thread.spawn(reader, sock)
+      writer(sock)
+      connected = false
+      fail_waiters()
+      ngx.thread.kill(rt)
+      sock:close()
+      -- What was queued for the lost connection is stale: picks whose
+      -- requests fell back, and feedback.
+      table_clear(queue)
+      nqueue = 0
+    else
+      log_once("connect", "connecting to ", _M.socket, ": ", err)
+      ngx.sleep(backoff)
+      backoff = min(backoff * 2, 2)
+    end
+  end
+  fail_waiters()
+end
+
+-- init_worker starts the pump. Call from init_worker_by_lua.
+function _M.init_worker()
+  wake = semaphore.new()
+  local ok, err = ngx.timer.at(0, pump)
+  if not ok then
+    log(ERR, "switchyard pick: cannot start the pump: ", err)
+  end
+end
+
+-- ask enqueues a request frame for slot s and waits for the reply.
+local function ask(s, id, f)
+  if not connected or not enqueue(f) then
+    return false
+  end
+  s.pending, s.code, s.info = true, nil, nil
+  waiting[id] = s
+  kick()
+  local ok = s.sema:wait(_M.timeout)
+  if not ok then
+    waiting[id] = nil
+    s.pending = nil
+    return false
+  end
+  return s.code ~= nil or s.info ~= nil
+end
+
+-- info returns what Go said about a backend (variables, fallback peers),
+-- asking Go and waiting when this worker has never heard of it.
+local function get_info(name)
+  local info = infos[name]
+  if info then
+    if info.stale and connected and not info.refreshing then
+      -- Refresh in the background: the reply replaces infos[name].
+      info.refreshing = true
+      local id = new_id()
+      if enqueue(frame(T_INFO, id, str8(name))) then
+        waiting[id] = { name = name, pending = true }
+      end
+    end
+    return info
+  end
+  local s = get_slot()
+  s.name, s.info = name, nil
+  local id = new_id()
+  if not ask(s, id, frame(T_INFO, id, str8(name))) then
+    _M.release(s)
+    return nil
+  end
+  info = s.info
+  s.info = nil
+  _M.release(s)
+  if info.unknown then
+    return false
+  end
+  return info
+end
+
+-- fallback fills s from the backend's last peer list, round robin.
+local function fallback(s, info)
+  local np = info.npeers
+  if np == 0 then
+    return nil
+  end
+  info.rr = info.rr % np + 1
+  local k = min(np, 3)
+  for j = 1, k do
+    s.cands[j] = info.peers[(info.rr + j - 2) % np + 1]
+    s.cookies[j] = false
+  end
+  s.n, s.code, s.alt, s.score, s.backend, s.fallback = k, 0, false, nil, s.name, true
+  return s
+end
+
+-- pick asks Go for the candidates of one request to backend name. It returns
+-- a result table (code, alt, backend, score, n, cands, cookies; pass it to
+-- release when the request is done), or nil when the backend is unknown or
+-- nothing is known about it and Go cannot be reached (the caller answers
+-- 503).
+function _M.pick(name)
+  local info = get_info(name)
+  if not info then
+    if info == nil then
+      log_once("unavailable", "no answer from ", _M.socket, " about backend ", name)
+    end
+    return nil
+  end
+  local s = get_slot()
+  s.name, s.attempt = name, 0
+  if not connected then
+    log_once("fallback", "Go side unreachable; round robin over the last peer lists")
+    return fallback(s, info)
+  end
+  local id = new_id()
+  local nv = info.nvars
+  local f
+  if nv == 0 then
+    f = frame(T_PICK, id, str8(name) .. "\0")
+  else
+    local parts = { str8(name), char(0) }
+    local k = 0
+    local vars, names = info.vars, info.names
+    for j = 1, nv do
+      local v = ngx_var[vars[j]]
+      if v then
+        k = k + 1
+        parts[#parts + 1] = names[j]
+        parts[#parts + 1] = str16(v)
+      end
+    end
+    parts[2] = char(k)
+    f = frame(T_PICK, id, table.concat(parts))
+  end
+  if not ask(s, id, f) then
+    log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
+    return fallback(s, info)
+  end
+  return s
+end
+
+-- last returns the last value of an nginx $upstream_* list: attempts are
+-- separated by ", ", internal redirects by " : " ("a:80, b:80 : c:80").
+local function last(v)
+  if not v then
+    return nil
+  end
+  return match(v, "([^%s,]+)%s*$")
+end
+_M.last = last
+
+local function usec(v)
+  local x = tonumber(last(v))
+  if not x or x < 0 then
+    return 0
+  end
+  return min(floor(x * 1000000 + 0.5), 4294967295)
+end
+
+-- feedback queues the outcome of the request's last attempt (and a failure
+-- for each earlier attempt) for Go; it rides on the next write.
+function _M.feedback(s)
+  if not s or s.n == 0 or not s.backend then
+    return
+  end
+  local addrs = ngx_var.upstream_addr
+  if not addrs then
+    return
+  end
+  local backend = str8(s.backend)
+  -- Earlier attempts failed (nginx moved on to the next peer).
+  local count = 0
+  for a in string.gmatch(addrs, "[^%s,]+") do
+    if a ~= ":" then
+      count = count + 1
+    end
+  end
+  if count > 1 then
+    local k = 0
+    for a in string.gmatch(addrs, "[^%s,]+") do
+      if a ~= ":" then
+        k = k + 1
+        if k < count then
+          enqueue(frame(T_DONE, 0, backend .. str8(a) .. "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1"))
+        end
+      end
+    end
+  end
+  local peer = last(addrs)
+  local header = last(ngx_var.upstream_header_time)
+  local failed = (header == nil or header == "-") and 1 or 0
+  local status = tonumber(last(ngx_var.upstream_status)) or 0
+  enqueue(frame(T_DONE, 0, backend .. str8(peer) .. u32(usec(ngx_var.upstream_connect_time)) ..
+    u32(usec(header)) .. u32(usec(ngx_var.upstream_response_time)) .. u16(status) .. char(failed)))
+end
+
+-- fallback_for returns a result from the last peer list without asking Go
+-- (for phases that cannot wait: balancer_by_lua in locations with no
+-- rewrite handler, such as custom error pages).
+function _M.fallback_for(name)
+  local info = infos[name]
+  if not info then
+    return nil
+  end
+  local s = get_slot()
+  s.name, s.attempt = name, 0
+  return fallback(s, info)
+end
+
+function _M.connected()
+  return connected
+end
+
+_M._frame, _M._str8, _M._u32 = frame, str8, u32
+_M.WARN = WARN
+
+return _M
