@@ -67,9 +67,18 @@ func (m *metrics) observe(ctx *fasthttp.RequestCtx, o *outcome, took time.Durati
 		"path": path, "namespace": ns, "ingress": ing, "service": svc, "canary": o.canary}
 	m.requests.With(labels).Inc()
 	m.duration.With(labels).Observe(took.Seconds())
-	m.respSize.With(labels).Observe(float64(len(ctx.Response.Header.Header()) + len(ctx.Response.Body())))
-	m.reqSize.With(labels).Observe(float64(len(ctx.Request.Header.RawHeaders()) + len(ctx.Request.Body())))
+	m.respSize.With(labels).Observe(float64(len(ctx.Response.Header.Header()) + bodyLen(ctx.Response.IsBodyStream(), ctx.Response.Header.ContentLength(), ctx.Response.Body)))
+	m.reqSize.With(labels).Observe(float64(len(ctx.Request.Header.RawHeaders()) + bodyLen(ctx.Request.IsBodyStream(), ctx.Request.Header.ContentLength(), ctx.Request.Body)))
 	if o.upstream > 0 {
 		m.upstream.With(labels).Observe(o.upstream.Seconds())
 	}
+}
+
+// bodyLen is a body's size without reading a stream (Body would buffer it
+// whole): the declared Content-Length, zero when chunked.
+func bodyLen(stream bool, contentLength int, body func() []byte) int {
+	if stream {
+		return max(contentLength, 0)
+	}
+	return len(body())
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,9 +43,12 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds request headers; zero means 16 KiB.
 	MaxHeaderBytes int
-	// MaxBodyBytes bounds request bodies when a location sets none; zero
-	// means 1 MiB (ingress-nginx proxy-body-size).
-	MaxBodyBytes int
+	// BodyBufferBytes is how much of a request body is read before the
+	// request goes upstream: a body that fits is sent whole and may be
+	// retried on another peer; a longer or chunked one is streamed and is
+	// never buffered whole. Zero means 64 KiB. The body limit is the
+	// location's proxy-body-size.
+	BodyBufferBytes int
 	// Registerer receives the request metrics (ingress-nginx's names); nil
 	// means no metrics.
 	Registerer prometheus.Registerer
@@ -82,8 +86,8 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxHeaderBytes <= 0 {
 		cfg.MaxHeaderBytes = 16 << 10
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 1 << 20
+	if cfg.BodyBufferBytes <= 0 {
+		cfg.BodyBufferBytes = 64 << 10
 	}
 	certs, err := newCertStore()
 	if err != nil {
@@ -107,7 +111,9 @@ func New(cfg Config) (*Proxy, error) {
 		ReadTimeout:                   cfg.ReadTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
 		ReadBufferSize:                cfg.MaxHeaderBytes,
-		MaxRequestBodySize:            cfg.MaxBodyBytes,
+		MaxRequestBodySize:            cfg.BodyBufferBytes,
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultServerHeader:         true,
 		NoDefaultDate:                 false,
@@ -206,26 +212,57 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		ctx.Redirect(loc.Rewrite.AppRoot, fasthttp.StatusFound)
 		return
 	}
-	if limit := loc.Proxy.BodySizeBytes; limit > 0 && int64(len(ctx.Request.Body())) > limit {
+	if limit := loc.Proxy.BodySizeBytes; limit > 0 && int64(ctx.Request.Header.ContentLength()) > limit {
+		// proxy-body-size: a declared length over the limit is refused
+		// before anything goes upstream (nginx client_max_body_size).
 		ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
+		ctx.SetConnectionClose()
 		return
 	}
 	view := requestView{ctx: ctx, host: host, server: vh.name, location: loc.Path}
 	if loc.CORS.Enabled && string(ctx.Method()) == "OPTIONS" && setCORS(ctx, &loc.CORS) {
 		return // a preflight is answered here, as ingress-nginx does
 	}
+	upgrade := upgradeProtocol(&ctx.Request.Header)
 	p.prepare(ctx, loc)
 	if rt.rewrite != nil {
 		if path, ok := rt.rewritten(ctx.Path()); ok {
 			ctx.Request.URI().SetPathBytes(path)
 		}
 	}
+	if upgrade != "" {
+		p.upgrade(ctx, loc, &view, upgrade, o)
+		return
+	}
+
+	// The upstream request shares the client request's headers and URI and
+	// reads its body: whole when it fitted in BodyBufferBytes, else as a
+	// stream through a proxy-body-size limit.
+	out := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(out)
+	ctx.Request.Header.CopyTo(&out.Header)
+	ctx.Request.URI().CopyTo(out.URI())
+	out.UseHostHeader = true
+	var lim limitReader
+	cl := ctx.Request.Header.ContentLength()
+	body := ctx.RequestBodyStream()
+	buffered := body == nil || (cl >= 0 && cl <= p.cfg.BodyBufferBytes)
+	switch {
+	case buffered:
+		out.SetBodyRaw(ctx.Request.Body())
+	default:
+		lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
+		if lim.left <= 0 {
+			lim.left = -1
+		}
+		out.SetBodyStream(&lim, cl)
+	}
 
 	tries := loc.Proxy.NextUpstreamTries
 	if tries <= 0 {
 		tries = 3
 	}
-	replayable := isReplayable(ctx)
+	replayable := buffered && isReplayable(ctx)
 	var a balancer.Attempt
 	for attempt := 1; ; attempt++ {
 		pick, err := p.cfg.Picker.Pick(loc.Backend, &view, &a)
@@ -238,17 +275,13 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			return
 		}
 		start := time.Now()
-		timeout := time.Duration(loc.Proxy.ReadTimeoutSeconds) * time.Second
-		if timeout <= 0 {
-			timeout = 60 * time.Second
-		}
-		err = p.client(pick.Peer, loc).DoTimeout(&ctx.Request, &ctx.Response, timeout)
+		err = p.client(pick.Peer, loc).Do(out, &ctx.Response)
 		elapsed := time.Since(start)
 		o.upstream += elapsed
 		if pick.Alternative {
 			o.canary = pick.Backend
 		}
-		if err == nil {
+		if err == nil && !lim.over {
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: ctx.Response.StatusCode()})
 			removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
 			for _, h := range hopHeaders {
@@ -262,10 +295,17 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			}
 			return
 		}
-		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, Failed: true})
+		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, Failed: !lim.over})
 		ctx.Response.Reset()
-		if attempt >= tries || !replayable || !retryable(err) {
-			if errors.Is(err, fasthttp.ErrTimeout) {
+		if lim.over {
+			// proxy-body-size while streaming: the chunked body went over
+			// the limit; the upstream got a broken body, the client a 413.
+			ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
+			ctx.SetConnectionClose()
+			return
+		}
+		if attempt >= tries || !(replayable || isDialError(err)) || !retryable(err) {
+			if isTimeout(err) {
 				ctx.Error("504 Gateway Time-out", fasthttp.StatusGatewayTimeout)
 			} else {
 				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
@@ -408,10 +448,7 @@ func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
 	if c := old[addr]; c != nil {
 		return c
 	}
-	connect := time.Duration(loc.Proxy.ConnectTimeoutSeconds) * time.Second
-	if connect <= 0 {
-		connect = 5 * time.Second
-	}
+	t := timeoutsOf(loc)
 	c := &fasthttp.HostClient{
 		Addr:                          addr,
 		MaxConns:                      1024,
@@ -419,8 +456,13 @@ func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
+		StreamResponseBody:            true,
 		Dial: func(a string) (net.Conn, error) {
-			return fasthttp.DialTimeout(a, connect)
+			c, err := fasthttp.DialTimeout(a, t.connect)
+			if err != nil {
+				return nil, err
+			}
+			return &timeoutConn{Conn: c, read: t.read, write: t.send}, nil
 		},
 	}
 	next := make(map[string]*fasthttp.HostClient, len(old)+1)
@@ -440,6 +482,19 @@ func isReplayable(ctx *fasthttp.RequestCtx) bool {
 		return true
 	}
 	return false
+}
+
+// isDialError reports whether err happened before anything was written
+// upstream, so even a streamed request may go to another peer.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, fasthttp.ErrDialTimeout) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// isTimeout: the upstream did not make progress within its timeout (504).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // retryable: errors where nothing reached the upstream application, or the

@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// errBodyTooLarge ends a streamed request body that went over the
+// location's proxy-body-size.
+var errBodyTooLarge = errors.New("proxy: request body over proxy-body-size")
+
+// limitReader passes a streamed request body through until left bytes have
+// gone by (left < 0: no limit), then fails and remembers it, so the
+// handler answers 413 (nginx client_max_body_size on a chunked body).
+type limitReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitReader) Read(b []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(b)
+	}
+	if l.left == 0 {
+		// One byte more tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		n, err := l.r.Read(one[:])
+		if n > 0 {
+			l.over = true
+			return 0, errBodyTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(b)) > l.left {
+		b = b[:l.left]
+	}
+	n, err := l.r.Read(b)
+	l.left -= int64(n)
+	return n, err
+}
+
+// timeouts are a location's proxy-connect/send/read-timeout.
+type timeouts struct{ connect, send, read time.Duration }
+
+func timeoutsOf(loc *model.Location) timeouts {
+	sec := func(s, def int) time.Duration {
+		if s <= 0 {
+			s = def
+		}
+		return time.Duration(s) * time.Second
+	}
+	return timeouts{
+		connect: sec(loc.Proxy.ConnectTimeoutSeconds, 5),
+		send:    sec(loc.Proxy.SendTimeoutSeconds, 60),
+		read:    sec(loc.Proxy.ReadTimeoutSeconds, 60),
+	}
+}
+
+// timeoutConn is an upstream connection with nginx's proxy_send_timeout and
+// proxy_read_timeout: each Write and Read must make progress within its
+// timeout, however long a streamed body takes as a whole. fasthttp's
+// whole-request deadlines are ignored.
+type timeoutConn struct {
+	net.Conn
+	read, write time.Duration
+}
+
+func (c *timeoutConn) Read(b []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.read)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *timeoutConn) Write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.write)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *timeoutConn) SetDeadline(time.Time) error      { return nil }
+func (c *timeoutConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *timeoutConn) SetWriteDeadline(time.Time) error { return nil }
