@@ -2,7 +2,6 @@ package tcpproxy
 
 import (
 	"bufio"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -13,73 +12,117 @@ type closeWriter interface {
 	CloseWrite() error
 }
 
-// idleChunk is how many bytes are copied per idle-deadline refresh. Copying
-// in chunks with io.CopyN keeps src an *io.LimitedReader over the socket, a
-// shape (*net.TCPConn).ReadFrom still splices, where a deadline-per-Read
-// wrapper would force a user-space copy.
-const idleChunk = 1 << 20
+// copyBufSize is the user-space buffer per direction. Issue 7: on loopback
+// a 32 KiB read/write loop measured 0.77–0.83× direct throughput against
+// 0.67–0.69× for splice(2) through (*net.TCPConn).ReadFrom, and a lower
+// setup time (splice costs two syscalls and a pipe per chunk, which small
+// handshake records never amortise); see docs/benchmarks/tcpproxy.md.
+const copyBufSize = 32 << 10
 
-// proxyCopy copies src to dst until EOF or idle seconds without a byte,
-// then half-closes dst so the peer sees the end of the stream while the
-// other direction keeps flowing. counted receives the bytes copied.
-func proxyCopy(wg *sync.WaitGroup, dst, src net.Conn, idle time.Duration, counted *int64) {
-	defer wg.Done()
+// copyBufs recycles copy buffers between connections.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// proxyCopy copies src to dst until EOF, an error, or idle without a byte
+// from src, then half-closes dst so the peer sees the end of the stream
+// while the other direction keeps flowing. It returns the bytes copied.
+func proxyCopy(dst, src net.Conn, idle time.Duration) int64 {
+	bp := copyBufs.Get().(*[]byte)
+	buf := *bp
 	var total int64
+	// The read deadline is re-armed only when it has moved by more than
+	// 1/64 of idle, so a busy stream does not reset a timer per read; it
+	// fires between idle·63/64 and idle after the last byte.
+	var armed time.Time
+	slack := idle / 64
 	for {
 		if idle > 0 {
-			_ = src.SetReadDeadline(time.Now().Add(idle))
+			if now := time.Now(); now.Add(idle).Sub(armed) > slack {
+				armed = now.Add(idle)
+				_ = src.SetReadDeadline(armed)
+			}
 		}
-		n, err := io.CopyN(dst, src, idleChunk)
-		total += n
+		n, err := src.Read(buf)
+		if n > 0 {
+			w, werr := dst.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				break
+			}
+		}
 		if err != nil {
 			break
 		}
 	}
-	*counted = total
+	copyBufs.Put(bp)
 	if cw, ok := dst.(closeWriter); ok {
 		_ = cw.CloseWrite()
 	} else {
 		_ = dst.Close()
 	}
+	return total
+}
+
+// downstreamCopy is the named goroutine copying upstream to client.
+func downstreamCopy(wg *sync.WaitGroup, client, upstream net.Conn, idle time.Duration, counted *int64) {
+	defer wg.Done()
+	*counted = proxyCopy(client, upstream, idle)
 }
 
 // pipe joins a client and an upstream connection and returns the bytes
-// copied each way once both directions are done. br holds bytes already
-// peeked from client (a ClientHello); they are written upstream first, then
-// the socket itself is copied so splice applies.
-func pipe(client net.Conn, br *bufio.Reader, upstream net.Conn, idle time.Duration) (up, down int64) {
-	if br != nil && br.Buffered() > 0 {
-		peeked, _ := br.Peek(br.Buffered())
-		n, err := upstream.Write(peeked)
-		up = int64(n)
-		if err != nil {
-			_ = client.Close()
-			_ = upstream.Close()
-			return up, 0
-		}
-	}
+// copied each way once both directions are done: client to upstream in the
+// calling goroutine, upstream to client in downstreamCopy. Both are closed
+// on return.
+func pipe(client, upstream net.Conn, idle time.Duration) (up, down int64) {
 	var wg sync.WaitGroup
-	wg.Add(2)
-	var rest int64
-	go proxyCopy(&wg, upstream, unwrap(client), idle, &rest)
-	go proxyCopy(&wg, unwrap(client), unwrap(upstream), idle, &down)
+	wg.Add(1)
+	go downstreamCopy(&wg, client, upstream, idle, &down)
+	up = proxyCopy(upstream, client, idle)
 	wg.Wait()
 	_ = client.Close()
 	_ = upstream.Close()
-	return up + rest, down
+	return up, down
 }
 
-// unwrap returns the *net.TCPConn under c when c is a thin wrapper that
-// exposes it (NetConn), so io.Copy can splice.
-func unwrap(c net.Conn) net.Conn {
-	for {
-		if _, ok := c.(*net.TCPConn); ok {
-			return c
-		}
-		w, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return c
-		}
-		c = w.NetConn()
+// readers recycles the buffered readers that hold a peeked ClientHello or
+// PROXY header; maxHello bytes each.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxHello) }}
+
+func getReader(c net.Conn) *bufio.Reader {
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(c)
+	return br
+}
+
+func putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	readers.Put(br)
+}
+
+// sendFirst writes hdr (a PROXY header, may be nil) and the bytes buffered
+// in br (the peeked ClientHello or what followed a PROXY header) to
+// upstream in one writev, then returns br to the pool: from here on the
+// client socket is read directly. It returns the client bytes written.
+func sendFirst(upstream net.Conn, hdr []byte, br *bufio.Reader) (int64, error) {
+	var peeked []byte
+	if br != nil {
+		peeked, _ = br.Peek(br.Buffered())
 	}
+	var err error
+	switch {
+	case len(hdr) > 0 && len(peeked) > 0:
+		bufs := net.Buffers{hdr, peeked}
+		_, err = bufs.WriteTo(upstream)
+	case len(hdr) > 0:
+		_, err = upstream.Write(hdr)
+	case len(peeked) > 0:
+		_, err = upstream.Write(peeked)
+	}
+	n := int64(len(peeked))
+	if br != nil {
+		putReader(br)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -20,17 +20,24 @@ const maxHello = 16 << 10
 // returns the server name (lower case, no trailing dot); ok is false when the
 // bytes are not a ClientHello. The bytes stay buffered in br for replay.
 func readClientHello(br *bufio.Reader) (sni string, ok bool) {
-	var hello *tls.ClientHelloInfo
-	err := tls.Server(readOnlyConn{r: &peekReader{br: br}}, &tls.Config{
-		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-			hello = h
-			return nil, errHelloRead
-		},
-	}).Handshake()
-	if hello == nil || !errors.Is(err, errHelloRead) {
+	rc := &readOnlyConn{r: peekReader{br: br}}
+	err := tls.Server(rc, helloConfig).Handshake()
+	if !rc.hello || !errors.Is(err, errHelloRead) {
 		return "", false
 	}
-	return strings.TrimSuffix(strings.ToLower(hello.ServerName), "."), true
+	return strings.TrimSuffix(strings.ToLower(rc.sni), "."), true
+}
+
+// helloConfig is shared by every peek: its hook records the server name on
+// the readOnlyConn it was called for and aborts the handshake, so no
+// per-connection tls.Config or closure is built.
+var helloConfig = &tls.Config{
+	GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		if rc, ok := h.Conn.(*readOnlyConn); ok {
+			rc.hello, rc.sni = true, h.ServerName
+		}
+		return nil, errHelloRead
+	},
 }
 
 // peekReader reads from a bufio.Reader without consuming: each Read returns
@@ -58,14 +65,18 @@ func (p *peekReader) Read(b []byte) (int, error) {
 }
 
 // readOnlyConn is the net.Conn the TLS server reads the hello from; writes
-// (a handshake alert) are discarded.
-type readOnlyConn struct{ r io.Reader }
+// (a handshake alert) are discarded. helloConfig's hook fills hello and sni.
+type readOnlyConn struct {
+	r     peekReader
+	hello bool
+	sni   string
+}
 
-func (c readOnlyConn) Read(p []byte) (int, error)     { return c.r.Read(p) }
-func (readOnlyConn) Write(p []byte) (int, error)      { return len(p), nil }
-func (readOnlyConn) Close() error                     { return nil }
-func (readOnlyConn) LocalAddr() net.Addr              { return nil }
-func (readOnlyConn) RemoteAddr() net.Addr             { return nil }
-func (readOnlyConn) SetDeadline(time.Time) error      { return nil }
-func (readOnlyConn) SetReadDeadline(time.Time) error  { return nil }
-func (readOnlyConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *readOnlyConn) Read(p []byte) (int, error)     { return c.r.Read(p) }
+func (*readOnlyConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (*readOnlyConn) Close() error                     { return nil }
+func (*readOnlyConn) LocalAddr() net.Addr              { return nil }
+func (*readOnlyConn) RemoteAddr() net.Addr             { return nil }
+func (*readOnlyConn) SetDeadline(time.Time) error      { return nil }
+func (*readOnlyConn) SetReadDeadline(time.Time) error  { return nil }
+func (*readOnlyConn) SetWriteDeadline(time.Time) error { return nil }

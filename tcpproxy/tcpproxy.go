@@ -91,7 +91,7 @@ type Proxy struct {
 
 	mu        sync.Mutex // guards listeners
 	listeners map[int]net.Listener
-	wg        sync.WaitGroup
+	conns     inflight
 }
 
 // New returns a Proxy with no routes.
@@ -163,16 +163,16 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn
 			}
 			return err
 		}
-		p.wg.Add(1)
+		p.conns.add()
 		go func() {
-			defer p.wg.Done()
+			defer p.conns.done()
 			handle(c)
 		}()
 	}
 }
 
 func (p *Proxy) handleSNI(c net.Conn) {
-	br := bufio.NewReaderSize(c, maxHello)
+	br := getReader(c)
 	_ = c.SetReadDeadline(time.Now().Add(p.cfg.HelloTimeout))
 	sni, isTLS := readClientHello(br)
 	_ = c.SetReadDeadline(time.Time{})
@@ -181,29 +181,33 @@ func (p *Proxy) handleSNI(c net.Conn) {
 		return
 	}
 	if p.cfg.HTTPSFallback == "" {
+		putReader(br)
 		_ = c.Close()
 		return
 	}
 	up, err := net.DialTimeout("tcp", p.cfg.HTTPSFallback, p.cfg.ConnectTimeout)
 	if err != nil {
+		putReader(br)
 		p.metrics.fail(fallbackService, reasonConnect)
 		_ = c.Close()
 		return
 	}
 	hdr := proxyproto.AppendV2(nil, proxyproto.AddrPortOf(c.RemoteAddr()), proxyproto.AddrPortOf(c.LocalAddr()))
-	if _, err := up.Write(hdr); err != nil {
+	first, err := sendFirst(up, hdr, br)
+	if err != nil {
 		p.metrics.fail(fallbackService, reasonConnect)
 		_ = c.Close()
 		_ = up.Close()
 		return
 	}
-	n, m := pipe(c, br, up, p.cfg.IdleTimeout)
-	p.metrics.done(fallbackService, n, m)
+	n, m := pipe(c, up, p.cfg.IdleTimeout)
+	p.metrics.done(fallbackService, first+n, m)
 }
 
 // toBackend picks a peer (retrying on connect failure) and pipes the
 // connection to it, optionally announcing the client with PROXY v1 (as
-// ingress-nginx's stream "proxy_protocol on").
+// ingress-nginx's stream "proxy_protocol on"). br, if not nil, holds bytes
+// already read from c; it is returned to the pool.
 func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *connView, sendProxy bool) {
 	var a balancer.Attempt
 	reason := reasonConnect
@@ -223,17 +227,24 @@ func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *co
 			continue
 		}
 		connect := time.Since(start)
+		var hdr []byte
 		if sendProxy {
-			if _, err := up.Write(proxyproto.AppendV1(nil, view.src, view.dst)); err != nil {
-				_ = up.Close()
-				p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, Failed: true})
-				continue
-			}
+			hdr = proxyproto.AppendV1(nil, view.src, view.dst)
 		}
-		n, m := pipe(c, br, up, p.cfg.IdleTimeout)
+		first, err := sendFirst(up, hdr, br)
+		br = nil // back in the pool, even on error
+		if err != nil {
+			_ = up.Close()
+			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, Failed: true})
+			break // the peeked bytes are gone; another peer cannot get them
+		}
+		n, m := pipe(c, up, p.cfg.IdleTimeout)
 		p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: time.Since(start)})
-		p.metrics.done(backend, n, m)
+		p.metrics.done(backend, first+n, m)
 		return
+	}
+	if br != nil {
+		putReader(br)
 	}
 	p.metrics.fail(backend, reason)
 	_ = c.Close()
@@ -264,9 +275,14 @@ func (p *Proxy) SyncTCP(ctx context.Context, addr string) error {
 			continue
 		}
 		p.listeners[port] = ln
-		go func() { _ = p.serve(ctx, ln, func(c net.Conn) { p.handleTCP(c, port) }) }()
+		go p.serveTCP(ctx, ln, port)
 	}
 	return errors.Join(errs...)
+}
+
+// serveTCP is the accept loop of one TCP service port.
+func (p *Proxy) serveTCP(ctx context.Context, ln net.Listener, port int) {
+	_ = p.serve(ctx, ln, func(c net.Conn) { p.handleTCP(c, port) })
 }
 
 func (p *Proxy) handleTCP(c net.Conn, port int) {
@@ -275,13 +291,15 @@ func (p *Proxy) handleTCP(c net.Conn, port int) {
 		_ = c.Close()
 		return
 	}
-	br := bufio.NewReader(c)
+	var br *bufio.Reader
 	view := &connView{remote: remoteIP(c), src: proxyproto.AddrPortOf(c.RemoteAddr()), dst: proxyproto.AddrPortOf(c.LocalAddr())}
 	if svc.DecodeProxyProtocol {
+		br = getReader(c)
 		_ = c.SetReadDeadline(time.Now().Add(p.cfg.HelloTimeout))
 		h, err := proxyproto.Read(br)
 		_ = c.SetReadDeadline(time.Time{})
 		if err != nil {
+			putReader(br)
 			p.metrics.fail(svc.Backend, reasonProxyProtocol)
 			_ = c.Close() // strict: a malformed header closes the connection
 			return
@@ -295,7 +313,45 @@ func (p *Proxy) handleTCP(c net.Conn, port int) {
 }
 
 // Wait blocks until every connection handler has returned.
-func (p *Proxy) Wait() { p.wg.Wait() }
+func (p *Proxy) Wait() { p.conns.wait() }
+
+// inflight counts connection handlers. Unlike a sync.WaitGroup it may go up
+// from zero while wait runs: handlers start whenever a client connects, and
+// wait is called by whoever saw the connections finish (over the network,
+// which the race detector cannot see), so WaitGroup's rule that an Add from
+// zero happen before Wait cannot be kept. One uncontended lock per
+// connection, never per byte.
+type inflight struct {
+	mu   sync.Mutex
+	n    int        // guarded by mu
+	zero *sync.Cond // signalled when n drops to 0; lazily made under mu
+}
+
+func (f *inflight) add() {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inflight) done() {
+	f.mu.Lock()
+	f.n--
+	if f.n == 0 && f.zero != nil {
+		f.zero.Broadcast()
+	}
+	f.mu.Unlock()
+}
+
+func (f *inflight) wait() {
+	f.mu.Lock()
+	if f.zero == nil {
+		f.zero = sync.NewCond(&f.mu)
+	}
+	for f.n > 0 {
+		f.zero.Wait()
+	}
+	f.mu.Unlock()
+}
 
 func remoteIP(c net.Conn) string {
 	ap := proxyproto.AddrPortOf(c.RemoteAddr())
