@@ -381,6 +381,38 @@ func TestRoundRobinCandidatesKeepRotation(t *testing.T) {
 			break
 		}
 	}
+	// A lease of 6 positions names the same peers 6 picks would, and moves
+	// the shared rotation by 6.
+	var a Attempt
+	next, _ := r.Pick("rr", vars{}, &a)
+	start, n, err := r.Lease("rr", 6)
+	if err != nil || n != 3 {
+		t.Fatalf("Lease = %d, %d, %v", start, n, err)
+	}
+	peers := r.Peers("rr")
+	if want := peers[start%uint32(n)]; next.Peer != want {
+		t.Errorf("the pick before the lease got %s; position start is %s", next.Peer, want)
+	}
+	var after Attempt
+	p, _ := r.Pick("rr", vars{}, &after)
+	if want := peers[(start+7)%uint32(n)]; p.Peer != want {
+		t.Errorf("the pick after a lease of 6 got %s; want %s (position start+7)", p.Peer, want)
+	}
+	r.Count("rr", peers[0], 5, 2)
+	r.Count("rr", "10.9.9.9:80", 1, 1) // unknown: ignored
+	for _, b := range r.Backends() {
+		for _, ep := range b.Endpoints {
+			if ep.Address == peers[0] && (ep.Requests != 5 || ep.Failures != 2) {
+				t.Errorf("after Count: %+v; want 5 requests, 2 failures", ep)
+			}
+		}
+	}
+	if r.Scored("rr") {
+		t.Errorf("round robin is not scored")
+	}
+	if _, _, err := r.Lease("nope", 4); !errors.Is(err, ErrUnknownBackend) {
+		t.Errorf("Lease of an unknown backend: %v", err)
+	}
 	got := r.Peers("rr")
 	if len(got) != 3 || got[0] != "10.0.0.1:80" || got[2] != "10.0.0.3:80" {
 		t.Errorf("Peers = %v", got)

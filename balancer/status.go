@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"errors"
 	"math"
 	"sort"
 )
@@ -82,7 +83,8 @@ func (r *Registry) SetEWMA(backend, peer string, ewma, lastTouched float64) bool
 
 // Peers returns the endpoint addresses ("ip:port") of the named backend in
 // address order, or nil when it is unknown or has none. The nginx shim keeps
-// them as its fallback list for when the Go side cannot be reached.
+// them as its fallback list for when the Go side cannot be reached. For
+// round robin this is also the rotation order Lease positions index.
 func (r *Registry) Peers(backend string) []string {
 	b := r.snap.Load().byName[backend]
 	if b == nil || len(b.peers) == 0 {
@@ -94,4 +96,65 @@ func (r *Registry) Peers(backend string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ErrNotLeasable is Lease's answer for a backend whose picks depend on the
+// request (every algorithm but round robin, and any backend with a canary).
+var ErrNotLeasable = errors.New("balancer: backend's picks cannot be leased")
+
+// Lease reserves count consecutive positions of a round-robin backend's
+// shared rotation for a caller that will use them one request at a time (the
+// nginx shim, which then needs no round trip per request). Position p (for p
+// in start+1 .. start+count, uint32 arithmetic) is peer Peers()[p mod n]; a
+// retry of the request at p takes p+1, p+2 ..., as Pick does. The decisions
+// are the balancer's: the caller only reads them off. n is the number of
+// peers the positions index.
+func (r *Registry) Lease(backend string, count int) (start uint32, n int, err error) {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return 0, 0, ErrUnknownBackend
+	}
+	rr, ok := b.algo.(*roundRobin)
+	if !ok || len(b.alternatives) > 0 || count <= 0 {
+		return 0, 0, ErrNotLeasable
+	}
+	n = len(b.peers)
+	if n == 1 {
+		return 0, 1, nil
+	}
+	end := rr.cursor.Add(uint32(count))
+	return end - uint32(count), n, nil
+}
+
+// Leasable reports whether Lease would succeed for the backend.
+func (r *Registry) Leasable(backend string) bool {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return false
+	}
+	_, ok := b.algo.(*roundRobin)
+	return ok && len(b.alternatives) == 0
+}
+
+// Count adds completed attempts and failures of one endpoint reported in
+// aggregate (the nginx shim sums them per flush for backends whose balancer
+// needs no latencies). Unknown backends or addresses are ignored.
+func (r *Registry) Count(backend, peer string, completed, failed uint64) {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return
+	}
+	i, ok := b.byAddr[peer]
+	if !ok {
+		return
+	}
+	b.peers[i].st.completed.Add(completed)
+	b.peers[i].st.failures.Add(failed)
+}
+
+// Scored reports whether the backend's balancer learns from latencies (ewma,
+// peak_ewma): only then does the shim send per-request timings.
+func (r *Registry) Scored(backend string) bool {
+	b := r.snap.Load().byName[backend]
+	return b != nil && b.scored
 }

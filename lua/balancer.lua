@@ -10,7 +10,7 @@ local ngx = ngx
 local ngx_balancer = require("ngx.balancer")
 local pick = require("switchyard.pick")
 
-local find = string.find
+local find, byte = string.find, string.byte
 local log, WARN, ERR = ngx.log, ngx.WARN, ngx.ERR
 
 local _M = {}
@@ -66,6 +66,7 @@ function _M.rewrite()
   end
 end
 
+local prohibited_port, prohibited_pattern
 local function prohibited(peer)
   local port = _M.prohibited_localhost_port
   if not port then
@@ -75,8 +76,15 @@ local function prohibited(peer)
       return false
     end
   end
-  -- ingress-nginx's pattern ^127.*:<port>$, where "." matches anything.
-  return find(peer, "^127.*:" .. port .. "$") ~= nil
+  if byte(peer, 1) ~= 49 then -- "1": cannot start with 127
+    return false
+  end
+  if port ~= prohibited_port then
+    prohibited_port = port
+    -- ingress-nginx's pattern ^127.*:<port>$, where "." matches anything.
+    prohibited_pattern = "^127.*:" .. tostring(port) .. "$"
+  end
+  return find(peer, prohibited_pattern) ~= nil
 end
 
 -- set_cookie appends a Set-Cookie unless the same string is there already,

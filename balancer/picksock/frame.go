@@ -14,9 +14,12 @@ const Version = 1
 const (
 	TypePick      = 0x01 // shim -> Go: pick candidates for a request
 	TypeDone      = 0x02 // shim -> Go: completion feedback of one attempt (no reply)
-	TypeNeedVars  = 0x03 // shim -> Go: which variables does a backend need
-	TypePickReply = 0x81
-	TypeVarsReply = 0x83
+	TypeNeedVars   = 0x03 // shim -> Go: backend info (variables, peers, leasable)
+	TypeLease      = 0x04 // shim -> Go: reserve positions of a round-robin rotation
+	TypeCounts     = 0x05 // shim -> Go: aggregated completions of one endpoint (no reply)
+	TypePickReply  = 0x81
+	TypeVarsReply  = 0x83
+	TypeLeaseReply = 0x84
 )
 
 // Error codes of a pick reply.
@@ -35,6 +38,8 @@ const (
 	MaxVars = 16
 	// MaxCandidates bounds the candidates of one pick reply.
 	MaxCandidates = 8
+	// MaxLease bounds the positions one lease reserves.
+	MaxLease = 1024
 )
 
 // Errors of the frame decoder.
@@ -62,6 +67,10 @@ type Request struct {
 	ConnectUS, HeaderUS, ResponseUS uint32
 	Status                          uint16
 	Failed                          bool
+	// Lease:
+	Count uint16
+	// Counts (Peer is set too):
+	Completed, FailedN uint32
 }
 
 // Var implements balancer.Request over the frame's variables without
@@ -172,6 +181,12 @@ func DecodeRequest(frame []byte, q *Request) error {
 		q.Status = r.u16()
 		q.Failed = r.u8() != 0
 	case TypeNeedVars:
+	case TypeLease:
+		q.Count = r.u16()
+	case TypeCounts:
+		q.Peer = r.bytes(int(r.u8()))
+		q.Completed = r.u32()
+		q.FailedN = r.u32()
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrType, q.Type)
 	}
@@ -294,19 +309,90 @@ func AppendPickReply(dst []byte, id uint32, code byte, alt bool, gen uint32, bac
 
 // BackendInfo is the answer to a backend-info query.
 type BackendInfo struct {
-	Code  byte // CodeOK or CodeUnknownBackend
+	Code     byte // CodeOK or CodeUnknownBackend
+	Gen      uint32
+	Leasable bool // picks need no request attributes: use TypeLease
+	Scored   bool // the balancer learns from latencies: send TypeDone per request
+	Vars     []string
+	Peers    []string
+}
+
+// AppendCounts appends an aggregated-completions frame.
+func AppendCounts(dst []byte, backend, peer string, completed, failed uint32) []byte {
+	dst, start := appendHeader(dst, TypeCounts, 0)
+	dst = appendStr8(dst, backend)
+	dst = appendStr8(dst, peer)
+	dst = binary.BigEndian.AppendUint32(dst, completed)
+	dst = binary.BigEndian.AppendUint32(dst, failed)
+	return finish(dst, start)
+}
+
+// AppendLease appends a lease request for count rotation positions.
+func AppendLease(dst []byte, id uint32, backend string, count uint16) []byte {
+	dst, start := appendHeader(dst, TypeLease, id)
+	dst = appendStr8(dst, backend)
+	dst = binary.BigEndian.AppendUint16(dst, count)
+	return finish(dst, start)
+}
+
+// Lease is the answer to a lease request: positions Start+1 .. Start+Count
+// (uint32 arithmetic) of the rotation over N peers, in the order of the
+// backend info's peer list.
+type Lease struct {
+	Code  byte
 	Gen   uint32
-	Vars  []string
-	Peers []string
+	Start uint32
+	Count uint16
+	N     uint16
+}
+
+// AppendLeaseReply appends a lease reply frame.
+func AppendLeaseReply(dst []byte, id uint32, l Lease) []byte {
+	dst, start := appendHeader(dst, TypeLeaseReply, id)
+	dst = append(dst, l.Code)
+	dst = binary.BigEndian.AppendUint32(dst, l.Gen)
+	dst = binary.BigEndian.AppendUint32(dst, l.Start)
+	dst = binary.BigEndian.AppendUint16(dst, l.Count)
+	dst = binary.BigEndian.AppendUint16(dst, l.N)
+	return finish(dst, start)
+}
+
+// DecodeLeaseReply decodes a lease reply frame.
+func DecodeLeaseReply(frame []byte) (id uint32, l Lease, err error) {
+	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+		return 0, l, ErrShort
+	}
+	r := reader{b: frame[4:]}
+	if r.u8() != Version || r.u8() != TypeLeaseReply {
+		return 0, l, ErrType
+	}
+	id = r.u32()
+	l.Code = r.u8()
+	l.Gen = r.u32()
+	l.Start = r.u32()
+	l.Count = r.u16()
+	l.N = r.u16()
+	if r.bad || len(r.b) != 0 {
+		return 0, Lease{}, ErrShort
+	}
+	return id, l, nil
 }
 
 // AppendVarsReply appends a backend-info reply frame: the variables a pick
 // for the backend needs and its peers (the shim's fallback list), cut to what
 // fits in one frame.
-func AppendVarsReply(dst []byte, id uint32, code byte, gen uint32, names, peers []string) []byte {
+func AppendVarsReply(dst []byte, id uint32, code byte, gen uint32, leasable, scored bool, names, peers []string) []byte {
 	dst, start := appendHeader(dst, TypeVarsReply, id)
 	dst = append(dst, code)
 	dst = binary.BigEndian.AppendUint32(dst, gen)
+	flags := byte(0)
+	if leasable {
+		flags |= 1
+	}
+	if scored {
+		flags |= 2
+	}
+	dst = append(dst, flags)
 	if len(names) > MaxVars {
 		names = names[:MaxVars]
 	}
@@ -366,6 +452,8 @@ func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
 	id = r.u32()
 	info.Code = r.u8()
 	info.Gen = r.u32()
+	flags := r.u8()
+	info.Leasable, info.Scored = flags&1 == 1, flags&2 == 2
 	nv := int(r.u8())
 	for i := 0; i < nv && !r.bad; i++ {
 		info.Vars = append(info.Vars, string(r.bytes(int(r.u8()))))

@@ -12,11 +12,25 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendPick(nil, 1, "default-web-80", "request_uri", "/a", "https", "on"))
 	f.Add(AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 502, true))
 	f.Add(AppendNeedVars(nil, 3, "b"))
+	f.Add(AppendLease(nil, 4, "b", 64))
+	f.Add(AppendCounts(nil, "b", "127.0.0.2:80", 9, 1))
 	f.Add([]byte{0, 0, 0, 6, 1, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var q Request
 		if err := DecodeRequest(b, &q); err != nil {
 			return
+		}
+		switch q.Type {
+		case TypeLease:
+			if re := AppendLease(nil, q.ID, string(q.Backend), q.Count); !bytes.Equal(re, b) {
+				t.Fatalf("lease re-encode differs:\n%x\n%x", re, b)
+			}
+		case TypeCounts:
+			re := AppendCounts(nil, string(q.Backend), string(q.Peer), q.Completed, q.FailedN)
+			copy(re[6:10], b[6:10]) // feedback frames carry no id; any is accepted
+			if !bytes.Equal(re, b) {
+				t.Fatalf("counts re-encode differs:\n%x\n%x", re, b)
+			}
 		}
 		if q.Type == TypePick {
 			vars := make([]string, 0, 2*q.NVars)

@@ -93,12 +93,12 @@ func TestPickReplyRoundTrip(t *testing.T) {
 }
 
 func TestVarsReplyRoundTrip(t *testing.T) {
-	b := AppendVarsReply(nil, 9, CodeOK, 3, []string{"request_uri", "http_x_canary"}, []string{"10.0.0.1:80", "10.0.0.2:80"})
+	b := AppendVarsReply(nil, 9, CodeOK, 3, true, false, []string{"request_uri", "http_x_canary"}, []string{"10.0.0.1:80", "10.0.0.2:80"})
 	id, info, err := DecodeVarsReply(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := BackendInfo{Code: CodeOK, Gen: 3, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
+	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
 	if d := cmp.Diff(want, info); id != 9 || d != "" {
 		t.Fatalf("id %d %s", id, d)
 	}
@@ -107,7 +107,7 @@ func TestVarsReplyRoundTrip(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("10.%d.%d.%d:8080", i>>16, (i>>8)&255, i&255)
 	}
-	b = AppendVarsReply(nil, 1, CodeOK, 1, nil, many)
+	b = AppendVarsReply(nil, 1, CodeOK, 1, false, true, nil, many)
 	if n, err := FrameLen(b); err != nil || n != len(b) || n-4 > MaxFrame {
 		t.Fatalf("frame of %d bytes, FrameLen %d %v", len(b), n, err)
 	}
@@ -240,6 +240,52 @@ func TestServerOverUnixSocket(t *testing.T) {
 	}
 	if _, info, err := DecodeVarsReply(cs.out); err != nil || info.Code != CodeUnknownBackend || len(info.Peers) != 0 {
 		t.Fatalf("unknown info: %+v %v", info, err)
+	}
+
+	// Leases: round robin only, positions continue the shared rotation.
+	cs.out = cs.out[:0]
+	if err := cs.handle(AppendNeedVars(nil, 13, "default-web-80")); err != nil {
+		t.Fatal(err)
+	}
+	_, info, err := DecodeVarsReply(cs.out)
+	if err != nil || !info.Leasable || info.Scored {
+		t.Fatalf("round robin info %+v %v; want leasable, not scored", info, err)
+	}
+	// Aggregated completions reach the endpoint's counters.
+	if err := cs.handle(AppendCounts(nil, "default-web-80", info.Peers[1], 7, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range reg.Backends() {
+		for _, ep := range b.Endpoints {
+			if b.Name == "default-web-80" && ep.Address == info.Peers[1] && ep.Failures != 3 {
+				t.Errorf("after a counts frame: %+v; want 3 failures", ep)
+			}
+		}
+	}
+	cs.out = cs.out[:0]
+	if err := cs.handle(AppendLease(nil, 14, "default-web-80", 64)); err != nil {
+		t.Fatal(err)
+	}
+	id, l, err := DecodeLeaseReply(cs.out)
+	if err != nil || id != 14 || l.Code != CodeOK || l.Count != 64 || l.N != 3 {
+		t.Fatalf("lease %d %+v %v", id, l, err)
+	}
+	var a balancer.Attempt
+	next, _ := reg.Pick("default-web-80", balancer.VarsFunc(func(string) ([]byte, bool) { return nil, false }), &a)
+	if want := info.Peers[(l.Start+65)%3]; next.Peer != want {
+		t.Errorf("the pick after a lease of 64 from %d got %s; want %s", l.Start, next.Peer, want)
+	}
+	for _, tc := range []struct {
+		backend string
+		code    byte
+	}{{"default-hash-80", CodeNoPeer}, {"nope", CodeUnknownBackend}} {
+		cs.out = cs.out[:0]
+		if err := cs.handle(AppendLease(nil, 15, tc.backend, 64)); err != nil {
+			t.Fatal(err)
+		}
+		if _, l, err := DecodeLeaseReply(cs.out); err != nil || l.Code != tc.code || l.Count != 0 {
+			t.Errorf("lease of %s: %+v %v; want code %d", tc.backend, l, err, tc.code)
+		}
 	}
 }
 

@@ -20,6 +20,10 @@ type Picker interface {
 	NeededVars(backend string) []string
 	Peers(backend string) []string
 	Version() uint64
+	Lease(backend string, count int) (start uint32, n int, err error)
+	Leasable(backend string) bool
+	Scored(backend string) bool
+	Count(backend, peer string, completed, failed uint64)
 }
 
 // Config of a Server.
@@ -219,9 +223,31 @@ func (cs *conn) handle(frame []byte) error {
 		if peers == nil {
 			code = CodeUnknownBackend
 		}
-		cs.out = AppendVarsReply(cs.out, q.ID, code, gen, p.NeededVars(name), peers)
+		cs.out = AppendVarsReply(cs.out, q.ID, code, gen, p.Leasable(name), p.Scored(name), p.NeededVars(name), peers)
+	case TypeLease:
+		cs.lease(q)
+	case TypeCounts:
+		cs.s.cfg.Picker.Count(unsafeString(q.Backend), unsafeString(q.Peer), uint64(q.Completed), uint64(q.FailedN))
 	}
 	return nil
+}
+
+// lease answers a lease request. The generation is read before the lease is
+// taken: if a sync lands in between, the shim sees a new generation on its
+// next reply and refreshes its peer list.
+func (cs *conn) lease(q *Request) {
+	p := cs.s.cfg.Picker
+	gen := uint32(p.Version())
+	count := min(int(q.Count), MaxLease)
+	start, n, err := p.Lease(unsafeString(q.Backend), count)
+	l := Lease{Gen: gen, Start: start, Count: uint16(count), N: uint16(min(n, 65535))}
+	switch {
+	case errors.Is(err, balancer.ErrUnknownBackend):
+		l = Lease{Code: CodeUnknownBackend, Gen: gen}
+	case err != nil:
+		l = Lease{Code: CodeNoPeer, Gen: gen}
+	}
+	cs.out = AppendLeaseReply(cs.out, q.ID, l)
 }
 
 func (cs *conn) pick(q *Request) {

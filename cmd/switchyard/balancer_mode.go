@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,9 +33,22 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 	pickSocket := fs.String("pick-socket", "/var/run/switchyard/pick.sock", "unix socket the Lua shim asks for peers")
 	gid := fs.Int("socket-gid", -1, "group that owns both sockets (nginx workers' group); -1 keeps the process's")
 	state := fs.String("state-file", "/var/run/switchyard/backends.json", "where the last accepted backends payload is kept, so a restarted balancer serves at once; empty disables")
+	pprofAddr := fs.String("pprof-address", "", "serve Go's /debug/pprof on this loopback address (host:port); empty disables")
 	v := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *pprofAddr != "" {
+		ln, err := listenLoopback(*pprofAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "switchyard balancer: --pprof-address: %v\n", err)
+			return 2
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go func() { _ = (&http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}).Serve(ln) }()
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "switchyard balancer: unexpected argument %q\n", fs.Arg(0))
@@ -48,6 +62,20 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// listenLoopback listens on addr, which must name a loopback IP: debug
+// endpoints are never exposed beyond the node.
+func listenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("%q is not a loopback address", addr)
+	}
+	return net.Listen("tcp", addr)
 }
 
 // balancerSockets are the paths balancer mode serves on.

@@ -48,8 +48,16 @@ local _M = {
 }
 
 local VERSION = 1
-local T_PICK, T_DONE, T_INFO = 1, 2, 3
-local T_PICK_REPLY, T_INFO_REPLY = 0x81, 0x83
+local T_PICK, T_DONE, T_INFO, T_LEASE, T_COUNTS = 1, 2, 3, 4, 5
+local T_PICK_REPLY, T_INFO_REPLY, T_LEASE_REPLY = 0x81, 0x83, 0x84
+-- LEASE is how many round-robin positions one lease reserves; a new one is
+-- asked for when half are used.
+local LEASE = 64
+-- LEASE_TTL bounds how long a lease is used, in seconds: endpoint changes
+-- reach a worker within it even with no other reply in between (ingress-
+-- nginx's own sync timer ran every second).
+local LEASE_TTL = 1
+local TWO32 = 4294967296
 local CODE_UNKNOWN = 1
 -- The IEEE 754 bits of -1.0, "not scored", as sent big-endian.
 local NO_SCORE = "\191\240\0\0\0\0\0\0"
@@ -91,6 +99,11 @@ local reader_failed = false
 local wake = nil -- semaphore the writer sleeps on
 local writer_idle = false
 local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, stale}
+-- counts aggregates completions of backends Go does not score:
+-- backend -> peer -> {completed, failed}; flushed every flush_interval.
+local counts = {}
+local counts_dirty = false
+local last_flush = 0
 local last_logged = {}
 
 local function log_once(kind, ...)
@@ -166,7 +179,9 @@ local function parse_info(b, i)
   local info = { vars = {}, nvars = 0, peers = {}, npeers = 0, rr = 0 }
   local code = byte(b, i)
   info.gen = be32(b, i + 1)
-  i = i + 5
+  info.leasable = band(byte(b, i + 5), 1) == 1
+  info.scored = band(byte(b, i + 5), 2) == 2
+  i = i + 6
   local nv = byte(b, i)
   i = i + 1
   for k = 1, nv do
@@ -242,6 +257,18 @@ local function dispatch(b)
     if info and info.gen ~= s.gen then
       info.stale = true
     end
+  elseif typ == T_LEASE_REPLY then
+    local info = s.info
+    info.lpending = false
+    local code, gen = byte(b, 7), be32(b, 8)
+    if code == 0 and gen == info.gen then
+      local start, count, n = be32(b, 12), byte(b, 16) * 256 + byte(b, 17), byte(b, 18) * 256 + byte(b, 19)
+      if n == info.npeers and count > 0 then
+        info.nstart, info.ncount, info.nt = start, count, ngx_now()
+      end
+    elseif gen ~= info.gen then
+      info.stale = true
+    end
   elseif typ == T_INFO_REPLY then
     local info = parse_info(b, 7)
     if info.unknown then
@@ -306,11 +333,28 @@ local function reader(sock)
   kick()
 end
 
+local function flush_counts()
+  local now = ngx_now()
+  if not counts_dirty or now - last_flush < _M.flush_interval then
+    return
+  end
+  last_flush = now
+  local c = counts
+  counts, counts_dirty = {}, false
+  for backend, peers in pairs(c) do
+    local b8 = str8(backend)
+    for peer, n in pairs(peers) do
+      enqueue(frame(T_COUNTS, 0, b8 .. str8(peer) .. u32(n[1]) .. u32(n[2])))
+    end
+  end
+end
+
 local function writer(sock)
   while true do
     if reader_failed or ngx.worker.exiting() then
       return
     end
+    flush_counts()
     if nqueue > 0 then
       local q = queue
       queue, spare = spare, queue
@@ -423,6 +467,50 @@ local function get_info(name)
   return info
 end
 
+local function request_lease(info, name)
+  info.lpending = true
+  local id = new_id()
+  if enqueue(frame(T_LEASE, id, str8(name) .. u16(LEASE))) then
+    waiting[id] = { name = name, info = info, pending = true }
+    kick()
+  else
+    info.lpending = false
+  end
+end
+
+-- take_leased fills s from the backend's lease: the next rotation position
+-- Go reserved for this worker, and the positions after it for retries.
+local function take_leased(s, info, name)
+  local now = ngx_now()
+  if (info.lleft or 0) == 0 or now - info.lt >= LEASE_TTL or info.lgen ~= info.gen then
+    info.lleft = 0
+    if info.nstart and now - info.nt < LEASE_TTL then
+      info.lpos, info.lleft, info.lt, info.lgen = info.nstart + 1, info.ncount, info.nt, info.gen
+      info.nstart = nil
+    end
+  end
+  local left = info.lleft
+  if left == 0 then
+    if not info.lpending then
+      request_lease(info, name)
+    end
+    return false
+  end
+  local pos = info.lpos
+  info.lpos, info.lleft = pos + 1, left - 1
+  if left - 1 <= LEASE / 2 and not info.nstart and not info.lpending then
+    request_lease(info, name)
+  end
+  local np, peers, cands, cookies = info.npeers, info.peers, s.cands, s.cookies
+  local k = np < 3 and np or 3
+  for j = 1, k do
+    cands[j] = peers[((pos + j - 1) % TWO32) % np + 1]
+    cookies[j] = false
+  end
+  s.n, s.code, s.alt, s.score, s.backend = k, 0, false, nil, name
+  return true
+end
+
 -- fallback fills s from the backend's last peer list, round robin.
 local function fallback(s, info)
   local np = info.npeers
@@ -457,6 +545,9 @@ function _M.pick(name)
   if not connected then
     log_once("fallback", "Go side unreachable; round robin over the last peer lists")
     return fallback(s, info)
+  end
+  if info.leasable and take_leased(s, info, name) then
+    return s
   end
   local id = new_id()
   local nv = info.nvars
@@ -503,17 +594,62 @@ local function usec(v)
   return min(floor(x * 1000000 + 0.5), 4294967295)
 end
 
--- feedback queues the outcome of the request's last attempt (and a failure
--- for each earlier attempt) for Go; it rides on the next write.
+local function count(backend, peer, failed)
+  local bc = counts[backend]
+  if not bc then
+    bc = {}
+    counts[backend] = bc
+  end
+  local c = bc[peer]
+  if not c then
+    c = { 0, 0 }
+    bc[peer] = c
+  end
+  c[1] = c[1] + 1
+  if failed then
+    c[2] = c[2] + 1
+  end
+  counts_dirty = true
+end
+
+-- feedback reports the request's attempts to Go: for backends Go scores
+-- (ewma), the last attempt's timings in a frame of its own (and a failure
+-- for each earlier attempt); for the others, per-peer counts summed locally
+-- and sent every flush_interval. Either way it rides on the next write.
 function _M.feedback(s)
-  if not s or s.n == 0 or not s.backend then
+  local name = s and s.backend
+  if not name or s.n == 0 then
     return
   end
   local addrs = ngx_var.upstream_addr
   if not addrs then
     return
   end
-  local backend = str8(s.backend)
+  local info = infos[name]
+  if info and not info.scored then
+    if not find(addrs, ",", 1, true) and not find(addrs, " ", 1, true) then
+      count(name, addrs, ngx_var.upstream_header_time == "-")
+      return
+    end
+    local lastpeer = last(addrs)
+    local n, k = 0, 0
+    for a in string.gmatch(addrs, "[^%s,]+") do
+      if a ~= ":" then
+        n = n + 1
+      end
+    end
+    for a in string.gmatch(addrs, "[^%s,]+") do
+      if a ~= ":" then
+        k = k + 1
+        if k < n then
+          count(name, a, true)
+        end
+      end
+    end
+    count(name, lastpeer, last(ngx_var.upstream_header_time) == "-")
+    return
+  end
+  local backend = str8(name)
   -- Earlier attempts failed (nginx moved on to the next peer).
   local count = 0
   for a in string.gmatch(addrs, "[^%s,]+") do

@@ -1,0 +1,628 @@
+// Command shim benchmarks nginx balancing through the Lua shim against two
+// baselines in one run, on the same three loopback backends (issue 5):
+//
+//	a. nginx with a plain upstream block
+//	b. nginx with a pure-Lua round robin in balancer_by_lua (lua_rr.lua, the
+//	   stand-in for ingress-nginx's Lua balancer)
+//	c. nginx with Switchyard's shim asking `switchyard balancer`
+//
+// For each worker count and wrk connection count it runs the variants in
+// turn, rounds times, and prints medians of rps, p50 and p99 with the ratios
+// c/b and c/a as a Markdown table. Run it through test/bench/shim.sh.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/template"
+	"time"
+)
+
+func main() {
+	var (
+		duration = flag.Duration("duration", 5*time.Second, "wrk run length per sample")
+		rounds   = flag.Int("rounds", 3, "samples per cell (median reported)")
+		conns    = flag.String("connections", "8,64", "wrk connection counts")
+		workers  = flag.String("workers", "1,2", "nginx worker counts")
+		keep     = flag.Bool("keep", false, "keep the work directory")
+		pprofOut = flag.String("cpuprofile", "", "write a CPU profile of the Go balancer during the last c run to this file")
+		extra    = flag.Bool("hooks", false, "also run variant h: b plus empty rewrite/log Lua hooks touching ngx.ctx (the cost of the phases alone)")
+	)
+	only := flag.String("variants", "", "comma-separated subset of variants to run (for profiling); the table needs a, b and c")
+	flag.Parse()
+	if *only != "" {
+		variants = strings.Split(*only, ",")
+		for _, v := range variants {
+			if v != "a" && v != "b" && v != "c" && v != "h" {
+				fmt.Fprintf(os.Stderr, "unknown variant %q\n", v)
+				os.Exit(2)
+			}
+		}
+	}
+	if *extra {
+		variants = append(variants, "h")
+	}
+	if err := run(*duration, *rounds, ints(*conns), ints(*workers), *keep, *pprofOut); err != nil {
+		fmt.Fprintln(os.Stderr, "shim bench:", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bad number %q\n", f)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+var variants = []string{"a", "b", "c"}
+
+// sample is one wrk run: p50/p99 in ms; cpu is the CPU time the front
+// nginx (all its processes) and, for c, the Go balancer used per request, in
+// microseconds: less sensitive than rps to other load on a shared machine.
+type sample struct{ rps, p50, p99, cpu float64 }
+
+type bench struct {
+	dir, nginx, bin, luaDir, benchDir string
+	backends                          []string
+	statusPort                        int
+	goProc                            *exec.Cmd
+	pprofPort                         int
+}
+
+func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut string) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "switchyard-shim-bench")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	b := &bench{dir: dir, nginx: "/usr/sbin/nginx", luaDir: filepath.Join(root, "lua"), benchDir: filepath.Join(root, "test/bench/shim")}
+	b.bin = filepath.Join(dir, "switchyard")
+	if out, err := exec.Command("go", "build", "-o", b.bin, filepath.Join(root, "cmd/switchyard")).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		p, err := freePort(ip)
+		if err != nil {
+			return err
+		}
+		b.backends = append(b.backends, net.JoinHostPort(ip, strconv.Itoa(p)))
+	}
+	stopBackends, err := b.startBackends()
+	if err != nil {
+		return err
+	}
+	defer stopBackends()
+	if err := b.startGo(); err != nil {
+		return err
+	}
+	defer b.stopGo()
+
+	fmt.Printf("# load before: %s on %d cores; wrk -t2 -d%s, %d rounds, medians\n\n", loadavg(), nproc(), d, rounds)
+	fmt.Println("| workers | conns | a plain rps | b Lua rr rps | c shim rps | c/b | c/a | a p50/p99 ms | b p50/p99 ms | c p50/p99 ms | c p99 / b p99 | CPU µs/req a / b / c | b cpu / c cpu |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, w := range workers {
+		for _, c := range conns {
+			res := map[string][]sample{}
+			for r := 0; r < rounds; r++ {
+				for _, v := range variants {
+					prof := ""
+					if v == "c" && r == rounds-1 && w == workers[len(workers)-1] && c == conns[len(conns)-1] {
+						prof = pprofOut
+					}
+					s, err := b.measure(v, w, c, d, prof)
+					if err != nil {
+						return fmt.Errorf("variant %s, %d workers, %d connections: %w", v, w, c, err)
+					}
+					res[v] = append(res[v], s)
+				}
+			}
+			if h, ok := res["h"]; ok {
+				hh := median(h)
+				fmt.Printf("| %d | %d | h (b + empty rewrite/log hooks): %.0f rps, %.2f / %.2f ms, %.1f CPU µs/req |\n", w, c, hh.rps, hh.p50, hh.p99, hh.cpu)
+			}
+			if len(res["a"]) == 0 || len(res["b"]) == 0 || len(res["c"]) == 0 {
+				for v, r := range res {
+					m := median(r)
+					fmt.Printf("| %d | %d | %s: %.0f rps, %.2f / %.2f ms, %.1f CPU µs/req |\n", w, c, v, m.rps, m.p50, m.p99, m.cpu)
+				}
+				continue
+			}
+			a, bb, cc := median(res["a"]), median(res["b"]), median(res["c"])
+			fmt.Printf("| %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f | %.1f / %.1f / %.1f | %.2f |\n",
+				w, c, a.rps, bb.rps, cc.rps, cc.rps/bb.rps, cc.rps/a.rps, a.p50, a.p99, bb.p50, bb.p99, cc.p50, cc.p99, cc.p99/bb.p99,
+				a.cpu, bb.cpu, cc.cpu, bb.cpu/cc.cpu)
+		}
+	}
+	fmt.Printf("\n# load after: %s\n", loadavg())
+	return nil
+}
+
+func median(s []sample) sample {
+	pick := func(f func(sample) float64) float64 {
+		v := make([]float64, len(s))
+		for i, x := range s {
+			v[i] = f(x)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return sample{pick(func(x sample) float64 { return x.rps }), pick(func(x sample) float64 { return x.p50 }),
+		pick(func(x sample) float64 { return x.p99 }), pick(func(x sample) float64 { return x.cpu })}
+}
+
+// startBackends runs one nginx (1 worker) answering 200 "ok" on the three
+// backend addresses.
+func (b *bench) startBackends() (func(), error) {
+	d := filepath.Join(b.dir, "backends")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, err
+	}
+	var listens strings.Builder
+	for _, a := range b.backends {
+		fmt.Fprintf(&listens, "        listen %s;\n", a)
+	}
+	conf := fmt.Sprintf(`daemon off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path %[1]s/cb;
+    proxy_temp_path %[1]s/p;
+    fastcgi_temp_path %[1]s/f;
+    uwsgi_temp_path %[1]s/u;
+    scgi_temp_path %[1]s/s;
+    server {
+%[2]s        location / { return 200 "ok"; }
+    }
+}
+`, d, listens.String())
+	cmd, err := b.startNginx(d, conf)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range b.backends {
+		if err := waitHTTP("http://"+a+"/", 200); err != nil {
+			stop(cmd)
+			return nil, err
+		}
+	}
+	return func() { stop(cmd) }, nil
+}
+
+func (b *bench) startGo() error {
+	p, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	b.pprofPort = p
+	cmd := exec.Command(b.bin, "balancer", "--configuration-socket", filepath.Join(b.dir, "configuration.sock"),
+		"--pick-socket", filepath.Join(b.dir, "pick.sock"), "--socket-gid", "65534", "--state-file", "",
+		"--pprof-address", fmt.Sprintf("127.0.0.1:%d", p))
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.goProc = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("unix", filepath.Join(b.dir, "pick.sock"))
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("switchyard balancer did not start: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *bench) stopGo() { stop(b.goProc) }
+
+func stop(cmd *exec.Cmd) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+func (b *bench) startNginx(dir, conf string) (*exec.Cmd, error) {
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(b.nginx, "-t", "-q", "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log")).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("nginx -t: %v\n%s", err, out)
+	}
+	cmd := exec.Command(b.nginx, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd, cmd.Start()
+}
+
+var frontTmpl = template.Must(template.New("front").Parse(`load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+daemon off;
+worker_processes {{.Workers}};
+pid {{.Dir}}/nginx.pid;
+error_log {{.Dir}}/error.log warn;
+events { worker_connections 4096; multi_accept on; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    lua_package_path "{{.LuaDir}}/?.lua;{{.BenchDir}}/?.lua;;";
+    lua_shared_dict configuration_data 20M;
+    client_body_temp_path {{.Dir}}/cb;
+    proxy_temp_path {{.Dir}}/p;
+    fastcgi_temp_path {{.Dir}}/f;
+    uwsgi_temp_path {{.Dir}}/u;
+    scgi_temp_path {{.Dir}}/s;
+{{- if or (eq .Variant "b") (eq .Variant "h")}}
+    init_by_lua_block {
+        lua_rr = require("lua_rr")
+        lua_rr.peers = { {{range $i, $b := .Backends}}{{if $i}}, {{end}}"{{$b}}"{{end}} }
+    }
+{{- end}}
+{{- if eq .Variant "c"}}
+    init_by_lua_block {
+        configuration = require("configuration")
+        configuration.prohibited_localhost_port = "{{.StatusPort}}"
+        configuration.api_socket = "unix:{{.APISocket}}"
+        balancer = require("balancer")
+        balancer.configure({ socket = "unix:{{.PickSocket}}" })
+    }
+    init_worker_by_lua_block {
+        balancer.init_worker()
+    }
+{{- end}}
+    upstream upstream_balancer {
+{{- if eq .Variant "a"}}
+{{- range .Backends}}
+        server {{.}};
+{{- end}}
+{{- else}}
+        server 0.0.0.1;
+        balancer_by_lua_block {
+{{- if or (eq .Variant "b") (eq .Variant "h")}}
+            lua_rr.balance()
+{{- else}}
+            balancer.balance()
+{{- end}}
+        }
+{{- end}}
+        keepalive 320;
+        keepalive_requests 10000;
+    }
+    server {
+        listen {{.Listen}};
+        location / {
+            set $proxy_upstream_name "default-bench-80";
+            set $proxy_alternative_upstream_name "";
+            set $balancer_ewma_score -1;
+            set $location_path "/";
+{{- if eq .Variant "c"}}
+            rewrite_by_lua_block {
+                balancer.rewrite()
+            }
+            log_by_lua_block {
+                balancer.log()
+            }
+{{- end}}
+{{- if eq .Variant "h"}}
+            rewrite_by_lua_block {
+                ngx.ctx.x = 1
+            }
+            log_by_lua_block {
+                local x = ngx.ctx.x
+            }
+{{- end}}
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://upstream_balancer;
+        }
+    }
+{{- if eq .Variant "c"}}
+    server {
+        listen 127.0.0.1:{{.StatusPort}};
+        location /configuration {
+            client_max_body_size 21M;
+            client_body_buffer_size 21M;
+            content_by_lua_block {
+                configuration.call()
+            }
+        }
+    }
+{{- end}}
+}
+`))
+
+var (
+	reqSec = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	pct    = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+)
+
+// measure starts the front nginx for variant v, warms it, runs wrk once and
+// stops it.
+func (b *bench) measure(v string, workers, conns int, d time.Duration, profile string) (sample, error) {
+	dir := filepath.Join(b.dir, "front-"+v)
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return sample{}, err
+	}
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		return sample{}, err
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	statusPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return sample{}, err
+	}
+	var conf bytes.Buffer
+	if err := frontTmpl.Execute(&conf, map[string]any{
+		"Variant": v, "Workers": workers, "Dir": dir, "LuaDir": b.luaDir, "BenchDir": b.benchDir,
+		"Backends": b.backends, "Listen": listen, "StatusPort": statusPort,
+		"APISocket": filepath.Join(b.dir, "configuration.sock"), "PickSocket": filepath.Join(b.dir, "pick.sock"),
+	}); err != nil {
+		return sample{}, err
+	}
+	cmd, err := b.startNginx(dir, conf.String())
+	if err != nil {
+		return sample{}, err
+	}
+	defer stop(cmd)
+	if v == "c" {
+		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/configuration/general", statusPort), 0); err != nil {
+			return sample{}, err
+		}
+		if err := b.postBackends(statusPort); err != nil {
+			return sample{}, err
+		}
+	}
+	if err := waitHTTP("http://"+listen+"/", 200); err != nil {
+		return sample{}, err
+	}
+	// Warm up: connections, keepalive pools, the shim's backend info.
+	if _, err := exec.Command("wrk", "-t2", fmt.Sprintf("-c%d", conns), "-d1s", "http://"+listen+"/").Output(); err != nil {
+		return sample{}, fmt.Errorf("wrk warm-up: %w", err)
+	}
+	var profDone chan error
+	if profile != "" {
+		profDone = make(chan error, 1)
+		go func() { profDone <- b.fetchProfile(profile, d) }()
+	}
+	pids := []int{-cmd.Process.Pid}
+	if v == "c" {
+		pids = append(pids, b.goProc.Process.Pid)
+	}
+	cpu0 := cpuTicks(pids)
+	out, err := exec.Command("wrk", "-t2", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%s", d), "--latency", "http://"+listen+"/").Output()
+	if err != nil {
+		return sample{}, fmt.Errorf("wrk: %w", err)
+	}
+	cpu1 := cpuTicks(pids)
+	if v == "c" && os.Getenv("SHIM_BENCH_DEBUG") != "" {
+		g := cpuTicks(pids[1:])
+		fmt.Fprintf(os.Stderr, "go cpu ticks total so far %d\n", g)
+	}
+	if profDone != nil {
+		if err := <-profDone; err != nil {
+			fmt.Fprintln(os.Stderr, "cpu profile:", err)
+		}
+	}
+	smp, err := parseWrk(string(out))
+	if err == nil && smp.rps > 0 {
+		// USER_HZ is 100 on Linux.
+		smp.cpu = float64(cpu1-cpu0) * 10000 / (smp.rps * d.Seconds())
+	}
+	return smp, err
+}
+
+// cpuTicks sums utime+stime of the given processes; a negative pid means
+// every process of that process group.
+func cpuTicks(pids []int) int64 {
+	var total int64
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command name.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		pgrp, _ := strconv.Atoi(f[2])
+		match := false
+		for _, p := range pids {
+			if p == pid || (p < 0 && pgrp == -p) {
+				match = true
+			}
+		}
+		if !match {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += ut + st
+	}
+	return total
+}
+
+func parseWrk(out string) (sample, error) {
+	var s sample
+	m := reqSec.FindStringSubmatch(out)
+	if m == nil {
+		return s, fmt.Errorf("no Requests/sec in wrk output:\n%s", out)
+	}
+	s.rps, _ = strconv.ParseFloat(m[1], 64)
+	if strings.Contains(out, "Non-2xx") || strings.Contains(out, "Socket errors") {
+		return s, fmt.Errorf("wrk saw errors:\n%s", out)
+	}
+	for _, m := range pct.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if m[1] == "50" {
+			s.p50 = v
+		} else {
+			s.p99 = v
+		}
+	}
+	return s, nil
+}
+
+func (b *bench) postBackends(statusPort int) error {
+	var eps []string
+	for _, a := range b.backends {
+		h, p, _ := net.SplitHostPort(a)
+		eps = append(eps, fmt.Sprintf(`{"address":%q,"port":%q}`, h, p))
+	}
+	body := `[{"name":"default-bench-80","port":80,"endpoints":[` + strings.Join(eps, ",") + `],` +
+		`"sessionAffinityConfig":{"name":"","mode":"","cookieSessionAffinity":{"name":""}},` +
+		`"upstreamHashByConfig":{"upstream-hash-by-subset-size":3},"noServer":false,` +
+		`"trafficShapingPolicy":{"weight":0,"weightTotal":0,"header":"","headerValue":"","headerPattern":"","cookie":""}}]`
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/configuration/backends", statusPort), "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 201 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("POST backends: %d %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+func (b *bench) fetchProfile(path string, d time.Duration) error {
+	secs := int(d.Seconds()) - 1
+	if secs < 1 {
+		secs = 1
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", b.pprofPort, secs))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("pprof: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+// waitHTTP polls url until it answers want (any status when want is 0).
+func waitHTTP(url string, want int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if want == 0 || resp.StatusCode == want {
+				return nil
+			}
+			last = fmt.Errorf("%s: %s", url, resp.Status)
+		} else {
+			last = err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.Join(errors.New("not ready: "+url), last)
+}
+
+func freePort(ip string) (int, error) {
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:3], " ")
+}
+
+func nproc() int {
+	out, err := exec.Command("nproc").Output()
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return n
+}
