@@ -12,8 +12,8 @@ const Version = 1
 
 // Frame types. Replies set the high bit of the request's type.
 const (
-	TypePick      = 0x01 // shim -> Go: pick candidates for a request
-	TypeDone      = 0x02 // shim -> Go: completion feedback of one attempt (no reply)
+	TypePick       = 0x01 // shim -> Go: pick candidates for a request
+	TypeDone       = 0x02 // shim -> Go: completion feedback of one attempt (no reply)
 	TypeNeedVars   = 0x03 // shim -> Go: backend info (variables, peers, leasable)
 	TypeLease      = 0x04 // shim -> Go: reserve positions of a round-robin rotation
 	TypeCounts     = 0x05 // shim -> Go: aggregated completions of one endpoint (no reply)
