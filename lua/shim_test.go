@@ -49,7 +49,7 @@ func startBackend(t *testing.T, ip string) *backend {
 			time.Sleep(time.Duration(d))
 		}
 		w.Header().Set("X-Backend", b.addr)
-		io.WriteString(w, b.addr)
+		_, _ = io.WriteString(w, b.addr)
 	})}
 	go func() { _ = b.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = b.srv.Close() })
@@ -154,7 +154,7 @@ func newEnv(t *testing.T, workers int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

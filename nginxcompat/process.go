@@ -303,7 +303,10 @@ func (c *Controller) install(ctx context.Context, r *Rendered) error {
 	}
 	c.running, c.checksum = r.Conf, r.Checksum
 	if c.master == nil {
-		return nil // Run starts nginx on this file
+		// Run starts nginx on this file, which nginx -t accepted.
+		c.lastOK.Set(1)
+		c.lastOKTime.SetToCurrentTime()
+		return nil
 	}
 	if err := c.master.Process.Signal(syscall.SIGHUP); err != nil {
 		return fmt.Errorf("signal nginx: %w", err)

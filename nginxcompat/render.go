@@ -58,6 +58,15 @@ type RenderConfig struct {
 	// APISocket is the unix socket of the Go /configuration API, forwarded
 	// from the status server's /configuration. Empty: not forwarded.
 	APISocket string
+	// PickSocket is the Go balancer's pick socket the Lua shim asks
+	// (balancer.configure in init_by_lua). Empty: the shim's default,
+	// /var/run/switchyard/pick.sock.
+	PickSocket string
+	// DefaultBackendListen, when set, adds ingress-nginx's built-in default
+	// backend: a loopback server answering every request 404 "default
+	// backend - 404". The builder's upstream-default-backend points at
+	// 127.0.0.1:8181 when no --default-backend-service is given. Empty: none.
+	DefaultBackendListen string
 }
 
 func (c RenderConfig) withDefaults() RenderConfig {
@@ -114,6 +123,8 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		HTTPSListens:   rc.HTTPSListen,
 		StatusListen:   rc.StatusListen,
 		APISocket:      rc.APISocket,
+		PickSocket:     rc.PickSocket,
+		DefaultListen:  rc.DefaultBackendListen,
 	}
 	v.G, v.Errors = globals(&cfg.Global)
 	if v.G.HSTS {
@@ -171,6 +182,8 @@ type view struct {
 	HTTPSListens   []string
 	StatusListen   string
 	APISocket      string
+	PickSocket     string
+	DefaultListen  string
 	G              globalView
 	HSTSValue      string
 	Servers        []*serverV
@@ -343,7 +356,14 @@ func checkRenderConfig(rc RenderConfig) error {
 	if rc.APISocket != "" && !reFilePath.MatchString(rc.APISocket) {
 		return fmt.Errorf("nginxcompat: RenderConfig.APISocket %q: want an absolute path", rc.APISocket)
 	}
-	for _, l := range append(append([]string{rc.StatusListen}, rc.HTTPListen...), rc.HTTPSListen...) {
+	if rc.PickSocket != "" && !reFilePath.MatchString(rc.PickSocket) {
+		return fmt.Errorf("nginxcompat: RenderConfig.PickSocket %q: want an absolute path", rc.PickSocket)
+	}
+	listens := append(append([]string{rc.StatusListen}, rc.HTTPListen...), rc.HTTPSListen...)
+	if rc.DefaultBackendListen != "" {
+		listens = append(listens, rc.DefaultBackendListen)
+	}
+	for _, l := range listens {
 		if !reListen.MatchString(l) {
 			return fmt.Errorf("nginxcompat: listen address %q: want port, ipv4:port or [ipv6]:port", l)
 		}

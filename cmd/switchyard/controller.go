@@ -60,9 +60,7 @@ type listening struct {
 // the first configuration is served.
 func serveController(ctx context.Context, opts controllerOptions, ready chan<- listening) error {
 	klogFlags(opts.Verbosity)
-	if opts.DataPlane != "go" {
-		return fmt.Errorf("--data-plane=%s is not available yet; use --data-plane=go", opts.DataPlane)
-	}
+	nginxMode := opts.DataPlane == "nginx"
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -71,7 +69,19 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return err
 	}
 	reg := balancer.NewRegistry(balancer.Config{})
-	metrics := newControllerMetrics(reg)
+	// With nginx, the reload metrics (ingress-nginx's success and
+	// config_last_reload_successful) count real reloads and come from
+	// nginxcompat; with the Go proxy they count syncs.
+	metrics := newControllerMetrics(reg, !nginxMode)
+	errc := make(chan error, 6)
+	var ngx *nginxPlane
+	if nginxMode {
+		ngx, err = newNginxPlane(opts, reg, metrics.registry, errc)
+		if err != nil {
+			return err
+		}
+		defer ngx.close()
+	}
 	px, err := proxy.New(proxy.Config{Picker: reg, Registerer: metrics.registry, MetricsPerHost: opts.MetricsPerHost})
 	if err != nil {
 		return err
@@ -101,10 +111,19 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			// Balancers first, so routes never name a backend the balancer
 			// does not know yet. Per-backend errors were already reported by
 			// the builder; the registry keeps serving the rest.
-			if err := reg.Sync(cfg.Backends); err != nil {
-				klog.ErrorS(err, "some backends were not applied")
+			if ngx != nil {
+				// nginxcompat syncs the balancer before it renders: the
+				// shim never asks for a backend Go does not know.
+				if err := ngx.update(ctx, cfg); err != nil {
+					klog.ErrorS(err, "nginx configuration not applied; the running one keeps serving")
+					return err
+				}
+			} else {
+				if err := reg.Sync(cfg.Backends); err != nil {
+					klog.ErrorS(err, "some backends were not applied")
+				}
+				px.Update(cfg)
 			}
-			px.Update(cfg)
 			l4.Update(tcpproxy.RoutesFrom(cfg))
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some TCP services could not listen")
@@ -131,22 +150,32 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return err
 	}
 
+	statusLn, err := net.Listen("tcp", net.JoinHostPort(opts.StatusAddress, strconv.Itoa(opts.StatusPort)))
+	if err != nil {
+		return fmt.Errorf("listen for status: %w", err)
+	}
+	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := statusSrv.Serve(statusLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	go func() { errc <- runSource(ctx) }()
+	go func() { errc <- ctrl.Run(ctx) }()
+	if nginxMode {
+		httpAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort))
+		httpsAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort))
+		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
+		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
+	}
+
 	httpLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)))
 	if err != nil {
 		return fmt.Errorf("listen for HTTP: %w", err)
 	}
-	statusLn, err := net.Listen("tcp", net.JoinHostPort(opts.StatusAddress, strconv.Itoa(opts.StatusPort)))
-	if err != nil {
-		httpLn.Close()
-		return fmt.Errorf("listen for status: %w", err)
-	}
-	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics), ReadHeaderTimeout: 10 * time.Second}
-
-	errc := make(chan error, 5)
 	httpsLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
 	if err != nil {
 		httpLn.Close()
-		statusLn.Close()
 		return fmt.Errorf("listen for HTTPS: %w", err)
 	}
 	if opts.EnableSSLPassthrough {
@@ -156,20 +185,18 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	} else {
 		go func() { errc <- px.ServeTLS(ctx, httpsLn) }()
 	}
-	go func() { errc <- runSource(ctx) }()
-	go func() { errc <- ctrl.Run(ctx) }()
 	go func() { errc <- px.Serve(ctx, httpLn) }()
-	go func() {
-		if err := statusSrv.Serve(statusLn); !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-		}
-	}()
 	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
+	return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
+}
 
+// waitServing reports the bound addresses once the first configuration is
+// served, then waits for the end of ctx or the first error.
+func waitServing(ctx context.Context, cancel context.CancelFunc, ctrl *controlplane.Controller, errc <-chan error, ready chan<- listening, addrs listening, statusSrv *http.Server) error {
 	select {
 	case <-ctrl.Ready():
 		if ready != nil {
-			ready <- listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}
+			ready <- addrs
 		}
 	case err := <-errc:
 		cancel()
@@ -279,7 +306,7 @@ type controllerMetrics struct {
 	syncDuration prometheus.Histogram
 }
 
-func newControllerMetrics(reg *balancer.Registry) *controllerMetrics {
+func newControllerMetrics(reg *balancer.Registry, syncMetrics bool) *controllerMetrics {
 	m := &controllerMetrics{
 		registry: prometheus.NewRegistry(),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -295,8 +322,11 @@ func newControllerMetrics(reg *balancer.Registry) *controllerMetrics {
 			Help: "Time from the start of a sync to the sinks having the configuration.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	m.registry.MustRegister(m.syncs, m.lastOK, m.syncDuration, balancerCollector{reg},
+	m.registry.MustRegister(m.syncDuration, balancerCollector{reg},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if syncMetrics {
+		m.registry.MustRegister(m.syncs, m.lastOK)
+	}
 	return m
 }
 

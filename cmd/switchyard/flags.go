@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 )
 
@@ -35,6 +36,10 @@ type controllerOptions struct {
 	MetricsPerHost           bool
 	SyncRateLimit            float64
 	DataPlane                string
+	NginxBinary              string
+	NginxDir                 string
+	LuaDir                   string
+	NginxStatusPort          int
 	ListenAddress            string
 	Verbosity                int
 	Version                  bool
@@ -68,6 +73,10 @@ func newControllerFlags(opts *controllerOptions, stderr io.Writer) *flag.FlagSet
 	fs.BoolVar(&opts.MetricsPerHost, "metrics-per-host", true, "label request metrics with the host")
 	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum syncs per second; 0 means the coalescing holdoff alone limits them")
 	fs.StringVar(&opts.DataPlane, "data-plane", "go", "data plane: go (the pure-Go proxy) or nginx")
+	fs.StringVar(&opts.NginxBinary, "nginx-binary", "/usr/sbin/nginx", "nginx executable (--data-plane=nginx)")
+	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
+	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
+	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10245, "loopback port of nginx's internal status server (--data-plane=nginx)")
 	fs.StringVar(&opts.ListenAddress, "listen-address", "", "address the data plane binds to; empty means all")
 	fs.IntVar(&opts.Verbosity, "v", 0, "log verbosity")
 	fs.BoolVar(&opts.Version, "version", false, "print the version and exit")
@@ -117,7 +126,19 @@ func (o *controllerOptions) validate() error {
 		}
 	}
 	switch o.DataPlane {
-	case "go", "nginx":
+	case "go":
+	case "nginx":
+		for _, d := range []struct{ name, v string }{{"nginx-dir", o.NginxDir}, {"lua-dir", o.LuaDir}, {"nginx-binary", o.NginxBinary}} {
+			if !filepath.IsAbs(d.v) {
+				errs = append(errs, fmt.Errorf("-%s: %q is not an absolute path", d.name, d.v))
+			}
+		}
+		if o.NginxStatusPort < 1 || o.NginxStatusPort > 65535 {
+			errs = append(errs, fmt.Errorf("-nginx-status-port: %d is not a port (1-65535)", o.NginxStatusPort))
+		}
+		if o.EnableSSLPassthrough {
+			errs = append(errs, errors.New("-enable-ssl-passthrough: not available with -data-plane=nginx yet (use -data-plane=go)"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("-data-plane: %q is not go or nginx", o.DataPlane))
 	}

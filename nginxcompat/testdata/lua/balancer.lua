@@ -6,6 +6,8 @@ local ngx_balancer = require("ngx.balancer")
 
 local _M = {}
 
+function _M.configure() end
+
 function _M.init_worker() end
 
 function _M.rewrite() end

@@ -85,7 +85,6 @@ type sample struct{ rps, p50, p99, cpu float64 }
 type bench struct {
 	dir, nginx, bin, luaDir, benchDir string
 	backends                          []string
-	statusPort                        int
 	goProc                            *exec.Cmd
 	pprofPort                         int
 }
@@ -100,7 +99,7 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut 
 		return err
 	}
 	if !keep {
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err

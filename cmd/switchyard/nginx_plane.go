@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/balancer/picksock"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/nginxcompat"
+	"k8s.io/klog/v2"
+)
+
+// nginxPlane is --data-plane=nginx: Debian's nginx serves HTTP and HTTPS
+// from a rendered nginx.conf whose Lua shim asks this process's balancer over
+// the pick socket. Configurations go to nginxcompat.Controller, which syncs
+// the balancer and reloads nginx only when the rendered file changes.
+type nginxPlane struct {
+	ctrl    *nginxcompat.Controller
+	picks   *picksock.Server
+	pickLn  net.Listener
+	runOnce sync.Once
+	runDone chan struct{} // closed when Run returned; nil before it starts
+	errc    chan<- error
+}
+
+// nginxWorkerGID is the group nginx workers run as on Debian (nogroup): the
+// pick socket is 0660 and owned by it.
+const nginxWorkerGID = 65534
+
+func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer prometheus.Registerer, errc chan<- error) (*nginxPlane, error) {
+	dir := opts.NginxDir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("nginx dir: %w", err)
+	}
+	pickPath := filepath.Join(dir, "pick.sock")
+	gid := -1
+	if os.Geteuid() == 0 {
+		gid = nginxWorkerGID
+	}
+	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0})
+	pickLn, err := picks.Listen(pickPath)
+	if err != nil {
+		return nil, err
+	}
+	listen := func(port int) []string {
+		if opts.ListenAddress == "" {
+			return []string{strconv.Itoa(port)}
+		}
+		return []string{net.JoinHostPort(opts.ListenAddress, strconv.Itoa(port))}
+	}
+	ctrl, err := nginxcompat.NewController(nginxcompat.ControllerConfig{
+		Nginx:    opts.NginxBinary,
+		ConfPath: filepath.Join(dir, "nginx.conf"),
+		Render: nginxcompat.RenderConfig{
+			LuaDir:       opts.LuaDir,
+			CertDir:      filepath.Join(dir, "certs"),
+			TempDir:      filepath.Join(dir, "tmp"),
+			PIDFile:      filepath.Join(dir, "nginx.pid"),
+			HTTPListen:   listen(opts.HTTPPort),
+			HTTPSListen:  listen(opts.HTTPSPort),
+			StatusListen: net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)),
+			PickSocket:   pickPath,
+			// Where the builder's upstream-default-backend points when no
+			// --default-backend-service is set.
+			DefaultBackendListen: "127.0.0.1:8181",
+		},
+		Backends:   reg,
+		Registerer: registerer,
+		Logf:       func(format string, args ...any) { klog.InfoS(fmt.Sprintf(format, args...)) },
+	})
+	if err != nil {
+		pickLn.Close()
+		return nil, err
+	}
+	p := &nginxPlane{ctrl: ctrl, picks: picks, pickLn: pickLn, errc: errc}
+	go func() {
+		if err := picks.Serve(pickLn); err != nil {
+			errc <- err
+		}
+	}()
+	return p, nil
+}
+
+// update hands cfg to nginx (balancer sync, render, test, reload if the file
+// changed) and starts the nginx master after the first accepted file.
+func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration) error {
+	if err := p.ctrl.Update(ctx, cfg); err != nil {
+		return err
+	}
+	p.runOnce.Do(func() {
+		p.runDone = make(chan struct{})
+		go func() {
+			defer close(p.runDone)
+			if err := p.ctrl.Run(ctx); err != nil {
+				p.errc <- err
+			}
+		}()
+	})
+	return nil
+}
+
+// close waits for nginx to drain and exit (its Run context must have ended)
+// and then stops the pick socket, which the draining workers still use.
+func (p *nginxPlane) close() {
+	p.runOnce.Do(func() {}) // no Run after this
+	if p.runDone != nil {
+		<-p.runDone
+	}
+	_ = p.picks.Close()
+	_ = os.Remove(filepath.Join(filepath.Dir(p.pickLn.Addr().String()), "pick.sock"))
+}

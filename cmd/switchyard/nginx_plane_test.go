@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestControllerNginxDataPlane runs `switchyard controller --data-plane=nginx`
+// on the quickstart manifests: Debian's nginx serves from the rendered file,
+// its Lua shim (lua/) asks this process's balancer over the pick socket, and
+// the quickstart's round robin, canary header and sticky cookie behave as
+// with the Go data plane. An endpoint change reaches nginx without a reload.
+func TestControllerNginxDataPlane(t *testing.T) {
+	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
+		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("nginx workers switch to nobody: run as root (CI does)")
+	}
+	p1, p2 := freePort(t), freePort(t)
+	for i, p := range []int{p1, p2} {
+		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	// nginx workers (nobody) must reach the pick socket inside it.
+	dir, err := os.MkdirTemp("", "switchyard-nginx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	luaDir, err := filepath.Abs("../../lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests := quickstartDir(t, p1, p2)
+	opts, err := parseControllerFlags([]string{"--data-plane", "nginx", "--manifests", manifests,
+		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
+		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(freePort(t)),
+		"--listen-address", "127.0.0.1", "--nginx-dir", dir, "--lua-dir", luaDir}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serveController(ctx, opts, ready) }()
+	var l listening
+	select {
+	case l = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("controller stopped: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+		if _, err := exec.Command("pgrep", "-f", "nginx: master process.*"+dir).Output(); err == nil {
+			t.Errorf("nginx still runs after the controller stopped")
+		}
+	}()
+
+	get := func(host string, hdr ...string) (int, string, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.HTTP+"/", nil)
+		req.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error(), nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b)), resp.Header
+	}
+	// nginx comes up after the first sync; wait until it proxies.
+	deadline := time.Now().Add(defaultTestTimeout)
+	for {
+		code, body, _ := get("echo.localhost")
+		if code == 200 && strings.HasPrefix(body, "backend-") {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "nginx.conf"))
+			t.Fatalf("nginx never proxied: %d %q\n%s", code, body, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	seen := map[string]int{}
+	for range 20 {
+		_, body, _ := get("echo.localhost")
+		seen[strings.SplitN(body, ":", 2)[0]]++
+	}
+	if seen["backend-1"] != 10 || seen["backend-2"] != 10 {
+		t.Errorf("round robin through nginx: %v; want 10 each", seen)
+	}
+	for range 3 {
+		if _, body, _ := get("echo.localhost", "X-Canary", "always"); !strings.HasPrefix(body, "backend-2:") {
+			t.Errorf("canary answered %q", body)
+		}
+	}
+	_, body, h := get("sticky.localhost")
+	cookie := h.Get("Set-Cookie")
+	if !strings.HasPrefix(cookie, "INGRESSCOOKIE=") || !strings.Contains(cookie, "Max-Age=3600") {
+		t.Fatalf("Set-Cookie = %q", cookie)
+	}
+	for range 5 {
+		if again, _, h2 := get("sticky.localhost", "Cookie", strings.SplitN(cookie, ";", 2)[0]); again != 200 || h2.Get("Set-Cookie") != "" {
+			t.Errorf("sticky with the cookie: %d, Set-Cookie %q", again, h2.Get("Set-Cookie"))
+		}
+		if _, again, _ := get("sticky.localhost", "Cookie", strings.SplitN(cookie, ";", 2)[0]); again != body {
+			t.Errorf("sticky answered %q; want %q", again, body)
+		}
+	}
+	if code, _, _ := get("nothing.localhost"); code != 404 {
+		t.Errorf("unknown host: %d; want 404", code)
+	}
+
+	resp, err := http.Get("http://" + l.Status + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"nginx_ingress_controller_config_last_reload_successful 1", "nginx_ingress_controller_success 0"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// An endpoint change reaches the balancer, not nginx: no reload, the
+	// same file, and the traffic follows within the lease lifetime.
+	confBefore, _ := os.ReadFile(filepath.Join(dir, "nginx.conf"))
+	svc := filepath.Join(manifests, "10-services.yaml")
+	data, err := os.ReadFile(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := fmt.Sprintf("  port: %d\n", p2)
+	if !strings.Contains(string(data), old) {
+		t.Fatalf("%s has no %q", svc, old)
+	}
+	moved := strings.Replace(string(data), old, fmt.Sprintf("  port: %d\n", p1), 1)
+	if err := os.WriteFile(svc, []byte(moved), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(defaultTestTimeout)
+	for {
+		all := true
+		for range 6 {
+			if _, body, _ := get("echo.localhost"); !strings.HasPrefix(body, "backend-1:") {
+				all = false
+			}
+		}
+		if all {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the endpoint change never reached the shim")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	confAfter, _ := os.ReadFile(filepath.Join(dir, "nginx.conf"))
+	if string(confBefore) != string(confAfter) {
+		t.Errorf("an endpoint change rewrote nginx.conf")
+	}
+	resp, err = http.Get("http://" + l.Status + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "nginx_ingress_controller_success 0") {
+		t.Errorf("an endpoint change reloaded nginx:\n%s", grepLines(string(b), "nginx_ingress_controller_success"))
+	}
+}
