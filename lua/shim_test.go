@@ -326,6 +326,25 @@ func TestShim(t *testing.T) {
 		t.Errorf("bad payload through nginx = %d %q; want 400", code, b)
 	}
 
+	t.Run("servers POSTed through nginx reach Go and ingress-nginx's certificate dicts", func(t *testing.T) {
+		body := `{"servers":{"shim.test":"uid-1","other.test":"-1"},"certificates":{"uid-1":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}`
+		if code, b := e.post(t, "/configuration/servers", []byte(body)); code != 201 {
+			t.Fatalf("POST /configuration/servers = %d %q; want 201", code, b)
+		}
+		resp, err := e.client.Get(fmt.Sprintf("http://127.0.0.1:%d/test/certificate-uid?host=shim.test", e.statusPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "uid-1" {
+			t.Errorf("certificate_servers[shim.test] = %q; want uid-1", b)
+		}
+		if code, _ := e.post(t, "/configuration/servers", []byte(`{not json`)); code != 400 {
+			t.Errorf("bad servers body = %d; want 400", code)
+		}
+	})
+
 	t.Run("round robin spreads evenly", func(t *testing.T) {
 		counts := map[string]int{}
 		for i := 0; i < 300; i++ {
