@@ -1,0 +1,187 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/test/harness"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// TestNginxDataPlaneAgainstAPIServer runs the real binary with
+// --data-plane=nginx against the real API server: an Ingress appears and
+// Debian's nginx (through the Lua shim) reaches its TEST-NET backend; 50
+// EndpointSlice updates reach the balancer with zero nginx reloads and the
+// traffic follows the last one; a new Ingress host is a structural change
+// and reloads nginx exactly once.
+func TestNginxDataPlaneAgainstAPIServer(t *testing.T) {
+	harness.RequireNetNS(t)
+	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
+		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
+	}
+	c := Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(c.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Three backends on one port, on TEST-NET-1 addresses of the namespace.
+	ips := []string{harness.TestIP(30), harness.TestIP(31), harness.TestIP(32)}
+	port := harness.FreePort(t, ips[0])
+	for _, ip := range ips {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, ip)
+		}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+
+	a := newApplier(t, c.AdminConfig())
+	for _, m := range readManifests(t, filepath.Join(RepoRoot(), "deploy", "base", "ingressclass.yaml")) {
+		if err := a.apply(ctx, m, false); err != nil {
+			t.Fatalf("apply %s: %v", m, err)
+		}
+	}
+	ing, svc, slice := demoObjects(ns)
+	slice.Ports[0].Port = ptrInt32(int32(port))
+	setEndpoints := func(s *discoveryv1.EndpointSlice, addrs ...string) {
+		s.Endpoints = nil
+		for _, a := range addrs {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+	}
+	setEndpoints(slice, ips[0])
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// nginx workers run as nobody: the nginx dir must be reachable.
+	dir, err := os.MkdirTemp("", "switchyard-k8s-nginx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ip := harness.TestIP(2)
+	httpPort, httpsPort, statusPort := harness.FreePort(t, ip), harness.FreePort(t, ip), harness.FreePort(t, ip)
+	args := []string{"--data-plane=nginx", "--kubeconfig=" + c.WriteKubeconfig(t, c.AdminConfig()),
+		"--watch-namespace=" + ns, "--election-id=switchyard-nginx-" + ns,
+		"--listen-address=" + ip, "--http-port=" + strconv.Itoa(httpPort), "--https-port=" + strconv.Itoa(httpsPort),
+		"--status-address=" + ip, "--status-port=" + strconv.Itoa(statusPort),
+		"--nginx-status-port=" + strconv.Itoa(harness.FreePort(t, "127.0.0.1")),
+		"--nginx-dir=" + dir, "--lua-dir=" + filepath.Join(RepoRoot(), "lua")}
+	ctrl := harness.StartProcess(t, harness.Cmd{Name: "switchyard", Path: buildSwitchyard(t, t.TempDir()), Args: args,
+		Env: []string{"POD_NAMESPACE=" + ns}, LogDir: t.TempDir()})
+	status := "http://" + net.JoinHostPort(ip, strconv.Itoa(statusPort))
+	harness.WaitFor(t, time.Minute, "switchyard /readyz", ctrl, harness.HTTPReady(status+"/readyz", http.StatusOK, nil, nil))
+
+	base := "http://" + net.JoinHostPort(ip, strconv.Itoa(httpPort)) + "/"
+	get := func(ctx context.Context, host string) string {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base, nil)
+		if err != nil {
+			return err.Error()
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	onlyFrom := func(host string, want ...string) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			for range 8 {
+				got := get(ctx, host)
+				ok := false
+				for _, w := range want {
+					ok = ok || got == "200 "+w
+				}
+				if !ok {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	harness.WaitFor(t, time.Minute, "nginx proxying web.example to "+ips[0], ctrl, onlyFrom("web.example", ips[0]))
+	reloads := func() string {
+		resp, err := http.Get(status + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "nginx_ingress_controller_success ") {
+				return strings.TrimPrefix(l, "nginx_ingress_controller_success ")
+			}
+		}
+		return "missing"
+	}
+	if r := reloads(); r != "0" {
+		t.Fatalf("reloads after start: %s; want 0", r)
+	}
+
+	// 50 endpoint changes: no reload, and the traffic follows the last.
+	sets := [][]string{{ips[1]}, {ips[0], ips[1]}, {ips[2]}, {ips[1], ips[2]}, ips}
+	for i := 0; i < 50; i++ {
+		cur, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, slice.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setEndpoints(cur, sets[i%len(sets)]...)
+		if i == 49 {
+			setEndpoints(cur, ips[2])
+		}
+		if _, err := admin.DiscoveryV1().EndpointSlices(ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	harness.WaitFor(t, 30*time.Second, "traffic only to the last endpoint set", ctrl, onlyFrom("web.example", ips[2]))
+	t.Logf("traffic converged on the last of 50 EndpointSlice updates %v after it was written", time.Since(start).Round(time.Millisecond))
+	if r := reloads(); r != "0" {
+		t.Errorf("reloads after 50 endpoint changes: %s; want 0", r)
+	}
+
+	// A new host is structural: exactly one reload, and it is served.
+	ing2 := ing.DeepCopy()
+	ing2.Name, ing2.ResourceVersion = "web2", ""
+	ing2.Spec.Rules[0].Host = "web2.example"
+	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "nginx serving web2.example", ctrl, onlyFrom("web2.example", ips[2]))
+	if r := reloads(); r != "1" {
+		t.Errorf("reloads after a new Ingress host: %s; want 1", r)
+	}
+}
