@@ -34,16 +34,21 @@ type Routes struct {
 	Passthrough map[string]string
 	// TCP maps a listen port to its TCP service.
 	TCP map[int]model.L4Service
+	// UDP maps a listen port to its UDP service.
+	UDP map[int]model.L4Service
 }
 
 // RoutesFrom derives the L4 routes of a Configuration.
 func RoutesFrom(cfg *model.Configuration) *Routes {
-	r := &Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}}
+	r := &Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}, UDP: map[int]model.L4Service{}}
 	for _, p := range cfg.PassthroughBackends {
 		r.Passthrough[p.Hostname] = p.Backend
 	}
 	for _, s := range cfg.TCPServices {
 		r.TCP[s.Port] = s
+	}
+	for _, s := range cfg.UDPServices {
+		r.UDP[s.Port] = s
 	}
 	return r
 }
@@ -73,7 +78,8 @@ type Config struct {
 	HelloTimeout time.Duration
 	// ConnectTimeout bounds each upstream dial; zero means 5s.
 	ConnectTimeout time.Duration
-	// IdleTimeout closes a connection with no client bytes for this long;
+	// IdleTimeout closes a connection with no client bytes for this long,
+	// and ends a UDP session with no datagram either way for this long;
 	// zero means 10 minutes (nginx proxy_timeout for streams).
 	IdleTimeout time.Duration
 	// Tries is how many peers a connection may try; zero means 3.
@@ -83,14 +89,15 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Proxy is the L4 data plane: SNI passthrough and TCP services.
+// Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.
 type Proxy struct {
 	cfg     Config
 	metrics *metrics
 	routes  atomic.Pointer[Routes]
 
-	mu        sync.Mutex // guards listeners
+	mu        sync.Mutex // guards listeners and udp
 	listeners map[int]net.Listener
+	udp       map[int]context.CancelFunc // stops a UDP service port
 	conns     inflight
 }
 
@@ -115,8 +122,8 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, metrics: m, listeners: map[int]net.Listener{}}
-	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}})
+	p := &Proxy{cfg: cfg, metrics: m, listeners: map[int]net.Listener{}, udp: map[int]context.CancelFunc{}}
+	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}, UDP: map[int]model.L4Service{}})
 	return p, nil
 }
 
