@@ -179,11 +179,20 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn
 }
 
 func (p *Proxy) handleSNI(c net.Conn) {
+	routes := p.routes.Load()
+	if len(routes.Passthrough) == 0 && p.cfg.HTTPSFallback != "" {
+		// Every connection goes to the fallback whatever its SNI, so the
+		// hello is not awaited: the dial overlaps the client building it.
+		// Issue 7 / ingress-nginx #7827: enabling passthrough no longer
+		// taxes clusters that have no passthrough host.
+		p.toFallback(c, nil)
+		return
+	}
 	br := getReader(c)
 	_ = c.SetReadDeadline(time.Now().Add(p.cfg.HelloTimeout))
 	sni, isTLS := readClientHello(br)
 	_ = c.SetReadDeadline(time.Time{})
-	if backend, ok := p.routes.Load().lookup(sni); ok && isTLS {
+	if backend, ok := routes.lookup(sni); ok && isTLS {
 		p.toBackend(c, br, backend, &connView{sni: sni, remote: remoteIP(c)}, false)
 		return
 	}
@@ -192,9 +201,18 @@ func (p *Proxy) handleSNI(c net.Conn) {
 		_ = c.Close()
 		return
 	}
+	p.toFallback(c, br)
+}
+
+// toFallback pipes c to the local HTTPS data plane behind a PROXY v2 header
+// carrying the client's address. br, if not nil, holds the peeked hello; it
+// is returned to the pool.
+func (p *Proxy) toFallback(c net.Conn, br *bufio.Reader) {
 	up, err := net.DialTimeout("tcp", p.cfg.HTTPSFallback, p.cfg.ConnectTimeout)
 	if err != nil {
-		putReader(br)
+		if br != nil {
+			putReader(br)
+		}
 		p.metrics.fail(fallbackService, reasonConnect)
 		_ = c.Close()
 		return

@@ -156,6 +156,20 @@ func TestSNIPassthroughAndFallback(t *testing.T) {
 	if !strings.HasPrefix(string(got), "fallback from 127.0.0.1") {
 		t.Errorf("plain text answered %q", got)
 	}
+
+	// With no passthrough host left, a passthrough SNI reaches the
+	// fallback too (without the hello being awaited), hello intact.
+	p.Update(RoutesFrom(&model.Configuration{}))
+	raw, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = raw.Write(clientHello(t, "pass.example.com"))
+	got, _ = io.ReadAll(raw)
+	if !strings.HasPrefix(string(got), "fallback from 127.0.0.1 first bytes 22") {
+		t.Errorf("without passthrough hosts, fallback answered %q", got)
+	}
+	raw.Close()
 }
 
 func TestTCPServices(t *testing.T) {
