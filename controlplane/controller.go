@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-proxy/switchyard/controlplane/builder"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,6 +105,9 @@ type Config struct {
 	// stream of events; zero means 500ms. An event more than MaxHoldoff after
 	// the previous build is built at once, without a holdoff.
 	Holdoff, MaxHoldoff time.Duration
+	// SyncRateLimit caps builds per second (ingress-nginx's
+	// --sync-rate-limit, burst 1); zero means only the holdoff limits them.
+	SyncRateLimit float64
 	// ResyncPeriod is the informers' resync; zero means none.
 	ResyncPeriod time.Duration
 	// OnSync, if set, is called after every sync.
@@ -275,6 +279,15 @@ func (c *Controller) markDirty() {
 	}
 }
 
+// drainDirty drops a pending dirty mark: the build about to start reads the
+// informers' current state, which includes that event.
+func (c *Controller) drainDirty() {
+	select {
+	case <-c.dirty:
+	default:
+	}
+}
+
 // Ready is closed after the first Configuration was handed to every sink.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
@@ -303,6 +316,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	var prev *model.Configuration
 	var lastBuild time.Time
 	backoff := time.Duration(0)
+	var limiter *rate.Limiter
+	if c.cfg.SyncRateLimit > 0 {
+		limiter = rate.NewLimiter(rate.Limit(c.cfg.SyncRateLimit), 1)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -314,6 +331,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		// holdoff (as contour's EventHandler).
 		if time.Since(lastBuild) < c.cfg.MaxHoldoff && !c.holdoff(ctx) {
 			return nil
+		}
+		if limiter != nil {
+			// Events arriving meanwhile are folded into this build.
+			if err := limiter.Wait(ctx); err != nil {
+				return nil
+			}
+			c.drainDirty()
 		}
 		lastBuild = time.Now()
 		next, err := c.sync(ctx, prev)

@@ -235,6 +235,48 @@ func TestControllerCoalescesBursts(t *testing.T) {
 	}
 }
 
+// TestSyncRateLimit: with --sync-rate-limit 2, a steady stream of endpoint
+// changes for 1.5 s is built at most 1 + 2 × 1.5 times (burst 1), and the
+// last build still has the final state.
+func TestSyncRateLimit(t *testing.T) {
+	class, svc, slice, ing := objects()
+	client := fake.NewClientset(class, svc, slice, ing)
+	updates, _, _ := runController(t, client, Config{Holdoff: time.Millisecond, MaxHoldoff: 2 * time.Millisecond, SyncRateLimit: 2})
+	next(t, updates, func(update) bool { return true })
+	ctx := context.Background()
+	ready := true
+	start := time.Now()
+	i := 0
+	for time.Since(start) < 1500*time.Millisecond {
+		i++
+		s := slice.DeepCopy()
+		s.ResourceVersion = strconv.Itoa(i + 1)
+		s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"192.0.2." + strconv.Itoa(1+i%40)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}
+		if _, err := client.DiscoveryV1().EndpointSlices("demo").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := slice.DeepCopy()
+	s.ResourceVersion = strconv.Itoa(i + 2)
+	s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.99"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}
+	if _, err := client.DiscoveryV1().EndpointSlices("demo").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	builds := 0
+	next(t, updates, func(u update) bool {
+		builds++
+		return cmp.Equal(endpointsOf(u.cfg, "demo-echo-http"), []string{"192.0.2.99:8080"})
+	})
+	elapsed := time.Since(start).Seconds()
+	if limit := 1 + int(2*elapsed+0.5); builds > limit {
+		t.Errorf("%d updates in %.1fs made %d builds; want at most %d at 2 per second", i, elapsed, builds, limit)
+	}
+	if builds < 2 {
+		t.Errorf("only %d builds: the stream was not built at all", builds)
+	}
+}
+
 // TestRecordErrorsOncePerError: an object error becomes one Warning Event,
 // not one per sync; it is reported again only after it went away and came
 // back.

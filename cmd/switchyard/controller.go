@@ -103,6 +103,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			IngressClassByName:    opts.IngressClassByName, WatchIngressWithoutClass: opts.WatchIngressWithoutClass,
 		},
 		ConfigMap:            opts.ConfigMap,
+		SyncRateLimit:        opts.SyncRateLimit,
 		TCPServicesConfigMap: opts.TCPServicesConfigMap, UDPServicesConfigMap: opts.UDPServicesConfigMap,
 		PublishService: opts.PublishService, PublishStatusAddress: opts.PublishStatusAddress,
 		// The Lease lives in the pod's namespace, as ingress-nginx's does.

@@ -71,7 +71,7 @@ func newControllerFlags(opts *controllerOptions, stderr io.Writer) *flag.FlagSet
 	fs.IntVar(&opts.StatusPort, "status-port", 10254, "port of the status page, /metrics, /healthz and /readyz")
 	fs.StringVar(&opts.StatusAddress, "status-address", "127.0.0.1", "address the status port binds to")
 	fs.BoolVar(&opts.MetricsPerHost, "metrics-per-host", true, "label request metrics with the host")
-	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum syncs per second; 0 means the coalescing holdoff alone limits them")
+	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum configuration builds per second (burst 1; ingress-nginx uses 0.3); 0 means the coalescing holdoff alone limits them")
 	fs.StringVar(&opts.DataPlane, "data-plane", "go", "data plane: go (the pure-Go proxy) or nginx")
 	fs.StringVar(&opts.NginxBinary, "nginx-binary", "/usr/sbin/nginx", "nginx executable (--data-plane=nginx)")
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
