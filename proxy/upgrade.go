@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/valyala/fasthttp"
+)
+
+// upgradeProtocol returns the Upgrade header of a request that asks to
+// switch protocols (Connection lists "upgrade"), else "".
+func upgradeProtocol(h *fasthttp.RequestHeader) string {
+	up := h.Peek("Upgrade")
+	if len(up) == 0 || !tokenListHas(h.Peek("Connection"), "upgrade") {
+		return ""
+	}
+	return string(up)
+}
+
+// upgrade proxies a request that asks to switch protocols (WebSocket and
+// others): it dials a picked peer, sends the request with Connection:
+// upgrade and the Upgrade header kept, and on 101 hijacks the client
+// connection, relays the 101 and copies bytes both ways until both sides
+// are done. Any other answer is relayed as a normal response. Only a failed
+// dial moves on to another peer: nothing was written yet.
+func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, view *requestView, protocol string, o *outcome) {
+	h := &ctx.Request.Header
+	h.Set("Connection", "upgrade")
+	h.Set("Upgrade", protocol)
+	t := timeoutsOf(loc)
+	tries := max(loc.Proxy.NextUpstreamTries, 1)
+	var a balancer.Attempt
+	for attempt := 1; ; attempt++ {
+		pick, err := p.cfg.Picker.Pick(loc.Backend, view, &a)
+		if err != nil {
+			if errors.Is(err, balancer.ErrUnknownBackend) {
+				ctx.Error("503 Service Temporarily Unavailable", fasthttp.StatusServiceUnavailable)
+			} else {
+				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
+			}
+			return
+		}
+		if pick.Alternative {
+			o.canary = pick.Backend
+		}
+		start := time.Now()
+		up, err := net.DialTimeout("tcp", pick.Peer, t.connect)
+		if err != nil {
+			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: time.Since(start), Failed: true})
+			if attempt < tries {
+				a.LastFailure = balancer.FailureFailed
+				continue
+			}
+			ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
+			return
+		}
+		status, err := p.switchProtocols(ctx, up, t, pick.SetCookie)
+		elapsed := time.Since(start)
+		o.upstream += elapsed
+		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: status, Failed: err != nil})
+		if err != nil {
+			_ = up.Close()
+			if isTimeout(err) {
+				ctx.Error("504 Gateway Time-out", fasthttp.StatusGatewayTimeout)
+			} else {
+				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
+			}
+		}
+		return
+	}
+}
+
+// switchProtocols writes the request to up and reads the answer. On 101 it
+// arranges the hijack that owns up from then on; otherwise the answer
+// becomes ctx's response and up is closed.
+func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeouts, setCookie string) (int, error) {
+	if err := up.SetWriteDeadline(time.Now().Add(t.send)); err != nil {
+		return 0, fmt.Errorf("set upstream write deadline: %w", err)
+	}
+	w := bufio.NewWriter(up)
+	ctx.Request.Header.SetContentLength(0)
+	ctx.Request.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI()) // after rewrite-target
+	if err := ctx.Request.Header.Write(w); err != nil {
+		return 0, fmt.Errorf("write upgrade request: %w", err)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, fmt.Errorf("write upgrade request: %w", err)
+	}
+	if err := up.SetDeadline(time.Now().Add(t.read)); err != nil {
+		return 0, fmt.Errorf("set upstream read deadline: %w", err)
+	}
+	br := bufio.NewReader(up)
+	resp := &ctx.Response
+	if err := resp.Header.Read(br); err != nil {
+		return 0, fmt.Errorf("read upgrade response: %w", err)
+	}
+	if err := up.SetDeadline(time.Time{}); err != nil {
+		return 0, fmt.Errorf("clear upstream deadline: %w", err)
+	}
+	status := resp.StatusCode()
+	if setCookie != "" {
+		resp.Header.Add("Set-Cookie", setCookie)
+	}
+	if status != fasthttp.StatusSwitchingProtocols {
+		removeConnectionTokens(resp.Header.Peek("Connection"), resp.Header.Del)
+		for _, h := range hopHeaders {
+			resp.Header.Del(h)
+		}
+		// A refusal is small: read it whole (up to 1 MiB), whatever its
+		// framing, and drop the connection dialled for it.
+		err := resp.ReadBody(br, 1<<20)
+		_ = up.Close()
+		if err != nil {
+			return status, fmt.Errorf("read upgrade refusal: %w", err)
+		}
+		return status, nil
+	}
+	// The 101 goes to the client as the upstream sent it (its Connection
+	// and Upgrade headers are the point of it), written by the hijack
+	// handler rather than by fasthttp.
+	head := append([]byte(nil), resp.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(client net.Conn) {
+		defer up.Close()
+		if _, err := client.Write(head); err != nil {
+			return
+		}
+		relayUpgraded(client, up, br)
+	})
+	return status, nil
+}
+
+// relayUpgraded copies bytes between the hijacked client connection and the
+// upstream (whose first bytes may already sit in upBuf) until both
+// directions end: one named goroutine per direction, each half-closing its
+// destination when its source ends (httputil switchProtocolCopier).
+func relayUpgraded(client, up net.Conn, upBuf *bufio.Reader) {
+	done := make(chan struct{}, 2)
+	go copyToUpstream(up, client, done)
+	go copyToClient(client, upBuf, done)
+	<-done
+	<-done
+}
+
+// copyToUpstream copies client bytes to the upstream.
+func copyToUpstream(up net.Conn, client net.Conn, done chan<- struct{}) {
+	_, _ = io.Copy(up, client)
+	closeWrite(up)
+	done <- struct{}{}
+}
+
+// copyToClient copies upstream bytes to the client.
+func copyToClient(client net.Conn, up io.Reader, done chan<- struct{}) {
+	_, _ = io.Copy(client, up)
+	closeWrite(client)
+	done <- struct{}{}
+}
+
+// closeWrite half-closes c (or closes it when it cannot half-close) so the
+// peer sees the end of this direction.
+func closeWrite(c net.Conn) {
+	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+		c = u.UnsafeConn() // fasthttp's hijacked conn: reach the real one
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
