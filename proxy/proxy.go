@@ -285,7 +285,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: ctx.Response.StatusCode()})
 			removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
 			for _, h := range hopHeaders {
-				ctx.Response.Header.Del(h)
+				if h != "Trailer" { // announces trailers the body stream carries
+					ctx.Response.Header.Del(h)
+				}
 			}
 			if pick.SetCookie != "" {
 				ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
