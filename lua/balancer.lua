@@ -149,6 +149,9 @@ function _M.balance()
 end
 
 function _M.log()
+  if pick.request_metrics then
+    pick.observe_request()
+  end
   local res = ngx.ctx.switchyard
   if not res then
     return

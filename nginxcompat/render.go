@@ -67,6 +67,10 @@ type RenderConfig struct {
 	// backend - 404". The builder's upstream-default-backend points at
 	// 127.0.0.1:8181 when no --default-backend-service is given. Empty: none.
 	DefaultBackendListen string
+	// RequestMetrics turns on the shim's aggregated request metrics (sent
+	// over the pick socket); MetricsPerHost labels them with $server_name.
+	// Both only matter with PickSocket.
+	RequestMetrics, MetricsPerHost bool
 }
 
 func (c RenderConfig) withDefaults() RenderConfig {
@@ -125,6 +129,8 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		APISocket:      rc.APISocket,
 		PickSocket:     rc.PickSocket,
 		DefaultListen:  rc.DefaultBackendListen,
+		RequestMetrics: rc.RequestMetrics,
+		MetricsPerHost: rc.MetricsPerHost,
 	}
 	v.G, v.Errors = globals(&cfg.Global)
 	if v.G.HSTS {
@@ -184,6 +190,8 @@ type view struct {
 	APISocket      string
 	PickSocket     string
 	DefaultListen  string
+	RequestMetrics bool
+	MetricsPerHost bool
 	G              globalView
 	HSTSValue      string
 	Servers        []*serverV

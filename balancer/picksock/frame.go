@@ -17,6 +17,7 @@ const (
 	TypeNeedVars   = 0x03 // shim -> Go: backend info (variables, peers, leasable)
 	TypeLease      = 0x04 // shim -> Go: reserve positions of a round-robin rotation
 	TypeCounts     = 0x05 // shim -> Go: aggregated completions of one endpoint (no reply)
+	TypeRequests   = 0x06 // shim -> Go: aggregated request metrics of one label set (no reply)
 	TypePickReply  = 0x81
 	TypeVarsReply  = 0x83
 	TypeLeaseReply = 0x84
@@ -71,7 +72,17 @@ type Request struct {
 	Count uint16
 	// Counts (Peer is set too):
 	Completed, FailedN uint32
+	// Requests: tab-separated labels, request count, summed duration and
+	// the duration histogram's per-bucket counts (not cumulative).
+	Labels   []byte
+	Requests uint32
+	SumUS    uint64
+	NBuckets int
+	Buckets  [MaxBuckets]uint32
 }
+
+// MaxBuckets bounds the histogram buckets of a requests frame.
+const MaxBuckets = 16
 
 // Var implements balancer.Request over the frame's variables without
 // allocating.
@@ -187,6 +198,19 @@ func DecodeRequest(frame []byte, q *Request) error {
 		q.Peer = r.bytes(int(r.u8()))
 		q.Completed = r.u32()
 		q.FailedN = r.u32()
+	case TypeRequests:
+		// The backend field is empty for this type; labels follow.
+		q.Labels = r.bytes(int(r.u16()))
+		q.Requests = r.u32()
+		q.SumUS = uint64(r.u32())<<32 | uint64(r.u32())
+		nb := int(r.u8())
+		if nb > MaxBuckets {
+			return fmt.Errorf("%w: %d buckets (max %d)", ErrTooBig, nb, MaxBuckets)
+		}
+		q.NBuckets = nb
+		for i := 0; i < nb; i++ {
+			q.Buckets[i] = r.u32()
+		}
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrType, q.Type)
 	}
@@ -324,6 +348,22 @@ func AppendCounts(dst []byte, backend, peer string, completed, failed uint32) []
 	dst = appendStr8(dst, peer)
 	dst = binary.BigEndian.AppendUint32(dst, completed)
 	dst = binary.BigEndian.AppendUint32(dst, failed)
+	return finish(dst, start)
+}
+
+// AppendRequests appends an aggregated request-metrics frame. Its backend
+// field is empty.
+func AppendRequests(dst []byte, labels string, count uint32, sumUS uint64, buckets []uint32) []byte {
+	dst, start := appendHeader(dst, TypeRequests, 0)
+	dst = append(dst, 0) // no backend
+	dst = appendStr16(dst, labels)
+	dst = binary.BigEndian.AppendUint32(dst, count)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(sumUS>>32))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(sumUS))
+	dst = append(dst, byte(len(buckets)))
+	for _, b := range buckets {
+		dst = binary.BigEndian.AppendUint32(dst, b)
+	}
 	return finish(dst, start)
 }
 

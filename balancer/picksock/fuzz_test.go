@@ -14,6 +14,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendNeedVars(nil, 3, "b"))
 	f.Add(AppendLease(nil, 4, "b", 64))
 	f.Add(AppendCounts(nil, "b", "127.0.0.2:80", 9, 1))
+	f.Add(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}))
 	f.Add([]byte{0, 0, 0, 6, 1, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var q Request
@@ -24,6 +25,12 @@ func FuzzDecodeRequest(f *testing.F) {
 		case TypeLease:
 			if re := AppendLease(nil, q.ID, string(q.Backend), q.Count); !bytes.Equal(re, b) {
 				t.Fatalf("lease re-encode differs:\n%x\n%x", re, b)
+			}
+		case TypeRequests:
+			re := AppendRequests(nil, string(q.Labels), q.Requests, q.SumUS, q.Buckets[:q.NBuckets])
+			copy(re[6:10], b[6:10])
+			if len(q.Backend) == 0 && !bytes.Equal(re, b) {
+				t.Fatalf("requests re-encode differs:\n%x\n%x", re, b)
 			}
 		case TypeCounts:
 			re := AppendCounts(nil, string(q.Backend), string(q.Peer), q.Completed, q.FailedN)

@@ -289,6 +289,26 @@ func TestServerOverUnixSocket(t *testing.T) {
 	}
 }
 
+// A requests frame reaches Config.Requests intact.
+func TestRequestsFrame(t *testing.T) {
+	var got struct {
+		labels  string
+		count   uint32
+		sum     uint64
+		buckets []uint32
+	}
+	srv := NewServer(Config{Picker: newRegistry(t), Requests: func(labels []byte, count uint32, sumUS uint64, buckets []uint32) {
+		got.labels, got.count, got.sum, got.buckets = string(labels), count, sumUS, append([]uint32(nil), buckets...)
+	}})
+	cs := &conn{s: srv}
+	if err := cs.handle(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 7, 1<<33+9, []uint32{4, 0, 3})); err != nil {
+		t.Fatal(err)
+	}
+	if got.labels != "h\t200\tGET\t/\tns\ting\tsvc\t" || got.count != 7 || got.sum != 1<<33+9 || !slices.Equal(got.buckets, []uint32{4, 0, 3}) || len(cs.out) != 0 {
+		t.Fatalf("got %+v, reply %x", got, cs.out)
+	}
+}
+
 func BenchmarkPickFrame(b *testing.B) {
 	reg := newRegistry(b)
 	srv := NewServer(Config{Picker: reg})

@@ -36,6 +36,12 @@ type Config struct {
 	Candidates int
 	// Mode is the socket's permission bits. Zero means 0660.
 	Mode os.FileMode
+	// Requests, if set, receives aggregated request metrics (0x06 frames):
+	// tab-separated labels (host, status, method, path, namespace, ingress,
+	// service, canary), the request count, the summed duration in
+	// microseconds and per-bucket counts of the shim's histogram. labels is
+	// only valid during the call.
+	Requests func(labels []byte, count uint32, sumUS uint64, buckets []uint32)
 	// GID, when >= 0 and Chown is true, is the socket's group.
 	GID   int
 	Chown bool
@@ -226,6 +232,10 @@ func (cs *conn) handle(frame []byte) error {
 		cs.out = AppendVarsReply(cs.out, q.ID, code, gen, p.Leasable(name), p.Scored(name), p.NeededVars(name), peers)
 	case TypeLease:
 		cs.lease(q)
+	case TypeRequests:
+		if f := cs.s.cfg.Requests; f != nil {
+			f(q.Labels, q.Requests, q.SumUS, q.Buckets[:q.NBuckets])
+		}
 	case TypeCounts:
 		cs.s.cfg.Picker.Count(unsafeString(q.Backend), unsafeString(q.Peer), uint64(q.Completed), uint64(q.FailedN))
 	}

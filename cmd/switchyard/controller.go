@@ -82,7 +82,12 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		}
 		defer ngx.close()
 	}
-	px, err := proxy.New(proxy.Config{Picker: reg, Registerer: metrics.registry, MetricsPerHost: opts.MetricsPerHost})
+	// With nginx the request metrics come from the shim (nginx_metrics.go).
+	var pxMetrics prometheus.Registerer = metrics.registry
+	if nginxMode {
+		pxMetrics = nil
+	}
+	px, err := proxy.New(proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost})
 	if err != nil {
 		return err
 	}

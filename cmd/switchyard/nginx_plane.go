@@ -44,7 +44,11 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 	if os.Geteuid() == 0 {
 		gid = nginxWorkerGID
 	}
-	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0})
+	reqMetrics := newNginxRequestMetrics()
+	if err := registerer.Register(reqMetrics); err != nil {
+		return nil, fmt.Errorf("register request metrics: %w", err)
+	}
+	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0, Requests: reqMetrics.add})
 	pickLn, err := picks.Listen(pickPath)
 	if err != nil {
 		return nil, err
@@ -70,6 +74,8 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 			// Where the builder's upstream-default-backend points when no
 			// --default-backend-service is set.
 			DefaultBackendListen: "127.0.0.1:8181",
+			RequestMetrics:       true,
+			MetricsPerHost:       opts.MetricsPerHost,
 		},
 		Backends:   reg,
 		Registerer: registerer,

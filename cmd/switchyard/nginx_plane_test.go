@@ -146,6 +146,33 @@ func TestControllerNginxDataPlane(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	// Request metrics come from the shim's aggregated batches.
+	wantReq := []string{
+		`nginx_ingress_controller_requests{canary="demo-echo-canary-http",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 3`,
+		`nginx_ingress_controller_request_duration_seconds_count{canary="demo-echo-canary-http",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 3`,
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + l.Status + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing := ""
+		for _, w := range wantReq {
+			if !strings.Contains(string(b), w) {
+				missing = w
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %q; has:\n%s", missing, grepLines(string(b), "nginx_ingress_controller_requests"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	// An endpoint change reaches the balancer, not nginx: no reload, the
 	// same file, and the traffic follows within the lease lifetime.

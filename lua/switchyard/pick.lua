@@ -45,10 +45,18 @@ local _M = {
   max_queue = 10000,
   -- log_interval: each kind of trouble is logged at most once per interval.
   log_interval = 10,
+  -- request_metrics: aggregate ingress-nginx's request metrics (count and
+  -- duration histogram per host/status/method/path/namespace/ingress/
+  -- service/canary) and send them to Go every flush_interval. Switchyard's
+  -- own nginx.conf turns it on; in an ingress-nginx pod its monitor.lua
+  -- does this job.
+  request_metrics = false,
+  -- metrics_per_host: label request metrics with $server_name.
+  metrics_per_host = true,
 }
 
 local VERSION = 1
-local T_PICK, T_DONE, T_INFO, T_LEASE, T_COUNTS = 1, 2, 3, 4, 5
+local T_PICK, T_DONE, T_INFO, T_LEASE, T_COUNTS, T_REQUESTS = 1, 2, 3, 4, 5, 6
 local T_PICK_REPLY, T_INFO_REPLY, T_LEASE_REPLY = 0x81, 0x83, 0x84
 -- LEASE is how many round-robin positions one lease reserves; a new one is
 -- asked for when half are used.
@@ -333,9 +341,16 @@ local function reader(sock)
   kick()
 end
 
+-- requests aggregates request metrics: label key -> {count, sum_us, b1..b12}.
+local requests = {}
+local requests_dirty = false
+-- Prometheus' default buckets, in seconds; the 12th counts the rest.
+local BUCKETS = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 }
+local NB = #BUCKETS
+
 local function flush_counts()
   local now = ngx_now()
-  if not counts_dirty or now - last_flush < _M.flush_interval then
+  if (not counts_dirty and not requests_dirty) or now - last_flush < _M.flush_interval then
     return
   end
   last_flush = now
@@ -347,6 +362,48 @@ local function flush_counts()
       enqueue(frame(T_COUNTS, 0, b8 .. str8(peer) .. u32(n[1]) .. u32(n[2])))
     end
   end
+  local r = requests
+  requests, requests_dirty = {}, false
+  for key, m in pairs(r) do
+    local parts = { "\0", str16(key), u32(m[1]), u32(floor(m[2] / TWO32)), u32(m[2] % TWO32), char(NB + 1) }
+    for k = 1, NB + 1 do
+      parts[#parts + 1] = u32(m[2 + k])
+    end
+    enqueue(frame(T_REQUESTS, 0, table.concat(parts)))
+  end
+end
+
+local METHODS = { GET = "GET", HEAD = "HEAD", POST = "POST", PUT = "PUT", DELETE = "DELETE", PATCH = "PATCH",
+  OPTIONS = "OPTIONS", CONNECT = "CONNECT", TRACE = "TRACE" }
+
+-- observe_request counts the request in its label set (log phase). Label
+-- values come from the configuration ($server_name, the location's
+-- variables) or small fixed sets (status, method), never raw request data.
+function _M.observe_request()
+  local host = ""
+  if _M.metrics_per_host then
+    host = ngx_var.server_name or ""
+  end
+  local key = host .. "\t" .. (ngx_var.status or "") .. "\t" .. (METHODS[ngx_var.request_method] or "OTHER") .. "\t" ..
+    (ngx_var.location_path or "") .. "\t" .. (ngx_var.namespace or "") .. "\t" .. (ngx_var.ingress_name or "") .. "\t" ..
+    (ngx_var.service_name or "") .. "\t" .. (ngx_var.proxy_alternative_upstream_name or "")
+  local m = requests[key]
+  if not m then
+    m = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    requests[key] = m
+  end
+  local t = tonumber(ngx_var.request_time) or 0
+  m[1] = m[1] + 1
+  m[2] = m[2] + floor(t * 1000000 + 0.5)
+  local k = NB + 1
+  for j = 1, NB do
+    if t <= BUCKETS[j] then
+      k = j
+      break
+    end
+  end
+  m[2 + k] = m[2 + k] + 1
+  requests_dirty = true
 end
 
 local function writer(sock)
