@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -215,23 +217,25 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if limit := loc.Proxy.BodySizeBytes; limit > 0 && int64(ctx.Request.Header.ContentLength()) > limit {
 		// proxy-body-size: a declared length over the limit is refused
 		// before anything goes upstream (nginx client_max_body_size).
-		ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
-		ctx.SetConnectionClose()
+		refuseBody(ctx)
 		return
 	}
-	view := requestView{ctx: ctx, host: host, server: vh.name, location: loc.Path}
+	st := statePool.Get().(*reqState)
+	defer st.release()
+	st.view = requestView{ctx: ctx, host: host, server: vh.name, location: loc.Path}
+	view := &st.view
 	if loc.CORS.Enabled && string(ctx.Method()) == "OPTIONS" && setCORS(ctx, &loc.CORS) {
 		return // a preflight is answered here, as ingress-nginx does
 	}
 	upgrade := upgradeProtocol(&ctx.Request.Header)
-	p.prepare(ctx, loc)
+	st.buf = p.prepare(ctx, loc, st.buf)
 	if rt.rewrite != nil {
 		if path, ok := rt.rewritten(ctx.Path()); ok {
 			ctx.Request.URI().SetPathBytes(path)
 		}
 	}
 	if upgrade != "" {
-		p.upgrade(ctx, loc, &view, upgrade, o)
+		p.upgrade(ctx, loc, view, upgrade, o)
 		return
 	}
 
@@ -243,7 +247,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	ctx.Request.Header.CopyTo(&out.Header)
 	ctx.Request.URI().CopyTo(out.URI())
 	out.UseHostHeader = true
-	var lim limitReader
+	lim := &st.lim
 	cl := ctx.Request.Header.ContentLength()
 	body := ctx.RequestBodyStream()
 	buffered := body == nil || (cl >= 0 && cl <= p.cfg.BodyBufferBytes)
@@ -251,11 +255,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	case buffered:
 		out.SetBodyRaw(ctx.Request.Body())
 	default:
-		lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
+		*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
 		if lim.left <= 0 {
 			lim.left = -1
 		}
-		out.SetBodyStream(&lim, cl)
+		out.SetBodyStream(lim, cl)
 	}
 
 	tries := loc.Proxy.NextUpstreamTries
@@ -263,9 +267,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		tries = 3
 	}
 	replayable := buffered && isReplayable(ctx)
-	var a balancer.Attempt
+	a := &st.attempt
 	for attempt := 1; ; attempt++ {
-		pick, err := p.cfg.Picker.Pick(loc.Backend, &view, &a)
+		pick, err := p.cfg.Picker.Pick(loc.Backend, view, a)
 		if err != nil {
 			if errors.Is(err, balancer.ErrUnknownBackend) {
 				ctx.Error("503 Service Temporarily Unavailable", fasthttp.StatusServiceUnavailable)
@@ -302,8 +306,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		if lim.over {
 			// proxy-body-size while streaming: the chunked body went over
 			// the limit; the upstream got a broken body, the client a 413.
-			ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
-			ctx.SetConnectionClose()
+			refuseBody(ctx)
 			return
 		}
 		if attempt >= tries || !(replayable || isDialError(err)) || !retryable(err) {
@@ -318,9 +321,27 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	}
 }
 
+// reqState is what one request would otherwise allocate: the balancer's
+// request view, the attempt, the body limiter and a header scratch buffer.
+// Pooled; nothing in it outlives the request.
+type reqState struct {
+	view    requestView
+	attempt balancer.Attempt
+	lim     limitReader
+	buf     []byte
+}
+
+var statePool = sync.Pool{New: func() any { return new(reqState) }}
+
+func (st *reqState) release() {
+	*st = reqState{buf: st.buf[:0]}
+	statePool.Put(st)
+}
+
 // prepare rewrites the request for the upstream: hop-by-hop headers out,
-// X-Forwarded-* and X-Real-IP in, X-Request-ID kept or made.
-func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
+// X-Forwarded-* and X-Real-IP in, X-Request-ID kept or made. buf is
+// scratch space, returned for reuse.
+func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location, buf []byte) []byte {
 	h := &ctx.Request.Header
 	removeConnectionTokens(h.Peek("Connection"), h.Del)
 	teTrailers := tokenListHas(h.Peek("Te"), "trailers")
@@ -330,13 +351,16 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
 	if teTrailers {
 		h.Set("Te", "trailers")
 	}
-	ip := ctx.RemoteIP().String()
+	b := buf[:0]
 	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-		h.Set("X-Forwarded-For", string(prior)+", "+ip)
-	} else {
-		h.Set("X-Forwarded-For", ip)
+		b = append(append(b, prior...), ", "...)
 	}
-	h.Set("X-Real-IP", ip)
+	ipAt := len(b)
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		b = ip.Unmap().AppendTo(b)
+	}
+	h.SetBytesV("X-Forwarded-For", b)
+	h.SetBytesV("X-Real-IP", b[ipAt:])
 	proto := "http"
 	if ctx.IsTLS() {
 		proto = "https"
@@ -344,13 +368,15 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
 	h.Set("X-Forwarded-Proto", proto)
 	h.Set("X-Forwarded-Scheme", proto)
 	h.SetBytesV("X-Forwarded-Host", ctx.Host())
-	if _, port, err := net.SplitHostPort(ctx.LocalAddr().String()); err == nil {
-		h.Set("X-Forwarded-Port", port)
+	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
+		b = strconv.AppendInt(b[:0], int64(ta.Port), 10)
+		h.SetBytesV("X-Forwarded-Port", b)
 	}
 	if len(h.Peek("X-Request-ID")) == 0 {
 		var id [16]byte
 		_, _ = rand.Read(id[:])
-		h.Set("X-Request-ID", hex.EncodeToString(id[:]))
+		b = hex.AppendEncode(b[:0], id[:])
+		h.SetBytesV("X-Request-ID", b)
 	}
 	if loc.UpstreamVhost != "" {
 		h.SetHost(loc.UpstreamVhost)
@@ -361,6 +387,7 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location) {
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
 	}
+	return b
 }
 
 // setCORS adds ingress-nginx's CORS headers when the request carries an
@@ -426,13 +453,19 @@ func removeConnectionTokens(conn []byte, del func(string)) {
 }
 
 // tokenListHas reports whether a comma-separated header value lists tok
-// (case-insensitive, parameters after ';' ignored).
+// (case-insensitive, parameters after ';' ignored). It allocates nothing.
 func tokenListHas(v []byte, tok string) bool {
-	for _, t := range strings.Split(string(v), ",") {
-		if i := strings.IndexByte(t, ';'); i >= 0 {
+	for len(v) > 0 {
+		t := v
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			t, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		if i := bytes.IndexByte(t, ';'); i >= 0 {
 			t = t[:i]
 		}
-		if strings.EqualFold(strings.TrimSpace(t), tok) {
+		if strings.EqualFold(string(bytes.TrimSpace(t)), tok) {
 			return true
 		}
 	}
@@ -485,6 +518,20 @@ func isReplayable(ctx *fasthttp.RequestCtx) bool {
 	}
 	return false
 }
+
+// refuseBody answers 413 and closes the connection. Like nginx's lingering
+// close it first reads and drops up to lingerBytes of the unread body, so
+// the client, still sending, reads the 413 instead of a connection reset.
+func refuseBody(ctx *fasthttp.RequestCtx) {
+	if body := ctx.RequestBodyStream(); body != nil {
+		_, _ = io.CopyN(io.Discard, body, lingerBytes)
+	}
+	ctx.Error("413 Request Entity Too Large", fasthttp.StatusRequestEntityTooLarge)
+	ctx.SetConnectionClose()
+}
+
+// lingerBytes bounds what refuseBody drains.
+const lingerBytes = 1 << 20
 
 // isDialError reports whether err happened before anything was written
 // upstream, so even a streamed request may go to another peer.

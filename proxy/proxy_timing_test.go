@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// BenchmarkProxyHTTP1 proxies GET requests from a fasthttp client through
+// an in-memory listener to a fasthttp backend on loopback. allocs/op counts
+// the whole process (client, proxy and backend); fasthttp's client and
+// server allocate nothing in steady state, so it is the proxy's figure.
+func BenchmarkProxyHTTP1(b *testing.B) {
+	beLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte("hello from the backend")
+	be := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
+	go func() { _ = be.Serve(beLn) }()
+	b.Cleanup(func() { _ = be.Shutdown() })
+
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(beLn.Addr().String())}},
+		Servers:  []model.Server{{Hostname: "bench.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(cfg.Backends); err != nil {
+		b.Fatal(err)
+	}
+	p, err := New(Config{Picker: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Update(cfg)
+	ln := fasthttputil.NewInmemoryListener()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("serve: %v", err)
+		}
+	})
+
+	c := &fasthttp.HostClient{Addr: "bench.example.com", Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI("http://bench.example.com/item")
+		for pb.Next() {
+			if err := c.Do(req, resp); err != nil {
+				b.Fatal(err)
+			}
+			if resp.StatusCode() != 200 {
+				b.Fatalf("got status %d; want 200", resp.StatusCode())
+			}
+		}
+	})
+}
