@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The Go data plane (package proxy) against Debian's nginx with a plain
+# upstream block (issue 6), same run, same three loopback backends (a tiny
+# fasthttp static server on 127.0.0.2-4). Each proxy gets the same CPU
+# budget: pinned to CPU 1 (nginx: 1 worker; Go: GOMAXPROCS=1), wrk and the
+# backends pinned to CPU 0. wrk at 8 and 64 connections, keep-alive, the two
+# proxies alternated per round. Reports rps, p50, p99 and the ratio Go/nginx.
+# Usage: test/bench/proxy.sh [seconds] [rounds]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs="${1:-10}"
+rounds="${2:-2}"
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+go build -o "$tmp/pbench" ./test/bench/proxy
+backends="127.0.0.2:18181,127.0.0.3:18181,127.0.0.4:18181"
+taskset -c 0 "$tmp/pbench" backend -listen "$backends" &
+pids+=($!)
+
+mkdir -p "$tmp/nginx/logs"
+cat >"$tmp/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+error_log $tmp/nginx/logs/error.log warn;
+pid $tmp/nginx/nginx.pid;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	client_body_temp_path $tmp/nginx/body;
+	proxy_temp_path $tmp/nginx/proxy;
+	fastcgi_temp_path $tmp/nginx/fastcgi;
+	uwsgi_temp_path $tmp/nginx/uwsgi;
+	scgi_temp_path $tmp/nginx/scgi;
+	upstream bench {
+		server 127.0.0.2:18181;
+		server 127.0.0.3:18181;
+		server 127.0.0.4:18181;
+		keepalive 128;
+	}
+	server {
+		listen 127.0.0.1:18180;
+		server_name bench.local;
+		location / {
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_set_header Host \$host;
+			proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+			proxy_set_header X-Real-IP \$remote_addr;
+			proxy_pass http://bench;
+		}
+	}
+}
+CONF
+taskset -c 1 /usr/sbin/nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
+pids+=($!)
+GOMAXPROCS=1 taskset -c 1 "$tmp/pbench" proxy -listen 127.0.0.1:18190 -backends "$backends" -host bench.local &
+pids+=($!)
+
+for port in 18180 18190; do
+	for _ in $(seq 100); do
+		curl -sf -o /dev/null -H 'Host: bench.local' "http://127.0.0.1:$port/" && break
+		sleep 0.1 # polling the listener; there is nothing to wait on
+	done
+	curl -sf -o /dev/null -H 'Host: bench.local' "http://127.0.0.1:$port/"
+done
+
+# run <port> <conns>: prints "rps p50_us p99_us"
+run() {
+	taskset -c 0 wrk -t2 -c"$2" -d"${secs}s" --latency -H 'Host: bench.local' "http://127.0.0.1:$1/" |
+		awk 'function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return v*1000; if (v ~ /s$/) return v*1000000; return v }
+			/Requests\/sec/ { rps = $2 } $1 == "50%" { p50 = us($2) } $1 == "99%" { p99 = us($2) }
+			/Non-2xx|Socket errors/ { print "# wrk: " $0 > "/dev/stderr" }
+			END { printf "%.0f %.0f %.0f\n", rps, p50, p99 }'
+}
+
+echo "# $(date -u +%FT%TZ), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
+printf '| conns | round | nginx rps | nginx p50 | nginx p99 | Go rps | Go p50 | Go p99 | rps Go/nginx | p99 Go/nginx |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|\n'
+for c in 8 64; do
+	for r in $(seq "$rounds"); do
+		read -r nr n50 n99 < <(run 18180 "$c")
+		read -r gr g50 g99 < <(run 18190 "$c")
+		awk -v c="$c" -v r="$r" -v nr="$nr" -v n50="$n50" -v n99="$n99" -v gr="$gr" -v g50="$g50" -v g99="$g99" 'BEGIN {
+			printf "| %d | %d | %d | %d us | %d us | %d | %d us | %d us | %.2fx | %.2fx |\n", c, r, nr, n50, n99, gr, g50, g99, gr/nr, g99/n99 }'
+	done
+done
