@@ -22,14 +22,16 @@ import (
 var templateFS embed.FS
 
 var confTemplate = template.Must(template.New("nginx.tmpl").Funcs(template.FuncMap{
-	"q":     quote,
-	"onoff": onoff,
+	"q":                   quote,
+	"onoff":               onoff,
+	"checksumPlaceholder": func() string { return checksumPlaceholder },
 }).ParseFS(templateFS, "templates/nginx.tmpl"))
 
 // checksumPlaceholder is replaced, after rendering, by the checksum of the
 // rendered file (computed with the placeholder in place), so the status
 // server answers which generation is loaded.
-const checksumPlaceholder = "@@CHECKSUM@@"
+// It is as long as the hex checksum, so the checksum is written in place.
+const checksumPlaceholder = "@@CHECKSUM" + "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@"
 
 // RenderConfig says where the rendered nginx.conf finds its files and what it
 // listens on. Zero values take the documented defaults.
@@ -166,14 +168,23 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 		v.Servers = append(v.Servers, sv)
 	}
+	// One allocation of about the final size: growing a 30 MB buffer by
+	// doubling cost a third of a 10k-server render in clearing and copying.
+	size := 8192
+	for _, sv := range v.Servers {
+		size += 1024 + 2600*len(sv.Locations)
+	}
 	var buf bytes.Buffer
-	buf.Grow(4096 + 2048*len(v.Servers))
+	buf.Grow(size)
 	if err := confTemplate.Execute(&buf, &v); err != nil {
 		return nil, fmt.Errorf("render nginx.conf: %w", err)
 	}
 	sum := sha256.Sum256(buf.Bytes())
 	hexsum := hex.EncodeToString(sum[:])
-	conf := bytes.Replace(buf.Bytes(), []byte(checksumPlaceholder), []byte(hexsum), 1)
+	conf := buf.Bytes()
+	if i := bytes.Index(conf, []byte(checksumPlaceholder)); i >= 0 {
+		copy(conf[i:], hexsum) // same length: no second 30 MB copy
+	}
 	return &Rendered{Conf: conf, Checksum: hexsum, Errors: v.Errors}, nil
 }
 
