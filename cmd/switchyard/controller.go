@@ -97,7 +97,6 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if err != nil {
 		return err
 	}
-	udp := &udpServices{reg: reg, addr: opts.ListenAddress}
 	history := &statuspage.History{}
 	ctrl, err := controlplane.New(controlplane.Config{
 		Client: client,
@@ -134,7 +133,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some TCP services could not listen")
 			}
-			if err := udp.sync(ctx, cfg.UDPServices); err != nil {
+			if err := l4.SyncUDP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some UDP services could not listen")
 			}
 			return nil
