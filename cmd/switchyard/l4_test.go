@@ -142,6 +142,6 @@ func freeUDPPort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
+	defer func() { _ = pc.Close() }()
 	return pc.LocalAddr().(*net.UDPAddr).Port
 }
