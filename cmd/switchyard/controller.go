@@ -307,6 +307,7 @@ func snapshot(ctrl *controlplane.Controller, reg *balancer.Registry) statuspage.
 type controllerMetrics struct {
 	registry     *prometheus.Registry
 	syncs        *prometheus.CounterVec
+	errors       prometheus.Counter
 	lastOK       prometheus.Gauge
 	syncDuration prometheus.Histogram
 }
@@ -318,6 +319,10 @@ func newControllerMetrics(reg *balancer.Registry, syncMetrics bool) *controllerM
 			Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of successful configuration syncs (ingress-nginx: reload operations).",
 		}, []string{"kind"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "nginx_ingress_controller", Name: "errors",
+			Help: "Cumulative number of failed configuration syncs (ingress-nginx: errors during reload operations).",
+		}),
 		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "nginx_ingress_controller", Name: "config_last_reload_successful",
 			Help: "Whether the last configuration sync was successful.",
@@ -330,13 +335,14 @@ func newControllerMetrics(reg *balancer.Registry, syncMetrics bool) *controllerM
 	m.registry.MustRegister(m.syncDuration, balancerCollector{reg},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if syncMetrics {
-		m.registry.MustRegister(m.syncs, m.lastOK)
+		m.registry.MustRegister(m.syncs, m.errors, m.lastOK)
 	}
 	return m
 }
 
 func (m *controllerMetrics) observeSync(e controlplane.SyncEvent) {
 	if e.Err != nil {
+		m.errors.Inc()
 		m.lastOK.Set(0)
 		return
 	}

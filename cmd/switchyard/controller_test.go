@@ -159,6 +159,7 @@ func TestControllerServesQuickstart(t *testing.T) {
 	for _, want := range []string{
 		"nginx_ingress_controller_config_last_reload_successful 1",
 		`nginx_ingress_controller_success{kind="structural"} 1`,
+		"nginx_ingress_controller_errors 0",
 		fmt.Sprintf(`switchyard_balancer_endpoint_requests_total{backend="demo-echo-http",endpoint="127.0.0.1:%d"} 2`, p1),
 		`nginx_ingress_controller_requests{canary="",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 4`,
 		`nginx_ingress_controller_requests{canary="",host="",ingress="",method="GET",namespace="",path="",service="",status="404"} 1`,
