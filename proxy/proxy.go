@@ -54,6 +54,11 @@ type Config struct {
 	// Registerer receives the request metrics (ingress-nginx's names); nil
 	// means no metrics.
 	Registerer prometheus.Registerer
+	// AccessLog receives one line per request in ingress-nginx's default
+	// log format (log_format upstreaminfo); nil means no access log. It is
+	// written from many goroutines at once, one Write per line, so it must
+	// be safe for concurrent use (an *os.File is).
+	AccessLog io.Writer
 	// MetricsPerHost labels request metrics with the server name
 	// (--metrics-per-host); the label is empty otherwise.
 	MetricsPerHost bool
@@ -161,6 +166,11 @@ type outcome struct {
 	loc      *model.Location
 	canary   string
 	upstream time.Duration
+	// The last attempt's peer, its status and response length, for the
+	// access log.
+	peer           string
+	upstreamStatus int
+	upstreamLength int
 }
 
 // ServeHTTP handles one request and records its metrics.
@@ -168,8 +178,12 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	var o outcome
 	start := time.Now()
 	p.handle(ctx, &o)
+	took := time.Since(start)
 	if p.metrics != nil {
-		p.metrics.observe(ctx, &o, time.Since(start))
+		p.metrics.observe(ctx, &o, took)
+	}
+	if p.cfg.AccessLog != nil {
+		p.accessLog(ctx, &o, start, took)
 	}
 }
 
@@ -285,7 +299,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		if pick.Alternative {
 			o.canary = pick.Backend
 		}
+		o.peer = pick.Peer
 		if err == nil && !lim.over {
+			o.upstreamStatus, o.upstreamLength = ctx.Response.StatusCode(), ctx.Response.Header.ContentLength()
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: ctx.Response.StatusCode()})
 			removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
 			for _, h := range hopHeaders {

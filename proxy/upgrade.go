@@ -63,6 +63,7 @@ func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, view *req
 		status, err := p.switchProtocols(ctx, up, t, pick.SetCookie)
 		elapsed := time.Since(start)
 		o.upstream += elapsed
+		o.peer, o.upstreamStatus = pick.Peer, status
 		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: status, Failed: err != nil})
 		if err != nil {
 			_ = up.Close()

@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the proxy's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Split(strings.TrimSuffix(l.b.String(), "\n"), "\n")
+}
+
+// TestAccessLog: one line per request in ingress-nginx's upstreaminfo
+// format, for a proxied request (upstream fields filled) and for one the
+// default backend answers (upstream fields "-").
+func TestAccessLog(t *testing.T) {
+	a := backend(t, "a")
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "default-a-80", Endpoints: endpoints(a)}},
+		Servers: []model.Server{
+			{Hostname: "_", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: model.DefaultBackendName, IsDefaultBackend: true}}},
+			{Hostname: "log.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "default-a-80")}},
+		},
+	}
+	var log lockedBuffer
+	p, _ := newProxy(t, cfg, Config{AccessLog: &log})
+	base := "http://" + serve(t, p.Serve)
+	get(t, base+"/shop?q=1", "log.example.com", map[string]string{"User-Agent": "tester/1.0", "Referer": "http://ref.example/", "X-Request-ID": "rid-42"})
+	get(t, base+"/nowhere", "unknown.example.com", map[string]string{"User-Agent": "tester/1.0"})
+
+	lines := log.lines()
+	if len(lines) != 2 {
+		t.Fatalf("got %d lines %q; want 2", len(lines), lines)
+	}
+	ts := `\[\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}\]`
+	for i, want := range []string{
+		`^127\.0\.0\.1 - - ` + ts + ` "GET /shop\?q=1 HTTP/1\.1" 200 \d+ "http://ref\.example/" "tester/1\.0" \d+ \d+\.\d{3} \[default-a-80\] \[\] ` +
+			regexp.QuoteMeta(a) + ` \d+ \d+\.\d{3} 200 rid-42$`,
+		`^127\.0\.0\.1 - - ` + ts + ` "GET /nowhere HTTP/1\.1" 404 21 "-" "tester/1\.0" \d+ \d+\.\d{3} \[\] \[\] - - - - -$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(lines[i]) {
+			t.Errorf("line %d: got %q; want it to match %s", i, lines[i], want)
+		}
+	}
+}
