@@ -132,6 +132,7 @@ type Controller struct {
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster
 	emitted     map[string]bool // errors already reported as Events
+	sinkEmitted map[string]bool // sink rejections reported since the last good sync
 
 	status *statusWriter // nil without status publishing
 	built  atomic.Bool   // a Configuration was handed to the sinks
@@ -403,10 +404,15 @@ func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*mode
 	cfg.Version = c.version.Add(1)
 	for _, s := range c.cfg.Sinks {
 		if err := s.Update(ctx, cfg, change); err != nil {
+			var oe ObjectErrorer
+			if errors.As(err, &oe) {
+				c.recordRejections(oe.ObjectErrors())
+			}
 			c.report(SyncEvent{Time: start, Duration: time.Since(start), Version: cfg.Version, Change: change, Err: err})
 			return prev, fmt.Errorf("sink update (version %d): %w", cfg.Version, err)
 		}
 	}
+	c.sinkEmitted = nil
 	c.current.Store(cfg)
 	c.built.Store(true)
 	c.readyOne.Do(func() { close(c.ready) })
@@ -453,6 +459,39 @@ func hashOf(v any) [32]byte {
 		panic("BUG: model does not marshal: " + err.Error())
 	}
 	return sha256.Sum256(b)
+}
+
+// ObjectErrorer is implemented by sink errors that can name the objects at
+// fault (nginx -t refusing a file names the Ingress of the offending line):
+// the controller attaches a Warning Event to each.
+type ObjectErrorer interface {
+	ObjectErrors() []model.ObjectError
+}
+
+// recordRejections emits a Warning Event (reason RELOAD, as ingress-nginx)
+// for each object a sink blamed, once until a sync succeeds again: the loop
+// retries the failing sync with backoff.
+func (c *Controller) recordRejections(errs []model.ObjectError) {
+	if c.sinkEmitted == nil {
+		c.sinkEmitted = map[string]bool{}
+	}
+	for _, e := range errs {
+		if e.Object.Name == "" {
+			continue
+		}
+		key := e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "|" + e.Message
+		if c.sinkEmitted[key] {
+			continue
+		}
+		c.sinkEmitted[key] = true
+		ref := &corev1.ObjectReference{Kind: e.Object.Kind, Namespace: e.Object.Namespace, Name: e.Object.Name, UID: types.UID(e.Object.UID)}
+		if e.Object.Kind == "Ingress" {
+			ref.APIVersion = "networking.k8s.io/v1"
+		} else {
+			ref.APIVersion = "v1"
+		}
+		c.recorder.Event(ref, corev1.EventTypeWarning, "RELOAD", e.Message)
+	}
 }
 
 // recordErrors emits a Warning Event for each object error not reported yet.

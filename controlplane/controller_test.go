@@ -2,8 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,6 +276,76 @@ func TestSyncRateLimit(t *testing.T) {
 	}
 	if builds < 2 {
 		t.Errorf("only %d builds: the stream was not built at all", builds)
+	}
+}
+
+type rejection struct{ refs []model.ObjectError }
+
+func (r rejection) Error() string                     { return "nginx -t failed" }
+func (r rejection) ObjectErrors() []model.ObjectError { return r.refs }
+
+// TestSinkRejectionBecomesEvent: a sink error naming an Ingress becomes one
+// Warning Event (RELOAD) on it while the sync keeps failing, and the loop
+// retries; once a sync succeeds, a new rejection is reported again.
+func TestSinkRejectionBecomesEvent(t *testing.T) {
+	class, svc, slice, ing := objects()
+	client := fake.NewClientset(class, svc, slice, ing)
+	var fail atomic.Bool
+	fail.Store(true)
+	attempts := make(chan struct{}, 100)
+	c, err := New(Config{Client: client, Holdoff: time.Millisecond, MaxHoldoff: 2 * time.Millisecond,
+		Sinks: []Sink{SinkFunc(func(context.Context, *model.Configuration, Change) error {
+			attempts <- struct{}{}
+			if fail.Load() {
+				return fmt.Errorf("render: %w", rejection{[]model.ObjectError{{Object: model.ObjectRef{Kind: "Ingress", Namespace: "demo", Name: "echo"},
+					Message: "nginx -t refused the configuration: bad certificate"}}})
+			}
+			return nil
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for range 2 { // the first attempt and one retry
+		select {
+		case <-attempts:
+		case <-time.After(defaultTestTimeout):
+			t.Fatal("no sync attempt")
+		}
+	}
+	var events []corev1.Event
+	deadline := time.Now().Add(defaultTestTimeout)
+	for time.Now().Before(deadline) {
+		list, err := client.CoreV1().Events("demo").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = list.Items
+		if len(events) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(events) != 1 || events[0].Reason != "RELOAD" || events[0].Type != corev1.EventTypeWarning ||
+		events[0].InvolvedObject.Name != "echo" || !strings.Contains(events[0].Message, "bad certificate") {
+		t.Fatalf("events: %+v; want one Warning RELOAD on Ingress demo/echo", events)
+	}
+	if events[0].Count > 1 {
+		t.Errorf("the rejection was recorded %d times; want once per failing streak", events[0].Count)
+	}
+	fail.Store(false)
+	select {
+	case <-c.Ready():
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("never recovered after the sink accepted")
 	}
 }
 

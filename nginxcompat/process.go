@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -170,6 +171,19 @@ func (e *ConfigError) Error() string {
 		return fmt.Sprintf("nginx refused the configuration (Ingress %s/%s): %s", e.Ingress.Namespace, e.Ingress.Name, e.Output)
 	}
 	return "nginx refused the configuration: " + e.Output
+}
+
+// ObjectErrors names the Ingress nginx's error points at (when found), so
+// the control plane attaches a Warning Event to it.
+func (e *ConfigError) ObjectErrors() []model.ObjectError {
+	if e.Ingress.Name == "" {
+		return nil
+	}
+	out := strings.TrimSpace(e.Output)
+	if i := strings.IndexByte(out, '\n'); i >= 0 {
+		out = out[:i]
+	}
+	return []model.ObjectError{{Object: e.Ingress, Message: "nginx -t refused the configuration; the previous one keeps serving: " + out}}
 }
 
 var (

@@ -224,6 +224,9 @@ func TestControllerRealNginx(t *testing.T) {
 	if ce.Ingress != ing {
 		t.Errorf("offending Ingress: got %+v; want %+v (nginx said %s)", ce.Ingress, ing, ce.Output)
 	}
+	if oe := ce.ObjectErrors(); len(oe) != 1 || oe[0].Object != ing || !strings.Contains(oe[0].Message, "nginx -t refused") {
+		t.Errorf("ObjectErrors (the Event's content) = %+v", oe)
+	}
 	if got := testutil.ToFloat64(c.lastOK); got != 0 {
 		t.Errorf("config_last_reload_successful = %v; want 0", got)
 	}
