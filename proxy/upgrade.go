@@ -81,9 +81,9 @@ func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, view *req
 // arranges the hijack that owns up from then on; otherwise the answer
 // becomes ctx's response and up is closed.
 func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeouts, setCookie string) (int, error) {
-	if err := up.SetWriteDeadline(time.Now().Add(t.send)); err != nil {
-		return 0, fmt.Errorf("set upstream write deadline: %w", err)
-	}
+	// Every read and write on up from here on, the relay's included, must
+	// make progress within proxy-read/send-timeout.
+	up = &timeoutConn{Conn: up, read: t.read, write: t.send}
 	w := bufio.NewWriter(up)
 	ctx.Request.Header.SetContentLength(0)
 	ctx.Request.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI()) // after rewrite-target
@@ -93,16 +93,10 @@ func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeout
 	if err := w.Flush(); err != nil {
 		return 0, fmt.Errorf("write upgrade request: %w", err)
 	}
-	if err := up.SetDeadline(time.Now().Add(t.read)); err != nil {
-		return 0, fmt.Errorf("set upstream read deadline: %w", err)
-	}
 	br := bufio.NewReader(up)
 	resp := &ctx.Response
 	if err := resp.Header.Read(br); err != nil {
 		return 0, fmt.Errorf("read upgrade response: %w", err)
-	}
-	if err := up.SetDeadline(time.Time{}); err != nil {
-		return 0, fmt.Errorf("clear upstream deadline: %w", err)
 	}
 	status := resp.StatusCode()
 	if setCookie != "" {
@@ -139,35 +133,56 @@ func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeout
 
 // relayUpgraded copies bytes between the hijacked client connection and the
 // upstream (whose first bytes may already sit in upBuf) until both
-// directions end: one named goroutine per direction, each half-closing its
-// destination when its source ends (httputil switchProtocolCopier).
+// directions end: one named goroutine per direction (httputil
+// switchProtocolCopier). A clean end of one direction half-closes the other
+// side; an error (including the upstream idle for proxy-read-timeout, or
+// not taking bytes for proxy-send-timeout, as nginx applies them to
+// upgraded connections) closes both connections, which ends the other
+// copier too.
 func relayUpgraded(client, up net.Conn, upBuf *bufio.Reader) {
-	done := make(chan struct{}, 2)
+	done := make(chan error, 2)
 	go copyToUpstream(up, client, done)
 	go copyToClient(client, upBuf, done)
-	<-done
-	<-done
+	if err := <-done; err != nil {
+		_ = up.Close()
+		_ = rawConn(client).Close()
+	}
+	_ = <-done // the other direction; its error needs nothing more
 }
 
 // copyToUpstream copies client bytes to the upstream.
-func copyToUpstream(up net.Conn, client net.Conn, done chan<- struct{}) {
-	_, _ = io.Copy(up, client)
-	closeWrite(up)
-	done <- struct{}{}
+func copyToUpstream(up net.Conn, client net.Conn, done chan<- error) {
+	_, err := io.Copy(up, client)
+	if err == nil {
+		closeWrite(up)
+	}
+	done <- err
 }
 
 // copyToClient copies upstream bytes to the client.
-func copyToClient(client net.Conn, up io.Reader, done chan<- struct{}) {
-	_, _ = io.Copy(client, up)
-	closeWrite(client)
-	done <- struct{}{}
+func copyToClient(client net.Conn, up io.Reader, done chan<- error) {
+	_, err := io.Copy(client, up)
+	if err == nil {
+		closeWrite(client)
+	}
+	done <- err
+}
+
+// rawConn reaches the real connection under fasthttp's hijacked one (whose
+// Close does nothing).
+func rawConn(c net.Conn) net.Conn {
+	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+		return u.UnsafeConn()
+	}
+	return c
 }
 
 // closeWrite half-closes c (or closes it when it cannot half-close) so the
 // peer sees the end of this direction.
 func closeWrite(c net.Conn) {
-	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
-		c = u.UnsafeConn() // fasthttp's hijacked conn: reach the real one
+	c = rawConn(c)
+	if tc, ok := c.(*timeoutConn); ok {
+		c = tc.Conn
 	}
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()

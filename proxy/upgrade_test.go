@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/websocket"
 
@@ -75,5 +77,44 @@ func TestWebSocketEcho(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "no upgrade here: websocket") {
 		t.Errorf("got %d %q; want 400 naming the Upgrade the backend saw", resp.StatusCode, b)
+	}
+}
+
+// TestUpgradedIdleTimeout: an upgraded connection on which the upstream
+// stays silent for proxy-read-timeout is closed on both sides, as nginx
+// does, instead of holding two connections forever.
+func TestUpgradedIdleTimeout(t *testing.T) {
+	ended := make(chan struct{})
+	silent := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) {
+		defer close(ended)
+		var msg string
+		for websocket.Message.Receive(ws, &msg) == nil {
+		}
+	}))
+	t.Cleanup(silent.Close)
+	l := loc("/", model.PathTypePrefix, "silent")
+	l.Proxy.ReadTimeoutSeconds = 1
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "silent", Endpoints: endpoints(strings.TrimPrefix(silent.URL, "http://"))}},
+		Servers:  []model.Server{{Hostname: "127.0.0.1", Locations: []model.Location{l}}},
+	}
+	base, _ := start(t, cfg)
+	ws, err := websocket.Dial("ws"+strings.TrimPrefix(base, "http")+"/", "", "http://127.0.0.1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ws.Close() }()
+	if err := ws.SetReadDeadline(time.Now().Add(defaultTestTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	err = websocket.Message.Receive(ws, &msg)
+	if ne, ok := err.(net.Error); err == nil || (ok && ne.Timeout()) {
+		t.Fatalf("client read: got %v; want the proxy to close the idle connection", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("the upstream connection is still open")
 	}
 }
