@@ -143,11 +143,12 @@ func relayUpgraded(client, up net.Conn, upBuf *bufio.Reader) {
 	done := make(chan error, 2)
 	go copyToUpstream(up, client, done)
 	go copyToClient(client, upBuf, done)
-	if err := <-done; err != nil {
-		_ = up.Close()
-		_ = rawConn(client).Close()
+	for range 2 {
+		if err := <-done; err != nil {
+			_ = up.Close()
+			_ = rawConn(client).Close()
+		}
 	}
-	_ = <-done // the other direction; its error needs nothing more
 }
 
 // copyToUpstream copies client bytes to the upstream.
