@@ -10,38 +10,52 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/test/harness"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
-// TestNginxDataPlaneAgainstAPIServer runs the real binary with
-// --data-plane=nginx against the real API server: an Ingress appears and
-// Debian's nginx (through the Lua shim) reaches its TEST-NET backend; 50
-// EndpointSlice updates reach the balancer with zero nginx reloads and the
-// traffic follows the last one; a new Ingress host is a structural change
-// and reloads nginx exactly once.
-func TestNginxDataPlaneAgainstAPIServer(t *testing.T) {
+// nginxEnv is a switchyard controller with --data-plane=nginx watching one
+// namespace of the shared API server, with an Ingress web.example routed to
+// three TEST-NET backends on one port (the slice starts with the first).
+type nginxEnv struct {
+	ctx      context.Context
+	admin    kubernetes.Interface
+	ns       string
+	ips      []string
+	ing      *networkingv1.Ingress
+	slice    *discoveryv1.EndpointSlice
+	ctrl     *harness.Process
+	get      func(ctx context.Context, host string) string
+	onlyFrom func(host string, want ...string) func(context.Context) (bool, error)
+	reloads  func() string
+	setEps   func(s *discoveryv1.EndpointSlice, addrs ...string)
+}
+
+func startNginxEnv(t *testing.T, first int) *nginxEnv {
 	harness.RequireNetNS(t)
 	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
 		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
 	}
 	c := Shared(t)
 	ns := c.Namespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
 	admin, err := kubernetes.NewForConfig(c.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// Three backends on one port, on TEST-NET-1 addresses of the namespace.
-	ips := []string{harness.TestIP(30), harness.TestIP(31), harness.TestIP(32)}
+	ips := []string{harness.TestIP(first), harness.TestIP(first + 1), harness.TestIP(first + 2)}
 	port := harness.FreePort(t, ips[0])
 	for _, ip := range ips {
 		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
@@ -150,7 +164,20 @@ func TestNginxDataPlaneAgainstAPIServer(t *testing.T) {
 	if r := reloads(); r != "0" {
 		t.Fatalf("reloads after start: %s; want 0", r)
 	}
+	return &nginxEnv{ctx: ctx, admin: admin, ns: ns, ips: ips, ing: ing, slice: slice, ctrl: ctrl, get: get,
+		onlyFrom: onlyFrom, reloads: reloads, setEps: setEndpoints}
+}
 
+// TestNginxDataPlaneAgainstAPIServer runs the real binary with
+// --data-plane=nginx against the real API server: an Ingress appears and
+// Debian's nginx (through the Lua shim) reaches its TEST-NET backend; 50
+// EndpointSlice updates reach the balancer with zero nginx reloads and the
+// traffic follows the last one; a new Ingress host is a structural change
+// and reloads nginx exactly once.
+func TestNginxDataPlaneAgainstAPIServer(t *testing.T) {
+	e := startNginxEnv(t, 30)
+	ctx, admin, ns, ips, ing, slice, ctrl := e.ctx, e.admin, e.ns, e.ips, e.ing, e.slice, e.ctrl
+	onlyFrom, reloads, setEndpoints := e.onlyFrom, e.reloads, e.setEps
 	// 50 endpoint changes: no reload, and the traffic follows the last.
 	sets := [][]string{{ips[1]}, {ips[0], ips[1]}, {ips[2]}, {ips[1], ips[2]}, ips}
 	for i := 0; i < 50; i++ {
@@ -183,5 +210,77 @@ func TestNginxDataPlaneAgainstAPIServer(t *testing.T) {
 	harness.WaitFor(t, 30*time.Second, "nginx serving web2.example", ctrl, onlyFrom("web2.example", ips[2]))
 	if r := reloads(); r != "1" {
 		t.Errorf("reloads after a new Ingress host: %s; want 1", r)
+	}
+}
+
+// TestNginxEndpointChurn changes the EndpointSlice at 20 changes per second
+// (SWITCHYARD_CHURN_DURATION long; 10 s by default, test/bench/churn.sh runs
+// the 5 minutes) while clients request through nginx: zero reloads,
+// zero failed requests, and the traffic follows the last change.
+func TestNginxEndpointChurn(t *testing.T) {
+	duration := 10 * time.Second
+	if v := os.Getenv("SWITCHYARD_CHURN_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SWITCHYARD_CHURN_DURATION: %v", err)
+		}
+		duration = d
+	}
+	e := startNginxEnv(t, 34)
+	ctx, cancel := context.WithTimeout(e.ctx, duration)
+	defer cancel()
+
+	var ok, failed atomic.Int64
+	var firstFailure atomic.Value
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				got := e.get(ctx, "web.example")
+				if strings.HasPrefix(got, "200 ") {
+					ok.Add(1)
+				} else if ctx.Err() == nil {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, got)
+				}
+			}
+		}()
+	}
+	sets := [][]string{{e.ips[1]}, {e.ips[0], e.ips[1]}, {e.ips[2]}, {e.ips[1], e.ips[2]}, e.ips}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	changes := 0
+	for ctx.Err() == nil {
+		cur, err := e.admin.DiscoveryV1().EndpointSlices(e.ns).Get(e.ctx, e.slice.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.setEps(cur, sets[changes%len(sets)]...)
+		if _, err := e.admin.DiscoveryV1().EndpointSlices(e.ns).Update(e.ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		changes++
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	wg.Wait()
+	// The last set written was sets[(changes-1)%len(sets)].
+	last := sets[(changes-1)%len(sets)]
+	harness.WaitFor(t, 30*time.Second, "traffic on the last endpoint set", e.ctrl, e.onlyFrom("web.example", last...))
+	reloads := e.reloads()
+	t.Logf("churn: %d EndpointSlice changes in %v (%.1f/s), %s nginx reloads, %d requests ok, %d failed",
+		changes, duration, float64(changes)/duration.Seconds(), reloads, ok.Load(), failed.Load())
+	if reloads != "0" {
+		t.Errorf("%s reloads during endpoint churn; want 0", reloads)
+	}
+	if failed.Load() != 0 {
+		t.Errorf("%d requests failed during churn (first: %v)", failed.Load(), firstFailure.Load())
+	}
+	if ok.Load() == 0 {
+		t.Error("no request succeeded")
 	}
 }
