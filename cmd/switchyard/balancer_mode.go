@@ -33,6 +33,7 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 	pickSocket := fs.String("pick-socket", "/var/run/switchyard/pick.sock", "unix socket the Lua shim asks for peers")
 	gid := fs.Int("socket-gid", -1, "group that owns both sockets (nginx workers' group); -1 keeps the process's")
 	state := fs.String("state-file", "/var/run/switchyard/backends.json", "where the last accepted backends payload is kept, so a restarted balancer serves at once; empty disables")
+	streamAddr := fs.String("stream-address", "", "serve ingress-nginx's TCP/UDP stream configuration socket (spec 1.6; ingress-nginx uses 127.0.0.1:10247) on this loopback address; empty disables (ingress-nginx's own stream Lua keeps it)")
 	pprofAddr := fs.String("pprof-address", "", "serve Go's /debug/pprof on this loopback address (host:port); empty disables")
 	v := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
@@ -57,6 +58,24 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 	klogFlags(*v)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *streamAddr != "" {
+		ln, err := listenLoopback(*streamAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "switchyard balancer: --stream-address: %v\n", err)
+			return 2
+		}
+		// Stream backends live in a registry of their own: a stream payload
+		// replaces all of them and must not touch the HTTP backends.
+		streams := balancer.NewRegistry(balancer.Config{})
+		go func() {
+			err := nginxcompat.ServeStream(ctx, ln, nginxcompat.StreamConfig{Backends: streams, OnError: func(err error) {
+				klog.InfoS("stream configuration refused", "error", err)
+			}})
+			if err != nil {
+				klog.ErrorS(err, "stream configuration socket")
+			}
+		}()
+	}
 	if err := serveBalancer(ctx, balancerSockets{config: *configSocket, pick: *pickSocket, gid: *gid, state: *state}, nil); err != nil {
 		fmt.Fprintf(stderr, "switchyard balancer: %v\n", err)
 		return 1

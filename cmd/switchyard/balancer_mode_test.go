@@ -113,3 +113,13 @@ func checkPicks(t *testing.T, pickSock string) {
 		}
 	}
 }
+
+// Debug and configuration ports of balancer mode are loopback only.
+func TestBalancerModeRefusesNonLoopback(t *testing.T) {
+	for _, flag := range []string{"--stream-address=0.0.0.0:10247", "--pprof-address=192.0.2.1:6060"} {
+		var stderr strings.Builder
+		if code := runBalancer([]string{flag}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "not a loopback address") {
+			t.Errorf("%s: exit %d, %q; want 2 naming the address", flag, code, stderr.String())
+		}
+	}
+}
