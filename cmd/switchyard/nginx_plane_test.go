@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"golang.org/x/net/websocket"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,6 +50,58 @@ func TestControllerNginxDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifests := quickstartDir(t, p1, p2)
+	// A WebSocket echo behind its own Ingress.
+	wsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsSrv := &http.Server{Handler: websocket.Handler(func(c *websocket.Conn) {
+		for {
+			var m string
+			if websocket.Message.Receive(c, &m) != nil || websocket.Message.Send(c, m) != nil {
+				return
+			}
+		}
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = wsSrv.Serve(wsLn) }()
+	t.Cleanup(func() { _ = wsSrv.Close() })
+	wsPort := wsLn.Addr().(*net.TCPAddr).Port
+	wsYAML := fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: ws, namespace: demo}
+spec:
+  ports:
+  - {name: http, port: 80, targetPort: %[1]d}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: ws-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: ws}
+addressType: IPv4
+ports:
+- {name: http, port: %[1]d, protocol: TCP}
+endpoints:
+- addresses: ["127.0.0.1"]
+  conditions: {ready: true}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: ws, namespace: demo}
+spec:
+  ingressClassName: switchyard
+  rules:
+  - host: ws.localhost
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend: {service: {name: ws, port: {name: http}}}
+`, wsPort)
+	if err := os.WriteFile(filepath.Join(manifests, "40-ws.yaml"), []byte(wsYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	opts, err := parseControllerFlags([]string{"--data-plane", "nginx", "--manifests", manifests,
 		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
 		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(freePort(t)),
@@ -134,6 +188,34 @@ func TestControllerNginxDataPlane(t *testing.T) {
 	if code, _, _ := get("nothing.localhost"); code != 404 {
 		t.Errorf("unknown host: %d; want 404", code)
 	}
+
+	// WebSocket through nginx: the Upgrade reaches the backend and frames
+	// flow both ways.
+	wsCfg, err := websocket.NewConfig("ws://"+l.HTTP+"/chat", "http://ws.localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawConn, err := net.Dial("tcp", l.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsCfg.Header.Set("Host", "ws.localhost")
+	wsCfg.Location.Host = "ws.localhost"
+	ws, err := websocket.NewClient(wsCfg, rawConn)
+	if err != nil {
+		t.Fatalf("WebSocket handshake through nginx: %v", err)
+	}
+	for _, msg := range []string{"hello", strings.Repeat("x", 100000)} {
+		if err := websocket.Message.Send(ws, msg); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := websocket.Message.Receive(ws, &got); err != nil || got != msg {
+			t.Errorf("WebSocket echo of %d bytes: got %d bytes, %v", len(msg), len(got), err)
+		}
+	}
+	_ = ws.Close()
 
 	resp, err := http.Get("http://" + l.Status + "/metrics")
 	if err != nil {
