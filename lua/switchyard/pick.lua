@@ -685,7 +685,13 @@ function _M.feedback(s)
   local info = infos[name]
   if info and not info.scored then
     if not find(addrs, ",", 1, true) and not find(addrs, " ", 1, true) then
-      count(name, addrs, ngx_var.upstream_header_time == "-")
+      -- One attempt. It failed only if no response header came back, and
+      -- then nginx answers 502 or 504 itself: read the variable only then.
+      local failed = false
+      if ngx.status >= 502 then
+        failed = ngx_var.upstream_header_time == "-"
+      end
+      count(name, addrs, failed)
       return
     end
     local lastpeer = last(addrs)
