@@ -1,0 +1,167 @@
+package nginxcompat
+
+import (
+	"bytes"
+	"strconv"
+)
+
+// writeServer appends one server block, exactly as the template's server
+// section used to render it, without text/template's reflection: at 10,000
+// servers this part was most of the render time. Every value was validated
+// by serverView/locationView; strings are quoted with quote, as {{q}} did.
+func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
+	b.WriteString("\n    server {\n        server_name ")
+	for _, n := range sv.Names {
+		b.WriteByte(' ')
+		b.WriteString(quote(n))
+	}
+	b.WriteByte(';')
+	for _, l := range v.HTTPListens {
+		b.WriteString("\n        listen ")
+		b.WriteString(l)
+		if sv.Default {
+			b.WriteString(" default_server")
+		}
+		b.WriteByte(';')
+	}
+	if sv.TLS != "" {
+		for _, l := range v.HTTPSListens {
+			b.WriteString("\n        listen ")
+			b.WriteString(l)
+			b.WriteString(" ssl http2")
+			if sv.Default {
+				b.WriteString(" default_server")
+			}
+			b.WriteByte(';')
+		}
+		b.WriteString("\n        ssl_certificate ")
+		b.WriteString(quote(sv.TLS))
+		b.WriteString(";\n        ssl_certificate_key ")
+		b.WriteString(quote(sv.TLS))
+		b.WriteByte(';')
+		if v.G.HSTS {
+			b.WriteString("\n        add_header Strict-Transport-Security ")
+			b.WriteString(quote(v.HSTSValue))
+			b.WriteString(" always;")
+		}
+	}
+	b.WriteByte('\n')
+	for _, l := range sv.Locations {
+		writeLocation(b, v, l)
+	}
+	b.WriteString("\n    }\n")
+}
+
+func writeInt(b *bytes.Buffer, n int) {
+	var tmp [20]byte
+	b.Write(strconv.AppendInt(tmp[:0], int64(n), 10))
+}
+
+func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
+	b.WriteString("\n        location ")
+	b.WriteString(l.Modifier)
+	b.WriteString(quote(l.Path))
+	b.WriteString(" {\n            set $namespace ")
+	b.WriteString(quote(l.Namespace))
+	b.WriteString(";\n            set $ingress_name ")
+	b.WriteString(quote(l.IngressName))
+	b.WriteString(";\n            set $service_name ")
+	b.WriteString(quote(l.Service))
+	b.WriteString(";\n            set $proxy_upstream_name ")
+	b.WriteString(quote(l.Backend))
+	b.WriteString(";\n            set $proxy_alternative_upstream_name \"\";\n            set $balancer_ewma_score -1;\n            set $location_path ")
+	b.WriteString(quote(l.Path))
+	b.WriteByte(';')
+	for _, a := range l.Allow {
+		b.WriteString("\n            allow ")
+		b.WriteString(a)
+		b.WriteByte(';')
+	}
+	if len(l.Allow) > 0 {
+		b.WriteString("\n            deny all;")
+	}
+	if l.SSLRedirect {
+		b.WriteString("\n            if ($scheme = http) {\n                return ")
+		writeInt(b, v.G.HTTPRedirectCode)
+		b.WriteString(" https://$host$request_uri;\n            }")
+	}
+	if l.AppRoot != "" {
+		b.WriteString("\n            if ($uri = /) {\n                return 302 ")
+		b.WriteString(quote("$scheme://$http_host" + l.AppRoot))
+		b.WriteString(";\n            }")
+	}
+	if l.RedirectURL != "" {
+		b.WriteString("\n            return ")
+		writeInt(b, l.RedirectCode)
+		b.WriteByte(' ')
+		b.WriteString(quote(l.RedirectURL))
+		b.WriteByte(';')
+	}
+	if c := l.CORS; c != nil {
+		b.WriteString("\n            if ($request_method = OPTIONS) {\n                add_header Access-Control-Allow-Origin ")
+		b.WriteString(quote(c.Origin))
+		b.WriteString(" always;\n                add_header Access-Control-Allow-Methods ")
+		b.WriteString(quote(c.Methods))
+		b.WriteString(" always;\n                add_header Access-Control-Allow-Headers ")
+		b.WriteString(quote(c.Headers))
+		b.WriteString(" always;")
+		if c.Credentials {
+			b.WriteString("\n                add_header Access-Control-Allow-Credentials \"true\" always;")
+		}
+		b.WriteString("\n                add_header Access-Control-Max-Age ")
+		writeInt(b, c.MaxAge)
+		b.WriteString(";\n                add_header Content-Type \"text/plain charset=UTF-8\";\n                add_header Content-Length 0;\n                return 204;\n            }\n            add_header Access-Control-Allow-Origin ")
+		b.WriteString(quote(c.Origin))
+		b.WriteString(" always;")
+		if c.Credentials {
+			b.WriteString("\n            add_header Access-Control-Allow-Credentials \"true\" always;")
+		}
+		if c.Expose != "" {
+			b.WriteString("\n            add_header Access-Control-Expose-Headers ")
+			b.WriteString(quote(c.Expose))
+			b.WriteString(" always;")
+		}
+	}
+	b.WriteString("\n\n            rewrite_by_lua_block {\n                balancer.rewrite()\n            }\n            log_by_lua_block {\n                balancer.log()\n            }\n\n            client_max_body_size ")
+	b.WriteString(l.BodySize)
+	b.WriteString(";\n            proxy_connect_timeout ")
+	writeInt(b, l.ConnectTimeout)
+	b.WriteString("s;\n            proxy_send_timeout ")
+	writeInt(b, l.SendTimeout)
+	b.WriteString("s;\n            proxy_read_timeout ")
+	writeInt(b, l.ReadTimeout)
+	b.WriteString("s;\n            proxy_buffering ")
+	b.WriteString(onoff(l.Buffering))
+	b.WriteString(";\n            proxy_next_upstream ")
+	b.WriteString(l.NextUpstream)
+	b.WriteString(";\n            proxy_next_upstream_tries ")
+	writeInt(b, l.NextUpstreamTries)
+	b.WriteString(";\n            proxy_next_upstream_timeout ")
+	writeInt(b, l.NextUpstreamTimeout)
+	b.WriteString("s;\n            proxy_http_version 1.1;\n            proxy_set_header Host ")
+	if l.UpstreamVhost != "" {
+		b.WriteString(quote(l.UpstreamVhost))
+	} else {
+		b.WriteString("$best_http_host")
+	}
+	b.WriteString(";\n            proxy_set_header Upgrade $http_upgrade;\n            proxy_set_header Connection $connection_upgrade;\n            proxy_set_header X-Request-ID $req_id;\n            proxy_set_header X-Real-IP $remote_addr;\n            proxy_set_header X-Forwarded-For $full_x_forwarded_for;\n            proxy_set_header X-Forwarded-Host $best_http_host;\n            proxy_set_header X-Forwarded-Port $pass_server_port;\n            proxy_set_header X-Forwarded-Proto $pass_access_scheme;\n            proxy_set_header X-Forwarded-Scheme $pass_access_scheme;\n            proxy_set_header X-Scheme $pass_access_scheme;")
+	if l.XForwardedPrefix != "" {
+		b.WriteString("\n            proxy_set_header X-Forwarded-Prefix ")
+		b.WriteString(quote(l.XForwardedPrefix))
+		b.WriteByte(';')
+	}
+	if l.RewriteTarget != "" {
+		b.WriteString("\n            rewrite ")
+		b.WriteString(quote(l.RewriteRegex))
+		b.WriteByte(' ')
+		b.WriteString(quote(l.RewriteTarget))
+		b.WriteString(" break;")
+	}
+	if l.GRPC {
+		b.WriteString("\n            grpc_pass ")
+	} else {
+		b.WriteString("\n            proxy_pass ")
+	}
+	b.WriteString(l.Scheme)
+	b.WriteString("://upstream_balancer;\n        }")
+}
