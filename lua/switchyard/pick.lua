@@ -62,9 +62,9 @@ local T_PICK_REPLY, T_INFO_REPLY, T_LEASE_REPLY = 0x81, 0x83, 0x84
 -- asked for when half are used.
 local LEASE = 64
 -- LEASE_TTL bounds how long a lease is used, in seconds: endpoint changes
--- reach a worker within it even with no other reply in between (ingress-
--- nginx's own sync timer ran every second).
-local LEASE_TTL = 1
+-- reach a worker within it even with no other reply in between. Under load a
+-- lease is used up in milliseconds anyway.
+local LEASE_TTL = 0.1
 local TWO32 = 4294967296
 local CODE_UNKNOWN = 1
 -- The IEEE 754 bits of -1.0, "not scored", as sent big-endian.
