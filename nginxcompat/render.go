@@ -274,6 +274,12 @@ type locationV struct {
 	RewriteRegex, RewriteTarget     string
 	GRPC                            bool
 	Scheme                          string
+	// CustomErrors are upstream status codes answered by ErrorBackend
+	// (custom-http-errors); ErrorSlot numbers that backend among the
+	// server's error backends, for the named location's name.
+	CustomErrors []int
+	ErrorBackend string
+	ErrorSlot    int
 }
 
 // quote writes s as an nginx double-quoted string: only \ and " are special
@@ -518,6 +524,21 @@ func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error
 			return nil, fmt.Errorf("source range %q is not a CIDR", c)
 		}
 	}
+	if len(l.CustomHTTPErrors) > 0 {
+		eb := l.CustomDefaultBackend
+		if eb == "" {
+			eb = model.DefaultBackendName
+		}
+		if !reBackendName.MatchString(eb) {
+			return nil, fmt.Errorf("default-backend name %q", eb)
+		}
+		for _, c := range l.CustomHTTPErrors {
+			if c < 400 || c > 599 {
+				return nil, fmt.Errorf("custom-http-errors code %d is not 4xx/5xx", c)
+			}
+		}
+		lv.CustomErrors, lv.ErrorBackend = append([]int(nil), l.CustomHTTPErrors...), eb
+	}
 	lv.SSLRedirect = l.Rewrite.ForceSSLRedirect || (tls && l.Rewrite.SSLRedirect)
 	if r := l.Rewrite.AppRoot; r != "" {
 		if !validPath(r) {
@@ -647,12 +668,15 @@ func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error
 
 // globalView is the validated ConfigMap.
 type globalView struct {
-	WorkerProcesses              string
-	WorkerShutdownTimeout        string
-	MaxWorkerConnections         int
-	KeepAlive                    int
-	KeepAliveRequests            int
-	ServerTokens                 bool
+	WorkerProcesses       string
+	WorkerShutdownTimeout string
+	MaxWorkerConnections  int
+	KeepAlive             int
+	KeepAliveRequests     int
+	ServerTokens          bool
+	// AccessLogDefaultBackend is enable-access-log-for-default-backend:
+	// requests answered by the default backend are logged only with it.
+	AccessLogDefaultBackend      bool
 	UseForwardedHeaders          bool
 	ComputeFullForwardedFor      bool
 	SSLProtocols                 string
@@ -674,7 +698,7 @@ const defaultLogFormat = `$remote_addr - $remote_user [$time_local] "$request" $
 // ConfigMapKeys lists the ingress-nginx ConfigMap keys the template honours.
 var ConfigMapKeys = []string{
 	"worker-processes", "worker-shutdown-timeout", "max-worker-connections", "keep-alive",
-	"keep-alive-requests", "server-tokens", "ssl-protocols", "ssl-ciphers", "log-format-upstream",
+	"keep-alive-requests", "server-tokens", "enable-access-log-for-default-backend", "ssl-protocols", "ssl-ciphers", "log-format-upstream",
 	"upstream-keepalive-connections", "upstream-keepalive-time", "upstream-keepalive-timeout",
 	"upstream-keepalive-requests", "use-forwarded-headers", "compute-full-forwarded-for",
 	"http-redirect-code", "hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload",
@@ -761,6 +785,12 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 		case "server-tokens":
 			if b, err := strconv.ParseBool(val); err == nil {
 				v.ServerTokens = b
+			} else {
+				bad(k, val, "true or false")
+			}
+		case "enable-access-log-for-default-backend":
+			if b, err := strconv.ParseBool(val); err == nil {
+				v.AccessLogDefaultBackend = b
 			} else {
 				bad(k, val, "true or false")
 			}

@@ -3,6 +3,8 @@ package nginxcompat
 import (
 	"bytes"
 	"strconv"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 // writeServer appends one server block, exactly as the template's server
@@ -46,10 +48,57 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		}
 	}
 	b.WriteByte('\n')
+	// custom-http-errors: one named location per error backend and code,
+	// numbered per server (backend names never reach a location name).
+	var errBackends []string
+	type errPage struct{ slot, code int }
+	var pages []errPage
+	seen := map[errPage]bool{}
+	for _, l := range sv.Locations {
+		if len(l.CustomErrors) == 0 {
+			continue
+		}
+		l.ErrorSlot = -1
+		for i, eb := range errBackends {
+			if eb == l.ErrorBackend {
+				l.ErrorSlot = i
+			}
+		}
+		if l.ErrorSlot < 0 {
+			l.ErrorSlot = len(errBackends)
+			errBackends = append(errBackends, l.ErrorBackend)
+		}
+		for _, c := range l.CustomErrors {
+			if p := (errPage{l.ErrorSlot, c}); !seen[p] {
+				seen[p] = true
+				pages = append(pages, p)
+			}
+		}
+	}
 	for _, l := range sv.Locations {
 		writeLocation(b, v, l)
 	}
+	for _, p := range pages {
+		writeErrorLocation(b, errBackends[p.slot], p.slot, p.code)
+	}
 	b.WriteString("\n    }\n")
+}
+
+// writeErrorLocation is ingress-nginx's @custom_<backend>_<code> location:
+// the default backend answers in place of the upstream's error, told the
+// code and the original request in X-* headers.
+func writeErrorLocation(b *bytes.Buffer, backend string, slot, code int) {
+	b.WriteString("\n        location @custom_")
+	writeInt(b, slot)
+	b.WriteByte('_')
+	writeInt(b, code)
+	b.WriteString(" {\n            internal;\n            set $proxy_upstream_name ")
+	b.WriteString(quote(backend))
+	b.WriteString(";\n            set $proxy_alternative_upstream_name \"\";\n            set $balancer_ewma_score -1;")
+	b.WriteString("\n            rewrite_by_lua_block {\n                balancer.rewrite()\n            }\n            log_by_lua_block {\n                balancer.log()\n            }")
+	b.WriteString("\n            proxy_intercept_errors off;\n            proxy_http_version 1.1;\n            proxy_set_header X-Code ")
+	writeInt(b, code)
+	b.WriteString(";\n            proxy_set_header X-Format $http_accept;\n            proxy_set_header X-Original-URI $request_uri;\n            proxy_set_header X-Namespace $namespace;\n            proxy_set_header X-Ingress-Name $ingress_name;\n            proxy_set_header X-Service-Name $service_name;\n            proxy_set_header X-Request-ID $req_id;\n            proxy_set_header Host $best_http_host;\n            rewrite (.*) / break;\n            proxy_pass http://upstream_balancer;\n        }")
 }
 
 func writeInt(b *bytes.Buffer, n int) {
@@ -72,6 +121,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	b.WriteString(";\n            set $proxy_alternative_upstream_name \"\";\n            set $balancer_ewma_score -1;\n            set $location_path ")
 	b.WriteString(quote(l.Path))
 	b.WriteByte(';')
+	if l.Backend == model.DefaultBackendName && !v.G.AccessLogDefaultBackend {
+		b.WriteString("\n            access_log off;")
+	}
 	for _, a := range l.Allow {
 		b.WriteString("\n            allow ")
 		b.WriteString(a)
@@ -156,6 +208,18 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 		b.WriteByte(' ')
 		b.WriteString(quote(l.RewriteTarget))
 		b.WriteString(" break;")
+	}
+	if len(l.CustomErrors) > 0 {
+		b.WriteString("\n            proxy_intercept_errors on;")
+		for _, c := range l.CustomErrors {
+			b.WriteString("\n            error_page ")
+			writeInt(b, c)
+			b.WriteString(" = @custom_")
+			writeInt(b, l.ErrorSlot)
+			b.WriteByte('_')
+			writeInt(b, c)
+			b.WriteByte(';')
+		}
 	}
 	if l.GRPC {
 		b.WriteString("\n            grpc_pass ")

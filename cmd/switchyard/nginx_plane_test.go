@@ -102,6 +102,26 @@ spec:
 	if err := os.WriteFile(filepath.Join(manifests, "40-ws.yaml"), []byte(wsYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A backend answering 503, behind custom-http-errors: 503.
+	errLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream broke", http.StatusServiceUnavailable)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = errSrv.Serve(errLn) }()
+	t.Cleanup(func() { _ = errSrv.Close() })
+	errYAML := strings.NewReplacer("ws", "broken", "40-ws", "50-broken").Replace(wsYAML)
+	errYAML = strings.Replace(errYAML, strconv.Itoa(wsPort), strconv.Itoa(errLn.Addr().(*net.TCPAddr).Port), -1)
+	errYAML = strings.Replace(errYAML, "metadata: {name: broken, namespace: demo}\nspec:\n  ingressClassName",
+		"metadata:\n  name: broken\n  namespace: demo\n  annotations: {nginx.ingress.kubernetes.io/custom-http-errors: \"503\"}\nspec:\n  ingressClassName", 1)
+	if !strings.Contains(errYAML, "custom-http-errors") {
+		t.Fatalf("test manifest not built:\n%s", errYAML)
+	}
+	if err := os.WriteFile(filepath.Join(manifests, "50-broken.yaml"), []byte(errYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	opts, err := parseControllerFlags([]string{"--data-plane", "nginx", "--manifests", manifests,
 		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
 		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(freePort(t)),
@@ -187,6 +207,15 @@ spec:
 	}
 	if code, _, _ := get("nothing.localhost"); code != 404 {
 		t.Errorf("unknown host: %d; want 404", code)
+	}
+	// custom-http-errors: the upstream's 503 is replaced by the default
+	// backend's answer.
+	if code, body, _ := get("broken.localhost"); code != 404 || body != "default backend - 404" {
+		t.Errorf("custom-http-errors 503: got %d %q; want the default backend's 404", code, body)
+	}
+	if conf, _ := os.ReadFile(filepath.Join(dir, "nginx.conf")); !strings.Contains(string(conf), `server_name  "broken.localhost"`) ||
+		!strings.Contains(string(conf), "error_page 503 = @custom_0_503;") {
+		t.Errorf("nginx.conf lacks the broken.localhost server or its error_page")
 	}
 
 	// WebSocket through nginx: the Upgrade reaches the backend and frames
