@@ -37,9 +37,12 @@ type API struct {
 	mu           sync.RWMutex // guards the fields below
 	rawBackends  []byte
 	haveBackends bool
-	general      []byte
-	certServers  map[string]string // hostname → certificate uid
-	certData     map[string]string // uid → PEM
+	// synced are backends applied through Sync (the controller's own
+	// path), encoded for GET only when asked.
+	synced      []balancer.Backend
+	general     []byte
+	certServers map[string]string // hostname → certificate uid
+	certData    map[string]string // uid → PEM
 }
 
 // NewConfigurationAPI returns the /configuration API handler.
@@ -52,6 +55,19 @@ func NewConfigurationAPI(cfg APIConfig) (*API, error) {
 	}
 	return &API{cfg: cfg, certServers: map[string]string{}, certData: map[string]string{}}, nil
 }
+
+// Sync applies backends the controller built itself (not POSTed) and makes
+// the API report them: /is-dynamic-lb-initialized answers OK and GET
+// /configuration/backends returns them, as after a POST in ingress-nginx.
+func (a *API) Sync(backends []balancer.Backend) error {
+	err := a.cfg.Backends.Sync(backends)
+	a.mu.Lock()
+	a.synced, a.rawBackends, a.haveBackends = backends, nil, true
+	a.mu.Unlock()
+	return err
+}
+
+var _ BackendSyncer = (*API)(nil)
 
 // APIError is an error with the status code it answers with.
 type APIError struct {
@@ -109,8 +125,15 @@ func (a *API) serve(r *http.Request) (int, []byte, error) {
 	switch {
 	case r.RequestURI == "/configuration/backends":
 		if r.Method == http.MethodGet {
-			a.mu.RLock()
-			defer a.mu.RUnlock()
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if a.rawBackends == nil && a.synced != nil {
+				raw, err := json.Marshal(a.synced)
+				if err != nil {
+					return 0, nil, apiErr(http.StatusInternalServerError, "encode backends: %v", err)
+				}
+				a.rawBackends = raw
+			}
 			return http.StatusOK, a.rawBackends, nil
 		}
 		return a.postBackends(r)

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-proxy/switchyard/balancer"
@@ -25,6 +28,7 @@ type nginxPlane struct {
 	ctrl    *nginxcompat.Controller
 	picks   *picksock.Server
 	pickLn  net.Listener
+	api     *http.Server
 	runOnce sync.Once
 	runDone chan struct{} // closed when Run returned; nil before it starts
 	errc    chan<- error
@@ -53,6 +57,27 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 	if err != nil {
 		return nil, err
 	}
+	// ingress-nginx's /configuration API, forwarded by nginx's loopback
+	// status server, as the dbg tool and health checks expect it.
+	apiPath := filepath.Join(dir, "configuration.sock")
+	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: reg, OnError: func(path string, status int, err error) {
+		klog.InfoS("configuration request refused", "path", path, "status", status, "error", err)
+	}})
+	if err != nil {
+		pickLn.Close()
+		return nil, err
+	}
+	apiLn, err := nginxcompat.ListenUnix(apiPath, 0o660, gid)
+	if err != nil {
+		pickLn.Close()
+		return nil, fmt.Errorf("configuration socket: %w", err)
+	}
+	apiSrv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := apiSrv.Serve(apiLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
 	listen := func(port int) []string {
 		if opts.ListenAddress == "" {
 			return []string{strconv.Itoa(port)}
@@ -71,21 +96,23 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 			HTTPSListen:  listen(opts.HTTPSPort),
 			StatusListen: net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)),
 			PickSocket:   pickPath,
+			APISocket:    apiPath,
 			// Where the builder's upstream-default-backend points when no
 			// --default-backend-service is set.
 			DefaultBackendListen: "127.0.0.1:8181",
 			RequestMetrics:       true,
 			MetricsPerHost:       opts.MetricsPerHost,
 		},
-		Backends:   reg,
+		Backends:   api,
 		Registerer: registerer,
 		Logf:       func(format string, args ...any) { klog.InfoS(fmt.Sprintf(format, args...)) },
 	})
 	if err != nil {
 		pickLn.Close()
+		_ = apiSrv.Close()
 		return nil, err
 	}
-	p := &nginxPlane{ctrl: ctrl, picks: picks, pickLn: pickLn, errc: errc}
+	p := &nginxPlane{ctrl: ctrl, picks: picks, pickLn: pickLn, api: apiSrv, errc: errc}
 	go func() {
 		if err := picks.Serve(pickLn); err != nil {
 			errc <- err
@@ -119,6 +146,7 @@ func (p *nginxPlane) close() {
 	if p.runDone != nil {
 		<-p.runDone
 	}
+	_ = p.api.Close()
 	_ = p.picks.Close()
 	_ = os.Remove(filepath.Join(filepath.Dir(p.pickLn.Addr().String()), "pick.sock"))
 }

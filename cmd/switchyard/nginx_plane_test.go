@@ -50,6 +50,7 @@ func TestControllerNginxDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifests := quickstartDir(t, p1, p2)
+	nginxStatus := freePort(t)
 	// A WebSocket echo behind its own Ingress.
 	wsLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -124,7 +125,7 @@ spec:
 	}
 	opts, err := parseControllerFlags([]string{"--data-plane", "nginx", "--manifests", manifests,
 		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
-		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(freePort(t)),
+		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(nginxStatus),
 		"--listen-address", "127.0.0.1", "--nginx-dir", dir, "--lua-dir", luaDir}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +208,18 @@ spec:
 	}
 	if code, _, _ := get("nothing.localhost"); code != 404 {
 		t.Errorf("unknown host: %d; want 404", code)
+	}
+	// nginx's loopback status server answers ingress-nginx's API from Go.
+	for path, want := range map[string]string{"/is-dynamic-lb-initialized": "OK", "/configuration/backends": `"name":"demo-echo-http"`} {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", nginxStatus, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("nginx status %s: %d %.200q; want 200 with %q", path, resp.StatusCode, b, want)
+		}
 	}
 	// custom-http-errors: the upstream's 503 is replaced by the default
 	// backend's answer.
