@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -73,7 +74,7 @@ type Proxy struct {
 	certs   *certStore
 
 	mu      sync.Mutex // guards clients writes; reads are lock-free
-	clients atomic.Pointer[map[string]*fasthttp.HostClient]
+	clients atomic.Pointer[map[clientKey]*fasthttp.HostClient]
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -109,7 +110,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.metrics = m
 	}
 	p.routes.Store(newTable(&model.Configuration{}))
-	empty := map[string]*fasthttp.HostClient{}
+	empty := map[clientKey]*fasthttp.HostClient{}
 	p.clients.Store(&empty)
 	p.server = &fasthttp.Server{
 		Handler:                       p.ServeHTTP,
@@ -397,9 +398,14 @@ func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location, buf []byt
 	if loc.UpstreamVhost != "" {
 		h.SetHost(loc.UpstreamVhost)
 	}
-	// The upstream is spoken to in plain HTTP whatever the client used;
-	// fasthttp's HostClient refuses a request whose scheme differs.
-	ctx.Request.URI().SetScheme("http")
+	// The upstream is spoken to as backend-protocol says, whatever the
+	// client used; fasthttp's HostClient refuses a request whose scheme
+	// differs from its own.
+	if loc.BackendProtocol == model.ProtocolHTTPS {
+		ctx.Request.URI().SetScheme("https")
+	} else {
+		ctx.Request.URI().SetScheme("http")
+	}
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
 	}
@@ -488,15 +494,23 @@ func tokenListHas(v []byte, tok string) bool {
 	return false
 }
 
+// clientKey names a keep-alive pool: a peer, spoken to in plain HTTP/1.1
+// or over TLS.
+type clientKey struct {
+	addr string
+	tls  bool
+}
+
 // client returns the keep-alive pool for a peer, creating it on first use.
 func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
-	if c := (*p.clients.Load())[addr]; c != nil {
+	key := clientKey{addr: addr, tls: loc.BackendProtocol == model.ProtocolHTTPS}
+	if c := (*p.clients.Load())[key]; c != nil {
 		return c
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := *p.clients.Load()
-	if c := old[addr]; c != nil {
+	if c := old[key]; c != nil {
 		return c
 	}
 	t := timeoutsOf(loc)
@@ -508,6 +522,11 @@ func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
 		DisablePathNormalizing:        true,
 		NoDefaultUserAgentHeader:      true,
 		StreamResponseBody:            true,
+		// backend-protocol HTTPS: TLS to the peer, its certificate not
+		// verified and no SNI sent, as nginx's proxy_ssl_verify off and
+		// proxy_ssl_server_name off (ingress-nginx's defaults).
+		IsTLS:     key.tls,
+		TLSConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // nginx's proxy_ssl_verify off
 		Dial: func(a string) (net.Conn, error) {
 			c, err := fasthttp.DialTimeout(a, t.connect)
 			if err != nil {
@@ -516,11 +535,11 @@ func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
 			return &timeoutConn{Conn: c, read: t.read, write: t.send}, nil
 		},
 	}
-	next := make(map[string]*fasthttp.HostClient, len(old)+1)
+	next := make(map[clientKey]*fasthttp.HostClient, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
-	next[addr] = c
+	next[key] = c
 	p.clients.Store(&next)
 	return c
 }

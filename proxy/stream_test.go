@@ -193,3 +193,36 @@ func TestBodySizeLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPSUpstream: backend-protocol HTTPS speaks TLS to the peer (its
+// self-signed certificate accepted, as proxy_ssl_verify off), streaming a
+// 3 MiB request body over it.
+func TestHTTPSUpstream(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "tls=%t got %d", r.TLS != nil, n)
+	}))
+	t.Cleanup(srv.Close)
+	peer := strings.TrimPrefix(srv.URL, "https://")
+	secure := loc("/", model.PathTypePrefix, "tls")
+	secure.BackendProtocol = model.ProtocolHTTPS
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "tls", Endpoints: endpoints(peer)}},
+		Servers: []model.Server{
+			{Hostname: "secure.example.com", Locations: []model.Location{secure}},
+		},
+	}
+	base, _ := start(t, cfg)
+	const n = 3 << 20 // over BodyBufferBytes: streamed over TLS
+	req, _ := http.NewRequest(http.MethodPost, base+"/", io.NopCloser(io.LimitReader(zeros{}, n)))
+	req.Host = "secure.example.com"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("tls=true got %d", n); resp.StatusCode != 200 || string(b) != want {
+		t.Errorf("HTTPS: got %d %q; want 200 %q", resp.StatusCode, b, want)
+	}
+}
