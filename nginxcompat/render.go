@@ -353,6 +353,30 @@ func validPath(p string) bool {
 	return strings.HasPrefix(p, "/") && len(p) <= 4096 && printableNoDollar(p)
 }
 
+// validRegexPath is a use-regex path: visible ASCII, '$' allowed (a
+// location regex is not interpolated; where the path is also the value of
+// `set $location_path` the '$' is written as ${literal_dollar}).
+func validRegexPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || len(p) > 4096 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// escapeDollar writes every '$' of s as ${literal_dollar} (a geo variable
+// holding "$"), for values nginx interpolates.
+func escapeDollar(s string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	return strings.ReplaceAll(s, "$", "${literal_dollar}")
+}
+
 // validRewriteTarget is a path or URL whose only '$' are capture references
 // ($1..$9), as rewrite-target allows.
 func validRewriteTarget(s string) bool {
@@ -492,7 +516,10 @@ func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error
 	if p == "" {
 		p = "/"
 	}
-	if !validPath(p) {
+	switch {
+	case l.Regex && !validRegexPath(p):
+		return nil, fmt.Errorf("regex path must start with / and hold visible ASCII")
+	case !l.Regex && !validPath(p):
 		return nil, fmt.Errorf("path must start with / and hold visible ASCII without $")
 	}
 	lv := &locationV{Path: p, Backend: l.Backend}

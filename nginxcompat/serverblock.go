@@ -119,7 +119,7 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	b.WriteString(";\n            set $proxy_upstream_name ")
 	b.WriteString(quote(l.Backend))
 	b.WriteString(";\n            set $proxy_alternative_upstream_name \"\";\n            set $balancer_ewma_score -1;\n            set $location_path ")
-	b.WriteString(quote(l.Path))
+	b.WriteString(quote(escapeDollar(l.Path)))
 	b.WriteByte(';')
 	if l.Backend == model.DefaultBackendName && !v.G.AccessLogDefaultBackend {
 		b.WriteString("\n            access_log off;")

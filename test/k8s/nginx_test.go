@@ -2,8 +2,16 @@ package k8s
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -12,10 +20,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/test/harness"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +48,8 @@ type nginxEnv struct {
 	onlyFrom func(host string, want ...string) func(context.Context) (bool, error)
 	reloads  func() string
 	setEps   func(s *discoveryv1.EndpointSlice, addrs ...string)
+	// base is "http://ip:port/" of nginx; httpsAddr its HTTPS address.
+	base, httpsAddr, nginxDir string
 }
 
 func startNginxEnv(t *testing.T, first int) *nginxEnv {
@@ -63,6 +75,7 @@ func startNginxEnv(t *testing.T, first int) *nginxEnv {
 			t.Fatal(err)
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Path", r.URL.Path)
 			_, _ = io.WriteString(w, ip)
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
@@ -165,7 +178,8 @@ func startNginxEnv(t *testing.T, first int) *nginxEnv {
 		t.Fatalf("reloads after start: %s; want 0", r)
 	}
 	return &nginxEnv{ctx: ctx, admin: admin, ns: ns, ips: ips, ing: ing, slice: slice, ctrl: ctrl, get: get,
-		onlyFrom: onlyFrom, reloads: reloads, setEps: setEndpoints}
+		onlyFrom: onlyFrom, reloads: reloads, setEps: setEndpoints,
+		base: base, httpsAddr: net.JoinHostPort(ip, strconv.Itoa(httpsPort)), nginxDir: dir}
 }
 
 // TestNginxDataPlaneAgainstAPIServer runs the real binary with
@@ -282,5 +296,140 @@ func TestNginxEndpointChurn(t *testing.T) {
 	}
 	if ok.Load() == 0 {
 		t.Error("no request succeeded")
+	}
+}
+
+// selfSigned returns a PEM certificate and key for host.
+func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
+		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+// TestNginxTLSRedirectRewriteRestart: through the real API server and
+// --data-plane=nginx, a TLS Ingress is served over HTTPS with its Secret's
+// certificate by SNI and HTTP/2, plain HTTP to it is redirected with 308,
+// rewrite-target reaches the backend rewritten, and a killed nginx master is
+// replaced and serving again within 2 s.
+func TestNginxTLSRedirectRewriteRestart(t *testing.T) {
+	e := startNginxEnv(t, 37)
+	ctx := e.ctx
+	certPEM, keyPEM := selfSigned(t, "secure.example")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "secure-tls", Namespace: e.ns}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}
+	if _, err := e.admin.CoreV1().Secrets(e.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ing := e.ing.DeepCopy()
+	ing.Name, ing.ResourceVersion = "secure", ""
+	ing.Spec.Rules[0].Host = "secure.example"
+	ing.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{"secure.example"}, SecretName: "secure-tls"}}
+	if _, err := e.admin.NetworkingV1().Ingresses(e.ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rw := e.ing.DeepCopy()
+	rw.Name, rw.ResourceVersion = "rw", ""
+	rw.Annotations = map[string]string{"nginx.ingress.kubernetes.io/rewrite-target": "/$2", "nginx.ingress.kubernetes.io/use-regex": "true"}
+	rw.Spec.Rules[0].Host = "rw.example"
+	rw.Spec.Rules[0].HTTP.Paths[0].Path = "/api(/|$)(.*)"
+	impl := networkingv1.PathTypeImplementationSpecific
+	rw.Spec.Rules[0].HTTP.Paths[0].PathType = &impl
+	if _, err := e.admin.NetworkingV1().Ingresses(e.ns).Create(ctx, rw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// HTTPS by SNI with HTTP/2 and the Secret's certificate.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "secure.example"}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var proto, body string
+	harness.WaitFor(t, 30*time.Second, "HTTPS for secure.example", e.ctrl, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+e.httpsAddr+"/", nil)
+		req.Host = "secure.example"
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		proto, body = resp.Proto, string(b)
+		return resp.StatusCode == 200, nil
+	})
+	if proto != "HTTP/2.0" || !strings.HasPrefix(body, "192.0.2.") {
+		t.Errorf("HTTPS: %s %q; want HTTP/2.0 from a backend", proto, body)
+	}
+
+	// Plain HTTP to a TLS host: 308 to https.
+	noFollow := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var resp *http.Response
+	var redirect string
+	harness.WaitFor(t, 30*time.Second, "308 for plain HTTP to secure.example", e.ctrl, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"p?q=1", nil)
+		req.Host = "secure.example"
+		r, err := noFollow.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		r.Body.Close()
+		redirect = fmt.Sprintf("%d %s", r.StatusCode, r.Header.Get("Location"))
+		return r.StatusCode == http.StatusPermanentRedirect, nil
+	})
+	if redirect != "308 https://secure.example/p?q=1" {
+		t.Errorf("ssl-redirect: %s; want 308 to https://secure.example/p?q=1", redirect)
+	}
+
+	// rewrite-target: the backend sees /x/y for /api/x/y.
+	var rb []byte
+	harness.WaitFor(t, 30*time.Second, "rw.example served", e.ctrl, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"api/x/y", nil)
+		req.Host = "rw.example"
+		var err error
+		if resp, err = http.DefaultClient.Do(req); err != nil {
+			return false, nil
+		}
+		rb, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200, nil
+	})
+	if got := resp.Header.Get("X-Path"); resp.StatusCode != 200 || got != "/x/y" {
+		t.Errorf("rewrite-target: %d, backend saw %q (%s); want /x/y", resp.StatusCode, got, rb)
+	}
+
+	// Kill the nginx master: serving again within 2 s.
+	pidb, err := os.ReadFile(filepath.Join(e.nginxDir, "nginx.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pidb)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	harness.WaitFor(t, 5*time.Second, "nginx serving again", e.ctrl, func(ctx context.Context) (bool, error) {
+		return strings.HasPrefix(e.get(ctx, "web.example"), "200 "), nil
+	})
+	if took := time.Since(killed); took > 2*time.Second {
+		t.Errorf("nginx served again %v after its master was killed; want within 2 s", took)
+	} else {
+		t.Logf("nginx served again %v after its master was killed", took.Round(time.Millisecond))
 	}
 }
