@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"text/template"
+	"time"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
@@ -75,6 +76,10 @@ type RenderConfig struct {
 	// over the pick socket); MetricsPerHost labels them with $server_name.
 	// Both only matter with PickSocket.
 	RequestMetrics, MetricsPerHost bool
+	// PickTimeout bounds how long the shim waits for a pick before it
+	// falls back to round robin over the last peer list; zero keeps the
+	// shim's default, 50 ms.
+	PickTimeout time.Duration
 }
 
 func (c RenderConfig) withDefaults() RenderConfig {
@@ -135,6 +140,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		DefaultListen:  rc.DefaultBackendListen,
 		RequestMetrics: rc.RequestMetrics,
 		MetricsPerHost: rc.MetricsPerHost,
+		PickTimeout:    strconv.FormatFloat(rc.PickTimeout.Seconds(), 'f', -1, 64),
 	}
 	v.G, v.Errors = globals(&cfg.Global)
 	if v.G.HSTS {
@@ -232,6 +238,7 @@ type view struct {
 	DefaultListen  string
 	RequestMetrics bool
 	MetricsPerHost bool
+	PickTimeout    string // seconds; "0" keeps the shim's default
 	ServersSlot    string
 	G              globalView
 	HSTSValue      string

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // controllerOptions are the flags of `switchyard controller`. Names and
@@ -40,6 +41,7 @@ type controllerOptions struct {
 	NginxDir                 string
 	LuaDir                   string
 	NginxStatusPort          int
+	PickTimeout              time.Duration
 	ListenAddress            string
 	Verbosity                int
 	Version                  bool
@@ -76,6 +78,7 @@ func newControllerFlags(opts *controllerOptions, stderr io.Writer) *flag.FlagSet
 	fs.StringVar(&opts.NginxBinary, "nginx-binary", "/usr/sbin/nginx", "nginx executable (--data-plane=nginx)")
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
+	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10245, "loopback port of nginx's internal status server (--data-plane=nginx)")
 	fs.StringVar(&opts.ListenAddress, "listen-address", "", "address the data plane binds to; empty means all")
 	fs.IntVar(&opts.Verbosity, "v", 0, "log verbosity")
@@ -132,6 +135,9 @@ func (o *controllerOptions) validate() error {
 			if !filepath.IsAbs(d.v) {
 				errs = append(errs, fmt.Errorf("-%s: %q is not an absolute path", d.name, d.v))
 			}
+		}
+		if o.PickTimeout < time.Millisecond || o.PickTimeout > 10*time.Second {
+			errs = append(errs, fmt.Errorf("-pick-timeout: %v is not between 1ms and 10s", o.PickTimeout))
 		}
 		if o.NginxStatusPort < 1 || o.NginxStatusPort > 65535 {
 			errs = append(errs, fmt.Errorf("-nginx-status-port: %d is not a port (1-65535)", o.NginxStatusPort))

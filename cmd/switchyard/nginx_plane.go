@@ -101,6 +101,7 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 			// --default-backend-service is set.
 			DefaultBackendListen: "127.0.0.1:8181",
 			RequestMetrics:       true,
+			PickTimeout:          opts.PickTimeout,
 			MetricsPerHost:       opts.MetricsPerHost,
 		},
 		Backends:   api,

@@ -126,7 +126,11 @@ spec:
 	opts, err := parseControllerFlags([]string{"--data-plane", "nginx", "--manifests", manifests,
 		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
 		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(nginxStatus),
-		"--listen-address", "127.0.0.1", "--nginx-dir", dir, "--lua-dir", luaDir}, io.Discard)
+		"--listen-address", "127.0.0.1", "--nginx-dir", dir, "--lua-dir", luaDir,
+		// CI runs other test binaries beside this one: give the in-process
+		// balancer time to answer, so the assertions see Go's picks and not
+		// the fallback (tested in lua/shim_test.go).
+		"--pick-timeout", "2s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +231,8 @@ spec:
 		t.Errorf("custom-http-errors 503: got %d %q; want the default backend's 404", code, body)
 	}
 	if conf, _ := os.ReadFile(filepath.Join(dir, "nginx.conf")); !strings.Contains(string(conf), `server_name  "broken.localhost"`) ||
-		!strings.Contains(string(conf), "error_page 503 = @custom_0_503;") {
-		t.Errorf("nginx.conf lacks the broken.localhost server or its error_page")
+		!strings.Contains(string(conf), "error_page 503 = @custom_0_503;") || !strings.Contains(string(conf), ", timeout = 2 })") {
+		t.Errorf("nginx.conf lacks the broken.localhost server, its error_page or the pick timeout")
 	}
 
 	// WebSocket through nginx: the Upgrade reaches the backend and frames

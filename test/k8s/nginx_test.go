@@ -123,7 +123,7 @@ func startNginxEnv(t *testing.T, first int) *nginxEnv {
 		"--listen-address=" + ip, "--http-port=" + strconv.Itoa(httpPort), "--https-port=" + strconv.Itoa(httpsPort),
 		"--status-address=" + ip, "--status-port=" + strconv.Itoa(statusPort),
 		"--nginx-status-port=" + strconv.Itoa(harness.FreePort(t, "127.0.0.1")),
-		"--nginx-dir=" + dir, "--lua-dir=" + filepath.Join(RepoRoot(), "lua")}
+		"--nginx-dir=" + dir, "--lua-dir=" + filepath.Join(RepoRoot(), "lua"), "--pick-timeout=2s"}
 	ctrl := harness.StartProcess(t, harness.Cmd{Name: "switchyard", Path: buildSwitchyard(t, t.TempDir()), Args: args,
 		Env: []string{"POD_NAMESPACE=" + ns}, LogDir: t.TempDir()})
 	status := "http://" + net.JoinHostPort(ip, strconv.Itoa(statusPort))
