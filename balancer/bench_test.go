@@ -46,6 +46,16 @@ func benchRegistry(b *testing.B, alg Backend, n int) (*Registry, bvars) {
 	return r, nil
 }
 
+// reportCPU adds the metric cpu-ns/op: the process CPU time per op since
+// start (a processCPU value), for every thread. On a machine shared with other
+// work, wall-clock ns/op also counts the time the benchmark waited for a CPU;
+// cpu-ns/op does not (but sums the CPUs of a parallel build).
+func reportCPU(b *testing.B, start int64) {
+	if end := processCPU(); start >= 0 && end >= 0 && b.N > 0 {
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
 // BenchmarkPick measures one pick; BenchmarkPickDone adds the Done a data
 // plane reports after the attempt.
 func BenchmarkPick(b *testing.B)     { benchPick(b, false) }
@@ -65,6 +75,8 @@ func benchPick(b *testing.B, done bool) {
 				a.keyBuf = make([]byte, 0, 128)
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu := processCPU()
+				defer reportCPU(b, cpu)
 				for b.Loop() {
 					a.Reset()
 					p, err := r.Pick("bench", req, &a)
@@ -150,6 +162,8 @@ func BenchmarkSync(b *testing.B) {
 					}
 					r := NewRegistry(Config{})
 					b.ReportAllocs()
+					cpu := processCPU()
+					defer reportCPU(b, cpu)
 					i := 0
 					for b.Loop() {
 						if err := r.Sync(payloads[i%2]); err != nil {
@@ -176,6 +190,8 @@ func BenchmarkBaseline(b *testing.B) {
 	p.Store(&m)
 	b.Run("load+map+add", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := processCPU()
+		defer reportCPU(b, cpu)
 		var sink uint32
 		for b.Loop() {
 			sink += (*p.Load())["bench"].Add(1)

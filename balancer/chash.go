@@ -2,8 +2,12 @@ package balancer
 
 import (
 	"hash/crc32"
+	"math/bits"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // pointsPerNode is resty.chash CONSISTENT_POINTS for weight 1.
@@ -17,68 +21,153 @@ type ring struct {
 	owners []int32
 }
 
-// newRing builds the ring over node ids in the given order. Points are sorted
-// by an LSD radix sort on the hash, which is stable, so equal hashes keep
-// insertion order (node order, then point index) as resty.chash's
-// chash_point_sort does.
+// newRing builds the ring over node ids in the given order.
 func newRing(ids []string) ring {
-	pts := make([]uint64, len(ids)*pointsPerNode)
+	var sc ringScratch
+	return sc.build(ids, nil)
+}
+
+// ringScratch is scratch space reused by the ring builds of one goroutine.
+type ringScratch struct {
+	hashes []uint32 // points in insertion order
+	packed []uint64 // points as hash<<32 | owner, by top byte of the hash
+	count  []int32  // bucket counts, then bucket ends
+}
+
+// build returns the ring over ids in the given order; owners[i] is the owner
+// index stored for ids[i] (nil: i). Owners must ascend, so that insertion
+// order is owner order.
+//
+// The points are uniformly distributed 32-bit hashes. A stable counting
+// scatter by the top byte splits them into 256 runs; each run, a few
+// kilobytes, is finished in cache by a second stable counting scatter on the
+// next bits into the ring, leaving about two points per bucket for an
+// insertion sort (also stable). Equal hashes keep insertion order (node
+// order, then point index), as resty.chash's chash_point_sort does.
+func (sc *ringScratch) build(ids []string, owners []int32) ring {
+	n := len(ids) * pointsPerNode
+	if cap(sc.hashes) < n {
+		sc.hashes = make([]uint32, n)
+		sc.packed = make([]uint64, n)
+	}
+	pts, packed := sc.hashes[:n], sc.packed[:n]
+	genPoints(ids, pts)
+
+	// Rings of fewer than 4096 points are one run.
+	skip, top := uint(0), uint(32) // top: shift of a hash to its run
+	var runs [257]int32            // run starts by top byte, then the end
+	if n >= 1<<12 {
+		skip, top = 8, 24
+		for _, h := range pts {
+			runs[h>>24+1]++
+		}
+		for d := 1; d <= 256; d++ {
+			runs[d] += runs[d-1]
+		}
+	} else {
+		for d := 1; d <= 256; d++ {
+			runs[d] = int32(n) // one run
+		}
+	}
+	next := runs
 	k := 0
 	for i := range ids {
-		k += nodePoints(ids[i], int32(i), pts[k:])
-	}
-	return unpackRing(radixSortPoints(pts))
-}
-
-// nodePoints writes the 160 points of node id with owner index o into dst as
-// hash<<32 | o, in point order: p0 = CRC32(id ‖ LE32(0)), p_j = CRC32(id ‖
-// LE32(p_{j-1})) (spec §4.3).
-func nodePoints(id string, o int32, dst []uint64) int {
-	base := crc32.ChecksumIEEE([]byte(id))
-	prev := uint32(0)
-	for j := range pointsPerNode {
-		prev = crcUpdateLE32(base, prev)
-		dst[j] = uint64(prev)<<32 | uint64(uint32(o))
-	}
-	return pointsPerNode
-}
-
-// radixSortPoints sorts packed points by their upper 32 bits (the hash),
-// stably, in three passes of 11 bits, and returns the sorted slice (pts or a
-// buffer of the same length).
-func radixSortPoints(pts []uint64) []uint64 {
-	if len(pts) < 2 {
-		return pts
-	}
-	tmp := make([]uint64, len(pts))
-	src, dst := pts, tmp
-	for shift := uint(32); shift < 64; shift += 11 {
-		var count [2048]int
-		for _, p := range src {
-			count[(p>>shift)&2047]++
+		o := uint64(i)
+		if owners != nil {
+			o = uint64(uint32(owners[i]))
 		}
-		sum := 0
-		for d := range count {
-			c := count[d]
-			count[d] = sum
-			sum += c
+		for _, h := range pts[k : k+pointsPerNode] {
+			d := uint64(h) >> (top & 63)
+			packed[next[d]] = uint64(h)<<32 | o
+			next[d]++
 		}
-		for _, p := range src {
-			d := (p >> shift) & 2047
-			dst[count[d]] = p
-			count[d]++
-		}
-		src, dst = dst, src
+		k += pointsPerNode
 	}
-	return src
-}
 
-func unpackRing(pts []uint64) ring {
-	rg := ring{hashes: make([]uint32, len(pts)), owners: make([]int32, len(pts))}
-	for i, p := range pts {
-		rg.hashes[i], rg.owners[i] = uint32(p>>32), int32(uint32(p))
+	rg := ring{hashes: make([]uint32, n), owners: make([]int32, n)}
+	lo := int32(0)
+	for d := 1; d <= 256; d++ {
+		hi := runs[d]
+		if hi > lo {
+			sc.finishRun(packed[lo:hi], skip, rg.hashes[lo:hi], rg.owners[lo:hi])
+		}
+		lo = hi
 	}
 	return rg
+}
+
+// finishRun sorts run (packed points in insertion order whose top skip bits
+// of the hash are equal) stably by hash into hs and os: a counting scatter on
+// the next bits, then an insertion sort of each bucket.
+func (sc *ringScratch) finishRun(run []uint64, skip uint, hs []uint32, os []int32) {
+	m := len(run)
+	b := uint(min(max(bits.Len(uint(m))-1, 0), 16)) // about two points per bucket
+	shift := (64 - skip - b) & 63                   // bucket = the b hash bits below the skipped ones
+	mask := uint64(1)<<b - 1
+	nb := 1 << b
+	if cap(sc.count) < nb {
+		sc.count = make([]int32, nb)
+	}
+	count := sc.count[:nb]
+	clear(count)
+	for _, p := range run {
+		count[p>>shift&mask]++
+	}
+	sum := int32(0)
+	for d, c := range count {
+		count[d] = sum // start of bucket d
+		sum += c
+	}
+	for _, p := range run {
+		d := p >> shift & mask
+		pos := count[d]
+		count[d] = pos + 1 // ends as the start of bucket d+1
+		hs[pos], os[pos] = uint32(p>>32), int32(uint32(p))
+	}
+	// Insertion sort of each bucket (stable), inline: most buckets hold at
+	// most two points.
+	lo := int32(0)
+	for _, end := range count {
+		for i := lo + 1; i < end; i++ {
+			h, o := hs[i], os[i]
+			j := i
+			for ; j > lo && hs[j-1] > h; j-- {
+				hs[j], os[j] = hs[j-1], os[j-1]
+			}
+			hs[j], os[j] = h, o
+		}
+		lo = end
+	}
+}
+
+// genPoints writes the points of every id into dst in insertion order: for
+// each node the 160 point hashes p0 = CRC32(id ‖ LE32(0)), p_j = CRC32(id ‖
+// LE32(p_{j-1})) (spec §4.3). Each point depends on the previous one, so four
+// nodes are stepped together to overlap their table lookups.
+func genPoints(ids []string, dst []uint32) {
+	i := 0
+	for ; i+4 <= len(ids); i += 4 {
+		b0, b1 := crc32.ChecksumIEEE([]byte(ids[i])), crc32.ChecksumIEEE([]byte(ids[i+1]))
+		b2, b3 := crc32.ChecksumIEEE([]byte(ids[i+2])), crc32.ChecksumIEEE([]byte(ids[i+3]))
+		d := dst[i*pointsPerNode : (i+4)*pointsPerNode]
+		d0, d1 := d[:pointsPerNode], d[pointsPerNode:2*pointsPerNode]
+		d2, d3 := d[2*pointsPerNode:3*pointsPerNode], d[3*pointsPerNode:]
+		var p0, p1, p2, p3 uint32
+		for j := range pointsPerNode {
+			p0, p1 = crcUpdateLE32(b0, p0), crcUpdateLE32(b1, p1)
+			p2, p3 = crcUpdateLE32(b2, p2), crcUpdateLE32(b3, p3)
+			d0[j], d1[j], d2[j], d3[j] = p0, p1, p2, p3
+		}
+	}
+	for ; i < len(ids); i++ {
+		b := crc32.ChecksumIEEE([]byte(ids[i]))
+		d := dst[i*pointsPerNode : (i+1)*pointsPerNode]
+		p := uint32(0)
+		for j := range d {
+			p = crcUpdateLE32(b, p)
+			d[j] = p
+		}
+	}
 }
 
 // rebuildRing returns the ring over ids (sorted ascending, no duplicates),
@@ -88,9 +177,9 @@ func unpackRing(pts []uint64) ring {
 // indices follow id order in both, the result equals newRing(ids) exactly; it
 // costs O(points) instead of a full CRC and sort (a pod replaced in a large
 // backend).
-func rebuildRing(prev ring, prevIDs, ids []string) ring {
+func (sc *ringScratch) rebuildRing(prev ring, prevIDs, ids []string) ring {
 	if len(prevIDs) == 0 || len(ids) == 0 {
-		return newRing(ids)
+		return sc.build(ids, nil)
 	}
 	remap := make([]int32, len(prevIDs))
 	var added []int32
@@ -110,28 +199,26 @@ func rebuildRing(prev ring, prevIDs, ids []string) ring {
 		}
 	}
 	if 2*len(added) > len(ids) {
-		return newRing(ids)
+		return sc.build(ids, nil)
 	}
-	fresh := make([]uint64, len(added)*pointsPerNode)
-	k := 0
-	for _, o := range added {
-		k += nodePoints(ids[o], o, fresh[k:])
+	addedIDs := make([]string, len(added))
+	for k, o := range added {
+		addedIDs[k] = ids[o]
 	}
-	fresh = radixSortPoints(fresh)
-
+	fresh := sc.build(addedIDs, added)
 	return mergeRing(prev, remap, fresh, len(ids)*pointsPerNode)
 }
 
 // mergeRing merges the points of prev whose owner survives (remap[old owner]
-// is the new owner index, -1 for a removed node) with fresh, packed new points
-// sorted by hash then owner. Equal hashes are ordered by owner index, then
-// point order, as a stable sort of all points in node order would.
-func mergeRing(prev ring, remap []int32, fresh []uint64, n int) ring {
+// is the new owner index, -1 for a removed node) with fresh, the ring of the
+// new nodes. Equal hashes are ordered by owner index, then point order, as a
+// stable sort of all points in node order would.
+func mergeRing(prev ring, remap []int32, fresh ring, n int) ring {
 	hashes, owners := make([]uint32, n), make([]int32, n)
 	k, f := 0, 0
 	next := ^uint64(0) // above every packed point: fresh is used up
-	if len(fresh) > 0 {
-		next = fresh[0]
+	if len(fresh.hashes) > 0 {
+		next = uint64(fresh.hashes[0])<<32 | uint64(uint32(fresh.owners[0]))
 	}
 	for p, h := range prev.hashes {
 		o := remap[prev.owners[p]]
@@ -140,11 +227,11 @@ func mergeRing(prev ring, remap []int32, fresh []uint64, n int) ring {
 		}
 		key := uint64(h)<<32 | uint64(uint32(o))
 		for next < key {
-			hashes[k], owners[k] = uint32(next>>32), int32(uint32(next))
+			hashes[k], owners[k] = fresh.hashes[f], fresh.owners[f]
 			k++
 			f++
-			if f < len(fresh) {
-				next = fresh[f]
+			if f < len(fresh.hashes) {
+				next = uint64(fresh.hashes[f])<<32 | uint64(uint32(fresh.owners[f]))
 			} else {
 				next = ^uint64(0)
 			}
@@ -152,10 +239,8 @@ func mergeRing(prev ring, remap []int32, fresh []uint64, n int) ring {
 		hashes[k], owners[k] = h, o
 		k++
 	}
-	for ; f < len(fresh); f++ {
-		hashes[k], owners[k] = uint32(fresh[f]>>32), int32(uint32(fresh[f]))
-		k++
-	}
+	k += copy(hashes[k:], fresh.hashes[f:])
+	copy(owners[k-(len(fresh.hashes)-f):], fresh.owners[f:])
 	if k != n {
 		panic("BUG: mergeRing point count")
 	}
@@ -226,23 +311,63 @@ type chash struct {
 	ringToPeer []int
 }
 
-func newCHash(st *backendState, b *backend, key hashKey) *chash {
-	rg, order := st.peerRing(b)
-	return &chash{key: key, ring: rg, ringToPeer: order}
+func newCHash(r *Registry, st *backendState, b *backend, key hashKey) *chash {
+	c := &chash{key: key}
+	c.ringToPeer = r.peerRing(st, b, &c.ring)
+	return c
 }
 
-// peerRing returns the ring over b's peer addresses (in address order) and
-// the map from ring node index to b.peers index, reusing the ring of the
-// previous build of this backend when most addresses are unchanged.
-func (st *backendState) peerRing(b *backend) (ring, []int) {
+// peerRing returns the map from ring node index (addresses sorted) to b.peers
+// index, and has Sync build the ring over b's peer addresses into *dst,
+// reusing the ring of the previous build of this backend when most addresses
+// are unchanged. Called with r.mu held; *dst is set before Sync publishes.
+func (r *Registry) peerRing(st *backendState, b *backend, dst *ring) []int {
 	order := sortedPeerOrder(b)
 	ids := make([]string, len(order))
 	for i, p := range order {
 		ids[i] = b.peers[p].addr
 	}
-	rg := rebuildRing(st.ring, st.ringIDs, ids)
-	st.ring, st.ringIDs = rg, ids
-	return rg, order
+	r.ringJobs = append(r.ringJobs, func(sc *ringScratch) {
+		rg := sc.rebuildRing(st.ring, st.ringIDs, ids)
+		st.ring, st.ringIDs = rg, ids
+		*dst = rg
+	})
+	return order
+}
+
+// buildRings runs the ring builds queued by this Sync's peerRing calls, those
+// of different backends in parallel on up to GOMAXPROCS goroutines. Each job
+// writes only its own backend's state. Called with r.mu held.
+func (r *Registry) buildRings() {
+	jobs := r.ringJobs
+	r.ringJobs = nil
+	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	if workers <= 1 {
+		var sc ringScratch
+		for _, job := range jobs {
+			job(&sc)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { runRingJobs(jobs, &next) })
+	}
+	wg.Wait()
+}
+
+// runRingJobs is one buildRings worker: it takes jobs in turn until none is
+// left.
+func runRingJobs(jobs []func(*ringScratch), next *atomic.Int64) {
+	var sc ringScratch
+	for {
+		i := int(next.Add(1)) - 1
+		if i >= len(jobs) {
+			return
+		}
+		jobs[i](&sc)
+	}
 }
 
 // sortedPeerOrder returns peer indices ordered by address, so the ring does

@@ -48,9 +48,11 @@ type Registry struct {
 	snap    atomic.Pointer[snapshot]
 	version atomic.Uint64
 
-	mu sync.Mutex // serializes Sync; guards states
+	mu sync.Mutex // serializes Sync; guards states and ringJobs
 	// states holds per-backend state that outlives rebuilds, by backend name.
 	states map[string]*backendState
+	// ringJobs are the ring builds of the Sync in progress (see peerRing).
+	ringJobs []func(*ringScratch)
 }
 
 // snapshot is one immutable generation of balancers.
@@ -222,6 +224,7 @@ func (r *Registry) Sync(backends []Backend) error {
 			next.byName[b.Name] = nb
 		}
 	}
+	r.buildRings()
 	for name := range r.states {
 		if !present[name] {
 			delete(r.states, name)
@@ -316,7 +319,7 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 		if in.UpstreamHashBy.HashBy != nil {
 			tmpl = *in.UpstreamHashBy.HashBy
 		}
-		b.algo = newCHash(st, b, parseHashKey(tmpl))
+		b.algo = newCHash(r, st, b, parseHashKey(tmpl))
 	case "chashsubset":
 		tmpl := "$request_uri"
 		if in.UpstreamHashBy.HashBy != nil {
@@ -328,7 +331,7 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 		}
 		b.algo = newCHashSubset(st, b, parseHashKey(tmpl), size)
 	case "sticky_balanced", "sticky_persistent":
-		s := newSticky(in, st, b, algoName == "sticky_persistent")
+		s := newSticky(r, in, st, b, algoName == "sticky_persistent")
 		b.sticky = s
 		b.algo = s
 	default:

@@ -11,9 +11,9 @@ import (
 
 // Spec §8.1: the generated points p0..p2 of node 10.0.0.1:8080.
 func TestNodePointsVector(t *testing.T) {
-	pts := make([]uint64, pointsPerNode)
-	nodePoints("10.0.0.1:8080", 0, pts)
-	got := []uint32{uint32(pts[0] >> 32), uint32(pts[1] >> 32), uint32(pts[2] >> 32)}
+	pts := make([]uint32, pointsPerNode)
+	genPoints([]string{"10.0.0.1:8080"}, pts)
+	got := pts[:3]
 	want := []uint32{1257574595, 3454619437, 151149429}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("p0..p2 (-want +got):\n%s", diff)
@@ -54,7 +54,8 @@ func TestRebuildRingEqualsNewRing(t *testing.T) {
 			}
 		}
 		ids := sorted(set)
-		got, want := rebuildRing(prev, prevIDs, ids), newRing(ids)
+		var sc ringScratch
+		got, want := sc.rebuildRing(prev, prevIDs, ids), newRing(ids)
 		if !slices.Equal(got.hashes, want.hashes) || !slices.Equal(got.owners, want.owners) {
 			t.Fatalf("round %d: incremental ring differs from a full build (%d -> %d nodes)", round, len(prevIDs), len(ids))
 		}
@@ -67,7 +68,7 @@ func TestMergeRingTies(t *testing.T) {
 	// Old nodes 0, 1, 2 are renumbered 0, 2, removed; new node 1 is added.
 	prev := ring{hashes: []uint32{5, 5, 7, 9}, owners: []int32{0, 1, 2, 1}}
 	remap := []int32{0, 2, -1}
-	fresh := []uint64{5<<32 | 1, 9<<32 | 1, 10<<32 | 1}
+	fresh := ring{hashes: []uint32{5, 9, 10}, owners: []int32{1, 1, 1}}
 	got := mergeRing(prev, remap, fresh, 6)
 	want := ring{hashes: []uint32{5, 5, 5, 9, 9, 10}, owners: []int32{0, 1, 2, 1, 2, 1}}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(ring{})); diff != "" {

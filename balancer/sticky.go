@@ -49,7 +49,7 @@ func md5hex(s string) string {
 // cookie value.
 func BackendKey(name string) string { return md5hex(md5hex(name) + name) }
 
-func newSticky(in *Backend, st *backendState, b *backend, persistent bool) *sticky {
+func newSticky(r *Registry, in *Backend, st *backendState, b *backend, persistent bool) *sticky {
 	ca := in.SessionAffinity.CookieSessionAffinity
 	s := &sticky{
 		persistent:      persistent,
@@ -94,7 +94,7 @@ func newSticky(in *Backend, st *backendState, b *backend, persistent bool) *stic
 			s.peerKeys[i] = k
 		}
 	} else {
-		s.ring, s.ringToPeer = st.peerRing(b)
+		s.ringToPeer = r.peerRing(st, b, &s.ring)
 	}
 	return s
 }

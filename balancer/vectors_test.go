@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -229,28 +230,49 @@ func TestSameSiteNoneIncompatible(t *testing.T) {
 	}
 }
 
-// The radix-sorted ring equals a stable comparison sort of the same points.
+// The ring (bucket scatter and insertion sort) equals a stable comparison
+// sort of the same points, for a few nodes and for 3,001 nodes, whose 480,160
+// points include hashes shared by different nodes (ties kept in node order).
 func TestRingIsStableSort(t *testing.T) {
-	ids := []string{"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:8080", "a", "b"}
-	rg := newRing(ids)
-	type pt struct {
-		h uint32
-		o int32
+	many := make([]string, 3001)
+	for i := range many {
+		many[i] = fmt.Sprintf("10.%d.%d.%d:8080", i>>16&255, i>>8&255, i&255)
 	}
-	var pts []pt
-	for i, id := range ids {
-		base := crc32Of(id)
-		prev := uint32(0)
-		for range pointsPerNode {
-			le := []byte{byte(prev), byte(prev >> 8), byte(prev >> 16), byte(prev >> 24)}
-			prev = crc32Update(base, le)
-			pts = append(pts, pt{prev, int32(i)})
+	for _, ids := range [][]string{
+		{"10.0.0.1:80", "10.0.0.2:80", "[fd00::1]:8080", "a", "b"},
+		{"a"},
+		many,
+	} {
+		rg := newRing(ids)
+		type pt struct {
+			h uint32
+			o int32
 		}
-	}
-	sort.SliceStable(pts, func(i, j int) bool { return pts[i].h < pts[j].h })
-	for i, p := range pts {
-		if rg.hashes[i] != p.h || rg.owners[i] != p.o {
-			t.Fatalf("point %d = (%d, %d); want (%d, %d)", i, rg.hashes[i], rg.owners[i], p.h, p.o)
+		var pts []pt
+		for i, id := range ids {
+			base := crc32Of(id)
+			prev := uint32(0)
+			for range pointsPerNode {
+				le := []byte{byte(prev), byte(prev >> 8), byte(prev >> 16), byte(prev >> 24)}
+				prev = crc32Update(base, le)
+				pts = append(pts, pt{prev, int32(i)})
+			}
+		}
+		sort.SliceStable(pts, func(i, j int) bool { return pts[i].h < pts[j].h })
+		if len(rg.hashes) != len(pts) || len(rg.owners) != len(pts) {
+			t.Fatalf("%d nodes: %d/%d points; want %d", len(ids), len(rg.hashes), len(rg.owners), len(pts))
+		}
+		ties := 0
+		for i, p := range pts {
+			if rg.hashes[i] != p.h || rg.owners[i] != p.o {
+				t.Fatalf("%d nodes: point %d = (%d, %d); want (%d, %d)", len(ids), i, rg.hashes[i], rg.owners[i], p.h, p.o)
+			}
+			if i > 0 && pts[i-1].h == p.h && pts[i-1].o != p.o {
+				ties++
+			}
+		}
+		if len(ids) == len(many) && ties == 0 {
+			t.Errorf("%d nodes: no hash shared by two nodes; the tie order is untested", len(ids))
 		}
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package balancer
+
+func processCPU() int64 { return -1 }
