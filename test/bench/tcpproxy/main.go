@@ -1,17 +1,34 @@
 // Command tcpproxy measures SSL passthrough through package tcpproxy against
-// a direct connection to the same TLS backend, in the same run: throughput
-// of 1 MiB transfers and the added connection-setup (TLS handshake) latency.
-// Direct and proxied samples are interleaved so machine load hits both alike.
-// It prints ratios; test/bench/tcpproxy.sh runs it.
+// a direct connection to the same TLS backend from the same client, in the
+// same run (issue 7): the connection setup it adds (TCP connect + TLS
+// handshake) and the throughput of 1 MiB transfers. A plain accept-dial-
+// io.Copy forwarder is measured alongside as the floor of any extra hop.
+// test/bench/tcpproxy.sh runs it and prints the whole table.
 //
-// The proxy runs in a child process (this binary with -role proxy) so it has
-// its own Go runtime, as in production, instead of sharing the scheduler and
-// GC of the client and backend. With -proxy-cpu N the child is pinned to CPU
-// N (taskset), and the shell script pins this process (client and backend)
-// to the other CPU, for both paths alike.
+// Method:
+//   - client (this process), backend, proxy and forwarder are four processes
+//     (this binary re-executed with -role), so every path has the same
+//     client and backend processes and differs only by the hop in between;
+//     each child has its own Go runtime, as in production;
+//   - each round takes one sample of every path in a fresh random order, so
+//     load from other processes on the machine hits all paths alike; the
+//     first -warmup rounds are dropped;
+//   - a sample is one connection: TCP connect + TLS handshake (setup), then
+//     one request byte and size bytes back (transfer);
+//   - -handshake short (the default) resumes a TLS 1.3 session with X25519,
+//     so the handshake is short and the same on every path and what the hop
+//     adds is not buried under the handshake's own crypto; -handshake full
+//     is a full handshake with Go's defaults (X25519MLKEM768, ECDSA P-256,
+//     certificate verified);
+//   - figures are medians: added setup = median(path) - median(direct),
+//     throughput ratio = median(direct transfer) / median(path transfer);
+//     the median of the per-round paired differences is printed as a check;
+//   - the CPU time of each child per sample (from its rusage at exit) is
+//     printed: it moves much less with the machine's load than wall time.
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,17 +36,23 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,31 +65,69 @@ import (
 const sni = "bench.example.com"
 
 func main() {
-	rounds := flag.Int("rounds", 200, "interleaved samples per path")
-	size := flag.Int("size", 1<<20, "bytes per transfer")
-	role := flag.String("role", "bench", "bench, or proxy (the child process)")
-	backend := flag.String("backend", "", "proxy role: the TLS backend address")
-	proxyCPU := flag.String("proxy-cpu", "", "pin the proxy process to this CPU list (taskset -c)")
-	cpuprofile := flag.String("cpuprofile", "", "proxy role: write a CPU profile here")
+	o := options{}
+	flag.IntVar(&o.rounds, "rounds", 300, "interleaved samples per path")
+	flag.IntVar(&o.warmup, "warmup", 20, "rounds dropped before measuring")
+	flag.IntVar(&o.size, "size", 1<<20, "bytes per transfer")
+	flag.StringVar(&o.handshake, "handshake", "short", "short (TLS 1.3 resumption, X25519) or full (Go defaults, verified certificate)")
+	flag.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of client and backend; 0 is Go's default")
+	flag.IntVar(&o.proxyProcs, "proxy-procs", 0, "GOMAXPROCS of the proxy and forwarder; 0 is Go's default")
+	flag.StringVar(&o.label, "label", "", "first cell of the printed table row")
+	flag.Func("variant", "name:K=V,...: one more passthrough path, a proxy child with this environment; an element without '=' is "+
+		"another build of this tool to run it from, e.g. one made before a change (repeatable)", func(v string) error {
+		name, spec, _ := strings.Cut(v, ":")
+		vr := variant{name: name}
+		for _, e := range strings.Split(spec, ",") {
+			if strings.Contains(e, "=") {
+				vr.env = append(vr.env, e)
+			} else if e != "" {
+				vr.bin = e
+			}
+		}
+		o.variants = append(o.variants, vr)
+		return nil
+	})
+	role := flag.String("role", "bench", "bench, or a child: backend, proxy, forward")
+	target := flag.String("target", "", "proxy and forward: the backend address")
+	dir := flag.String("dir", "", "backend: directory holding cert.pem and key.pem")
+	cpuprofile := flag.String("cpuprofile", "", "proxy: write a CPU profile here; bench: pass it on to the proxy")
 	flag.Parse()
+	o.cpuprofile = *cpuprofile
 	var err error
 	switch *role {
+	case "backend":
+		err = child(func(ln net.Listener) error { return serveBackend(ln, *dir, o.size) }, "127.0.0.2:0", "")
 	case "proxy":
-		err = serveProxy(*backend, *cpuprofile)
+		err = child(func(ln net.Listener) error { return serveProxy(ln, *target) }, "127.0.0.1:0", *cpuprofile)
 	case "forward":
-		err = serveForward(*backend)
+		err = child(func(ln net.Listener) error { return serveForward(ln, *target) }, "127.0.0.1:0", "")
 	default:
-		err = run(*rounds, *size, *proxyCPU, *cpuprofile)
+		err = run(o)
 	}
 	if err != nil {
 		log.Fatal(err)
 	}
 }
 
-// serveProxy is the child: tcpproxy's SNI router on 127.0.0.1 with backend
-// as the passthrough target of sni. It prints its address, then serves
-// until stdin closes or SIGTERM.
-func serveProxy(backend, cpuprofile string) error {
+type options struct {
+	rounds, warmup, size int
+	handshake            string
+	procs, proxyProcs    int
+	label, cpuprofile    string
+	variants             []variant
+}
+
+// variant is a proxy child started with extra environment, to compare
+// settings (GOMAXPROCS, GODEBUG, experiments) in the same run.
+type variant struct {
+	name string
+	env  []string
+	bin  string // "" is this binary
+}
+
+// child listens on addr, prints the address on stdout and serves until
+// stdin closes (the parent is done) or SIGTERM.
+func child(serve func(net.Listener) error, addr, cpuprofile string) error {
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
 		if err != nil {
@@ -77,8 +138,26 @@ func serveProxy(backend, cpuprofile string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
+	context.AfterFunc(ctx, func() { _ = ln.Close() })
+	fmt.Println(ln.Addr().String())
+	if err := serve(ln); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// serveProxy is tcpproxy's SNI router with target as the passthrough
+// backend of sni (real balancer.Registry, round robin).
+func serveProxy(ln net.Listener, target string) error {
 	reg := balancer.NewRegistry(balancer.Config{})
-	h, p, _ := net.SplitHostPort(backend)
+	h, p, _ := net.SplitHostPort(target)
 	if err := reg.Sync([]balancer.Backend{{Name: "bench", Endpoints: []balancer.Endpoint{{Address: h, Port: balancer.PortString(p)}}}}); err != nil {
 		return fmt.Errorf("sync balancer: %w", err)
 	}
@@ -87,175 +166,52 @@ func serveProxy(backend, cpuprofile string) error {
 		return err
 	}
 	px.Update(tcpproxy.RoutesFrom(&model.Configuration{PassthroughBackends: []model.PassthroughBackend{{Hostname: sni, Backend: "bench"}}}))
-	pln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen proxy: %w", err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
-	fmt.Println(pln.Addr().String())
-	return px.ServeSNI(ctx, pln)
+	return px.ServeSNI(context.Background(), ln)
 }
 
-// serveForward is the reference child: the least a Go L4 proxy can do (accept,
-// dial, io.Copy both ways, no SNI peek, no balancer), to separate the cost
-// of the extra process and loopback hop from tcpproxy's own.
-func serveForward(backend string) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen forward: %w", err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); _ = ln.Close() }()
-	fmt.Println(ln.Addr().String())
+// serveForward is the reference: the least a Go L4 proxy can do (accept,
+// dial, io.Copy both ways, no SNI peek, no balancer).
+func serveForward(ln net.Listener, target string) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return nil
+			return err
 		}
-		go func() {
-			defer c.Close()
-			up, err := net.Dial("tcp", backend)
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(c, up)
-				_ = c.(*net.TCPConn).CloseWrite()
-				close(done)
-			}()
-			_, _ = io.Copy(up, c)
-			_ = up.(*net.TCPConn).CloseWrite()
-			<-done
-		}()
+		go forward(c.(*net.TCPConn), target)
 	}
 }
 
-// startProxy runs this binary with -role proxy (pinned with taskset when cpu
-// is set) and returns its listen address and a function that stops it.
-func startProxy(role, backend, cpu, cpuprofile string) (string, func(), error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", nil, fmt.Errorf("find own binary: %w", err)
-	}
-	args := []string{self, "-role", role, "-backend", backend, "-cpuprofile", cpuprofile}
-	if cpu != "" {
-		args = append([]string{"taskset", "-c", cpu}, args...)
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", nil, fmt.Errorf("proxy stdin: %w", err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, fmt.Errorf("proxy stdout: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("start proxy: %w", err)
-	}
-	line := make([]byte, 64)
-	n, err := out.Read(line)
-	if err != nil {
-		_ = cmd.Process.Kill()
-		return "", nil, fmt.Errorf("read proxy address: %w", err)
-	}
-	fmt.Printf("%s pid %d\n", role, cmd.Process.Pid)
-	return strings.TrimSpace(string(line[:n])), func() { _ = stdin.Close(); _ = cmd.Wait() }, nil
-}
-
-func run(rounds, size int, proxyCPU, cpuprofile string) error {
-	cert, err := selfSigned()
-	if err != nil {
-		return err
-	}
-	payload := make([]byte, size)
-	// The TLS backend on 127.0.0.2: after the handshake it reads one byte;
-	// 'd' asks for the payload, anything else closes.
-	bln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		return fmt.Errorf("listen backend: %w", err)
-	}
-	defer bln.Close()
-	go serveBackend(bln, cert, payload)
-
-	paddr, stopProxy, err := startProxy("proxy", bln.Addr().String(), proxyCPU, cpuprofile)
-	if err != nil {
-		return err
-	}
-	defer stopProxy()
-	faddr, stopForward, err := startProxy("forward", bln.Addr().String(), proxyCPU, "")
-	if err != nil {
-		return err
-	}
-	defer stopForward()
-
-	pool := x509.NewCertPool()
-	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
-	pool.AddCert(leaf)
-	conf := &tls.Config{ServerName: sni, RootCAs: pool, ClientSessionCache: nil}
-	paths := []struct {
-		name string
-		addr string
-	}{{"direct", bln.Addr().String()}, {"passthrough", paddr}, {"forward", faddr}}
-
-	setup := map[string][]time.Duration{}
-	xfer := map[string][]time.Duration{}
-	for i := 0; i < rounds+10; i++ {
-		for _, pth := range paths {
-			s, x, err := sample(pth.addr, conf, size)
-			if err != nil {
-				return fmt.Errorf("%s: %w", pth.name, err)
-			}
-			if i >= 10 { // warm-up
-				setup[pth.name] = append(setup[pth.name], s)
-				xfer[pth.name] = append(xfer[pth.name], x)
-			}
-		}
-	}
-	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
-	sd, sp := med(setup["direct"]), med(setup["passthrough"])
-	xd, xp := med(xfer["direct"]), med(xfer["passthrough"])
-	sf, xf := med(setup["forward"]), med(xfer["forward"])
-	mibps := func(d time.Duration) float64 { return float64(size) / (1 << 20) / d.Seconds() }
-	fmt.Printf("rounds=%d size=%d proxy-cpu=%q\n", rounds, size, proxyCPU)
-	fmt.Printf("setup p50: direct %v passthrough %v added %v (target <= 100us)\n", sd, sp, sp-sd)
-	fmt.Printf("transfer p50: direct %v (%.0f MiB/s) passthrough %v (%.0f MiB/s)\n", xd, mibps(xd), xp, mibps(xp))
-	fmt.Printf("throughput ratio passthrough/direct: %.2f (target >= 0.90)\n", float64(xd)/float64(xp))
-	fmt.Printf("reference forward (plain io.Copy child): setup added %v, throughput ratio %.2f\n", sf-sd, float64(xd)/float64(xf))
-	return nil
-}
-
-// sample dials addr, completes the TLS handshake (setup) and then downloads
-// size bytes (transfer, from request to last byte).
-func sample(addr string, conf *tls.Config, size int) (setup, transfer time.Duration, err error) {
-	start := time.Now()
-	c, err := tls.Dial("tcp", addr, conf)
-	if err != nil {
-		return 0, 0, fmt.Errorf("handshake: %w", err)
-	}
+func forward(c *net.TCPConn, target string) {
 	defer c.Close()
-	setup = time.Since(start)
-	start = time.Now()
-	if _, err := c.Write([]byte{'d'}); err != nil {
-		return 0, 0, fmt.Errorf("request: %w", err)
+	up, err := net.Dial("tcp", target)
+	if err != nil {
+		return
 	}
-	n, err := io.Copy(io.Discard, c)
-	if err != nil || n != int64(size) {
-		return 0, 0, fmt.Errorf("download: got %d bytes: %v", n, err)
-	}
-	return setup, time.Since(start), nil
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(c, up)
+		_ = c.CloseWrite()
+		close(done)
+	}()
+	_, _ = io.Copy(up, c)
+	_ = up.(*net.TCPConn).CloseWrite()
+	<-done
 }
 
-func serveBackend(ln net.Listener, cert tls.Certificate, payload []byte) {
+// serveBackend is the TLS server: after the handshake it reads one byte;
+// 'd' asks for size bytes, anything else closes.
+func serveBackend(ln net.Listener, dir string, size int) error {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	if err != nil {
+		return fmt.Errorf("load certificate: %w", err)
+	}
 	conf := &tls.Config{Certificates: []tls.Certificate{cert}}
+	payload := make([]byte, size)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return
+			return err
 		}
 		go func() {
 			tc := tls.Server(c, conf)
@@ -269,16 +225,250 @@ func serveBackend(ln net.Listener, cert tls.Certificate, payload []byte) {
 	}
 }
 
-func selfSigned() (tls.Certificate, error) {
+// proc is a running child.
+type proc struct {
+	name  string
+	addr  string
+	cmd   *exec.Cmd
+	stdin io.Closer
+}
+
+// start runs bin ("" is this binary) with -role role, GOMAXPROCS procs (0:
+// unset) and env added to the environment.
+func start(bin, role string, procs int, env []string, args ...string) (*proc, error) {
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own binary: %w", err)
+		}
+		bin = self
+	}
+	cmd := exec.Command(bin, append([]string{"-role", role}, args...)...)
+	cmd.Stderr = os.Stderr
+	cmd.Env = os.Environ()
+	if procs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(procs))
+	}
+	cmd.Env = append(cmd.Env, env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s stdin: %w", role, err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("%s stdout: %w", role, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("read %s address: %w", role, err)
+	}
+	return &proc{name: role, addr: strings.TrimSpace(line), cmd: cmd, stdin: stdin}, nil
+}
+
+// stop ends the child and returns the CPU time it used.
+func (p *proc) stop() time.Duration {
+	_ = p.stdin.Close()
+	_ = p.cmd.Wait()
+	if p.cmd.ProcessState == nil {
+		return 0
+	}
+	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+}
+
+// path is one way from the client to the backend.
+type path struct {
+	name          string
+	addr          string
+	setup, xfer   []time.Duration
+	dsetup, dxfer []time.Duration // paired with direct, same round
+}
+
+func run(o options) error {
+	if o.procs > 0 {
+		runtime.GOMAXPROCS(o.procs)
+	}
+	dir, err := os.MkdirTemp("", "tcpproxy-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	pool, err := writeCert(dir)
+	if err != nil {
+		return err
+	}
+	load0 := loadavg()
+	backend, err := start("", "backend", o.procs, nil, "-dir", dir, "-size", strconv.Itoa(o.size))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if backend != nil {
+			backend.stop()
+		}
+	}()
+	px, err := start("", "proxy", o.proxyProcs, nil, "-target", backend.addr, "-cpuprofile", o.cpuprofile)
+	if err != nil {
+		return err
+	}
+	fw, err := start("", "forward", o.proxyProcs, nil, "-target", backend.addr)
+	if err != nil {
+		_ = px.stop()
+		return err
+	}
+
+	var vprocs []*proc
+	for _, v := range o.variants {
+		vp, err := start(v.bin, "proxy", o.proxyProcs, v.env, "-target", backend.addr)
+		if err != nil {
+			return err
+		}
+		vp.name = v.name
+		vprocs = append(vprocs, vp)
+	}
+
+	conf := &tls.Config{ServerName: sni, RootCAs: pool}
+	if o.handshake == "short" {
+		conf.CurvePreferences = []tls.CurveID{tls.X25519}
+		conf.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		conf.MinVersion = tls.VersionTLS13
+	}
+	direct := &path{name: "direct", addr: backend.addr}
+	paths := []*path{direct, {name: "passthrough", addr: px.addr}, {name: "forward", addr: fw.addr}}
+	for _, vp := range vprocs {
+		paths = append(paths, &path{name: vp.name, addr: vp.addr})
+	}
+	order := slices.Clone(paths)
+	resumed := 0
+	var sampleErr error
+	for i := 0; i < o.warmup+o.rounds && sampleErr == nil; i++ {
+		mrand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		s := map[*path][2]time.Duration{}
+		for _, p := range order {
+			setup, xfer, didResume, err := sample(p.addr, conf, o.size)
+			if err != nil {
+				sampleErr = fmt.Errorf("%s: %w", p.name, err)
+				break
+			}
+			if didResume && i >= o.warmup {
+				resumed++
+			}
+			s[p] = [2]time.Duration{setup, xfer}
+		}
+		if i < o.warmup || sampleErr != nil {
+			continue
+		}
+		for _, p := range paths {
+			p.setup = append(p.setup, s[p][0])
+			p.xfer = append(p.xfer, s[p][1])
+			p.dsetup = append(p.dsetup, s[p][0]-s[direct][0])
+			p.dxfer = append(p.dxfer, s[p][1]-s[direct][1])
+		}
+	}
+	cpu := map[string]time.Duration{"passthrough": px.stop(), "forward": fw.stop()}
+	for _, vp := range vprocs {
+		cpu[vp.name] = vp.stop()
+	}
+	cpu["backend"] = backend.stop() / time.Duration(len(paths))
+	backend = nil
+	if sampleErr != nil {
+		return sampleErr
+	}
+	if o.handshake == "short" && resumed != o.rounds*len(paths) {
+		return fmt.Errorf("short handshake: %d of %d samples resumed", resumed, o.rounds*len(paths))
+	}
+	report(o, paths, load0, loadavg(), cpu)
+	return nil
+}
+
+func median(d []time.Duration) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func report(o options, paths []*path, load0, load1 string, cpu map[string]time.Duration) {
+	n := time.Duration(o.warmup + o.rounds)
+	us := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+	sd, xd := median(paths[0].setup), median(paths[0].xfer)
+	fmt.Fprintf(os.Stderr, "# %s: %d rounds (+%d warm-up), %s handshake, %d B, GOMAXPROCS client/backend %d proxy %d, load %s -> %s\n",
+		o.label, o.rounds, o.warmup, o.handshake, o.size, o.procs, o.proxyProcs, load0, load1)
+	fmt.Fprintf(os.Stderr, "#   direct: setup p50 %v, transfer p50 %v (%.0f MiB/s), backend CPU %v/connection\n",
+		sd, xd, float64(o.size)/(1<<20)/xd.Seconds(), cpu["backend"]/n)
+	for _, p := range paths[1:] {
+		fmt.Fprintf(os.Stderr, "#   %s: setup p50 %v (+%v; paired p50 %+v), transfer p50 %v (ratio %.2f; paired p50 %+v), CPU %v/connection\n",
+			p.name, median(p.setup), median(p.setup)-sd, median(p.dsetup), median(p.xfer),
+			float64(xd)/float64(median(p.xfer)), median(p.dxfer), cpu[p.name]/n)
+	}
+	pt, fw := paths[1], paths[2]
+	// | run | load before → after | direct setup | passthrough added | forward added | direct 1 MiB | passthrough ratio | forward ratio | proxy CPU/conn | forward CPU/conn |
+	fmt.Printf("| %s | %s → %s | %s µs | %+d µs | %+d µs | %s µs | %.2f× | %.2f× | %s µs | %s µs |\n",
+		o.label, strings.Fields(load0)[0], strings.Fields(load1)[0], us(sd),
+		(median(pt.setup) - sd).Microseconds(), (median(fw.setup) - sd).Microseconds(), us(xd),
+		float64(xd)/float64(median(pt.xfer)), float64(xd)/float64(median(fw.xfer)), us(cpu["passthrough"]/n), us(cpu["forward"]/n))
+}
+
+// sample dials addr, completes the TLS handshake (setup) and then downloads
+// size bytes (transfer, from the request byte to the last byte).
+func sample(addr string, conf *tls.Config, size int) (setup, transfer time.Duration, resumed bool, err error) {
+	start := time.Now()
+	c, err := tls.Dial("tcp", addr, conf)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("handshake: %w", err)
+	}
+	defer c.Close()
+	setup = time.Since(start)
+	start = time.Now()
+	if _, err := c.Write([]byte{'d'}); err != nil {
+		return 0, 0, false, fmt.Errorf("request: %w", err)
+	}
+	n, err := io.Copy(io.Discard, c)
+	if err != nil || n != int64(size) {
+		return 0, 0, false, fmt.Errorf("download: got %d bytes: %w", n, errors.Join(err, io.ErrUnexpectedEOF))
+	}
+	return setup, time.Since(start), c.ConnectionState().DidResume, nil
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// writeCert writes a self-signed certificate for sni to dir/cert.pem and
+// dir/key.pem and returns a pool that trusts it.
+func writeCert(dir string) (*x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, err
+		return nil, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: sni}, DNSNames: []string{sni},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("create certificate: %w", err)
+		return nil, fmt.Errorf("create certificate: %w", err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal key: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return pool, nil
 }
