@@ -95,9 +95,10 @@ type Proxy struct {
 	metrics *metrics
 	routes  atomic.Pointer[Routes]
 
-	mu        sync.Mutex // guards listeners and udp
+	mu        sync.Mutex // guards listeners, udp and sni
 	listeners map[int]net.Listener
 	udp       map[int]context.CancelFunc // stops a UDP service port
+	sni       map[net.Listener]struct{}  // ServeSNI's listeners, for setDeferAccept
 	conns     inflight
 }
 
@@ -122,13 +123,39 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, metrics: m, listeners: map[int]net.Listener{}, udp: map[int]context.CancelFunc{}}
+	p := &Proxy{cfg: cfg, metrics: m, listeners: map[int]net.Listener{}, udp: map[int]context.CancelFunc{}, sni: map[net.Listener]struct{}{}}
 	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}, UDP: map[int]model.L4Service{}})
 	return p, nil
 }
 
 // Update swaps in new routes. Established connections are never reset.
-func (p *Proxy) Update(r *Routes) { p.routes.Store(r) }
+func (p *Proxy) Update(r *Routes) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.routes.Store(r)
+	for ln := range p.sni {
+		p.deferAccept(ln, r)
+	}
+}
+
+// awaitsHello reports whether SNI connections must wait for the
+// ClientHello under r: yes while some host is routed by passthrough (or
+// there is nowhere else to go); otherwise every connection goes to the
+// HTTPS fallback, whose dial is best started at accept, while the client is
+// still building its hello.
+func (p *Proxy) awaitsHello(r *Routes) bool {
+	return len(r.Passthrough) > 0 || p.cfg.HTTPSFallback == ""
+}
+
+// deferAccept makes the kernel hold new connections on an SNI listener
+// until their first bytes arrive when the hello is awaited anyway.
+func (p *Proxy) deferAccept(ln net.Listener, r *Routes) {
+	if p.awaitsHello(r) {
+		setDeferAccept(ln, p.cfg.HelloTimeout)
+		return
+	}
+	setDeferAccept(ln, 0)
+}
 
 // connView answers the nginx variables an L4 pick may read.
 type connView struct {
@@ -151,7 +178,17 @@ func (v *connView) Var(name string) ([]byte, bool) {
 
 // ServeSNI accepts TLS connections on ln until ctx ends: passthrough hosts go
 // to their backend unterminated, everything else to the HTTPS fallback.
+// On Linux it sets TCP_DEFER_ACCEPT on ln while passthrough hosts exist.
 func (p *Proxy) ServeSNI(ctx context.Context, ln net.Listener) error {
+	p.mu.Lock()
+	p.sni[ln] = struct{}{}
+	p.deferAccept(ln, p.routes.Load())
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.sni, ln)
+		p.mu.Unlock()
+	}()
 	return p.serve(ctx, ln, p.handleSNI)
 }
 
@@ -180,7 +217,7 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn
 
 func (p *Proxy) handleSNI(c net.Conn) {
 	routes := p.routes.Load()
-	if len(routes.Passthrough) == 0 && p.cfg.HTTPSFallback != "" {
+	if !p.awaitsHello(routes) {
 		// Every connection goes to the fallback whatever its SNI, so the
 		// hello is not awaited: the dial overlaps the client building it.
 		// Issue 7 / ingress-nginx #7827: enabling passthrough no longer
