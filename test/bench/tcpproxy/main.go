@@ -284,6 +284,7 @@ type path struct {
 	name          string
 	addr          string
 	setup, xfer   []time.Duration
+	connect       []time.Duration // the TCP connect part of setup
 	dsetup, dxfer []time.Duration // paired with direct, same round
 }
 
@@ -346,9 +347,9 @@ func run(o options) error {
 	var sampleErr error
 	for i := 0; i < o.warmup+o.rounds && sampleErr == nil; i++ {
 		mrand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-		s := map[*path][2]time.Duration{}
+		s := map[*path][3]time.Duration{}
 		for _, p := range order {
-			setup, xfer, didResume, err := sample(p.addr, conf, o.size)
+			connect, setup, xfer, didResume, err := sample(p.addr, conf, o.size)
 			if err != nil {
 				sampleErr = fmt.Errorf("%s: %w", p.name, err)
 				break
@@ -356,7 +357,7 @@ func run(o options) error {
 			if didResume && i >= o.warmup {
 				resumed++
 			}
-			s[p] = [2]time.Duration{setup, xfer}
+			s[p] = [3]time.Duration{setup, xfer, connect}
 		}
 		if i < o.warmup || sampleErr != nil {
 			continue
@@ -364,6 +365,7 @@ func run(o options) error {
 		for _, p := range paths {
 			p.setup = append(p.setup, s[p][0])
 			p.xfer = append(p.xfer, s[p][1])
+			p.connect = append(p.connect, s[p][2])
 			p.dsetup = append(p.dsetup, s[p][0]-s[direct][0])
 			p.dxfer = append(p.dxfer, s[p][1]-s[direct][1])
 		}
@@ -396,11 +398,11 @@ func report(o options, paths []*path, load0, load1 string, cpu map[string]time.D
 	sd, xd := median(paths[0].setup), median(paths[0].xfer)
 	fmt.Fprintf(os.Stderr, "# %s: %d rounds (+%d warm-up), %s handshake, %d B, GOMAXPROCS client/backend %d proxy %d, load %s -> %s\n",
 		o.label, o.rounds, o.warmup, o.handshake, o.size, o.procs, o.proxyProcs, load0, load1)
-	fmt.Fprintf(os.Stderr, "#   direct: setup p50 %v, transfer p50 %v (%.0f MiB/s), backend CPU %v/connection\n",
-		sd, xd, float64(o.size)/(1<<20)/xd.Seconds(), cpu["backend"]/n)
+	fmt.Fprintf(os.Stderr, "#   direct: setup p50 %v (connect %v), transfer p50 %v (%.0f MiB/s), backend CPU %v/connection\n",
+		sd, median(paths[0].connect), xd, float64(o.size)/(1<<20)/xd.Seconds(), cpu["backend"]/n)
 	for _, p := range paths[1:] {
-		fmt.Fprintf(os.Stderr, "#   %s: setup p50 %v (+%v; paired p50 %+v), transfer p50 %v (ratio %.2f; paired p50 %+v), CPU %v/connection\n",
-			p.name, median(p.setup), median(p.setup)-sd, median(p.dsetup), median(p.xfer),
+		fmt.Fprintf(os.Stderr, "#   %s: setup p50 %v (+%v; paired p50 %+v; connect %v), transfer p50 %v (ratio %.2f; paired p50 %+v), CPU %v/connection\n",
+			p.name, median(p.setup), median(p.setup)-sd, median(p.dsetup), median(p.connect), median(p.xfer),
 			float64(xd)/float64(median(p.xfer)), median(p.dxfer), cpu[p.name]/n)
 	}
 	pt, fw := paths[1], paths[2]
@@ -411,25 +413,31 @@ func report(o options, paths []*path, load0, load1 string, cpu map[string]time.D
 		float64(xd)/float64(median(pt.xfer)), float64(xd)/float64(median(fw.xfer)), us(cpu["passthrough"]/n), us(cpu["forward"]/n))
 }
 
-// sample dials addr, completes the TLS handshake (setup) and then downloads
-// size bytes (transfer, from the request byte to the last byte).
-func sample(addr string, conf *tls.Config, size int) (setup, transfer time.Duration, resumed bool, err error) {
+// sample dials addr (connect), completes the TLS handshake (setup, connect
+// included) and then downloads size bytes (transfer, from the request byte
+// to the last byte).
+func sample(addr string, conf *tls.Config, size int) (connect, setup, transfer time.Duration, resumed bool, err error) {
 	start := time.Now()
-	c, err := tls.Dial("tcp", addr, conf)
+	raw, err := net.Dial("tcp", addr)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("handshake: %w", err)
+		return 0, 0, 0, false, fmt.Errorf("connect: %w", err)
 	}
+	connect = time.Since(start)
+	c := tls.Client(raw, conf)
 	defer c.Close()
+	if err := c.Handshake(); err != nil {
+		return 0, 0, 0, false, fmt.Errorf("handshake: %w", err)
+	}
 	setup = time.Since(start)
 	start = time.Now()
 	if _, err := c.Write([]byte{'d'}); err != nil {
-		return 0, 0, false, fmt.Errorf("request: %w", err)
+		return 0, 0, 0, false, fmt.Errorf("request: %w", err)
 	}
 	n, err := io.Copy(io.Discard, c)
 	if err != nil || n != int64(size) {
-		return 0, 0, false, fmt.Errorf("download: got %d bytes: %w", n, errors.Join(err, io.ErrUnexpectedEOF))
+		return 0, 0, 0, false, fmt.Errorf("download: got %d bytes: %w", n, errors.Join(err, io.ErrUnexpectedEOF))
 	}
-	return setup, time.Since(start), c.ConnectionState().DidResume, nil
+	return connect, setup, time.Since(start), c.ConnectionState().DidResume, nil
 }
 
 func loadavg() string {
