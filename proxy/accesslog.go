@@ -1,12 +1,9 @@
 package proxy
 
 import (
-	"net/netip"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 // logBufs are access-log line buffers, reused so a logged request
@@ -22,31 +19,30 @@ var logBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 //	$upstream_response_length $upstream_response_time $upstream_status $req_id
 //
 // Empty values are "-" as nginx prints them. One Write per line.
-func (p *Proxy) accessLog(ctx *fasthttp.RequestCtx, o *outcome, start time.Time, took time.Duration) {
+func (p *Proxy) accessLog(x *exchange, o *outcome, start time.Time, took time.Duration) {
 	bp := logBufs.Get().(*[]byte)
 	b := (*bp)[:0]
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		b = ip.Unmap().AppendTo(b)
+	if x.remote.IsValid() {
+		b = x.remote.AppendTo(b)
 	}
 	b = append(b, " - - ["...)
 	b = start.AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
 	b = append(b, "] \""...)
-	req := &ctx.Request.Header
-	b = append(b, req.Method()...)
+	b = append(b, x.method...)
 	b = append(b, ' ')
-	b = append(b, req.RequestURI()...)
+	b = append(b, x.requestURI...)
 	b = append(b, ' ')
-	b = append(b, req.Protocol()...)
+	b = append(b, x.proto...)
 	b = append(b, "\" "...)
-	b = strconv.AppendInt(b, int64(ctx.Response.StatusCode()), 10)
+	b = strconv.AppendInt(b, int64(x.status), 10)
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(bodyLen(ctx.Response.IsBodyStream(), ctx.Response.Header.ContentLength(), ctx.Response.Body)), 10)
+	b = strconv.AppendInt(b, int64(x.bodySent), 10)
 	b = append(b, " \""...)
-	b = dash(b, req.Referer())
+	b = dash(b, x.referer)
 	b = append(b, "\" \""...)
-	b = dash(b, req.UserAgent())
+	b = dash(b, x.userAgent)
 	b = append(b, "\" "...)
-	b = strconv.AppendInt(b, int64(len(req.RawHeaders())+max(req.ContentLength(), 0)), 10)
+	b = strconv.AppendInt(b, int64(x.reqLength), 10)
 	b = append(b, ' ')
 	b = strconv.AppendFloat(b, took.Seconds(), 'f', 3, 64)
 	b = append(b, " ["...)
@@ -72,7 +68,7 @@ func (p *Proxy) accessLog(ctx *fasthttp.RequestCtx, o *outcome, start time.Time,
 		}
 	}
 	b = append(b, ' ')
-	b = dash(b, req.Peek("X-Request-ID"))
+	b = dash(b, x.requestID)
 	b = append(b, '\n')
 	_, _ = p.cfg.AccessLog.Write(b)
 	*bp = b

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 )
 
 // metrics are the request metrics, with ingress-nginx's names and labels.
@@ -51,8 +50,8 @@ func newMetrics(reg prometheus.Registerer, perHost bool) (*metrics, error) {
 var methods = map[string]string{"GET": "GET", "HEAD": "HEAD", "POST": "POST", "PUT": "PUT", "DELETE": "DELETE",
 	"PATCH": "PATCH", "OPTIONS": "OPTIONS", "CONNECT": "CONNECT", "TRACE": "TRACE"}
 
-func (m *metrics) observe(ctx *fasthttp.RequestCtx, o *outcome, took time.Duration) {
-	method, ok := methods[string(ctx.Method())]
+func (m *metrics) observe(x *exchange, o *outcome, took time.Duration) {
+	method, ok := methods[string(x.method)]
 	if !ok {
 		method = "OTHER"
 	}
@@ -63,12 +62,12 @@ func (m *metrics) observe(ctx *fasthttp.RequestCtx, o *outcome, took time.Durati
 			host = o.server
 		}
 	}
-	labels := prometheus.Labels{"host": host, "status": strconv.Itoa(ctx.Response.StatusCode()), "method": method,
+	labels := prometheus.Labels{"host": host, "status": strconv.Itoa(x.status), "method": method,
 		"path": path, "namespace": ns, "ingress": ing, "service": svc, "canary": o.canary}
 	m.requests.With(labels).Inc()
 	m.duration.With(labels).Observe(took.Seconds())
-	m.respSize.With(labels).Observe(float64(len(ctx.Response.Header.Header()) + bodyLen(ctx.Response.IsBodyStream(), ctx.Response.Header.ContentLength(), ctx.Response.Body)))
-	m.reqSize.With(labels).Observe(float64(len(ctx.Request.Header.RawHeaders()) + bodyLen(ctx.Request.IsBodyStream(), ctx.Request.Header.ContentLength(), ctx.Request.Body)))
+	m.respSize.With(labels).Observe(float64(x.respHeader + x.bodySent))
+	m.reqSize.With(labels).Observe(float64(x.reqLength))
 	if o.upstream > 0 {
 		m.upstream.With(labels).Observe(o.upstream.Seconds())
 	}

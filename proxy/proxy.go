@@ -3,15 +3,12 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +62,8 @@ type Config struct {
 	MetricsPerHost bool
 }
 
-// Proxy is the HTTP/1.1 data plane.
+// Proxy is the HTTP data plane: HTTP/1.1 on both ports, HTTP/2 on the TLS
+// port.
 type Proxy struct {
 	cfg     Config
 	routes  atomic.Pointer[table]
@@ -75,6 +73,7 @@ type Proxy struct {
 
 	mu      sync.Mutex // guards clients writes; reads are lock-free
 	clients atomic.Pointer[map[clientKey]*fasthttp.HostClient]
+	h2      h2Transports // HTTP/2 upstreams
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -150,14 +149,6 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// ServeTLS is Serve for HTTPS: TLS is terminated with the certificate the
-// Configuration gives the SNI name (exact, then wildcard, then the default
-// certificate, else a self-signed fake), swapped by Update without
-// restarting the listener.
-func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
-	return p.Serve(ctx, p.tlsListener(ln))
-}
-
 // hopHeaders are removed when proxying (RFC 9110 §7.6.1).
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
@@ -180,12 +171,39 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p.handle(ctx, &o)
 	took := time.Since(start)
+	if p.metrics == nil && p.cfg.AccessLog == nil {
+		return
+	}
+	req, resp := &ctx.Request, &ctx.Response
+	x := exchange{method: req.Header.Method(), requestURI: req.Header.RequestURI(), proto: req.Header.Protocol(),
+		referer: req.Header.Referer(), userAgent: req.Header.UserAgent(), requestID: req.Header.Peek("X-Request-ID"),
+		status:    resp.StatusCode(),
+		bodySent:  bodyLen(resp.IsBodyStream(), resp.Header.ContentLength(), resp.Body),
+		reqLength: len(req.Header.RawHeaders()) + bodyLen(req.IsBodyStream(), req.Header.ContentLength(), req.Body)}
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		x.remote = ip.Unmap()
+	}
 	if p.metrics != nil {
-		p.metrics.observe(ctx, &o, took)
+		x.respHeader = len(resp.Header.Header())
+		p.metrics.observe(&x, &o, took)
 	}
 	if p.cfg.AccessLog != nil {
-		p.accessLog(ctx, &o, start, took)
+		p.accessLog(&x, &o, start, took)
 	}
+}
+
+// exchange is what the metrics and the access log read of one finished
+// request, from either front end. The slices point into the request and
+// are read before the handler returns.
+type exchange struct {
+	remote               netip.Addr
+	method, requestURI   []byte
+	proto                []byte
+	referer, userAgent   []byte
+	requestID            []byte
+	status               int
+	bodySent, respHeader int // response body and header bytes
+	reqLength            int // request headers and body ($request_length)
 }
 
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
@@ -200,50 +218,30 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); !ok || !rt.allowed(ip) {
-		// whitelist-source-range: nginx "deny all" after the allow list.
-		ctx.Error("403 Forbidden", fasthttp.StatusForbidden)
-		return
+	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host()}
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		f.remote = ip.Unmap()
 	}
-	if !ctx.IsTLS() && (loc.Rewrite.ForceSSLRedirect || (loc.Rewrite.SSLRedirect && vh.tls)) {
-		// ssl-redirect / force-ssl-redirect (lua_ingress.rewrite): to
-		// https://<host without port><request_uri>, http-redirect-code.
-		uri := string(ctx.RequestURI())
-		if !loc.Rewrite.PreserveTrailingSlash {
-			uri = strings.TrimSuffix(uri, "/") // one trailing slash, as lua_ingress
-		}
-		ctx.Response.Header.Set("Location", "https://"+string(host)+uri)
-		ctx.SetStatusCode(tbl.redirectCode)
-		return
+	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
+		f.localPort = ta.Port
 	}
-	if loc.Redirect.URL != "" {
-		// permanent-redirect / temporal-redirect: nginx "return <code> <url>",
-		// the URL as written and the code as configured (300-308).
-		ctx.Response.Header.Set("Location", loc.Redirect.URL)
-		ctx.SetStatusCode(loc.Redirect.Code)
-		return
-	}
-	if loc.Rewrite.AppRoot != "" && string(ctx.Path()) == "/" {
-		// app-root: ingress-nginx answers "/" with a 302 to
-		// $scheme://$http_host<app-root>.
-		ctx.Redirect(loc.Rewrite.AppRoot, fasthttp.StatusFound)
-		return
-	}
-	if limit := loc.Proxy.BodySizeBytes; limit > 0 && int64(ctx.Request.Header.ContentLength()) > limit {
-		// proxy-body-size: a declared length over the limit is refused
-		// before anything goes upstream (nginx client_max_body_size).
-		refuseBody(ctx)
+	if v := tbl.check(vh, rt, &f, host, ctx.RequestURI(), ctx.Path(), int64(ctx.Request.Header.ContentLength())); v.status != 0 {
+		answerFast(ctx, v)
 		return
 	}
 	st := statePool.Get().(*reqState)
 	defer st.release()
-	st.view = requestView{ctx: ctx, host: host, server: vh.name, location: loc.Path}
+	st.view = requestView{ctx: ctx, viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}}
 	view := &st.view
-	if loc.CORS.Enabled && string(ctx.Method()) == "OPTIONS" && setCORS(ctx, &loc.CORS) {
-		return // a preflight is answered here, as ingress-nginx does
+	if loc.CORS.Enabled && string(ctx.Method()) == "OPTIONS" && corsHeaders(&ctx.Response.Header, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), true) {
+		// A preflight is answered here, as ingress-nginx does.
+		ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+		ctx.Response.Header.SetContentLength(0)
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		return
 	}
 	upgrade := upgradeProtocol(&ctx.Request.Header)
-	st.buf = p.prepare(ctx, loc, st.buf)
+	st.buf = p.prepare(ctx, &f, loc, st.buf)
 	if rt.rewrite != nil {
 		if path, ok := rt.rewritten(ctx.Path()); ok {
 			ctx.Request.URI().SetPathBytes(path)
@@ -251,6 +249,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	}
 	if upgrade != "" {
 		p.upgrade(ctx, loc, view, upgrade, o)
+		return
+	}
+	if h2Upstream(loc.BackendProtocol) {
+		p.fastToH2(ctx, rt, view, &st.attempt, o)
 		return
 	}
 
@@ -276,75 +278,79 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		}
 		out.SetBodyStream(lim, cl)
 	}
-
-	tries := loc.Proxy.NextUpstreamTries
-	if tries <= 0 {
-		tries = 3
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim}
+	replayable := buffered && replayableMethod(string(ctx.Method()))
+	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, replayable, &st.try)
+	if err != nil {
+		answerFast(ctx, verdict{status: failureStatus(err)})
+		return
 	}
-	replayable := buffered && isReplayable(ctx)
-	a := &st.attempt
-	for attempt := 1; ; attempt++ {
-		pick, err := p.cfg.Picker.Pick(loc.Backend, view, a)
-		if err != nil {
-			if errors.Is(err, balancer.ErrUnknownBackend) {
-				ctx.Error("503 Service Temporarily Unavailable", fasthttp.StatusServiceUnavailable)
-			} else {
-				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
-			}
-			return
-		}
-		start := time.Now()
-		err = p.client(pick.Peer, loc).Do(out, &ctx.Response)
-		elapsed := time.Since(start)
-		o.upstream += elapsed
-		if pick.Alternative {
-			o.canary = pick.Backend
-		}
-		o.peer = pick.Peer
-		if err == nil && !lim.over {
-			o.upstreamStatus, o.upstreamLength = ctx.Response.StatusCode(), ctx.Response.Header.ContentLength()
-			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: ctx.Response.StatusCode()})
-			removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
-			for _, h := range hopHeaders {
-				if h != "Trailer" { // announces trailers the body stream carries
-					ctx.Response.Header.Del(h)
-				}
-			}
-			if pick.SetCookie != "" {
-				ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
-			}
-			if loc.CORS.Enabled {
-				setCORS(ctx, &loc.CORS)
-			}
-			return
-		}
-		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, Failed: !lim.over})
+	o.upstreamLength = ctx.Response.Header.ContentLength()
+	if rt.intercepts(ctx.Response.StatusCode()) {
+		// custom-http-errors: the upstream's answer is dropped unread.
+		code := ctx.Response.StatusCode()
 		ctx.Response.Reset()
-		if lim.over {
-			// proxy-body-size while streaming: the chunked body went over
-			// the limit; the upstream got a broken body, the client a 413.
-			refuseBody(ctx)
-			return
+		p.customError(&ctx.Response, rt, code, errorRequestOf(ctx), view, o)
+		return
+	}
+	removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
+	for _, h := range hopHeaders {
+		if h != "Trailer" { // announces trailers the body stream carries
+			ctx.Response.Header.Del(h)
 		}
-		if attempt >= tries || !(replayable || isDialError(err)) || !retryable(err) {
-			if isTimeout(err) {
-				ctx.Error("504 Gateway Time-out", fasthttp.StatusGatewayTimeout)
-			} else {
-				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
-			}
-			return
-		}
-		a.LastFailure = balancer.FailureFailed
+	}
+	if pick.SetCookie != "" {
+		ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
+	}
+	if loc.CORS.Enabled {
+		corsHeaders(&ctx.Response.Header, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)
 	}
 }
 
+// answerFast writes an answer the proxy gives itself.
+func answerFast(ctx *fasthttp.RequestCtx, v verdict) {
+	switch {
+	case v.status == fasthttp.StatusRequestEntityTooLarge:
+		refuseBody(ctx)
+	case v.location != "":
+		ctx.Response.Header.Set("Location", v.location)
+		ctx.SetStatusCode(v.status)
+	default:
+		ctx.Error(statusText(v.status), v.status)
+	}
+}
+
+// fastTry is one attempt over HTTP/1.1 (backend-protocol HTTP and HTTPS)
+// through the peer's fasthttp keep-alive pool.
+type fastTry struct {
+	p    *Proxy
+	out  *fasthttp.Request
+	resp *fasthttp.Response
+	lim  *limitReader
+}
+
+func (t *fastTry) try(peer string, loc *model.Location) (int, error) {
+	err := t.p.client(peer, loc).Do(t.out, t.resp)
+	if err == nil && !t.lim.over {
+		return t.resp.StatusCode(), nil
+	}
+	t.resp.Reset()
+	if t.lim.over {
+		// proxy-body-size while streaming: the chunked body went over the
+		// limit; the upstream got a broken body, the client gets a 413.
+		return 0, errBodyTooLarge
+	}
+	return 0, err
+}
+
 // reqState is what one request would otherwise allocate: the balancer's
-// request view, the attempt, the body limiter and a header scratch buffer.
-// Pooled; nothing in it outlives the request.
+// request view, the attempt, the body limiter, the attempt state and a
+// header scratch buffer. Pooled; nothing in it outlives the request.
 type reqState struct {
 	view    requestView
 	attempt balancer.Attempt
 	lim     limitReader
+	try     fastTry
 	buf     []byte
 }
 
@@ -355,99 +361,23 @@ func (st *reqState) release() {
 	statePool.Put(st)
 }
 
-// prepare rewrites the request for the upstream: hop-by-hop headers out,
-// X-Forwarded-* and X-Real-IP in, X-Request-ID kept or made. buf is
-// scratch space, returned for reuse.
-func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, loc *model.Location, buf []byte) []byte {
+// prepare rewrites the request for the upstream (forwardHeaders), then
+// what only fasthttp needs: the Host for upstream-vhost and the scheme.
+func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, f *clientFacts, loc *model.Location, buf []byte) []byte {
 	h := &ctx.Request.Header
-	removeConnectionTokens(h.Peek("Connection"), h.Del)
-	teTrailers := tokenListHas(h.Peek("Te"), "trailers")
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-	if teTrailers {
-		h.Set("Te", "trailers")
-	}
-	b := buf[:0]
-	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-		b = append(append(b, prior...), ", "...)
-	}
-	ipAt := len(b)
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		b = ip.Unmap().AppendTo(b)
-	}
-	h.SetBytesV("X-Forwarded-For", b)
-	h.SetBytesV("X-Real-IP", b[ipAt:])
-	proto := "http"
-	if ctx.IsTLS() {
-		proto = "https"
-	}
-	h.Set("X-Forwarded-Proto", proto)
-	h.Set("X-Forwarded-Scheme", proto)
-	h.SetBytesV("X-Forwarded-Host", ctx.Host())
-	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
-		b = strconv.AppendInt(b[:0], int64(ta.Port), 10)
-		h.SetBytesV("X-Forwarded-Port", b)
-	}
-	if len(h.Peek("X-Request-ID")) == 0 {
-		var id [16]byte
-		_, _ = rand.Read(id[:])
-		b = hex.AppendEncode(b[:0], id[:])
-		h.SetBytesV("X-Request-ID", b)
-	}
+	b := forwardHeaders(h, f, loc, buf)
 	if loc.UpstreamVhost != "" {
 		h.SetHost(loc.UpstreamVhost)
 	}
 	// The upstream is spoken to as backend-protocol says, whatever the
 	// client used; fasthttp's HostClient refuses a request whose scheme
 	// differs from its own.
-	if loc.BackendProtocol == model.ProtocolHTTPS {
+	if loc.BackendProtocol == model.ProtocolHTTPS || loc.BackendProtocol == model.ProtocolGRPCS {
 		ctx.Request.URI().SetScheme("https")
 	} else {
 		ctx.Request.URI().SetScheme("http")
 	}
-	if loc.XForwardedPrefix != "" {
-		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
-	}
 	return b
-}
-
-// setCORS adds ingress-nginx's CORS headers when the request carries an
-// allowed Origin, and answers an OPTIONS preflight with 204 (it returns true
-// then).
-func setCORS(ctx *fasthttp.RequestCtx, c *model.CORS) bool {
-	origin := string(ctx.Request.Header.Peek("Origin"))
-	allowed := ""
-	for _, o := range c.AllowOrigin {
-		if o == "*" || o == origin || (strings.Contains(o, "://*.") && wildcardOrigin(o, origin)) {
-			allowed = o
-			if o != "*" {
-				allowed = origin
-			}
-			break
-		}
-	}
-	if origin == "" || allowed == "" {
-		return false
-	}
-	h := &ctx.Response.Header
-	h.Set("Access-Control-Allow-Origin", allowed)
-	if c.AllowCredentials {
-		h.Set("Access-Control-Allow-Credentials", "true")
-	}
-	h.Set("Access-Control-Allow-Methods", c.AllowMethods)
-	h.Set("Access-Control-Allow-Headers", c.AllowHeaders)
-	if c.ExposeHeaders != "" {
-		h.Set("Access-Control-Expose-Headers", c.ExposeHeaders)
-	}
-	if string(ctx.Method()) != "OPTIONS" {
-		return false
-	}
-	h.Set("Access-Control-Max-Age", strconv.Itoa(c.MaxAgeSeconds))
-	h.SetContentType("text/plain; charset=utf-8")
-	h.SetContentLength(0)
-	ctx.SetStatusCode(fasthttp.StatusNoContent)
-	return true
 }
 
 // wildcardOrigin matches "https://*.example.com" against an Origin.
@@ -544,16 +474,6 @@ func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
 	return c
 }
 
-// isReplayable: only requests that can be sent again (nginx
-// proxy_next_upstream without non_idempotent).
-func isReplayable(ctx *fasthttp.RequestCtx) bool {
-	switch string(ctx.Method()) {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
-}
-
 // refuseBody answers 413 and closes the connection. Like nginx's lingering
 // close it first reads and drops up to lingerBytes of the unread body, so
 // the client, still sending, reads the 413 instead of a connection reset.
@@ -592,10 +512,12 @@ func retryable(err error) bool {
 }
 
 // defaultBackend answers as ingress-nginx's default backend.
-func defaultBackend(ctx *fasthttp.RequestCtx) {
-	ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
-	ctx.SetStatusCode(fasthttp.StatusNotFound)
-	ctx.SetBodyString("default backend - 404")
+func defaultBackend(ctx *fasthttp.RequestCtx) { defaultBackendResponse(&ctx.Response) }
+
+func defaultBackendResponse(resp *fasthttp.Response) {
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.SetStatusCode(fasthttp.StatusNotFound)
+	resp.SetBodyString("default backend - 404")
 }
 
 // hostOnly lower-cases the Host header and drops the port.
@@ -633,51 +555,25 @@ func lastColon(b []byte) int {
 // requestView answers nginx variables from the fasthttp request for the
 // balancer.
 type requestView struct {
-	ctx      *fasthttp.RequestCtx
-	host     []byte
-	server   string
-	location string
-	scratch  [64]byte
+	viewBase
+	ctx *fasthttp.RequestCtx
 }
 
 func (v *requestView) Var(name string) ([]byte, bool) {
+	if val, ok, handled := v.common(name); handled {
+		return val, ok
+	}
 	switch name {
-	case "host":
-		return v.host, true
-	case "server_name":
-		return []byte(v.server), true
-	case "location_path":
-		return []byte(v.location), true
-	case "https":
-		if v.ctx.IsTLS() {
-			return []byte("on"), true
-		}
-		return nil, true
 	case "request_uri":
 		return v.ctx.RequestURI(), true
 	case "uri":
 		return v.ctx.Path(), true
-	case "remote_addr":
-		b, err := v.ctx.RemoteIP().AppendText(v.scratch[:0])
-		return b, err == nil
 	case "http_cookie":
 		c := v.ctx.Request.Header.Peek("Cookie")
 		return c, len(c) > 0
 	}
-	if len(name) > 5 && name[:5] == "http_" {
-		h := name[5:]
-		if len(h) > len(v.scratch) {
-			return nil, false
-		}
-		b := v.scratch[:len(h)]
-		for i := 0; i < len(h); i++ {
-			c := h[i]
-			if c == '_' {
-				c = '-'
-			}
-			b[i] = c
-		}
-		val := v.ctx.Request.Header.PeekBytes(b)
+	if key, ok := v.headerKey(name); ok {
+		val := v.ctx.Request.Header.PeekBytes(key)
 		return val, val != nil
 	}
 	if len(name) > 7 && name[:7] == "cookie_" {

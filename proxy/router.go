@@ -13,9 +13,12 @@ import (
 type table struct {
 	// redirectCode is http-redirect-code for ssl-redirect (308 default).
 	redirectCode int
-	exact        map[string]*vhost
-	wildcards    []wildcard // longest suffix first
-	catchAll     *vhost
+	// builtinDefault is true when the default backend is only the
+	// built-in default server (custom-http-errors answer in-process).
+	builtinDefault bool
+	exact          map[string]*vhost
+	wildcards      []wildcard // longest suffix first
+	catchAll       *vhost
 }
 
 type wildcard struct {
@@ -109,7 +112,7 @@ func parseRanges(ranges []string) []netip.Prefix {
 // newTable builds the routing table. Locations whose regex does not compile
 // are skipped (the builder already validated them).
 func newTable(cfg *model.Configuration) *table {
-	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode}
+	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
 	}

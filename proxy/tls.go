@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"math/big"
-	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -94,11 +93,6 @@ func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 // tlsConfig is the listener configuration: TLS 1.2+, certificates by SNI.
 func (s *certStore) tlsConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.getCertificate}
-}
-
-// tlsListener wraps ln to terminate TLS with the current certificates.
-func (p *Proxy) tlsListener(ln net.Listener) net.Listener {
-	return tls.NewListener(ln, p.certs.tlsConfig())
 }
 
 func selfSigned(cn string) (*tls.Certificate, error) {

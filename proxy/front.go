@@ -1,0 +1,323 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// What both front ends share: fasthttp for HTTP/1.1 (proxy.go) and
+// x/net/http2 for HTTP/2 (h2.go) describe a request with clientFacts and
+// small header views, and get the same decisions, headers, picks and
+// retries from the functions here.
+
+// clientFacts is what the shared request handling reads of the client's
+// connection and request.
+type clientFacts struct {
+	remote netip.Addr // unmapped; invalid when unknown
+	tls    bool
+	// host is the Host header (or :authority) as sent, port included.
+	host      []byte
+	localPort int
+}
+
+// verdict is an answer given without going upstream; status 0 lets the
+// request through.
+type verdict struct {
+	status   int
+	location string // Location of a redirect
+}
+
+// check applies what a location decides before anything goes upstream, in
+// ingress-nginx's order: whitelist-source-range, ssl-redirect,
+// permanent/temporal-redirect, app-root, proxy-body-size against a
+// declared length. host is lower case without the port; contentLength is
+// negative when unknown.
+func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, path []byte, contentLength int64) verdict {
+	loc := &rt.loc
+	if !f.remote.IsValid() || !rt.allowed(f.remote) {
+		// whitelist-source-range: nginx "deny all" after the allow list.
+		return verdict{status: 403}
+	}
+	if !f.tls && (loc.Rewrite.ForceSSLRedirect || (loc.Rewrite.SSLRedirect && vh.tls)) {
+		// ssl-redirect / force-ssl-redirect (lua_ingress.rewrite): to
+		// https://<host without port><request_uri>, http-redirect-code.
+		uri := string(requestURI)
+		if !loc.Rewrite.PreserveTrailingSlash {
+			uri = strings.TrimSuffix(uri, "/") // one trailing slash, as lua_ingress
+		}
+		return verdict{status: t.redirectCode, location: "https://" + string(host) + uri}
+	}
+	if loc.Redirect.URL != "" {
+		// permanent-redirect / temporal-redirect: nginx "return <code> <url>",
+		// the URL as written and the code as configured (300-308).
+		return verdict{status: loc.Redirect.Code, location: loc.Redirect.URL}
+	}
+	if loc.Rewrite.AppRoot != "" && string(path) == "/" {
+		// app-root: ingress-nginx answers "/" with a 302 to
+		// $scheme://$http_host<app-root>.
+		scheme := "http://"
+		if f.tls {
+			scheme = "https://"
+		}
+		return verdict{status: 302, location: scheme + string(f.host) + loc.Rewrite.AppRoot}
+	}
+	if limit := loc.Proxy.BodySizeBytes; limit > 0 && contentLength > limit {
+		// proxy-body-size: a declared length over the limit is refused
+		// before anything goes upstream (nginx client_max_body_size).
+		return verdict{status: 413}
+	}
+	return verdict{}
+}
+
+// statusText is the body of an answer the proxy gives itself, as nginx's
+// error pages name them.
+func statusText(code int) string {
+	switch code {
+	case 403:
+		return "403 Forbidden"
+	case 404:
+		return "404 Not Found"
+	case 413:
+		return "413 Request Entity Too Large"
+	case 503:
+		return "503 Service Temporarily Unavailable"
+	case 504:
+		return "504 Gateway Time-out"
+	}
+	return "502 Bad Gateway"
+}
+
+// failureStatus is the answer for a request whose attempts failed: 503 for
+// a backend without endpoints, 413 for a streamed body over
+// proxy-body-size, 504 when the upstream timed out, else 502 (as nginx's
+// proxy_pass and grpc_pass).
+func failureStatus(err error) int {
+	switch {
+	case errors.Is(err, balancer.ErrUnknownBackend):
+		return 503
+	case errors.Is(err, errBodyTooLarge):
+		return 413
+	case isTimeout(err):
+		return 504
+	}
+	return 502
+}
+
+// headerSetter is a response header either front end can set:
+// *fasthttp.ResponseHeader and http.Header both are.
+type headerSetter interface {
+	Set(key, value string)
+}
+
+// corsHeaders adds ingress-nginx's CORS headers to h when origin is
+// allowed, and reports whether the request is a preflight (OPTIONS) the
+// proxy answers itself with 204.
+func corsHeaders(h headerSetter, c *model.CORS, origin string, options bool) (preflight bool) {
+	allowed := ""
+	for _, o := range c.AllowOrigin {
+		if o == "*" || o == origin || (strings.Contains(o, "://*.") && wildcardOrigin(o, origin)) {
+			allowed = o
+			if o != "*" {
+				allowed = origin
+			}
+			break
+		}
+	}
+	if origin == "" || allowed == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Origin", allowed)
+	if c.AllowCredentials {
+		h.Set("Access-Control-Allow-Credentials", "true")
+	}
+	h.Set("Access-Control-Allow-Methods", c.AllowMethods)
+	h.Set("Access-Control-Allow-Headers", c.AllowHeaders)
+	if c.ExposeHeaders != "" {
+		h.Set("Access-Control-Expose-Headers", c.ExposeHeaders)
+	}
+	if !options {
+		return false
+	}
+	h.Set("Access-Control-Max-Age", strconv.Itoa(c.MaxAgeSeconds))
+	return true
+}
+
+// requestHeaders is the request-header view forwardHeaders edits:
+// *fasthttp.RequestHeader as it is, net/http's through netHeader.
+type requestHeaders interface {
+	Peek(key string) []byte
+	Set(key, value string)
+	SetBytesV(key string, value []byte)
+	Del(key string)
+}
+
+// forwardHeaders rewrites request headers for the upstream as
+// ingress-nginx's location does: hop-by-hop headers out (RFC 9110 §7.6.1;
+// "Te: trailers" kept), X-Forwarded-For/-Proto/-Scheme/-Host/-Port and
+// X-Real-IP in, X-Request-ID kept or made, X-Forwarded-Prefix. buf is
+// scratch space, returned for reuse.
+func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf []byte) []byte {
+	removeConnectionTokens(h.Peek("Connection"), h.Del)
+	teTrailers := tokenListHas(h.Peek("Te"), "trailers")
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	if teTrailers {
+		h.Set("Te", "trailers")
+	}
+	b := buf[:0]
+	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+		b = append(append(b, prior...), ", "...)
+	}
+	ipAt := len(b)
+	if f.remote.IsValid() {
+		b = f.remote.AppendTo(b)
+	}
+	h.SetBytesV("X-Forwarded-For", b)
+	h.SetBytesV("X-Real-IP", b[ipAt:])
+	proto := "http"
+	if f.tls {
+		proto = "https"
+	}
+	h.Set("X-Forwarded-Proto", proto)
+	h.Set("X-Forwarded-Scheme", proto)
+	h.SetBytesV("X-Forwarded-Host", f.host)
+	if f.localPort > 0 {
+		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
+		h.SetBytesV("X-Forwarded-Port", b)
+	}
+	if len(h.Peek("X-Request-ID")) == 0 {
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		b = hex.AppendEncode(b[:0], id[:])
+		h.SetBytesV("X-Request-ID", b)
+	}
+	if loc.XForwardedPrefix != "" {
+		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
+	}
+	return b
+}
+
+// viewBase answers the nginx variables a pick may read that do not depend
+// on the client's protocol; requestView (fasthttp) and h2View (net/http)
+// embed it.
+type viewBase struct {
+	host     []byte // lower case, no port
+	server   string
+	location string
+	tls      bool
+	remote   netip.Addr
+	scratch  [64]byte
+}
+
+// common answers name when it is protocol-independent (handled true).
+func (v *viewBase) common(name string) (val []byte, ok, handled bool) {
+	switch name {
+	case "host":
+		return v.host, true, true
+	case "server_name":
+		return []byte(v.server), true, true
+	case "location_path":
+		return []byte(v.location), true, true
+	case "https":
+		if v.tls {
+			return []byte("on"), true, true
+		}
+		return nil, true, true
+	case "remote_addr":
+		if !v.remote.IsValid() {
+			return nil, false, true
+		}
+		return v.remote.AppendTo(v.scratch[:0]), true, true
+	}
+	return nil, false, false
+}
+
+// headerKey turns the header of an "http_<name>" variable into its header
+// name ('_' as '-') in scratch; ok is false for other variables.
+func (v *viewBase) headerKey(name string) ([]byte, bool) {
+	if len(name) <= 5 || name[:5] != "http_" {
+		return nil, false
+	}
+	h := name[5:]
+	if len(h) > len(v.scratch) {
+		return nil, false
+	}
+	b := v.scratch[:len(h)]
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c == '_' {
+			c = '-'
+		}
+		b[i] = c
+	}
+	return b, true
+}
+
+// tryer makes one attempt of a request at a peer: it sends the request and
+// reads the response head. On error it leaves no partial response behind;
+// errBodyTooLarge ends the request with 413.
+type tryer interface {
+	try(peer string, loc *model.Location) (status int, err error)
+}
+
+// attempts runs a request's attempts against backend as nginx's
+// proxy_next_upstream (spec §5): a pick per attempt, the balancer told how
+// each ended, another peer after a connection error or timeout while
+// proxy-next-upstream-tries allows, and only when the request can be sent
+// again (replayable, or nothing was written: a dial error).
+func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Request, a *balancer.Attempt, o *outcome, replayable bool, t tryer) (balancer.Pick, error) {
+	tries := loc.Proxy.NextUpstreamTries
+	if tries <= 0 {
+		tries = 3
+	}
+	for n := 1; ; n++ {
+		pick, err := p.cfg.Picker.Pick(backend, view, a)
+		if err != nil {
+			return pick, err
+		}
+		start := time.Now()
+		status, err := t.try(pick.Peer, loc)
+		elapsed := time.Since(start)
+		o.upstream += elapsed
+		if pick.Alternative {
+			o.canary = pick.Backend
+		}
+		o.peer = pick.Peer
+		if err == nil {
+			o.upstreamStatus = status
+			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: status})
+			return pick, nil
+		}
+		tooLarge := errors.Is(err, errBodyTooLarge)
+		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, Failed: !tooLarge})
+		if tooLarge || n >= tries || !(replayable || isDialError(err)) || !retryable(err) {
+			return pick, err
+		}
+		a.LastFailure = balancer.FailureFailed
+	}
+}
+
+// replayableMethod: only requests that can be sent again (nginx
+// proxy_next_upstream without non_idempotent).
+func replayableMethod(m string) bool {
+	switch m {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+// h2Upstream reports whether backend-protocol speaks HTTP/2 to the peer
+// (nginx grpc_pass): GRPC and H2C in cleartext, GRPCS over TLS.
+func h2Upstream(p model.BackendProtocol) bool {
+	return p == model.ProtocolGRPC || p == model.ProtocolGRPCS || p == model.ProtocolH2C
+}

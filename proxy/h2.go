@@ -1,0 +1,536 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/valyala/fasthttp"
+)
+
+// The HTTP/2 front end: on the TLS port, ALPN "h2" connections are served
+// by golang.org/x/net/http2 through serveH2, the rest (http/1.1 or no ALPN)
+// by fasthttp, both with the routes, picks, retries and headers of
+// front.go.
+
+// ServeTLS is Serve for HTTPS: TLS is terminated with the certificate the
+// Configuration gives the SNI name (exact, then wildcard, then the default
+// certificate, else a self-signed fake), swapped by Update without
+// restarting the listener. Clients that offer h2 get HTTP/2, others
+// HTTP/1.1.
+func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
+	cfg := p.certs.tlsConfig()
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
+	hs, err := p.h2Server()
+	if err != nil {
+		return err
+	}
+	var served sync.WaitGroup
+	served.Go(func() { _ = p.server.Serve(h1) })
+	served.Go(func() { _ = hs.Serve(h2) })
+	accepted := make(chan error, 1)
+	go func() { accepted <- p.acceptTLS(ln, cfg, h1, h2) }()
+	var acceptErr error
+	select {
+	case acceptErr = <-accepted:
+	case <-ctx.Done():
+		_ = ln.Close()
+		<-accepted
+	}
+	// Drain: fasthttp finishes its requests, HTTP/2 connections get a
+	// GOAWAY and end when their streams have.
+	err = p.server.Shutdown()
+	if herr := hs.Shutdown(context.Background()); err == nil {
+		err = herr
+	}
+	_, _ = h1.Close(), h2.Close()
+	served.Wait()
+	if acceptErr != nil {
+		return acceptErr
+	}
+	return err
+}
+
+// acceptTLS accepts connections until ln closes and handshakes each on its
+// own goroutine.
+func (p *Proxy) acceptTLS(ln net.Listener, cfg *tls.Config, h1, h2 *connQueue) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		go p.handshake(c, cfg, h1, h2)
+	}
+}
+
+// handshake terminates TLS on c within ReadTimeout and hands the
+// connection to the front end its ALPN protocol names.
+func (p *Proxy) handshake(c net.Conn, cfg *tls.Config, h1, h2 *connQueue) {
+	tc := tls.Server(c, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ReadTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return
+	}
+	if tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+		h2.push(tc)
+		return
+	}
+	h1.push(tc)
+}
+
+// connQueue is a net.Listener whose connections are pushed to it (by the
+// TLS handshakes) until it closes.
+type connQueue struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+// push hands c to Accept, or closes it when the queue is closed.
+func (q *connQueue) push(c net.Conn) {
+	select {
+	case q.conns <- c:
+	case <-q.closed:
+		_ = c.Close()
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.conns:
+		return c, nil
+	case <-q.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.closed) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
+
+// h2Server is the net/http server whose TLSNextProto x/net/http2 fills:
+// it serves the "h2" connections handed to it.
+func (p *Proxy) h2Server() (*http.Server, error) {
+	hs := &http.Server{
+		Handler:           http.HandlerFunc(p.serveH2),
+		ReadHeaderTimeout: p.cfg.ReadTimeout,
+		IdleTimeout:       p.cfg.IdleTimeout,
+		MaxHeaderBytes:    p.cfg.MaxHeaderBytes,
+		ErrorLog:          log.New(io.Discard, "", 0), // client errors are not ours to log
+	}
+	if err := http2.ConfigureServer(hs, &http2.Server{IdleTimeout: p.cfg.IdleTimeout}); err != nil {
+		return nil, fmt.Errorf("proxy: configure http2: %w", err)
+	}
+	return hs, nil
+}
+
+// h2Writer records what the metrics and the access log need of a
+// response written to the HTTP/2 front end.
+type h2Writer struct {
+	w       http.ResponseWriter
+	status  int
+	written int
+}
+
+func (w *h2Writer) Header() http.Header { return w.w.Header() }
+
+func (w *h2Writer) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.w.WriteHeader(code)
+}
+
+func (w *h2Writer) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.w.Write(b)
+	w.written += n
+	return n, err
+}
+
+func (w *h2Writer) Flush() {
+	if f, ok := w.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// answer writes an answer the proxy gives itself.
+func (w *h2Writer) answer(v verdict) {
+	if v.location != "" {
+		w.Header().Set("Location", v.location)
+		w.WriteHeader(v.status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(v.status)
+	_, _ = io.WriteString(w, statusText(v.status))
+}
+
+// serveH2 handles one HTTP/2 request and records its metrics.
+func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
+	var o outcome
+	start := time.Now()
+	w := &h2Writer{w: rw}
+	p.handleH2(w, r, &o)
+	took := time.Since(start)
+	if p.metrics == nil && p.cfg.AccessLog == nil {
+		return
+	}
+	x := exchange{method: []byte(r.Method), requestURI: []byte(r.RequestURI), proto: []byte(r.Proto),
+		referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent()), requestID: []byte(r.Header.Get("X-Request-ID")),
+		status: w.status, bodySent: w.written, reqLength: max(int(r.ContentLength), 0)}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		x.remote = ap.Addr().Unmap()
+	}
+	if p.metrics != nil {
+		p.metrics.observe(&x, &o, took)
+	}
+	if p.cfg.AccessLog != nil {
+		p.accessLog(&x, &o, start, took)
+	}
+}
+
+func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
+	host := hostOnly([]byte(r.Host))
+	tbl := p.routes.Load()
+	upath := []byte(cleanPath(r.URL.Path))
+	vh, rt := tbl.lookup(host, upath)
+	if rt != nil && !rt.loc.IsDefaultBackend {
+		o.server, o.loc = vh.name, &rt.loc
+	}
+	if rt == nil || rt.loc.IsDefaultBackend {
+		resp := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(resp)
+		defaultBackendResponse(resp)
+		copyFastResponse(w, resp, "")
+		return
+	}
+	loc := &rt.loc
+	f := clientFacts{tls: r.TLS != nil, host: []byte(r.Host)}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		f.remote = ap.Addr().Unmap()
+	}
+	if ta, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
+		f.localPort = ta.Port
+	}
+	if v := tbl.check(vh, rt, &f, host, []byte(r.RequestURI), upath, r.ContentLength); v.status != 0 {
+		w.answer(v)
+		return
+	}
+	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r}
+	if loc.CORS.Enabled && r.Method == http.MethodOptions && corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), true) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	er := &errorRequest{method: r.Method, host: r.Host, accept: r.Header.Get("Accept"), requestURI: r.RequestURI}
+	forwardHeaders(netHeader(r.Header), &f, loc, nil)
+	er.requestID, er.remote = r.Header.Get("X-Request-ID"), r.Header.Get("X-Real-IP")
+	if rt.rewrite != nil {
+		if p, ok := rt.rewritten(upath); ok {
+			r.URL.Path, r.URL.RawPath = string(p), ""
+		}
+	}
+	outHost := r.Host
+	if loc.UpstreamVhost != "" {
+		outHost = loc.UpstreamVhost
+	}
+	if h2Upstream(loc.BackendProtocol) {
+		p.h2ToH2(w, r, rt, view, er, outHost, o)
+		return
+	}
+	p.h2ToFast(w, r, rt, view, er, outHost, o)
+}
+
+// cleanPath normalises a request path for routing as fasthttp does for
+// HTTP/1.1 ("//", "." and ".." resolved), keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// h2ToFast proxies an HTTP/2 request to an HTTP/1.1 upstream through the
+// same fasthttp keep-alive pools as the HTTP/1.1 front end.
+func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.Request, er *errorRequest, outHost string, o *outcome) {
+	loc := &rt.loc
+	out := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(out)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	out.Header.SetMethod(r.Method)
+	out.SetRequestURI(r.URL.RequestURI())
+	out.URI().SetScheme("http")
+	if loc.BackendProtocol == model.ProtocolHTTPS {
+		out.URI().SetScheme("https")
+	}
+	for k, vv := range r.Header {
+		for _, v := range vv {
+			out.Header.Add(k, v)
+		}
+	}
+	out.Header.SetHost(outHost)
+	out.UseHostHeader = true
+	lim := &limitReader{left: -1}
+	cl := r.ContentLength
+	replayable := replayableMethod(r.Method)
+	switch {
+	case r.Body == nil || r.Body == http.NoBody || cl == 0:
+	case cl > 0 && cl <= int64(p.cfg.BodyBufferBytes):
+		body, err := io.ReadAll(io.LimitReader(r.Body, cl))
+		if err != nil || int64(len(body)) != cl {
+			w.answer(verdict{status: http.StatusBadRequest})
+			return
+		}
+		out.SetBodyRaw(body)
+	default:
+		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes}
+		if lim.left <= 0 {
+			lim.left = -1
+		}
+		out.SetBodyStream(lim, int(cl))
+		replayable = false
+	}
+	t := &fastTry{p: p, out: out, resp: resp, lim: lim}
+	var a balancer.Attempt
+	pick, err := p.attempts(loc.Backend, loc, view, &a, o, replayable, t)
+	if err != nil {
+		w.answer(verdict{status: failureStatus(err)})
+		return
+	}
+	o.upstreamLength = resp.Header.ContentLength()
+	if code := resp.StatusCode(); rt.intercepts(code) {
+		resp.Reset()
+		p.customError(resp, rt, code, er, view, o)
+		copyFastResponse(w, resp, "")
+		return
+	}
+	if loc.CORS.Enabled {
+		corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), false)
+	}
+	copyFastResponse(w, resp, pick.SetCookie)
+}
+
+// copyFastResponse relays a fasthttp response to the HTTP/2 client:
+// end-to-end headers, the body as it arrives (flushed after every read),
+// then its trailers.
+func copyFastResponse(w *h2Writer, resp *fasthttp.Response, setCookie string) {
+	h := w.Header()
+	conn := resp.Header.Peek("Connection")
+	for k, v := range resp.Header.All() {
+		name := http.CanonicalHeaderKey(string(k))
+		if isHopHeader(name) || (len(conn) > 0 && tokenListHas(conn, name)) {
+			continue
+		}
+		h.Add(name, string(v))
+	}
+	if setCookie != "" {
+		h.Add("Set-Cookie", setCookie)
+	}
+	w.WriteHeader(resp.StatusCode())
+	if resp.IsBodyStream() {
+		if err := copyFlush(w, resp.BodyStream()); err != nil {
+			// The upstream's body broke off: reset the stream so the
+			// client does not take it for a complete answer.
+			panic(http.ErrAbortHandler)
+		}
+	} else {
+		_, _ = w.Write(resp.Body())
+	}
+	for _, k := range resp.Header.PeekTrailerKeys() {
+		h.Set(http.TrailerPrefix+string(k), string(resp.Header.PeekBytes(k)))
+	}
+}
+
+// copyFlush copies an upstream body to the client, flushing after every
+// read so streamed responses (SSE, gRPC) are not held back.
+func copyFlush(w *h2Writer, r io.Reader) error {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	for {
+		n, err := r.Read(*buf)
+		if n > 0 {
+			if _, werr := w.Write((*buf)[:n]); werr != nil {
+				return nil // the client went away; nothing to tell it
+			}
+			w.Flush()
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// h2ToH2 proxies an HTTP/2 request to an HTTP/2 upstream (gRPC, h2c):
+// request and response bodies stream both ways at once, and the
+// upstream's trailers (grpc-status, grpc-message) follow the body.
+func (p *Proxy) h2ToH2(w *h2Writer, r *http.Request, rt *route, view balancer.Request, er *errorRequest, outHost string, o *outcome) {
+	loc := &rt.loc
+	scheme := "http"
+	if loc.BackendProtocol == model.ProtocolGRPCS {
+		scheme = "https"
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = scheme, ""
+	out.Host = outHost
+	lim := &limitReader{left: -1}
+	replayable := replayableMethod(r.Method)
+	if r.Body != nil && r.Body != http.NoBody {
+		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes}
+		if lim.left <= 0 {
+			lim.left = -1
+		}
+		out.Body = bodyReader{lim}
+		replayable = false
+	}
+	t := &h2Try{p: p, ctx: r.Context(), out: out, lim: lim}
+	var a balancer.Attempt
+	pick, err := p.attempts(loc.Backend, loc, view, &a, o, replayable, t)
+	if err != nil {
+		w.answer(verdict{status: failureStatus(err)})
+		return
+	}
+	resp := t.resp
+	defer resp.Body.Close()
+	o.upstreamLength = int(resp.ContentLength)
+	if rt.intercepts(resp.StatusCode) {
+		_ = resp.Body.Close()
+		fr := fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseResponse(fr)
+		p.customError(fr, rt, resp.StatusCode, er, view, o)
+		copyFastResponse(w, fr, "")
+		return
+	}
+	h := w.Header()
+	for k, vv := range upstreamHeaders(resp.Header) {
+		h[k] = append(h[k], vv...)
+	}
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	if pick.SetCookie != "" {
+		h.Add("Set-Cookie", pick.SetCookie)
+	}
+	if loc.CORS.Enabled {
+		corsHeaders(h, &loc.CORS, r.Header.Get("Origin"), false)
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Flush() // a server stream's headers go out before its first message
+	if err := copyFlush(w, resp.Body); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	for k, vv := range resp.Trailer {
+		h[http.TrailerPrefix+k] = vv
+	}
+}
+
+// netHeader is net/http's header map as forwardHeaders edits it.
+type netHeader http.Header
+
+func (h netHeader) Peek(key string) []byte {
+	v := http.Header(h).Values(key)
+	switch len(v) {
+	case 0:
+		return nil
+	case 1:
+		return []byte(v[0])
+	}
+	return []byte(strings.Join(v, ", "))
+}
+
+func (h netHeader) Set(key, value string)              { http.Header(h).Set(key, value) }
+func (h netHeader) SetBytesV(key string, value []byte) { http.Header(h).Set(key, string(value)) }
+func (h netHeader) Del(key string)                     { http.Header(h).Del(key) }
+
+// h2View answers nginx variables from a net/http request for the
+// balancer.
+type h2View struct {
+	viewBase
+	r *http.Request
+}
+
+func (v *h2View) Var(name string) ([]byte, bool) {
+	if val, ok, handled := v.common(name); handled {
+		return val, ok
+	}
+	switch name {
+	case "request_uri":
+		return []byte(v.r.RequestURI), true
+	case "uri":
+		return []byte(v.r.URL.Path), true
+	}
+	if key, ok := v.headerKey(name); ok {
+		vals := v.r.Header.Values(string(key))
+		if len(vals) == 0 {
+			return nil, false
+		}
+		sep := ", "
+		if bytes.EqualFold(key, []byte("cookie")) {
+			sep = "; " // RFC 9113 §8.2.3: split cookie fields join with "; "
+		}
+		return []byte(strings.Join(vals, sep)), true
+	}
+	if len(name) > 7 && name[:7] == "cookie_" {
+		c, err := v.r.Cookie(name[7:])
+		if err != nil {
+			return nil, false
+		}
+		return []byte(c.Value), true
+	}
+	return nil, false
+}
+
+var (
+	_ requestHeaders   = netHeader(nil)
+	_ requestHeaders   = (*fasthttp.RequestHeader)(nil)
+	_ balancer.Request = (*h2View)(nil)
+	_ headerSetter     = http.Header(nil)
+)

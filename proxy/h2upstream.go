@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/valyala/fasthttp"
+)
+
+// HTTP/2 upstreams: backend-protocol GRPC and H2C speak cleartext HTTP/2
+// (prior knowledge) to the peer, GRPCS HTTP/2 over TLS without verifying
+// the certificate, as ingress-nginx's grpc_pass with grpc_ssl_verify off.
+// Bodies stream both ways and trailers come back, so gRPC unary and
+// streaming calls pass through.
+
+// h2Key names an HTTP/2 transport; each pools its connections per peer.
+type h2Key struct {
+	tls     bool
+	connect time.Duration
+}
+
+// h2Transports holds the HTTP/2 transports, created on first use.
+type h2Transports struct {
+	mu sync.Mutex
+	// guarded by mu
+	m map[h2Key]*http2.Transport
+}
+
+func (ts *h2Transports) get(loc *model.Location) *http2.Transport {
+	connect := timeoutsOf(loc).connect
+	key := h2Key{tls: loc.BackendProtocol == model.ProtocolGRPCS, connect: connect}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t := ts.m[key]; t != nil {
+		return t
+	}
+	d := &net.Dialer{Timeout: connect}
+	t := &http2.Transport{
+		AllowHTTP:       !key.tls,
+		ReadIdleTimeout: 30 * time.Second, // ping a silent connection
+		PingTimeout:     15 * time.Second,
+		IdleConnTimeout: 60 * time.Second,
+	}
+	if key.tls {
+		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}} //nolint:gosec // nginx's grpc_ssl_verify off
+		t.DialTLSContext = func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+			return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, network, addr)
+		}
+	} else {
+		t.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		}
+	}
+	if ts.m == nil {
+		ts.m = map[h2Key]*http2.Transport{}
+	}
+	ts.m[key] = t
+	return t
+}
+
+// h2Try is one attempt over HTTP/2. out is the request without a peer;
+// each attempt sends a copy addressed to its peer. The response of the
+// successful attempt is left in resp; closing its body ends the stream.
+type h2Try struct {
+	p    *Proxy
+	ctx  context.Context // the client request's
+	out  *http.Request
+	lim  *limitReader
+	resp *http.Response
+}
+
+func (t *h2Try) try(peer string, loc *model.Location) (int, error) {
+	read := timeoutsOf(loc).read
+	ctx, cancel := context.WithCancelCause(t.ctx)
+	// proxy-read-timeout (grpc_read_timeout): the response head, then each
+	// read of the body, must come within it.
+	timer := time.AfterFunc(read, func() { cancel(os.ErrDeadlineExceeded) })
+	u := *t.out.URL
+	u.Host = peer
+	req := t.out.WithContext(ctx)
+	req.URL = &u
+	resp, err := t.p.h2.get(loc).RoundTrip(req)
+	if err != nil || t.lim.over {
+		timer.Stop()
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		cause := context.Cause(ctx)
+		cancel(nil)
+		switch {
+		case t.lim.over:
+			return 0, errBodyTooLarge
+		case cause == os.ErrDeadlineExceeded: //nolint:errorlint // our own cause, not wrapped
+			return 0, fmt.Errorf("h2 upstream %s: %w", peer, cause)
+		}
+		return 0, fmt.Errorf("h2 upstream %s: %w", peer, err)
+	}
+	timer.Reset(read)
+	resp.Body = &idleBody{body: resp.Body, timer: timer, read: read, cancel: cancel}
+	t.resp = resp
+	return resp.StatusCode, nil
+}
+
+// idleBody is an upstream response body whose every read must make
+// progress within read; Close ends the stream.
+type idleBody struct {
+	body   io.ReadCloser
+	timer  *time.Timer
+	read   time.Duration
+	cancel context.CancelCauseFunc
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	b.timer.Reset(b.read)
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.body.Close()
+	b.cancel(nil)
+	return err
+}
+
+// bodyReader is a request body as the HTTP/2 transport gets it: Close
+// does not close the client's body, so a dial error can be retried.
+type bodyReader struct{ r io.Reader }
+
+func (b bodyReader) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (bodyReader) Close() error                 { return nil }
+
+// fastToH2 proxies a request that arrived over HTTP/1.1 to an HTTP/2
+// upstream (H2C, or GRPC/GRPCS from a client that does not speak gRPC).
+// Response trailers do not reach an HTTP/1.1 client.
+func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Request, a *balancer.Attempt, o *outcome) {
+	loc := &rt.loc
+	scheme := "http"
+	if loc.BackendProtocol == model.ProtocolGRPCS {
+		scheme = "https"
+	}
+	out, err := http.NewRequestWithContext(ctx, string(ctx.Method()), scheme+"://upstream"+string(ctx.Request.URI().RequestURI()), nil)
+	if err != nil {
+		answerFast(ctx, verdict{status: fasthttp.StatusBadRequest})
+		return
+	}
+	for k, v := range ctx.Request.Header.All() {
+		switch string(k) {
+		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+			continue
+		}
+		out.Header.Add(string(k), string(v))
+	}
+	out.Host = string(ctx.Request.Header.Host())
+	lim := &limitReader{left: -1}
+	cl := ctx.Request.Header.ContentLength()
+	replayable := false
+	if stream := ctx.RequestBodyStream(); stream != nil && cl != 0 {
+		*lim = limitReader{r: stream, left: loc.Proxy.BodySizeBytes}
+		if lim.left <= 0 {
+			lim.left = -1
+		}
+		out.Body, out.ContentLength = bodyReader{lim}, int64(max(cl, -1))
+	} else if body := ctx.Request.Body(); len(body) > 0 {
+		out.Body, out.ContentLength = bodyReader{bytes.NewReader(body)}, int64(len(body))
+		replayable = replayableMethod(out.Method)
+	} else {
+		replayable = replayableMethod(out.Method)
+	}
+	t := &h2Try{p: p, ctx: ctx, out: out, lim: lim}
+	pick, err := p.attempts(loc.Backend, loc, view, a, o, replayable, t)
+	if err != nil {
+		answerFast(ctx, verdict{status: failureStatus(err)})
+		return
+	}
+	resp := t.resp
+	o.upstreamLength = int(resp.ContentLength)
+	if rt.intercepts(resp.StatusCode) {
+		_ = resp.Body.Close()
+		p.customError(&ctx.Response, rt, resp.StatusCode, errorRequestOf(ctx), view, o)
+		return
+	}
+	ctx.SetStatusCode(resp.StatusCode)
+	h := &ctx.Response.Header
+	for k, vv := range upstreamHeaders(resp.Header) {
+		for _, v := range vv {
+			h.Add(k, v)
+		}
+	}
+	if pick.SetCookie != "" {
+		h.Add("Set-Cookie", pick.SetCookie)
+	}
+	if loc.CORS.Enabled {
+		corsHeaders(h, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)
+	}
+	// fasthttp reads the body after the handler returns, and closes it.
+	ctx.Response.SetBodyStream(resp.Body, int(resp.ContentLength))
+}
+
+// upstreamHeaders yields an upstream response's end-to-end headers: the
+// hop-by-hop ones, those its Connection header names, and Content-Length
+// and Trailer (each front end frames the body itself) are left out.
+func upstreamHeaders(h http.Header) func(yield func(string, []string) bool) {
+	return func(yield func(string, []string) bool) {
+		conn := h.Values("Connection")
+		for k, vv := range h {
+			if isHopHeader(k) || k == "Content-Length" || connectionNames(conn, k) {
+				continue
+			}
+			if !yield(k, vv) {
+				return
+			}
+		}
+	}
+}
+
+// isHopHeader reports whether the canonical header name k is hop-by-hop.
+func isHopHeader(k string) bool {
+	for _, h := range hopHeaders {
+		if h == k {
+			return true
+		}
+	}
+	return false
+}
+
+// connectionNames reports whether the Connection header values name k.
+func connectionNames(conn []string, k string) bool {
+	for _, c := range conn {
+		if tokenListHas([]byte(c), k) {
+			return true
+		}
+	}
+	return false
+}
