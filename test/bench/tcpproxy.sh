@@ -27,8 +27,8 @@ details="$tmp/details"
 go build -o "$bin" ./test/bench/tcpproxy
 echo "# $(date -u +%FT%TZ) $(nproc) cores, $(go version | cut -d' ' -f3), nice $nice, $rounds rounds/run, up: $(uptime)"
 echo
-echo "| run | load 1 min before → after | direct setup p50 | passthrough: setup added | forward: setup added | direct 1 MiB p50 | passthrough: throughput ratio | forward: throughput ratio | passthrough CPU/conn | forward CPU/conn |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | load 1 min before → after | direct setup p50 | passthrough: setup added | forward: setup added | passthrough: 1-byte RTT added | forward: RTT added | direct 1 MiB p50 | passthrough: throughput ratio | forward: throughput ratio | passthrough CPU/conn | forward CPU/conn |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for i in $(seq "$runs"); do
 	nice -n "$nice" "$bin" -rounds "$rounds" -label "$i short" 2>>"$details"
 	nice -n "$nice" "$bin" -rounds "$rounds" -handshake full -label "$i full" 2>>"$details"

@@ -13,8 +13,9 @@
 //   - each round takes one sample of every path in a fresh random order, so
 //     load from other processes on the machine hits all paths alike; the
 //     first -warmup rounds are dropped;
-//   - a sample is one connection: TCP connect + TLS handshake (setup), then
-//     one request byte and size bytes back (transfer);
+//   - a sample is one connection: TCP connect + TLS handshake (setup), one
+//     byte there and back (RTT, what the hop adds on an established
+//     connection), then one request byte and size bytes back (transfer);
 //   - -handshake short (the default) resumes a TLS 1.3 session with X25519,
 //     so the handshake is short and the same on every path and what the hop
 //     adds is not buried under the handshake's own crypto; -handshake full
@@ -199,8 +200,9 @@ func forward(c *net.TCPConn, target string) {
 	<-done
 }
 
-// serveBackend is the TLS server: after the handshake it reads one byte;
-// 'd' asks for size bytes, anything else closes.
+// serveBackend is the TLS server: after the handshake it reads commands of
+// one byte: 'p' is answered with 'p', 'd' with size bytes and the end of
+// the connection; anything else closes.
 func serveBackend(ln net.Listener, dir string, size int) error {
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
 	if err != nil {
@@ -217,10 +219,22 @@ func serveBackend(ln net.Listener, dir string, size int) error {
 			tc := tls.Server(c, conf)
 			defer tc.Close()
 			b := make([]byte, 1)
-			if _, err := io.ReadFull(tc, b); err != nil || b[0] != 'd' {
-				return
+			for {
+				if _, err := io.ReadFull(tc, b); err != nil {
+					return
+				}
+				switch b[0] {
+				case 'p':
+					if _, err := tc.Write(b); err != nil {
+						return
+					}
+				case 'd':
+					_, _ = tc.Write(payload)
+					return
+				default:
+					return
+				}
 			}
-			_, _ = tc.Write(payload)
 		}()
 	}
 }
@@ -281,12 +295,38 @@ func (p *proc) stop() time.Duration {
 
 // path is one way from the client to the backend.
 type path struct {
-	name          string
-	addr          string
-	setup, xfer   []time.Duration
-	connect       []time.Duration // the TCP connect part of setup
-	dsetup, dxfer []time.Duration // paired with direct, same round
+	name   string
+	addr   string
+	got    []timings
+	paired []timings // minus direct's sample of the same round
 }
+
+// timings is one sample.
+type timings struct {
+	connect time.Duration // TCP connect
+	setup   time.Duration // TCP connect + TLS handshake
+	rtt     time.Duration // one byte there and back on the established connection
+	xfer    time.Duration // request byte to last byte of the transfer
+}
+
+func (t timings) minus(u timings) timings {
+	return timings{t.connect - u.connect, t.setup - u.setup, t.rtt - u.rtt, t.xfer - u.xfer}
+}
+
+// median is the median of one field of ts.
+func median(ts []timings, field func(timings) time.Duration) time.Duration {
+	d := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		d[i] = field(t)
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func connectOf(t timings) time.Duration { return t.connect }
+func setupOf(t timings) time.Duration   { return t.setup }
+func rttOf(t timings) time.Duration     { return t.rtt }
+func xferOf(t timings) time.Duration    { return t.xfer }
 
 func run(o options) error {
 	if o.procs > 0 {
@@ -347,9 +387,9 @@ func run(o options) error {
 	var sampleErr error
 	for i := 0; i < o.warmup+o.rounds && sampleErr == nil; i++ {
 		mrand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-		s := map[*path][3]time.Duration{}
+		s := map[*path]timings{}
 		for _, p := range order {
-			connect, setup, xfer, didResume, err := sample(p.addr, conf, o.size)
+			t, didResume, err := sample(p.addr, conf, o.size)
 			if err != nil {
 				sampleErr = fmt.Errorf("%s: %w", p.name, err)
 				break
@@ -357,17 +397,14 @@ func run(o options) error {
 			if didResume && i >= o.warmup {
 				resumed++
 			}
-			s[p] = [3]time.Duration{setup, xfer, connect}
+			s[p] = t
 		}
 		if i < o.warmup || sampleErr != nil {
 			continue
 		}
 		for _, p := range paths {
-			p.setup = append(p.setup, s[p][0])
-			p.xfer = append(p.xfer, s[p][1])
-			p.connect = append(p.connect, s[p][2])
-			p.dsetup = append(p.dsetup, s[p][0]-s[direct][0])
-			p.dxfer = append(p.dxfer, s[p][1]-s[direct][1])
+			p.got = append(p.got, s[p])
+			p.paired = append(p.paired, s[p].minus(s[direct]))
 		}
 	}
 	cpu := map[string]time.Duration{"passthrough": px.stop(), "forward": fw.stop()}
@@ -386,58 +423,68 @@ func run(o options) error {
 	return nil
 }
 
-func median(d []time.Duration) time.Duration {
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return d[len(d)/2]
-}
-
 func report(o options, paths []*path, load0, load1 string, cpu map[string]time.Duration) {
 	n := time.Duration(o.warmup + o.rounds)
-	us := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
-	sd, xd := median(paths[0].setup), median(paths[0].xfer)
+	d := paths[0].got
+	sd, rd, xd := median(d, setupOf), median(d, rttOf), median(d, xferOf)
 	fmt.Fprintf(os.Stderr, "# %s: %d rounds (+%d warm-up), %s handshake, %d B, GOMAXPROCS client/backend %d proxy %d, load %s -> %s\n",
 		o.label, o.rounds, o.warmup, o.handshake, o.size, o.procs, o.proxyProcs, load0, load1)
-	fmt.Fprintf(os.Stderr, "#   direct: setup p50 %v (connect %v), transfer p50 %v (%.0f MiB/s), backend CPU %v/connection\n",
-		sd, median(paths[0].connect), xd, float64(o.size)/(1<<20)/xd.Seconds(), cpu["backend"]/n)
+	fmt.Fprintf(os.Stderr, "#   direct: setup p50 %v (connect %v), 1-byte RTT p50 %v, transfer p50 %v (%.0f MiB/s), backend CPU %v/connection\n",
+		sd, median(d, connectOf), rd, xd, float64(o.size)/(1<<20)/xd.Seconds(), cpu["backend"]/n)
 	for _, p := range paths[1:] {
-		fmt.Fprintf(os.Stderr, "#   %s: setup p50 %v (+%v; paired p50 %+v; connect %v), transfer p50 %v (ratio %.2f; paired p50 %+v), CPU %v/connection\n",
-			p.name, median(p.setup), median(p.setup)-sd, median(p.dsetup), median(p.connect), median(p.xfer),
-			float64(xd)/float64(median(p.xfer)), median(p.dxfer), cpu[p.name]/n)
+		fmt.Fprintf(os.Stderr, "#   %s: setup p50 %v (%+v; paired p50 %+v; connect %v), RTT p50 %v (%+v; paired %+v), "+
+			"transfer p50 %v (ratio %.2f; paired p50 %+v), CPU %v/connection\n",
+			p.name, median(p.got, setupOf), median(p.got, setupOf)-sd, median(p.paired, setupOf), median(p.got, connectOf),
+			median(p.got, rttOf), median(p.got, rttOf)-rd, median(p.paired, rttOf),
+			median(p.got, xferOf), float64(xd)/float64(median(p.got, xferOf)), median(p.paired, xferOf), cpu[p.name]/n)
 	}
+	added := func(p *path, field func(timings) time.Duration) string {
+		return fmt.Sprintf("%+d µs", (median(p.got, field) - median(d, field)).Microseconds())
+	}
+	ratio := func(p *path) string { return fmt.Sprintf("%.2f×", float64(xd)/float64(median(p.got, xferOf))) }
 	pt, fw := paths[1], paths[2]
-	// | run | load before → after | direct setup | passthrough added | forward added | direct 1 MiB | passthrough ratio | forward ratio | proxy CPU/conn | forward CPU/conn |
-	fmt.Printf("| %s | %s → %s | %s µs | %+d µs | %+d µs | %s µs | %.2f× | %.2f× | %s µs | %s µs |\n",
-		o.label, strings.Fields(load0)[0], strings.Fields(load1)[0], us(sd),
-		(median(pt.setup) - sd).Microseconds(), (median(fw.setup) - sd).Microseconds(), us(xd),
-		float64(xd)/float64(median(pt.xfer)), float64(xd)/float64(median(fw.xfer)), us(cpu["passthrough"]/n), us(cpu["forward"]/n))
+	// The columns of test/bench/tcpproxy.sh's header.
+	fmt.Printf("| %s | %s → %s | %d µs | %s | %s | %s | %s | %d µs | %s | %s | %d µs | %d µs |\n",
+		o.label, strings.Fields(load0)[0], strings.Fields(load1)[0],
+		sd.Microseconds(), added(pt, setupOf), added(fw, setupOf), added(pt, rttOf), added(fw, rttOf),
+		xd.Microseconds(), ratio(pt), ratio(fw), (cpu["passthrough"] / n).Microseconds(), (cpu["forward"] / n).Microseconds())
 }
 
 // sample dials addr (connect), completes the TLS handshake (setup, connect
-// included) and then downloads size bytes (transfer, from the request byte
-// to the last byte).
-func sample(addr string, conf *tls.Config, size int) (connect, setup, transfer time.Duration, resumed bool, err error) {
+// included), sends one byte and waits for it to come back (rtt), then
+// downloads size bytes (transfer, from the request byte to the last byte).
+func sample(addr string, conf *tls.Config, size int) (t timings, resumed bool, err error) {
 	start := time.Now()
 	raw, err := net.Dial("tcp", addr)
 	if err != nil {
-		return 0, 0, 0, false, fmt.Errorf("connect: %w", err)
+		return t, false, fmt.Errorf("connect: %w", err)
 	}
-	connect = time.Since(start)
+	t.connect = time.Since(start)
 	c := tls.Client(raw, conf)
 	defer c.Close()
 	if err := c.Handshake(); err != nil {
-		return 0, 0, 0, false, fmt.Errorf("handshake: %w", err)
+		return t, false, fmt.Errorf("handshake: %w", err)
 	}
-	setup = time.Since(start)
+	t.setup = time.Since(start)
+	b := []byte{'p'}
+	start = time.Now()
+	if _, err := c.Write(b); err != nil {
+		return t, false, fmt.Errorf("ping: %w", err)
+	}
+	if _, err := io.ReadFull(c, b); err != nil {
+		return t, false, fmt.Errorf("pong: %w", err)
+	}
+	t.rtt = time.Since(start)
 	start = time.Now()
 	if _, err := c.Write([]byte{'d'}); err != nil {
-		return 0, 0, 0, false, fmt.Errorf("request: %w", err)
+		return t, false, fmt.Errorf("request: %w", err)
 	}
 	n, err := io.Copy(io.Discard, c)
 	if err != nil || n != int64(size) {
-		return 0, 0, 0, false, fmt.Errorf("download: got %d bytes: %w", n, errors.Join(err, io.ErrUnexpectedEOF))
+		return t, false, fmt.Errorf("download: got %d bytes: %w", n, errors.Join(err, io.ErrUnexpectedEOF))
 	}
-	return connect, setup, time.Since(start), c.ConnectionState().DidResume, nil
+	t.xfer = time.Since(start)
+	return t, c.ConnectionState().DidResume, nil
 }
 
 func loadavg() string {
