@@ -73,7 +73,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// config_last_reload_successful) count real reloads and come from
 	// nginxcompat; with the Go proxy they count syncs.
 	metrics := newControllerMetrics(reg, !nginxMode)
-	errc := make(chan error, 6)
+	errc := make(chan error, 8)
 	var ngx *nginxPlane
 	if nginxMode {
 		ngx, err = newNginxPlane(opts, reg, metrics.registry, errc)
@@ -93,7 +93,16 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough.
-	l4, err := tcpproxy.New(tcpproxy.Config{Picker: reg, Registerer: metrics.registry})
+	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registry}
+	if opts.EnableSSLPassthrough && !nginxMode {
+		// TLS that is not passed through reaches the Go proxy on a loopback
+		// listener, behind a PROXY v2 header carrying the client address
+		// (ingress-nginx's port 442 with proxy_protocol).
+		if l4cfg.HTTPSFallback, err = serveBehindSNI(ctx, px.ServeTLS, errc); err != nil {
+			return err
+		}
+	}
+	l4, err := tcpproxy.New(l4cfg)
 	if err != nil {
 		return err
 	}
@@ -184,8 +193,8 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return fmt.Errorf("listen for HTTPS: %w", err)
 	}
 	if opts.EnableSSLPassthrough {
-		// The HTTPS port routes by SNI; TLS that is not passed through has
-		// no PROXY-protocol-aware HTTPS listener to go to yet and is closed.
+		// The HTTPS port routes by SNI; TLS that is not passed through goes
+		// to the Go proxy behind it (serveBehindSNI).
 		go func() { errc <- l4.ServeSNI(ctx, httpsLn) }()
 	} else {
 		go func() { errc <- px.ServeTLS(ctx, httpsLn) }()

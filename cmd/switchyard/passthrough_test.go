@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestControllerSSLPassthroughAndHTTPS: with --enable-ssl-passthrough and
+// the Go data plane, the HTTPS port routes by SNI. A host with the
+// ssl-passthrough annotation reaches its TLS backend untouched (the client
+// sees the backend's own certificate); every other host is terminated by the
+// Go proxy behind the SNI router, and the backend sees the real client
+// address (a connection from 127.0.0.5 is X-Forwarded-For 127.0.0.5, not the
+// router's 127.0.0.1), carried by the PROXY header.
+func TestControllerSSLPassthroughAndHTTPS(t *testing.T) {
+	// The passthrough backend: TLS with its own certificate.
+	tlsBackend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "tls backend")
+	}))
+	tlsBackend.StartTLS()
+	t.Cleanup(tlsBackend.Close)
+	backendCert := tlsBackend.Certificate()
+	// The HTTP backend behind the terminating proxy echoes what it was told.
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "xff=%s real=%s proto=%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-IP"), r.Header.Get("X-Forwarded-Proto"))
+	}))
+	t.Cleanup(plain.Close)
+	portOf := func(s *httptest.Server) int { return s.Listener.Addr().(*net.TCPAddr).Port }
+
+	dir := quickstartDir(t, freePort(t), freePort(t))
+	extra := ""
+	for _, b := range []struct {
+		name, host, annotations string
+		port                    int
+	}{
+		{"pass", "pass.example", `annotations: {nginx.ingress.kubernetes.io/ssl-passthrough: "true"}`, portOf(tlsBackend)},
+		{"plain", "tls.example", "", portOf(plain)},
+	} {
+		extra += fmt.Sprintf(`---
+apiVersion: v1
+kind: Service
+metadata: {name: %[1]s, namespace: demo}
+spec:
+  ports:
+  - {name: p, port: 443, targetPort: %[4]d}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: %[1]s-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: %[1]s}
+addressType: IPv4
+ports:
+- {name: p, port: %[4]d, protocol: TCP}
+endpoints:
+- addresses: ["127.0.0.1"]
+  conditions: {ready: true}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: %[1]s
+  namespace: demo
+  %[3]s
+spec:
+  ingressClassName: switchyard
+  rules:
+  - host: %[2]s
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: %[1]s, port: {name: p}}}}
+`, b.name, b.host, b.annotations, b.port)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "40-tls.yaml"), []byte(extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := parseControllerFlags([]string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)),
+		"--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(freePort(t)),
+		"--listen-address", "127.0.0.1", "--enable-ssl-passthrough"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ready := make(chan listening, 1)
+	done := make(chan error, 1)
+	go func() { done <- serveController(ctx, opts, ready) }()
+	var l listening
+	select {
+	case l = <-ready:
+	case err := <-done:
+		t.Fatalf("controller stopped: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	}()
+
+	// get does one HTTPS request for host from the local address from and
+	// returns the body and the certificate the server presented.
+	get := func(host, from string) (string, []byte, error) {
+		dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, l.HTTPS)
+		}, TLSClientConfig: &tls.Config{ServerName: host, InsecureSkipVerify: true}} //nolint:gosec // self-signed test certificates
+		defer tr.CloseIdleConnections()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+host+"/", nil)
+		if err != nil {
+			return "", nil, err
+		}
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return "", nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return "", nil, err
+		}
+		return fmt.Sprintf("%d %s", resp.StatusCode, b), resp.TLS.PeerCertificates[0].Raw, nil
+	}
+
+	body, cert, err := get("pass.example", "127.0.0.1")
+	if err != nil {
+		t.Fatalf("passthrough: %v", err)
+	}
+	if body != "200 tls backend" || string(cert) != string(backendCert.Raw) {
+		t.Errorf("passthrough: %q, backend's certificate %v; want 200 from the TLS backend with its own certificate",
+			body, string(cert) == string(backendCert.Raw))
+	}
+
+	body, cert, err = get("tls.example", "127.0.0.5")
+	if err != nil {
+		t.Fatalf("terminated behind the SNI router: %v", err)
+	}
+	if want := "200 xff=127.0.0.5 real=127.0.0.5 proto=https"; body != want {
+		t.Errorf("terminated behind the SNI router: %q; want %q", body, want)
+	}
+	if string(cert) == string(backendCert.Raw) {
+		t.Error("tls.example was answered with the passthrough backend's certificate")
+	}
+}
