@@ -13,9 +13,10 @@ type closeWriter interface {
 }
 
 // copyBufSize is the buffer each direction of every connection holds,
-// also while it waits for bytes. Issue 7: on loopback a 32 KiB read/write
-// loop measured 0.77–0.83× direct throughput against 0.67–0.69× for
-// splice(2) through (*net.TCPConn).ReadFrom; see docs/benchmarks/tcpproxy.md.
+// also while it waits for bytes. Issue 7: splice(2) through
+// (*net.TCPConn).ReadFrom used less CPU on loopback but was no faster
+// (0.60–0.75× direct throughput against 0.69–0.74× for this read/write
+// loop in the same runs); see docs/benchmarks/tcpproxy.md.
 const copyBufSize = 32 << 10
 
 // bulkBufSize is the buffer a direction borrows while a bulk transfer is
@@ -23,8 +24,8 @@ const copyBufSize = 32 << 10
 // goes back to the pool after the first short read, so an idle connection
 // holds copyBufSize per direction, not this. Issue 7: per 1 MiB
 // passthrough connection this made half the reads and 38 % of the writes of
-// the fixed 32 KiB buffer, 22 % less proxy CPU (perf stat), and 0.71–0.77×
-// direct throughput instead of 0.63–0.68× in the same runs (with the
+// the fixed 32 KiB buffer, 22 % less proxy CPU (perf stat), and 0.71–0.81×
+// direct throughput instead of 0.63–0.73× in the same runs (with the
 // TCP_DEFER_ACCEPT change); see docs/benchmarks/tcpproxy.md.
 const bulkBufSize = 256 << 10
 
