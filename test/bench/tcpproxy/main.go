@@ -94,6 +94,9 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "proxy: write a CPU profile here; bench: pass it on to the proxy")
 	flag.Parse()
 	o.cpuprofile = *cpuprofile
+	if o.handshake != "short" && o.handshake != "full" {
+		log.Fatalf("-handshake %q: want short or full", o.handshake)
+	}
 	var err error
 	switch *role {
 	case "backend":
