@@ -63,7 +63,7 @@ type snapshot struct {
 // backendState is what survives a rebuild of one backend's balancer.
 type backendState struct {
 	endpoints map[string]*endpointState // by "ip:port"
-	rr        *atomic.Uint32            // round-robin cursor
+	rr        *rrCursor                 // round-robin cursor
 	rrKey     string                    // node set the cursor belongs to
 	algo      string                    // algorithm of the last build
 	// ring and ringIDs are the last ring built over this backend's addresses
@@ -109,8 +109,11 @@ type backend struct {
 	name     string
 	algoName string
 	algo     algorithm
-	peers    []peer
-	byAddr   map[string]int
+	// rr is algo for a round-robin backend with several peers and no
+	// alternatives, whose first picks take Pick's fast path; else nil.
+	rr     *roundRobin
+	peers  []peer
+	byAddr map[string]int
 	// scored is true for ewma and peak_ewma, whose Done feeds the EWMA.
 	scored bool
 	peak   bool
@@ -300,16 +303,35 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 	}
 	b.policy = policy
 
+	if algoName != "round_robin" && st.rr != nil {
+		st.rr.close()
+		st.rr, st.rrKey = nil, ""
+	}
 	switch algoName {
 	case "round_robin":
+		order := sortedPeerOrder(b)
 		key := nodeSetKey(addrs)
 		if st.rr == nil || st.rrKey != key || fresh {
-			st.rr = new(atomic.Uint32)
+			if st.rr != nil {
+				st.rr.close()
+			}
+			eps := make([]*endpointState, len(order))
+			for s, i := range order {
+				eps[s] = b.peers[i].st
+			}
 			// Lua starts the cursor at a random node on every (re)init.
-			st.rr.Store(uint32(r.intn(len(addrs))))
+			st.rr = newRRCursor(uint64(r.intn(len(addrs))), eps)
 			st.rrKey = key
 		}
-		b.algo = newRoundRobin(st.rr, sortedPeerOrder(b))
+		rr := newRoundRobin(st.rr, order)
+		b.algo = rr
+		if len(order) > 1 && len(b.alternatives) == 0 {
+			rr.picks = make([]Pick, len(order))
+			for s, i := range order {
+				rr.picks[s] = Pick{Backend: b.name, Peer: b.peers[i].addr, EWMAScore: -1, st: b.peers[i].st}
+			}
+			b.rr = rr
+		}
 	case "ewma", "peak_ewma":
 		b.algo = ewmaPicker{}
 	case "least_request":
@@ -461,8 +483,51 @@ func Algorithms() []string {
 // first pick of a request fixes the backend (and canary decision) in a; later
 // picks with the same Attempt are retries. No locks; no allocation except a new
 // sticky cookie.
-func (r *Registry) Pick(name string, req Request, a *Attempt) (p Pick, err error) {
-	err = r.pick(name, req, a, &p)
+func (r *Registry) Pick(name string, req Request, a *Attempt) (Pick, error) {
+	b := a.chosen
+	if b == nil {
+		snap := r.snap.Load()
+		primary := snap.byName[name]
+		if rr := primary.fastRR(); rr != nil {
+			// The first pick of a round-robin backend with several peers and
+			// no canary: the cursor's advance is also the in-flight count
+			// (see rrCursor), so one atomic add, and the result is a copy
+			// of a Pick the builder made for the slot.
+			c := rr.cursor.pos.Add(1)
+			s := rr.slot(c)
+			if c&rrClosed != 0 {
+				rr.picks[s].st.inFlight.Add(1)
+			}
+			// a.record of a first pick: an Attempt without a chosen backend
+			// has tried nothing (Reset clears both; choose precedes record).
+			a.chosen, a.rrBase, a.tried[0], a.ntried = primary, uint64(uint32(c)), int32(rr.order[s]), 1
+			return rr.picks[s], nil
+		}
+		var err error
+		if b, err = r.choose(snap, primary, name, req, a); err != nil {
+			return Pick{Backend: name, EWMAScore: -1}, err
+		}
+	}
+	return r.pickCounted(b, name, req, a)
+}
+
+// fastRR returns b's round-robin balancer if Pick's fast path serves b's
+// first picks, else nil. b may be nil.
+func (b *backend) fastRR() *roundRobin {
+	if b == nil {
+		return nil
+	}
+	return b.rr
+}
+
+// pickCounted is Pick from the chosen backend b, counting the pick in flight.
+// Not inlined: Pick's frame then holds no Pick of its own to zero, which the
+// fast path would pay for.
+//
+//go:noinline
+func (r *Registry) pickCounted(b *backend, name string, req Request, a *Attempt) (Pick, error) {
+	var p Pick
+	err := r.pickFrom(b, name, req, a, &p)
 	if err == nil {
 		p.st.inFlight.Add(1)
 	}
@@ -473,17 +538,32 @@ func (r *Registry) Pick(name string, req Request, a *Attempt) (p Pick, err error
 func (r *Registry) pick(name string, req Request, a *Attempt, p *Pick) error {
 	b := a.chosen
 	if b == nil {
-		primary := r.snap.Load().byName[name]
-		if primary == nil {
+		snap := r.snap.Load()
+		var err error
+		if b, err = r.choose(snap, snap.byName[name], name, req, a); err != nil {
 			p.Backend, p.EWMAScore = name, -1
-			return ErrUnknownBackend
+			return err
 		}
-		b = primary
-		if len(primary.alternatives) > 0 {
-			b = r.route(r.snap.Load(), primary, req)
-		}
-		a.chosen = b
 	}
+	return r.pickFrom(b, name, req, a, p)
+}
+
+// choose makes the first pick's backend and canary decision and records it in
+// a. primary is the backend named name in snap, or nil.
+func (r *Registry) choose(snap *snapshot, primary *backend, name string, req Request, a *Attempt) (*backend, error) {
+	if primary == nil {
+		return nil, ErrUnknownBackend
+	}
+	b := primary
+	if len(primary.alternatives) > 0 {
+		b = r.route(snap, primary, req)
+	}
+	a.chosen = b
+	return b, nil
+}
+
+// pickFrom runs b's algorithm and fills p.
+func (r *Registry) pickFrom(b *backend, name string, req Request, a *Attempt, p *Pick) error {
 	idx, cookie, score, err := b.pickIn(r, req, a)
 	p.Backend, p.Alternative, p.EWMAScore = b.name, b.name != name, score
 	if err != nil {
@@ -656,15 +736,10 @@ func (r *Registry) CandidatePicks(name string, req Request, a *Attempt, dst []Pi
 // state from outside.
 func (r *Registry) PickAfter(name string, req Request, a *Attempt, tried []string) (Pick, error) {
 	if a.chosen == nil && len(tried) > 0 {
-		primary := r.snap.Load().byName[name]
-		if primary == nil {
-			return Pick{Backend: name, EWMAScore: -1}, ErrUnknownBackend
+		snap := r.snap.Load()
+		if _, err := r.choose(snap, snap.byName[name], name, req, a); err != nil {
+			return Pick{Backend: name, EWMAScore: -1}, err
 		}
-		b := primary
-		if len(primary.alternatives) > 0 {
-			b = r.route(r.snap.Load(), primary, req)
-		}
-		a.chosen = b
 	}
 	if a.chosen != nil {
 		for _, addr := range tried {

@@ -25,16 +25,31 @@ type EndpointStatus struct {
 	Failures uint64 `json:"failures"`
 }
 
-// Backends returns every balancer, sorted by name.
+// Backends returns every balancer, sorted by name. It waits for a Sync in
+// progress (round-robin in-flight counts are derived from cursors Sync
+// closes).
 func (r *Registry) Backends() []BackendStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	snap := r.snap.Load()
 	now := r.nowSeconds()
 	out := make([]BackendStatus, 0, len(snap.byName))
 	for _, b := range snap.byName {
 		bs := BackendStatus{Name: b.name, Algorithm: b.algoName, Alternatives: b.alternatives}
-		for _, p := range b.peers {
+		// Explicit counts first: a pick and its Done between the two reads
+		// then show as in flight, never as -1.
+		inFlight := make([]int64, len(b.peers))
+		for i, p := range b.peers {
+			inFlight[i] = p.st.inFlight.Load()
+		}
+		if rr, ok := b.algo.(*roundRobin); ok {
+			// Slot s of the cursor is b.peers[rr.order[s]] in every build
+			// sharing it (the same node set, in address order).
+			rr.cursor.firstPicks(func(s int, _ *endpointState, picks int64) { inFlight[rr.order[s]] += picks })
+		}
+		for i, p := range b.peers {
 			e := EndpointStatus{
-				Address: p.addr, EWMA: -1, InFlight: p.st.inFlight.Load(),
+				Address: p.addr, EWMA: -1, InFlight: inFlight[i],
 				Requests: p.st.completed.Load(), Failures: p.st.failures.Load(),
 			}
 			if p.st.hasStat.Load() {
@@ -122,7 +137,7 @@ func (r *Registry) Lease(backend string, count int) (start uint32, n int, err er
 	if n == 1 {
 		return 0, 1, nil
 	}
-	end := rr.cursor.Add(uint32(count))
+	end := uint32(rr.cursor.lease(uint32(count)))
 	return end - uint32(count), n, nil
 }
 
