@@ -178,7 +178,10 @@ func (v *connView) Var(name string) ([]byte, bool) {
 
 // ServeSNI accepts TLS connections on ln until ctx ends: passthrough hosts go
 // to their backend unterminated, everything else to the HTTPS fallback.
-// On Linux it sets TCP_DEFER_ACCEPT on ln while passthrough hosts exist.
+// On Linux it sets TCP_DEFER_ACCEPT on ln while the hello is awaited
+// (passthrough hosts exist, or no fallback is set): the kernel then hands
+// over a connection once its first bytes are in, or, for a client that
+// sends nothing, after about HelloTimeout, which then applies again.
 func (p *Proxy) ServeSNI(ctx context.Context, ln net.Listener) error {
 	p.mu.Lock()
 	p.sni[ln] = struct{}{}
