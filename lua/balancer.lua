@@ -12,6 +12,8 @@ local pick = require("switchyard.pick")
 
 local find, byte = string.find, string.byte
 local log, WARN, ERR = ngx.log, ngx.WARN, ngx.ERR
+local ngx_var = ngx.var
+local set_more_tries, set_current_peer = ngx_balancer.set_more_tries, ngx_balancer.set_current_peer
 
 local _M = {}
 
@@ -42,8 +44,7 @@ function _M.rewrite()
   if ctx.switchyard then
     return
   end
-  local name = ngx.var.proxy_upstream_name
-  local res = pick.pick(name)
+  local res = pick.pick(ngx_var.proxy_upstream_name)
   if not res then
     return ngx.exit(ngx.HTTP_SERVICE_UNAVAILABLE)
   end
@@ -66,7 +67,11 @@ function _M.rewrite()
   end
 end
 
+-- prohibited reports whether peer matches ingress-nginx's pattern
+-- ^127.*:<port>$ for the status port ("." matches anything): proxying there
+-- would loop. The answer is kept per peer, since it runs on every attempt.
 local prohibited_port, prohibited_pattern
+local prohibited_seen, prohibited_n = {}, 0
 local function prohibited(peer)
   local port = _M.prohibited_localhost_port
   if not port then
@@ -76,15 +81,21 @@ local function prohibited(peer)
       return false
     end
   end
-  if byte(peer, 1) ~= 49 then -- "1": cannot start with 127
-    return false
-  end
   if port ~= prohibited_port then
     prohibited_port = port
-    -- ingress-nginx's pattern ^127.*:<port>$, where "." matches anything.
     prohibited_pattern = "^127.*:" .. tostring(port) .. "$"
+    prohibited_seen, prohibited_n = {}, 0
   end
-  return find(peer, prohibited_pattern) ~= nil
+  local p = prohibited_seen[peer]
+  if p == nil then
+    p = byte(peer, 1) == 49 and find(peer, prohibited_pattern) ~= nil -- "1": 127...
+    if prohibited_n >= 10000 then
+      prohibited_seen, prohibited_n = {}, 0
+    end
+    prohibited_seen[peer] = p
+    prohibited_n = prohibited_n + 1
+  end
+  return p
 end
 
 -- set_cookie appends a Set-Cookie unless the same string is there already,
@@ -117,9 +128,9 @@ function _M.balance()
   if not res then
     -- Locations without a rewrite handler (custom error pages) reach here
     -- directly; this phase cannot ask Go, so use the last peer list.
-    res = pick.fallback_for(ngx.var.proxy_upstream_name)
+    res = pick.fallback_for(ngx_var.proxy_upstream_name)
     if not res then
-      log(WARN, "no peer was returned, balancer: ", ngx.var.proxy_upstream_name)
+      log(WARN, "no peer was returned, balancer: ", ngx_var.proxy_upstream_name)
       return
     end
     ctx.switchyard = res
@@ -129,7 +140,7 @@ function _M.balance()
     log(WARN, "no peer was returned, balancer: ", res.backend)
     return
   end
-  local i = (res.attempt or 0) + 1
+  local i = res.attempt + 1
   res.attempt = i
   local k = (i - 1) % n + 1
   local peer = res.cands[k]
@@ -137,8 +148,8 @@ function _M.balance()
     log(ERR, "attempted to proxy to self, balancer: ", res.backend, ", peer: ", peer)
     return
   end
-  ngx_balancer.set_more_tries(1)
-  local ok, err = ngx_balancer.set_current_peer(peer)
+  set_more_tries(1)
+  local ok, err = set_current_peer(peer)
   if not ok then
     log(ERR, "error while setting current upstream peer ", peer, ": ", err)
   end
@@ -152,12 +163,13 @@ function _M.log()
   if pick.request_metrics then
     pick.observe_request()
   end
-  local res = ngx.ctx.switchyard
+  local ctx = ngx.ctx
+  local res = ctx.switchyard
   if not res then
     return
   end
+  ctx.switchyard = nil
   pick.feedback(res)
-  ngx.ctx.switchyard = nil
   pick.release(res)
 end
 

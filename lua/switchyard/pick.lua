@@ -58,10 +58,11 @@ local _M = {
 local VERSION = 1
 local T_PICK, T_DONE, T_INFO, T_LEASE, T_COUNTS, T_REQUESTS = 1, 2, 3, 4, 5, 6
 local T_PICK_REPLY, T_INFO_REPLY, T_LEASE_REPLY = 0x81, 0x83, 0x84
--- LEASE is how many round-robin positions one lease reserves (64 ran dry under
--- load before the refill arrived: 14 % of picks then took a round trip); a new one is
--- asked for when half are used.
-local LEASE = 256
+-- A lease reserves about LEASE_SPAN seconds of this worker's round-robin
+-- picks of a backend, LEASE_MIN to LEASE_MAX positions (the protocol's
+-- bound). Fixed leases of 64, and of 256 refilled at half, ran dry under load
+-- before the refill came back, and each pick then took a round trip.
+local LEASE_MIN, LEASE_MAX, LEASE_SPAN = 16, 1024, 0.04
 -- LEASE_TTL bounds how long a lease is used, in seconds: endpoint changes
 -- reach a worker within it even with no other reply in between. Under load a
 -- lease is used up in milliseconds anyway.
@@ -156,13 +157,13 @@ local function get_slot()
     npool = npool - 1
     return s
   end
-  return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0 }
+  return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0 }
 end
 
 -- release returns a pick result to the pool once its request is done.
 function _M.release(s)
   if s and s.sema and not s.pending then
-    s.fallback, s.attempt, s.backend, s.alt, s.score = nil, nil, nil, nil, nil
+    s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
     npool = npool + 1
     pool[npool] = s
   end
@@ -185,7 +186,11 @@ local function be32(b, i)
 end
 
 local function parse_info(b, i)
-  local info = { vars = {}, nvars = 0, peers = {}, npeers = 0, rr = 0 }
+  local info = { vars = {}, nvars = 0, peers = {}, npeers = 0, rr = 0,
+    -- Lease state: the lease in use (next position, positions left, when it
+    -- arrived), the one in reserve (nstart, ncount, nt), whether one is asked
+    -- for, and the picks counted for sizing the next.
+    lpos = 0, lleft = 0, lt = 0, lpending = false, demand = 0, lreq_t = 0, lreq_demand = 0 }
   local code = byte(b, i)
   info.gen = be32(b, i + 1)
   info.leasable = band(byte(b, i + 5), 1) == 1
@@ -525,40 +530,52 @@ local function get_info(name)
   return info
 end
 
-local function request_lease(info, name)
-  info.lpending = true
+-- request_lease asks Go for the backend's next lease, sized to about
+-- LEASE_SPAN seconds of this worker's picks of it since the last request.
+local function request_lease(info, name, now)
+  local dt = now - info.lreq_t
+  if dt < 0.001 then
+    dt = 0.001
+  end
+  local size = floor((info.demand - info.lreq_demand) / dt * LEASE_SPAN)
+  if size < LEASE_MIN then
+    size = LEASE_MIN
+  elseif size > LEASE_MAX then
+    size = LEASE_MAX
+  end
+  info.lreq_t, info.lreq_demand = now, info.demand
   local id = new_id()
-  if enqueue(frame(T_LEASE, id, str8(name) .. u16(LEASE))) then
+  if enqueue(frame(T_LEASE, id, str8(name) .. u16(size))) then
+    info.lpending = true
     waiting[id] = { name = name, info = info, pending = true }
     kick()
-  else
-    info.lpending = false
   end
 end
 
 -- take_leased fills s from the backend's lease: the next rotation position
 -- Go reserved for this worker, and the positions after it for retries.
+-- The next lease is asked for as soon as the current one starts being
+-- used, so one is in reserve while this one lasts.
 local function take_leased(s, info, name)
   local now = ngx_now()
-  if (info.lleft or 0) == 0 or now - info.lt >= LEASE_TTL or info.lgen ~= info.gen then
-    info.lleft = 0
-    if info.nstart and now - info.nt < LEASE_TTL then
-      info.lpos, info.lleft, info.lt, info.lgen = info.nstart + 1, info.ncount, info.nt, info.gen
-      info.nstart = nil
-    end
-  end
+  info.demand = info.demand + 1
   local left = info.lleft
-  if left == 0 then
-    if not info.lpending then
-      request_lease(info, name)
+  if left == 0 or now - info.lt >= LEASE_TTL then
+    left = 0
+    if info.nstart and now - info.nt < LEASE_TTL then
+      info.lpos, left, info.lt = info.nstart + 1, info.ncount, info.nt
     end
-    return false
+    info.nstart = nil
+    if not info.lpending then
+      request_lease(info, name, now)
+    end
+    if left == 0 then
+      info.lleft = 0
+      return false
+    end
   end
   local pos = info.lpos
   info.lpos, info.lleft = pos + 1, left - 1
-  if left - 1 <= LEASE / 2 and not info.nstart and not info.lpending then
-    request_lease(info, name)
-  end
   local np, peers, cands, cookies = info.npeers, info.peers, s.cands, s.cookies
   local k = np < 3 and np or 3
   for j = 1, k do
@@ -679,17 +696,25 @@ function _M.feedback(s)
   if not name or s.n == 0 then
     return
   end
+  local info = infos[name]
+  local unscored = info and not info.scored
+  local status = ngx.status
+  if unscored and s.attempt == 1 and status < 502 then
+    -- One attempt, on the first candidate, and a response that is not
+    -- nginx's own 502/504: a completion, without reading $upstream_addr.
+    count(name, s.cands[1], false)
+    return
+  end
   local addrs = ngx_var.upstream_addr
   if not addrs then
     return
   end
-  local info = infos[name]
-  if info and not info.scored then
+  if unscored then
     if not find(addrs, ",", 1, true) and not find(addrs, " ", 1, true) then
       -- One attempt. It failed only if no response header came back, and
       -- then nginx answers 502 or 504 itself: read the variable only then.
       local failed = false
-      if ngx.status >= 502 then
+      if status >= 502 then
         failed = ngx_var.upstream_header_time == "-"
       end
       count(name, addrs, failed)
