@@ -41,6 +41,7 @@ func main() {
 		keep     = flag.Bool("keep", false, "keep the work directory")
 		pprofOut = flag.String("cpuprofile", "", "write a CPU profile of the Go balancer during the last c run to this file")
 		extra    = flag.Bool("hooks", false, "also run variant h: b plus empty rewrite/log Lua hooks touching ngx.ctx (the cost of the phases alone)")
+		binary   = flag.String("switchyard", "", "use this switchyard binary instead of building ./cmd/switchyard from the working tree")
 	)
 	only := flag.String("variants", "", "comma-separated subset of variants to run (for profiling); the table needs a, b and c")
 	flag.Parse()
@@ -56,7 +57,7 @@ func main() {
 	if *extra {
 		variants = append(variants, "h")
 	}
-	if err := run(*duration, *rounds, ints(*conns), ints(*workers), *keep, *pprofOut); err != nil {
+	if err := run(*duration, *rounds, ints(*conns), ints(*workers), *keep, *pprofOut, *binary); err != nil {
 		fmt.Fprintln(os.Stderr, "shim bench:", err)
 		os.Exit(1)
 	}
@@ -78,9 +79,10 @@ func ints(s string) []int {
 var variants = []string{"a", "b", "c"}
 
 // sample is one wrk run: p50/p99 in ms; cpu is the CPU time the front
-// nginx (all its processes) and, for c, the Go balancer used per request, in
-// microseconds: less sensitive than rps to other load on a shared machine.
-type sample struct{ rps, p50, p99, cpu float64 }
+// nginx (all its processes) used per request and gocpu what the Go balancer
+// used (c only), in microseconds: less sensitive than rps to other load on a
+// shared machine.
+type sample struct{ rps, p50, p99, cpu, gocpu float64 }
 
 type bench struct {
 	dir, nginx, bin, luaDir, benchDir string
@@ -89,7 +91,7 @@ type bench struct {
 	pprofPort                         int
 }
 
-func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut string) error {
+func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut, binary string) error {
 	root, err := repoRoot()
 	if err != nil {
 		return err
@@ -105,9 +107,12 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut 
 		return err
 	}
 	b := &bench{dir: dir, nginx: "/usr/sbin/nginx", luaDir: filepath.Join(root, "lua"), benchDir: filepath.Join(root, "test/bench/shim")}
-	b.bin = filepath.Join(dir, "switchyard")
-	if out, err := exec.Command("go", "build", "-o", b.bin, filepath.Join(root, "cmd/switchyard")).CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
+	b.bin = binary
+	if b.bin == "" {
+		b.bin = filepath.Join(dir, "switchyard")
+		if out, err := exec.Command("go", "build", "-o", b.bin, filepath.Join(root, "cmd/switchyard")).CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
 	}
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
 		p, err := freePort(ip)
@@ -127,8 +132,8 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut 
 	defer b.stopGo()
 
 	fmt.Printf("# load before: %s on %d cores; wrk -t2 -d%s, %d rounds, medians\n\n", loadavg(), nproc(), d, rounds)
-	fmt.Println("| workers | conns | a plain rps | b Lua rr rps | c shim rps | c/b | c/a | a p50/p99 ms | b p50/p99 ms | c p50/p99 ms | c p99 / b p99 | CPU µs/req a / b / c | b cpu / c cpu |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workers | conns | a plain rps | b Lua rr rps | c shim rps | c/b | c/a | a p50/p99 ms | b p50/p99 ms | c p50/p99 ms | c p99 / b p99 | nginx CPU µs/req a / b / c | b cpu / c cpu | Go CPU µs/req (c) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, w := range workers {
 		for _, c := range conns {
 			res := map[string][]sample{}
@@ -147,19 +152,19 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut 
 			}
 			if h, ok := res["h"]; ok {
 				hh := median(h)
-				fmt.Printf("| %d | %d | h (b + empty rewrite/log hooks): %.0f rps, %.2f / %.2f ms, %.1f CPU µs/req |\n", w, c, hh.rps, hh.p50, hh.p99, hh.cpu)
+				fmt.Printf("| %d | %d | h (b + empty rewrite/log hooks): %.0f rps, %.2f / %.2f ms, %.1f nginx CPU µs/req |\n", w, c, hh.rps, hh.p50, hh.p99, hh.cpu)
 			}
 			if len(res["a"]) == 0 || len(res["b"]) == 0 || len(res["c"]) == 0 {
 				for v, r := range res {
 					m := median(r)
-					fmt.Printf("| %d | %d | %s: %.0f rps, %.2f / %.2f ms, %.1f CPU µs/req |\n", w, c, v, m.rps, m.p50, m.p99, m.cpu)
+					fmt.Printf("| %d | %d | %s: %.0f rps, %.2f / %.2f ms, %.1f nginx CPU µs/req, Go %.2f |\n", w, c, v, m.rps, m.p50, m.p99, m.cpu, m.gocpu)
 				}
 				continue
 			}
 			a, bb, cc := median(res["a"]), median(res["b"]), median(res["c"])
-			fmt.Printf("| %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f | %.1f / %.1f / %.1f | %.2f |\n",
+			fmt.Printf("| %d | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f | %.1f / %.1f / %.1f | %.2f | %.2f |\n",
 				w, c, a.rps, bb.rps, cc.rps, cc.rps/bb.rps, cc.rps/a.rps, a.p50, a.p99, bb.p50, bb.p99, cc.p50, cc.p99, cc.p99/bb.p99,
-				a.cpu, bb.cpu, cc.cpu, bb.cpu/cc.cpu)
+				a.cpu, bb.cpu, cc.cpu, bb.cpu/cc.cpu, cc.gocpu)
 		}
 	}
 	fmt.Printf("\n# load after: %s\n", loadavg())
@@ -176,7 +181,8 @@ func median(s []sample) sample {
 		return v[len(v)/2]
 	}
 	return sample{pick(func(x sample) float64 { return x.rps }), pick(func(x sample) float64 { return x.p50 }),
-		pick(func(x sample) float64 { return x.p99 }), pick(func(x sample) float64 { return x.cpu })}
+		pick(func(x sample) float64 { return x.p99 }), pick(func(x sample) float64 { return x.cpu }),
+		pick(func(x sample) float64 { return x.gocpu })}
 }
 
 // startBackends runs one nginx (1 worker) answering 200 "ok" on the three
@@ -432,20 +438,13 @@ func (b *bench) measure(v string, workers, conns int, d time.Duration, profile s
 		profDone = make(chan error, 1)
 		go func() { profDone <- b.fetchProfile(profile, d) }()
 	}
-	pids := []int{-cmd.Process.Pid}
-	if v == "c" {
-		pids = append(pids, b.goProc.Process.Pid)
-	}
-	cpu0 := cpuTicks(pids)
+	front, goSide := []int{-cmd.Process.Pid}, []int{b.goProc.Process.Pid}
+	cpu0, go0 := cpuTicks(front), cpuTicks(goSide)
 	out, err := exec.Command("wrk", "-t2", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%s", d), "--latency", "http://"+listen+"/").Output()
 	if err != nil {
 		return sample{}, fmt.Errorf("wrk: %w", err)
 	}
-	cpu1 := cpuTicks(pids)
-	if v == "c" && os.Getenv("SHIM_BENCH_DEBUG") != "" {
-		g := cpuTicks(pids[1:])
-		fmt.Fprintf(os.Stderr, "go cpu ticks total so far %d\n", g)
-	}
+	cpu1, go1 := cpuTicks(front), cpuTicks(goSide)
 	if profDone != nil {
 		if err := <-profDone; err != nil {
 			fmt.Fprintln(os.Stderr, "cpu profile:", err)
@@ -455,6 +454,9 @@ func (b *bench) measure(v string, workers, conns int, d time.Duration, profile s
 	if err == nil && smp.rps > 0 {
 		// USER_HZ is 100 on Linux.
 		smp.cpu = float64(cpu1-cpu0) * 10000 / (smp.rps * d.Seconds())
+		if v == "c" {
+			smp.gocpu = float64(go1-go0) * 10000 / (smp.rps * d.Seconds())
+		}
 	}
 	return smp, err
 }
