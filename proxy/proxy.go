@@ -207,6 +207,15 @@ type exchange struct {
 }
 
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
+	if ctx.Request.Header.ContentLength() == -1 && hasRawHeader(ctx.Request.Header.RawHeaders(), "content-length") {
+		// Request smuggling defence: fasthttp lets Transfer-Encoding win
+		// over Content-Length; nginx (since 1.21.1) refuses the request and
+		// so do we, closing the connection before anything behind it is
+		// parsed (RFC 9112 §6.3).
+		ctx.Error("400 Bad Request", fasthttp.StatusBadRequest)
+		ctx.SetConnectionClose()
+		return
+	}
 	host := hostOnly(ctx.Host())
 	tbl := p.routes.Load()
 	vh, rt := tbl.lookup(host, ctx.Path())
@@ -404,19 +413,35 @@ func removeConnectionTokens(conn []byte, del func(string)) {
 	}
 }
 
+// hasRawHeader reports whether raw request headers have a field named
+// name (lower case).
+func hasRawHeader(raw []byte, name string) bool {
+	for len(raw) > 0 {
+		var line []byte
+		line, raw = cutByte(raw, '\n')
+		if k, _, ok := bytes.Cut(line, []byte(":")); ok && strings.EqualFold(string(bytes.TrimSpace(k)), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// cutByte splits v at the first sep: what comes before it, and what comes
+// after (nil without a sep).
+func cutByte(v []byte, sep byte) (before, after []byte) {
+	if i := bytes.IndexByte(v, sep); i >= 0 {
+		return v[:i], v[i+1:]
+	}
+	return v, nil
+}
+
 // tokenListHas reports whether a comma-separated header value lists tok
 // (case-insensitive, parameters after ';' ignored). It allocates nothing.
 func tokenListHas(v []byte, tok string) bool {
 	for len(v) > 0 {
-		t := v
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			t, v = v[:i], v[i+1:]
-		} else {
-			v = nil
-		}
-		if i := bytes.IndexByte(t, ';'); i >= 0 {
-			t = t[:i]
-		}
+		var t []byte
+		t, v = cutByte(v, ',')
+		t, _ = cutByte(t, ';')
 		if strings.EqualFold(string(bytes.TrimSpace(t)), tok) {
 			return true
 		}

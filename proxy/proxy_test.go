@@ -75,7 +75,7 @@ func start(t *testing.T, cfg *model.Configuration) (string, *balancer.Registry) 
 
 // newProxy makes a Proxy with pc (its Picker a Registry synced with cfg's
 // backends) serving cfg.
-func newProxy(t *testing.T, cfg *model.Configuration, pc Config) (*Proxy, *balancer.Registry) {
+func newProxy(t testing.TB, cfg *model.Configuration, pc Config) (*Proxy, *balancer.Registry) {
 	t.Helper()
 	reg := balancer.NewRegistry(balancer.Config{})
 	if err := reg.Sync(cfg.Backends); err != nil {
@@ -92,7 +92,7 @@ func newProxy(t *testing.T, cfg *model.Configuration, pc Config) (*Proxy, *balan
 
 // serve runs fn (Serve or ServeTLS) on a loopback listener until the test
 // ends and returns the listener's address.
-func serve(t *testing.T, fn func(context.Context, net.Listener) error) string {
+func serve(t testing.TB, fn func(context.Context, net.Listener) error) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -362,17 +362,24 @@ func TestRewriteAndCORS(t *testing.T) {
 	}
 }
 
-// The request metrics carry ingress-nginx's names and configuration-derived
-// labels.
-func TestRequestMetrics(t *testing.T) {
+// shopConfig serves m.test/shop from a real backend a (its address
+// returned), for Ingress prod/shop and Service web.
+func shopConfig(t *testing.T) (*model.Configuration, string) {
+	t.Helper()
 	a := backend(t, "a")
 	l := loc("/shop", model.PathTypePrefix, "a")
 	l.Ingress = model.ObjectRef{Kind: "Ingress", Namespace: "prod", Name: "shop"}
 	l.Service = "web"
-	cfg := &model.Configuration{
+	return &model.Configuration{
 		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "m.test", Locations: []model.Location{l}}},
-	}
+	}, a
+}
+
+// The request metrics carry ingress-nginx's names and configuration-derived
+// labels.
+func TestRequestMetrics(t *testing.T) {
+	cfg, _ := shopConfig(t)
 	promReg := prometheus.NewRegistry()
 	p, _ := newProxy(t, cfg, Config{Registerer: promReg, MetricsPerHost: true})
 	base := "http://" + serve(t, p.Serve)
