@@ -75,7 +75,16 @@ func TestCompatResponseHopHeaders(t *testing.T) {
 // second, so a proxy that buffered would deadlock until the timeout.
 func TestCompatFlushesStreamedResponse(t *testing.T) {
 	gotFirst := make(chan struct{})
-	base := compatProxy(t, func(w http.ResponseWriter, r *http.Request) {
+	base := compatProxy(t, sseHandler(gotFirst))
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	readEvents(t, compatGet(t, ctx, base+"/events").Body, gotFirst)
+}
+
+// sseHandler sends an event, waits for gotFirst to close, and sends a
+// second.
+func sseHandler(gotFirst <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: one\n\n")
 		w.(http.Flusher).Flush()
@@ -85,11 +94,14 @@ func TestCompatFlushesStreamedResponse(t *testing.T) {
 			return
 		}
 		_, _ = io.WriteString(w, "data: two\n\n")
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	resp := compatGet(t, ctx, base+"/events")
-	br := bufio.NewReader(resp.Body)
+	}
+}
+
+// readEvents reads sseHandler's first event, closes gotFirst, and reads
+// the second.
+func readEvents(t *testing.T, body io.Reader, gotFirst chan<- struct{}) {
+	t.Helper()
+	br := bufio.NewReader(body)
 	line, err := br.ReadString('\n')
 	if err != nil || line != "data: one\n" {
 		t.Fatalf("first event: got %q, %v; want %q", line, err, "data: one\n")

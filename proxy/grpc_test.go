@@ -183,6 +183,18 @@ func grpcCall(t *testing.T, ctx context.Context, c *http.Client, base, host, met
 	}
 }
 
+// wantGRPCOK reads the rest of a call's response and checks it ended with
+// HTTP 200 and grpc-status 0 in the trailers.
+func wantGRPCOK(t *testing.T, resp *http.Response) {
+	t.Helper()
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Trailer.Get("Grpc-Status"); resp.StatusCode != 200 || got != "0" {
+		t.Errorf("got %d grpc-status %q; want 200 and 0", resp.StatusCode, got)
+	}
+}
+
 // TestGRPCThroughProxy: gRPC calls over HTTP/2 (TLS, ALPN h2) through the
 // proxy to h2c (backend-protocol GRPC and H2C) and TLS (GRPCS) backends:
 // unary, server streaming, client streaming and bidi, with trailers, and
@@ -220,12 +232,7 @@ func TestGRPCThroughProxy(t *testing.T) {
 			if want := "echo:hi te=trailers xff=127.0.0.1"; err != nil || msg != want {
 				t.Fatalf("got %q, %v; want %q", msg, err, want)
 			}
-			if _, err := io.ReadAll(resp.Body); err != nil {
-				t.Fatal(err)
-			}
-			if got := resp.Trailer.Get("Grpc-Status"); resp.StatusCode != 200 || got != "0" {
-				t.Errorf("got %d grpc-status %q; want 200 and 0", resp.StatusCode, got)
-			}
+			wantGRPCOK(t, resp)
 		})
 	}
 	t.Run("server streaming", func(t *testing.T) {
@@ -244,11 +251,9 @@ func TestGRPCThroughProxy(t *testing.T) {
 			got = append(got, msg)
 			acks <- struct{}{} // the backend sends the next one only now
 		}
-		if _, err := io.ReadAll(resp.Body); err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff([]string{"msg-1", "msg-2", "msg-3"}, got); diff != "" || resp.Trailer.Get("Grpc-Status") != "0" {
-			t.Errorf("messages (-want +got):\n%s\ngrpc-status %q", diff, resp.Trailer.Get("Grpc-Status"))
+		wantGRPCOK(t, resp)
+		if diff := cmp.Diff([]string{"msg-1", "msg-2", "msg-3"}, got); diff != "" {
+			t.Errorf("messages (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("client streaming", func(t *testing.T) {
@@ -264,10 +269,7 @@ func TestGRPCThroughProxy(t *testing.T) {
 		if err != nil || msg != "3:a,b,c" {
 			t.Fatalf("got %q, %v; want %q", msg, err, "3:a,b,c")
 		}
-		_, _ = io.ReadAll(resp.Body)
-		if got := resp.Trailer.Get("Grpc-Status"); got != "0" {
-			t.Errorf("grpc-status %q; want 0", got)
-		}
+		wantGRPCOK(t, resp)
 	})
 	t.Run("bidi", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
@@ -285,10 +287,7 @@ func TestGRPCThroughProxy(t *testing.T) {
 			}
 		}
 		_ = pw.Close()
-		_, _ = io.ReadAll(resp.Body)
-		if got := resp.Trailer.Get("Grpc-Status"); got != "0" {
-			t.Errorf("grpc-status %q; want 0", got)
-		}
+		wantGRPCOK(t, resp)
 	})
 	t.Run("error status", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
