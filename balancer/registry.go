@@ -483,11 +483,12 @@ func Algorithms() []string {
 // first pick of a request fixes the backend (and canary decision) in a; later
 // picks with the same Attempt are retries. No locks; no allocation except a new
 // sticky cookie.
-func (r *Registry) Pick(name string, req Request, a *Attempt) (Pick, error) {
-	b := a.chosen
-	if b == nil {
-		snap := r.snap.Load()
-		primary := snap.byName[name]
+func (r *Registry) Pick(name string, req Request, a *Attempt) (p Pick, err error) {
+	var snap *snapshot
+	var primary *backend
+	if a.chosen == nil {
+		snap = r.snap.Load()
+		primary = snap.byName[name]
 		if rr := primary.fastRR(); rr != nil {
 			// The first pick of a round-robin backend with several peers and
 			// no canary: the cursor's advance is also the in-flight count
@@ -499,16 +500,16 @@ func (r *Registry) Pick(name string, req Request, a *Attempt) (Pick, error) {
 				rr.picks[s].st.inFlight.Add(1)
 			}
 			// a.record of a first pick: an Attempt without a chosen backend
-			// has tried nothing (Reset clears both; choose precedes record).
+			// has tried nothing (Reset clears both; the choice precedes
+			// record).
 			a.chosen, a.rrBase, a.tried[0], a.ntried = primary, uint64(uint32(c)), int32(rr.order[s]), 1
 			return rr.picks[s], nil
 		}
-		var err error
-		if b, err = r.choose(snap, primary, name, req, a); err != nil {
-			return Pick{Backend: name, EWMAScore: -1}, err
-		}
 	}
-	return r.pickCounted(b, name, req, a)
+	if err = r.fill(snap, primary, name, req, a, &p); err == nil {
+		p.st.inFlight.Add(1)
+	}
+	return p, err
 }
 
 // fastRR returns b's round-robin balancer if Pick's fast path serves b's
@@ -520,50 +521,29 @@ func (b *backend) fastRR() *roundRobin {
 	return b.rr
 }
 
-// pickCounted is Pick from the chosen backend b, counting the pick in flight.
-// Not inlined: Pick's frame then holds no Pick of its own to zero, which the
-// fast path would pay for.
-//
-//go:noinline
-func (r *Registry) pickCounted(b *backend, name string, req Request, a *Attempt) (Pick, error) {
-	var p Pick
-	err := r.pickFrom(b, name, req, a, &p)
-	if err == nil {
-		p.st.inFlight.Add(1)
-	}
-	return p, err
-}
-
 // pick fills p; it is Pick without the in-flight count.
 func (r *Registry) pick(name string, req Request, a *Attempt, p *Pick) error {
+	var snap *snapshot
+	var primary *backend
+	if a.chosen == nil {
+		snap = r.snap.Load()
+		primary = snap.byName[name]
+	}
+	return r.fill(snap, primary, name, req, a, p)
+}
+
+// fill is pick with the snapshot and the backend named name in it (nil if
+// none) already looked up when a has no chosen backend yet.
+func (r *Registry) fill(snap *snapshot, primary *backend, name string, req Request, a *Attempt, p *Pick) error {
 	b := a.chosen
 	if b == nil {
-		snap := r.snap.Load()
-		var err error
-		if b, err = r.choose(snap, snap.byName[name], name, req, a); err != nil {
+		if primary == nil {
 			p.Backend, p.EWMAScore = name, -1
-			return err
+			return ErrUnknownBackend
 		}
+		b = r.choose(snap, primary, req)
+		a.chosen = b
 	}
-	return r.pickFrom(b, name, req, a, p)
-}
-
-// choose makes the first pick's backend and canary decision and records it in
-// a. primary is the backend named name in snap, or nil.
-func (r *Registry) choose(snap *snapshot, primary *backend, name string, req Request, a *Attempt) (*backend, error) {
-	if primary == nil {
-		return nil, ErrUnknownBackend
-	}
-	b := primary
-	if len(primary.alternatives) > 0 {
-		b = r.route(snap, primary, req)
-	}
-	a.chosen = b
-	return b, nil
-}
-
-// pickFrom runs b's algorithm and fills p.
-func (r *Registry) pickFrom(b *backend, name string, req Request, a *Attempt, p *Pick) error {
 	idx, cookie, score, err := b.pickIn(r, req, a)
 	p.Backend, p.Alternative, p.EWMAScore = b.name, b.name != name, score
 	if err != nil {
@@ -574,6 +554,14 @@ func (r *Registry) pickFrom(b *backend, name string, req Request, a *Attempt, p 
 	pe := &b.peers[idx]
 	p.Peer, p.SetCookie, p.st, p.scored, p.peak = pe.addr, cookie, pe.st, b.scored, b.peak
 	return nil
+}
+
+// choose is the canary decision of a request's first pick to primary.
+func (r *Registry) choose(snap *snapshot, primary *backend, req Request) *backend {
+	if len(primary.alternatives) > 0 {
+		return r.route(snap, primary, req)
+	}
+	return primary
 }
 
 // pickIn runs b's algorithm. A type switch with direct calls, not a call
@@ -737,9 +725,11 @@ func (r *Registry) CandidatePicks(name string, req Request, a *Attempt, dst []Pi
 func (r *Registry) PickAfter(name string, req Request, a *Attempt, tried []string) (Pick, error) {
 	if a.chosen == nil && len(tried) > 0 {
 		snap := r.snap.Load()
-		if _, err := r.choose(snap, snap.byName[name], name, req, a); err != nil {
-			return Pick{Backend: name, EWMAScore: -1}, err
+		primary := snap.byName[name]
+		if primary == nil {
+			return Pick{Backend: name, EWMAScore: -1}, ErrUnknownBackend
 		}
+		a.chosen = r.choose(snap, primary, req)
 	}
 	if a.chosen != nil {
 		for _, addr := range tried {
