@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
 // pointsPerNode is resty.chash CONSISTENT_POINTS for weight 1.
@@ -41,7 +40,7 @@ type ringScratch struct {
 // The points are uniformly distributed 32-bit hashes. A stable counting
 // scatter by the top byte splits them into 256 runs; each run, a few
 // kilobytes, is finished in cache by a second stable counting scatter on the
-// next bits into the ring, leaving about two points per bucket for an
+// next bits into the ring, leaving about one point per bucket for an
 // insertion sort (also stable). Equal hashes keep insertion order (node
 // order, then point index), as resty.chash's chash_point_sort does.
 func (sc *ringScratch) build(ids []string, owners []int32) ring {
@@ -101,7 +100,7 @@ func (sc *ringScratch) build(ids []string, owners []int32) ring {
 // the next bits, then an insertion sort of each bucket.
 func (sc *ringScratch) finishRun(run []uint64, skip uint, hs []uint32, os []int32) {
 	m := len(run)
-	b := uint(min(max(bits.Len(uint(m))-1, 0), 16)) // about two points per bucket
+	b := uint(min(bits.Len(uint(m)), 16)) // about one point per bucket
 	shift := (64 - skip - b) & 63                   // bucket = the b hash bits below the skipped ones
 	mask := uint64(1)<<b - 1
 	nb := 1 << b
@@ -327,7 +326,7 @@ func (r *Registry) peerRing(st *backendState, b *backend, dst *ring) []int {
 	for i, p := range order {
 		ids[i] = b.peers[p].addr
 	}
-	r.ringJobs = append(r.ringJobs, func(sc *ringScratch) {
+	r.rings.add(func(sc *ringScratch) {
 		rg := sc.rebuildRing(st.ring, st.ringIDs, ids)
 		st.ring, st.ringIDs = rg, ids
 		*dst = rg
@@ -335,38 +334,43 @@ func (r *Registry) peerRing(st *backendState, b *backend, dst *ring) []int {
 	return order
 }
 
-// buildRings runs the ring builds queued by this Sync's peerRing calls, those
-// of different backends in parallel on up to GOMAXPROCS goroutines. Each job
-// writes only its own backend's state. Called with r.mu held.
-func (r *Registry) buildRings() {
-	jobs := r.ringJobs
-	r.ringJobs = nil
-	workers := min(runtime.GOMAXPROCS(0), len(jobs))
-	if workers <= 1 {
-		var sc ringScratch
-		for _, job := range jobs {
-			job(&sc)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { runRingJobs(jobs, &next) })
-	}
-	wg.Wait()
+// ringBuilds runs the ring builds of one Sync while Sync goes on building the
+// other backends: GOMAXPROCS-1 workers start with the first build, and Sync
+// joins them in wait. Each build writes only its own backend's state.
+type ringBuilds struct {
+	jobs    chan func(*ringScratch)
+	wg      sync.WaitGroup
+	started bool
 }
 
-// runRingJobs is one buildRings worker: it takes jobs in turn until none is
-// left.
-func runRingJobs(jobs []func(*ringScratch), next *atomic.Int64) {
-	var sc ringScratch
-	for {
-		i := int(next.Add(1)) - 1
-		if i >= len(jobs) {
-			return
+// newRingBuilds returns a ringBuilds for a Sync of n backends (at most one
+// build each).
+func newRingBuilds(n int) *ringBuilds {
+	return &ringBuilds{jobs: make(chan func(*ringScratch), n)}
+}
+
+func (rb *ringBuilds) add(job func(*ringScratch)) {
+	if !rb.started {
+		rb.started = true
+		for range runtime.GOMAXPROCS(0) - 1 {
+			rb.wg.Go(func() { runRingBuilds(rb.jobs) })
 		}
-		jobs[i](&sc)
+	}
+	rb.jobs <- job // never blocks: the buffer holds a build per backend
+}
+
+// wait runs the builds no worker has taken and returns when all are done.
+func (rb *ringBuilds) wait() {
+	close(rb.jobs)
+	runRingBuilds(rb.jobs)
+	rb.wg.Wait()
+}
+
+// runRingBuilds is one ringBuilds worker.
+func runRingBuilds(jobs <-chan func(*ringScratch)) {
+	var sc ringScratch
+	for job := range jobs {
+		job(&sc)
 	}
 }
 

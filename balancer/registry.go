@@ -48,11 +48,11 @@ type Registry struct {
 	snap    atomic.Pointer[snapshot]
 	version atomic.Uint64
 
-	mu sync.Mutex // serializes Sync; guards states and ringJobs
+	mu sync.Mutex // serializes Sync; guards states and rings
 	// states holds per-backend state that outlives rebuilds, by backend name.
 	states map[string]*backendState
-	// ringJobs are the ring builds of the Sync in progress (see peerRing).
-	ringJobs []func(*ringScratch)
+	// rings are the ring builds of the Sync in progress (see peerRing).
+	rings *ringBuilds
 }
 
 // snapshot is one immutable generation of balancers.
@@ -206,6 +206,7 @@ func (r *Registry) Sync(backends []Backend) error {
 
 	old := r.snap.Load()
 	next := &snapshot{byName: make(map[string]*backend, len(backends))}
+	r.rings = newRingBuilds(len(backends))
 	var errs []error
 	present := make(map[string]bool, len(backends))
 	for i := range backends {
@@ -227,7 +228,8 @@ func (r *Registry) Sync(backends []Backend) error {
 			next.byName[b.Name] = nb
 		}
 	}
-	r.buildRings()
+	r.rings.wait()
+	r.rings = nil
 	for name := range r.states {
 		if !present[name] {
 			delete(r.states, name)
