@@ -339,7 +339,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	pool, err := writeCert(dir)
 	if err != nil {
 		return err
@@ -368,6 +368,9 @@ func run(o options) error {
 	for _, v := range o.variants {
 		vp, err := start(v.bin, "proxy", o.proxyProcs, v.env, "-target", backend.addr)
 		if err != nil {
+			for _, p := range append(vprocs, px, fw) {
+				_ = p.stop()
+			}
 			return err
 		}
 		vp.name = v.name
