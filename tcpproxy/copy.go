@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,11 +30,32 @@ const copyBufSize = 32 << 10
 // TCP_DEFER_ACCEPT change); see docs/benchmarks/tcpproxy.md.
 const bulkBufSize = 256 << 10
 
-// copyBufs and bulkBufs recycle copy buffers between connections.
+// maxBulkBufs bounds the bulk buffers lent out at once (64 MiB); past it a
+// direction goes on with its copyBufSize buffer.
+const maxBulkBufs = 256
+
+// copyBufs and bulkBufs recycle copy buffers between connections; bulkOut
+// counts the bulk buffers lent out.
 var (
 	copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 	bulkBufs = sync.Pool{New: func() any { b := make([]byte, bulkBufSize); return &b }}
+	bulkOut  atomic.Int32
 )
+
+// getBulk lends a bulk buffer, or nil when maxBulkBufs are out.
+func getBulk() *[]byte {
+	if bulkOut.Add(1) > maxBulkBufs {
+		bulkOut.Add(-1)
+		return nil
+	}
+	return bulkBufs.Get().(*[]byte)
+}
+
+// putBulk takes back a buffer from getBulk.
+func putBulk(b *[]byte) {
+	bulkBufs.Put(b)
+	bulkOut.Add(-1)
+}
 
 // proxyCopy copies src to dst until EOF, an error, or idle without a byte
 // from src, then half-closes dst so the peer sees the end of the stream
@@ -68,16 +90,17 @@ func proxyCopy(dst, src net.Conn, idle time.Duration) int64 {
 		}
 		switch {
 		case n == len(buf) && bulk == nil:
-			bulk = bulkBufs.Get().(*[]byte)
-			buf = *bulk
+			if bulk = getBulk(); bulk != nil {
+				buf = *bulk
+			}
 		case n < copyBufSize && bulk != nil:
-			bulkBufs.Put(bulk)
+			putBulk(bulk)
 			bulk = nil
 			buf = *small
 		}
 	}
 	if bulk != nil {
-		bulkBufs.Put(bulk)
+		putBulk(bulk)
 	}
 	copyBufs.Put(small)
 	if cw, ok := dst.(closeWriter); ok {
