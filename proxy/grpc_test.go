@@ -394,3 +394,47 @@ func TestH2CUpstreamFromHTTP1(t *testing.T) {
 		})
 	}
 }
+
+// TestH2CPriorKnowledge: with Config.H2C the plain port serves gRPC over
+// cleartext HTTP/2 (prior knowledge) and HTTP/1.1 side by side; without
+// it the preface is taken for an HTTP/1.1 request (fasthttp answers it).
+func TestH2CPriorKnowledge(t *testing.T) {
+	be := grpcBackend(t, nil)
+	l := loc("/", model.PathTypePrefix, "grpc")
+	l.BackendProtocol = model.ProtocolGRPC
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "grpc", Endpoints: endpoints(be)}, {Name: "a", Endpoints: endpoints(backend(t, "a"))}},
+		Servers: []model.Server{
+			{Hostname: "grpc.test", Locations: []model.Location{l}},
+			{Hostname: "web.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "a")}},
+		},
+	}
+	p, _ := newProxy(t, cfg, Config{H2C: true})
+	base := "http://" + serve(t, p.Serve)
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	pw, response := grpcCall(t, ctx, &http.Client{Transport: tr}, base, "grpc.test", "/test.Echo/Unary")
+	_, _ = pw.Write(grpcFrame("plain"))
+	_ = pw.Close()
+	resp := response()
+	msg, err := readGRPC(resp.Body)
+	if want := "echo:plain te=trailers xff=127.0.0.1"; resp.ProtoMajor != 2 || err != nil || msg != want {
+		t.Fatalf("got %s %q, %v; want HTTP/2 %q", resp.Proto, msg, err, want)
+	}
+	wantGRPCOK(t, resp)
+
+	r, body := get(t, base+"/", "web.test", nil)
+	if r.ProtoMajor != 1 || !strings.HasPrefix(body, "a GET / ") || !strings.Contains(body, "proto=http ") {
+		t.Errorf("HTTP/1.1 beside h2c: got %s %q", r.Proto, body)
+	}
+
+	plain, _ := newProxy(t, cfg, Config{})
+	if resp, ok := rawExchange(t, serve(t, plain.Serve), []byte(http2.ClientPreface)); !ok || resp != "" && !strings.HasPrefix(resp, "HTTP/1.1 ") {
+		t.Errorf("HTTP/2 preface without H2C: got %q; want an HTTP/1.1 answer or a close", resp)
+	}
+}

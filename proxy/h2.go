@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -36,17 +37,50 @@ import (
 // HTTP/1.1.
 func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 	cfg := p.certs.tlsConfig()
-	cfg.NextProtos = []string{"h2", "http/1.1"}
-	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
-	hs, err := p.h2Server()
+	cfg.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
+	hs, err := p.h2Server(http.HandlerFunc(p.serveH2))
 	if err != nil {
 		return err
 	}
+	return p.serveSplit(ctx, ln, hs, func(c net.Conn) (net.Conn, bool, error) {
+		tc := tls.Server(c, cfg)
+		hctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			return nil, false, fmt.Errorf("tls handshake: %w", err)
+		}
+		return tc, tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS, nil
+	})
+}
+
+// serveH2C is Serve with Config.H2C: a connection that opens with the
+// HTTP/2 preface (prior knowledge, RFC 9113 §3.3) is served as cleartext
+// HTTP/2, any other by fasthttp.
+func (p *Proxy) serveH2C(ctx context.Context, ln net.Listener) error {
+	hs, err := p.h2Server(h2c.NewHandler(http.HandlerFunc(p.serveH2), &http2.Server{IdleTimeout: p.cfg.IdleTimeout}))
+	if err != nil {
+		return err
+	}
+	return p.serveSplit(ctx, ln, hs, func(c net.Conn) (net.Conn, bool, error) {
+		return peekPreface(c, p.cfg.ReadTimeout)
+	})
+}
+
+// classifier prepares an accepted connection (a TLS handshake, a peek)
+// and says whether it speaks HTTP/2.
+type classifier func(net.Conn) (conn net.Conn, h2 bool, err error)
+
+// serveSplit accepts connections on ln until ctx ends, classifies each on
+// its own goroutine and hands it to fasthttp or, for HTTP/2, to hs; then
+// drains both: fasthttp finishes its requests, HTTP/2 connections get a
+// GOAWAY and end when their streams have.
+func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server, classify classifier) error {
+	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
 	var served sync.WaitGroup
 	served.Go(func() { _ = p.server.Serve(h1) })
 	served.Go(func() { _ = hs.Serve(h2) })
 	accepted := make(chan error, 1)
-	go func() { accepted <- p.acceptTLS(ln, cfg, h1, h2) }()
+	go func() { accepted <- acceptSplit(ln, classify, h1, h2) }()
 	var acceptErr error
 	select {
 	case acceptErr = <-accepted:
@@ -54,9 +88,7 @@ func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 		_ = ln.Close()
 		<-accepted
 	}
-	// Drain: fasthttp finishes its requests, HTTP/2 connections get a
-	// GOAWAY and end when their streams have.
-	err = p.server.Shutdown()
+	err := p.server.Shutdown()
 	if herr := hs.Shutdown(context.Background()); err == nil {
 		err = herr
 	}
@@ -68,9 +100,10 @@ func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// acceptTLS accepts connections until ln closes and handshakes each on its
-// own goroutine.
-func (p *Proxy) acceptTLS(ln net.Listener, cfg *tls.Config, h1, h2 *connQueue) error {
+// acceptSplit accepts connections until ln closes; each is classified on
+// its own goroutine (a slow client holds up no other) and queued for its
+// front end, or closed when classify fails.
+func acceptSplit(ln net.Listener, classify classifier, h1, h2 *connQueue) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -83,25 +116,60 @@ func (p *Proxy) acceptTLS(ln net.Listener, cfg *tls.Config, h1, h2 *connQueue) e
 			}
 			return fmt.Errorf("accept: %w", err)
 		}
-		go p.handshake(c, cfg, h1, h2)
+		go dispatch(c, classify, h1, h2)
 	}
 }
 
-// handshake terminates TLS on c within ReadTimeout and hands the
-// connection to the front end its ALPN protocol names.
-func (p *Proxy) handshake(c net.Conn, cfg *tls.Config, h1, h2 *connQueue) {
-	tc := tls.Server(c, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ReadTimeout)
-	defer cancel()
-	if err := tc.HandshakeContext(ctx); err != nil {
+// dispatch classifies c and queues it for its front end.
+func dispatch(c net.Conn, classify classifier, h1, h2 *connQueue) {
+	conn, isH2, err := classify(c)
+	switch {
+	case err != nil:
 		_ = c.Close()
-		return
+	case isH2:
+		h2.push(conn)
+	default:
+		h1.push(conn)
 	}
-	if tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
-		h2.push(tc)
-		return
+}
+
+// peekPreface reads the first bytes of c, within timeout, until they are
+// the HTTP/2 client preface or cannot be; the connection returned replays
+// them.
+func peekPreface(c net.Conn, timeout time.Duration) (net.Conn, bool, error) {
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, false, fmt.Errorf("peek preface: %w", err)
 	}
-	h1.push(tc)
+	buf := make([]byte, 0, len(http2.ClientPreface))
+	for len(buf) < len(http2.ClientPreface) {
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if !strings.HasPrefix(http2.ClientPreface, string(buf)) {
+			break // not HTTP/2: fasthttp will read what came
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("peek preface: %w", err)
+		}
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return nil, false, fmt.Errorf("peek preface: %w", err)
+	}
+	return &peekedConn{Conn: c, peeked: buf}, string(buf) == http2.ClientPreface, nil
+}
+
+// peekedConn replays the bytes peekPreface read before reading on.
+type peekedConn struct {
+	net.Conn
+	peeked []byte
+}
+
+func (c *peekedConn) Read(b []byte) (int, error) {
+	if len(c.peeked) > 0 {
+		n := copy(b, c.peeked)
+		c.peeked = c.peeked[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // connQueue is a net.Listener whose connections are pushed to it (by the
@@ -143,10 +211,10 @@ func (q *connQueue) Close() error {
 func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // h2Server is the net/http server whose TLSNextProto x/net/http2 fills:
-// it serves the "h2" connections handed to it.
-func (p *Proxy) h2Server() (*http.Server, error) {
+// it serves the HTTP/2 connections handed to it with h.
+func (p *Proxy) h2Server(h http.Handler) (*http.Server, error) {
 	hs := &http.Server{
-		Handler:           http.HandlerFunc(p.serveH2),
+		Handler:           h,
 		ReadHeaderTimeout: p.cfg.ReadTimeout,
 		IdleTimeout:       p.cfg.IdleTimeout,
 		MaxHeaderBytes:    p.cfg.MaxHeaderBytes,
@@ -214,11 +282,12 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 	}
 	x := exchange{method: []byte(r.Method), requestURI: []byte(r.RequestURI), proto: []byte(r.Proto),
 		referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent()), requestID: []byte(r.Header.Get("X-Request-ID")),
-		status: w.status, bodySent: w.written, reqLength: max(int(r.ContentLength), 0)}
+		status: w.status, bodySent: w.written, reqLength: headerBytes(r.Header) + max(int(r.ContentLength), 0)}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		x.remote = ap.Addr().Unmap()
 	}
 	if p.metrics != nil {
+		x.respHeader = headerBytes(w.Header())
 		p.metrics.observe(&x, &o, took)
 	}
 	if p.cfg.AccessLog != nil {
@@ -277,6 +346,19 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	p.h2ToFast(w, r, rt, view, er, outHost, o)
+}
+
+// headerBytes is the size of h written as HTTP/1.1 fields ("k: v\r\n"),
+// what nginx's $request_length and $bytes_sent count of headers; HTTP/2's
+// compressed size is not known to the handler.
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vv := range h {
+		for _, v := range vv {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // cleanPath normalises a request path for routing as fasthttp does for

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -151,7 +152,10 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 	if loc.BackendProtocol == model.ProtocolGRPCS {
 		scheme = "https"
 	}
-	out, err := http.NewRequestWithContext(ctx, string(ctx.Method()), scheme+"://upstream"+string(ctx.Request.URI().RequestURI()), nil)
+	// Not ctx as the context: it is reused once the handler returns, and
+	// the response body streams after that. The stream ends when fasthttp
+	// closes the body (sent, or the client gone).
+	out, err := http.NewRequestWithContext(context.Background(), string(ctx.Method()), scheme+"://upstream"+string(ctx.Request.URI().RequestURI()), nil)
 	if err != nil {
 		answerFast(ctx, verdict{status: fasthttp.StatusBadRequest})
 		return
@@ -166,22 +170,25 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 	out.Host = string(ctx.Request.Header.Host())
 	lim := &limitReader{left: -1}
 	cl := ctx.Request.Header.ContentLength()
-	replayable := false
+	replayable := replayableMethod(out.Method)
+	// The transport reads the body on its own goroutine; the guard keeps
+	// it from reading ctx's body once fasthttp has the request back.
+	guard := &guardedBody{}
 	if stream := ctx.RequestBodyStream(); stream != nil && cl != 0 {
 		*lim = limitReader{r: stream, left: loc.Proxy.BodySizeBytes}
 		if lim.left <= 0 {
 			lim.left = -1
 		}
-		out.Body, out.ContentLength = bodyReader{lim}, int64(max(cl, -1))
+		guard.r, replayable = lim, false
+		out.Body, out.ContentLength = guard, int64(max(cl, -1))
 	} else if body := ctx.Request.Body(); len(body) > 0 {
-		out.Body, out.ContentLength = bodyReader{bytes.NewReader(body)}, int64(len(body))
-		replayable = replayableMethod(out.Method)
-	} else {
-		replayable = replayableMethod(out.Method)
+		guard.r = bytes.NewReader(body)
+		out.Body, out.ContentLength = guard, int64(len(body))
 	}
-	t := &h2Try{p: p, ctx: ctx, out: out, lim: lim}
+	t := &h2Try{p: p, ctx: out.Context(), out: out, lim: lim}
 	pick, err := p.attempts(loc.Backend, loc, view, a, o, replayable, t)
 	if err != nil {
+		guard.stop()
 		answerFast(ctx, verdict{status: failureStatus(err)})
 		return
 	}
@@ -189,6 +196,7 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 	o.upstreamLength = int(resp.ContentLength)
 	if rt.intercepts(resp.StatusCode) {
 		_ = resp.Body.Close()
+		guard.stop()
 		p.customError(&ctx.Response, rt, resp.StatusCode, errorRequestOf(ctx), view, o)
 		return
 	}
@@ -205,8 +213,57 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 	if loc.CORS.Enabled {
 		corsHeaders(h, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)
 	}
-	// fasthttp reads the body after the handler returns, and closes it.
-	ctx.Response.SetBodyStream(resp.Body, int(resp.ContentLength))
+	// fasthttp reads the body after the handler returns, and closes it
+	// when it is done, while ctx's request is still valid.
+	ctx.Response.SetBodyStream(&stopOnClose{ReadCloser: resp.Body, guard: guard}, int(resp.ContentLength))
+}
+
+// guardedBody is a request body the HTTP/2 transport reads on its own
+// goroutine. After stop, which waits for a read in progress, reads fail:
+// the body belongs to a fasthttp request that is about to be reused.
+type guardedBody struct {
+	mu sync.Mutex
+	// guarded by mu
+	r       io.Reader // nil: no body
+	stopped bool
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return 0, errBodyStopped
+	}
+	if b.r == nil {
+		return 0, io.EOF
+	}
+	return b.r.Read(p)
+}
+
+// Close does not stop the body: a dial error may be retried with it.
+func (*guardedBody) Close() error { return nil }
+
+func (b *guardedBody) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
+}
+
+// errBodyStopped ends the upstream's copy of a request whose client
+// exchange is over.
+var errBodyStopped = errors.New("proxy: request over, body no longer readable")
+
+// stopOnClose is an upstream response body that, once closed (the
+// stream cancelled), stops the request body's guard.
+type stopOnClose struct {
+	io.ReadCloser
+	guard *guardedBody
+}
+
+func (s *stopOnClose) Close() error {
+	err := s.ReadCloser.Close()
+	s.guard.stop()
+	return err
 }
 
 // upstreamHeaders yields an upstream response's end-to-end headers: the

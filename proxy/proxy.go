@@ -60,6 +60,10 @@ type Config struct {
 	// MetricsPerHost labels request metrics with the server name
 	// (--metrics-per-host); the label is empty otherwise.
 	MetricsPerHost bool
+	// H2C makes Serve also accept cleartext HTTP/2 with prior knowledge
+	// (RFC 9113 §3.3), e.g. gRPC clients without TLS; ingress-nginx serves
+	// gRPC over TLS only. False: the plain port speaks HTTP/1.1 only.
+	H2C bool
 }
 
 // Proxy is the HTTP data plane: HTTP/1.1 on both ports, HTTP/2 on the TLS
@@ -139,6 +143,9 @@ func (p *Proxy) Update(cfg *model.Configuration) {
 // Serve accepts connections on ln until ctx ends, then drains: in-flight
 // requests finish, idle connections close.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	if p.cfg.H2C {
+		return p.serveH2C(ctx, ln)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.server.Serve(ln) }()
 	select {
