@@ -73,6 +73,9 @@ type Controller struct {
 	lastOK      prometheus.Gauge
 	lastOKTime  prometheus.Gauge
 
+	serving     chan struct{} // closed once the first generation answers
+	servingOnce sync.Once
+
 	mu       sync.Mutex // guards the fields below and serializes Update
 	running  []byte     // the file nginx serves (rendered bytes)
 	checksum string
@@ -105,7 +108,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if err := checkRenderConfig(cfg.Render); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg,
+	c := &Controller{cfg: cfg, serving: make(chan struct{}),
 		success: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of Ingress controller reload operations"}),
 		errorsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nginx_ingress_controller", Name: "errors",
@@ -364,6 +367,11 @@ func (c *Controller) waitChecksum(ctx context.Context, sum string) error {
 	}
 }
 
+// Serving is closed once nginx, started by Run, first answers the checksum
+// of the file it was started on: from then on it serves the configuration
+// (readiness).
+func (c *Controller) Serving() <-chan struct{} { return c.serving }
+
 // Run starts the nginx master (foreground, own process group) on the file
 // installed by the first successful Update, restarts it whenever it dies,
 // and on ctx's end sends SIGQUIT (graceful: nginx stops accepting and drains
@@ -387,8 +395,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.mu.Lock()
 		sum := c.checksum
 		c.mu.Unlock()
-		if err := c.waitChecksum(ctx, sum); err != nil && ctx.Err() == nil {
-			c.cfg.Logf("nginxcompat: nginx did not come up: %v", err)
+		if err := c.waitChecksum(ctx, sum); err != nil {
+			if ctx.Err() == nil {
+				c.cfg.Logf("nginxcompat: nginx did not come up: %v", err)
+			}
+		} else {
+			c.servingOnce.Do(func() { close(c.serving) })
 		}
 		select {
 		case <-ctx.Done():

@@ -57,6 +57,12 @@ type RenderConfig struct {
 	// "127.0.0.2:8080"). Defaults ["80"] and ["443"].
 	HTTPListen  []string
 	HTTPSListen []string
+	// HTTPSProxyProtocol says the HTTPS listens sit behind the SNI router
+	// (--enable-ssl-passthrough, ingress-nginx's port 442): every
+	// connection starts with tcpproxy's PROXY header, and the client's
+	// address and port come from it (realip, trusted from 127.0.0.1 only).
+	// The listens should then be loopback addresses.
+	HTTPSProxyProtocol bool
 	// StatusListen is the loopback status server. Default "127.0.0.1:10245"
 	// (10246 is left to the Go /configuration API in drop-in mode).
 	StatusListen string
@@ -134,6 +140,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		LuaPackagePath: rc.LuaDir + "/?.lua;;",
 		HTTPListens:    rc.HTTPListen,
 		HTTPSListens:   rc.HTTPSListen,
+		ProxyProtocol:  rc.HTTPSProxyProtocol,
 		StatusListen:   rc.StatusListen,
 		APISocket:      rc.APISocket,
 		PickSocket:     rc.PickSocket,
@@ -232,6 +239,7 @@ type view struct {
 	LuaPackagePath string
 	HTTPListens    []string
 	HTTPSListens   []string
+	ProxyProtocol  bool // the HTTPS listens take a PROXY header
 	StatusListen   string
 	APISocket      string
 	PickSocket     string

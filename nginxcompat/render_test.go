@@ -118,14 +118,26 @@ func TestRenderGolden(t *testing.T) {
 	if err != nil || len(cases) == 0 {
 		t.Fatalf("no golden cases: %v", err)
 	}
+	type goldenCase struct {
+		in, out string // testdata/render/<case>.json, and the path without .conf
+		tweak   func(*RenderConfig)
+	}
+	var all []goldenCase
 	for _, in := range cases {
-		if strings.HasSuffix(in, ".errors.json") {
-			continue
+		if !strings.HasSuffix(in, ".errors.json") {
+			all = append(all, goldenCase{in: in, out: strings.TrimSuffix(in, ".json"), tweak: func(*RenderConfig) {}})
 		}
-		name := strings.TrimSuffix(filepath.Base(in), ".json")
-		t.Run(name, func(t *testing.T) {
+	}
+	// The same Configuration rendered with other RenderConfigs.
+	all = append(all, goldenCase{in: "testdata/render/tls.json", out: "testdata/render/tls.passthrough",
+		tweak: func(rc *RenderConfig) { rc.HTTPSListen, rc.HTTPSProxyProtocol = []string{"127.0.0.1:442"}, true }})
+	for _, gc := range all {
+		in := gc.in
+		t.Run(filepath.Base(gc.out), func(t *testing.T) {
 			cfg := loadCase(t, in)
-			r, err := Render(cfg, goldenRenderConfig)
+			grc := goldenRenderConfig
+			gc.tweak(&grc)
+			r, err := Render(cfg, grc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,8 +146,8 @@ func TestRenderGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			errs = append(errs, '\n')
-			confPath := strings.TrimSuffix(in, ".json") + ".conf"
-			errPath := strings.TrimSuffix(in, ".json") + ".errors.json"
+			confPath := gc.out + ".conf"
+			errPath := gc.out + ".errors.json"
 			if *update {
 				if err := os.WriteFile(confPath, r.Conf, 0o644); err != nil {
 					t.Fatal(err)
@@ -164,6 +176,7 @@ func TestRenderGolden(t *testing.T) {
 
 			// The same Configuration with this machine's paths through nginx -t.
 			rc := testDirs(t, t.TempDir(), "")
+			gc.tweak(&rc)
 			rt, err := Render(cfg, rc)
 			if err != nil {
 				t.Fatal(err)

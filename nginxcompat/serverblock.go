@@ -30,6 +30,9 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		for _, l := range v.HTTPSListens {
 			b.WriteString("\n        listen ")
 			b.WriteString(l)
+			if v.ProxyProtocol {
+				b.WriteString(" proxy_protocol")
+			}
 			b.WriteString(" ssl http2")
 			if sv.Default {
 				b.WriteString(" default_server")

@@ -94,7 +94,10 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough.
 	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registry}
-	if opts.EnableSSLPassthrough && !nginxMode {
+	switch {
+	case opts.EnableSSLPassthrough && nginxMode:
+		l4cfg.HTTPSFallback = passthroughFallback(opts)
+	case opts.EnableSSLPassthrough:
 		// TLS that is not passed through reaches the Go proxy on a loopback
 		// listener, behind a PROXY v2 header carrying the client address
 		// (ingress-nginx's port 442 with proxy_protocol).
@@ -179,6 +182,13 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if nginxMode {
 		httpAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort))
 		httpsAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort))
+		if opts.EnableSSLPassthrough {
+			httpsLn, err := net.Listen("tcp", httpsAddr)
+			if err != nil {
+				return fmt.Errorf("listen for HTTPS (SNI router): %w", err)
+			}
+			go func() { errc <- l4.ServeSNI(ctx, httpsLn) }()
+		}
 		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
 		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
 	}

@@ -41,6 +41,7 @@ type controllerOptions struct {
 	NginxDir                 string
 	LuaDir                   string
 	NginxStatusPort          int
+	SSLPassthroughProxyPort  int
 	PickTimeout              time.Duration
 	ListenAddress            string
 	Verbosity                int
@@ -79,6 +80,7 @@ func newControllerFlags(opts *controllerOptions, stderr io.Writer) *flag.FlagSet
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
+	fs.IntVar(&opts.SSLPassthroughProxyPort, "ssl-passthrough-proxy-port", 442, "loopback port where nginx takes the TLS the SNI router does not pass through, behind a PROXY header (--data-plane=nginx --enable-ssl-passthrough)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10245, "loopback port of nginx's internal status server (--data-plane=nginx)")
 	fs.StringVar(&opts.ListenAddress, "listen-address", "", "address the data plane binds to; empty means all")
 	fs.IntVar(&opts.Verbosity, "v", 0, "log verbosity")
@@ -142,8 +144,8 @@ func (o *controllerOptions) validate() error {
 		if o.NginxStatusPort < 1 || o.NginxStatusPort > 65535 {
 			errs = append(errs, fmt.Errorf("-nginx-status-port: %d is not a port (1-65535)", o.NginxStatusPort))
 		}
-		if o.EnableSSLPassthrough {
-			errs = append(errs, errors.New("-enable-ssl-passthrough: not available with -data-plane=nginx yet (use -data-plane=go)"))
+		if o.SSLPassthroughProxyPort < 1 || o.SSLPassthroughProxyPort > 65535 {
+			errs = append(errs, fmt.Errorf("-ssl-passthrough-proxy-port: %d is not a port (1-65535)", o.SSLPassthroughProxyPort))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("-data-plane: %q is not go or nginx", o.DataPlane))

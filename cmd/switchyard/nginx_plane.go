@@ -84,19 +84,26 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 		}
 		return []string{net.JoinHostPort(opts.ListenAddress, strconv.Itoa(port))}
 	}
+	httpsListen := listen(opts.HTTPSPort)
+	if opts.EnableSSLPassthrough {
+		// The SNI router owns the HTTPS port (ingress-nginx's layout).
+		httpsListen = []string{passthroughFallback(opts)}
+	}
 	ctrl, err := nginxcompat.NewController(nginxcompat.ControllerConfig{
 		Nginx:    opts.NginxBinary,
 		ConfPath: filepath.Join(dir, "nginx.conf"),
 		Render: nginxcompat.RenderConfig{
-			LuaDir:       opts.LuaDir,
-			CertDir:      filepath.Join(dir, "certs"),
-			TempDir:      filepath.Join(dir, "tmp"),
-			PIDFile:      filepath.Join(dir, "nginx.pid"),
-			HTTPListen:   listen(opts.HTTPPort),
-			HTTPSListen:  listen(opts.HTTPSPort),
-			StatusListen: net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)),
-			PickSocket:   pickPath,
-			APISocket:    apiPath,
+			LuaDir:      opts.LuaDir,
+			CertDir:     filepath.Join(dir, "certs"),
+			TempDir:     filepath.Join(dir, "tmp"),
+			PIDFile:     filepath.Join(dir, "nginx.pid"),
+			HTTPListen:  listen(opts.HTTPPort),
+			HTTPSListen: httpsListen,
+			// Behind the SNI router, nginx's TLS takes a PROXY header.
+			HTTPSProxyProtocol: opts.EnableSSLPassthrough,
+			StatusListen:       net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)),
+			PickSocket:         pickPath,
+			APISocket:          apiPath,
 			// Where the builder's upstream-default-backend points when no
 			// --default-backend-service is set.
 			DefaultBackendListen: "127.0.0.1:8181",
@@ -137,7 +144,18 @@ func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration) error
 			}
 		}()
 	})
-	return nil
+	// The first sync succeeds (and /readyz turns 200) only once nginx
+	// serves it; a failed wait is retried by the next sync.
+	select {
+	case <-p.ctrl.Serving():
+		return nil
+	case <-p.runDone:
+		return errors.New("nginx stopped before serving its first configuration")
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return errors.New("nginx is not serving its first configuration yet")
+	}
 }
 
 // close waits for nginx to drain and exit (its Run context must have ended)
@@ -150,4 +168,10 @@ func (p *nginxPlane) close() {
 	_ = p.api.Close()
 	_ = p.picks.Close()
 	_ = os.Remove(filepath.Join(filepath.Dir(p.pickLn.Addr().String()), "pick.sock"))
+}
+
+// passthroughFallback is where nginx takes the TLS connections the SNI router
+// does not pass through (--enable-ssl-passthrough).
+func passthroughFallback(opts controllerOptions) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.SSLPassthroughProxyPort))
 }

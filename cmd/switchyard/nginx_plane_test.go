@@ -22,12 +22,6 @@ import (
 // the quickstart's round robin, canary header and sticky cookie behave as
 // with the Go data plane. An endpoint change reaches nginx without a reload.
 func TestControllerNginxDataPlane(t *testing.T) {
-	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
-		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("nginx workers switch to nobody: run as root (CI does)")
-	}
 	p1, p2 := freePort(t), freePort(t)
 	for i, p := range []int{p1, p2} {
 		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
@@ -36,21 +30,7 @@ func TestControllerNginxDataPlane(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = srv.Close() })
 	}
-	// nginx workers (nobody) must reach the pick socket inside it.
-	dir, err := os.MkdirTemp("", "switchyard-nginx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	luaDir, err := filepath.Abs("../../lua")
-	if err != nil {
-		t.Fatal(err)
-	}
 	manifests := quickstartDir(t, p1, p2)
-	nginxStatus := freePort(t)
 	// A WebSocket echo behind its own Ingress.
 	wsLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -123,17 +103,13 @@ spec:
 	if err := os.WriteFile(filepath.Join(manifests, "50-broken.yaml"), []byte(errYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := parseControllerFlags([]string{"--data-plane", "nginx", "--manifests", manifests,
+	opts, err := parseControllerFlags(append([]string{"--manifests", manifests,
 		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
-		"--status-port", strconv.Itoa(freePort(t)), "--nginx-status-port", strconv.Itoa(nginxStatus),
-		"--listen-address", "127.0.0.1", "--nginx-dir", dir, "--lua-dir", luaDir,
-		// CI runs other test binaries beside this one: give the in-process
-		// balancer time to answer, so the assertions see Go's picks and not
-		// the fallback (tested in lua/shim_test.go).
-		"--pick-timeout", "2s"}, io.Discard)
+		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, nginxPlaneArgs(t)...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir, nginxStatus := opts.NginxDir, opts.NginxStatusPort
 	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
@@ -347,4 +323,36 @@ spec:
 	if !strings.Contains(string(b), "nginx_ingress_controller_success 0") {
 		t.Errorf("an endpoint change reloaded nginx:\n%s", grepLines(string(b), "nginx_ingress_controller_success"))
 	}
+}
+
+// nginxPlaneArgs returns the flags that run --data-plane=nginx with Debian's
+// nginx, the repository's Lua shim and a fresh nginx directory, on a free
+// loopback status port. It fails the test when nginx or root is missing.
+func nginxPlaneArgs(t *testing.T) []string {
+	t.Helper()
+	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
+		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("nginx workers switch to nobody: run as root (CI does)")
+	}
+	// nginx workers (nobody) must reach the pick socket inside it.
+	dir, err := os.MkdirTemp("", "switchyard-nginx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	luaDir, err := filepath.Abs("../../lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--data-plane", "nginx", "--nginx-status-port", strconv.Itoa(freePort(t)),
+		"--nginx-dir", dir, "--lua-dir", luaDir,
+		// CI runs other test binaries beside this one: give the in-process
+		// balancer time to answer, so the assertions see Go's picks and not
+		// the fallback (tested in lua/shim_test.go).
+		"--pick-timeout", "2s"}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -13,16 +15,26 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/switchyard-proxy/switchyard/test/harness"
 )
 
-// TestControllerSSLPassthroughAndHTTPS: with --enable-ssl-passthrough and
-// the Go data plane, the HTTPS port routes by SNI. A host with the
+// TestControllerSSLPassthroughAndHTTPS: with --enable-ssl-passthrough, for
+// either data plane, the HTTPS port routes by SNI. A host with the
 // ssl-passthrough annotation reaches its TLS backend untouched (the client
 // sees the backend's own certificate); every other host is terminated by the
-// Go proxy behind the SNI router, and the backend sees the real client
-// address (a connection from 127.0.0.5 is X-Forwarded-For 127.0.0.5, not the
-// router's 127.0.0.1), carried by the PROXY header.
+// data plane behind the SNI router (the Go proxy, or nginx on
+// --ssl-passthrough-proxy-port) with its Secret's certificate, and the
+// backend sees the real client address (a connection from 127.0.0.5 is
+// X-Forwarded-For 127.0.0.5, not the router's 127.0.0.1), carried by the
+// PROXY header.
 func TestControllerSSLPassthroughAndHTTPS(t *testing.T) {
+	for _, plane := range []string{"go", "nginx"} {
+		t.Run(plane, func(t *testing.T) { testSSLPassthroughAndHTTPS(t, plane) })
+	}
+}
+
+func testSSLPassthroughAndHTTPS(t *testing.T, plane string) {
 	// The passthrough backend: TLS with its own certificate.
 	tlsBackend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "tls backend")
@@ -46,6 +58,10 @@ func TestControllerSSLPassthroughAndHTTPS(t *testing.T) {
 		{"pass", "pass.example", `annotations: {nginx.ingress.kubernetes.io/ssl-passthrough: "true"}`, portOf(tlsBackend)},
 		{"plain", "tls.example", "", portOf(plain)},
 	} {
+		tlsSection := ""
+		if b.name == "plain" {
+			tlsSection = "tls: [{hosts: [tls.example], secretName: tls-example}]"
+		}
 		extra += fmt.Sprintf(`---
 apiVersion: v1
 kind: Service
@@ -75,19 +91,36 @@ metadata:
   %[3]s
 spec:
   ingressClassName: switchyard
+  %[5]s
   rules:
   - host: %[2]s
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: %[1]s, port: {name: p}}}}
-`, b.name, b.host, b.annotations, b.port)
+`, b.name, b.host, b.annotations, b.port, tlsSection)
 	}
+	certPEM, keyPEM := harness.SelfSignedPEM(t, "tls.example")
+	extra += fmt.Sprintf(`---
+apiVersion: v1
+kind: Secret
+metadata: {name: tls-example, namespace: demo}
+type: kubernetes.io/tls
+data:
+  tls.crt: %s
+  tls.key: %s
+`, base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
+	certBlock, _ := pem.Decode(certPEM)
 	if err := os.WriteFile(filepath.Join(dir, "40-tls.yaml"), []byte(extra), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := parseControllerFlags([]string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)),
+	args := []string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)),
 		"--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(freePort(t)),
-		"--listen-address", "127.0.0.1", "--enable-ssl-passthrough"}, io.Discard)
+		"--listen-address", "127.0.0.1", "--enable-ssl-passthrough"}
+	if plane == "nginx" {
+		args = append(args, nginxPlaneArgs(t)...)
+		args = append(args, "--ssl-passthrough-proxy-port", strconv.Itoa(freePort(t)))
+	}
+	opts, err := parseControllerFlags(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +182,7 @@ spec:
 	if want := "200 xff=127.0.0.5 real=127.0.0.5 proto=https"; body != want {
 		t.Errorf("terminated behind the SNI router: %q; want %q", body, want)
 	}
-	if string(cert) == string(backendCert.Raw) {
-		t.Error("tls.example was answered with the passthrough backend's certificate")
+	if string(cert) != string(certBlock.Bytes) {
+		t.Error("tls.example was not answered with its Secret's certificate")
 	}
 }
