@@ -92,7 +92,7 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 	var a balancer.Attempt
 	pick, err := p.attempts(backend, &el, view, &a, o, replayableMethod(er.method), t)
 	if err != nil {
-		if err == balancer.ErrUnknownBackend { //nolint:errorlint // Pick returns the sentinel itself
+		if err == balancer.ErrUnknownBackend {
 			defaultBackendResponse(resp)
 			return
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -119,6 +118,13 @@ func grpcService(acks <-chan struct{}) http.HandlerFunc {
 	}
 }
 
+// unencryptedHTTP2 is cleartext HTTP/2 with prior knowledge only.
+func unencryptedHTTP2() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	return p
+}
+
 // grpcBackend serves grpcService over h2c (cleartext HTTP/2 with prior
 // knowledge) and returns its address.
 func grpcBackend(t *testing.T, acks <-chan struct{}) string {
@@ -127,7 +133,9 @@ func grpcBackend(t *testing.T, acks <-chan struct{}) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h2c.NewHandler(grpcService(acks), &http2.Server{})}
+	// net/http's own HTTP/2 (not the proxy's x/net copy): an independent
+	// implementation on the other side.
+	srv := &http.Server{Handler: grpcService(acks), Protocols: unencryptedHTTP2()}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
@@ -145,10 +153,7 @@ func grpcTLSBackend(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: grpcService(nil)}
-	if err := http2.ConfigureServer(srv, &http2.Server{}); err != nil {
-		t.Fatal(err)
-	}
+	srv := &http.Server{Handler: grpcService(nil)} // net/http serves h2 on TLS
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
@@ -411,10 +416,7 @@ func TestH2CPriorKnowledge(t *testing.T) {
 	}
 	p, _ := newProxy(t, cfg, Config{H2C: true})
 	base := "http://" + serve(t, p.Serve)
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}}
+	tr := &http.Transport{Protocols: unencryptedHTTP2()}
 	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()

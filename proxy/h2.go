@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -38,7 +37,7 @@ import (
 func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 	cfg := p.certs.tlsConfig()
 	cfg.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
-	hs, err := p.h2Server(http.HandlerFunc(p.serveH2))
+	hs, err := p.h2Server(nil)
 	if err != nil {
 		return err
 	}
@@ -57,7 +56,9 @@ func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 // HTTP/2 preface (prior knowledge, RFC 9113 §3.3) is served as cleartext
 // HTTP/2, any other by fasthttp.
 func (p *Proxy) serveH2C(ctx context.Context, ln net.Listener) error {
-	hs, err := p.h2Server(h2c.NewHandler(http.HandlerFunc(p.serveH2), &http2.Server{IdleTimeout: p.cfg.IdleTimeout}))
+	protos := new(http.Protocols)
+	protos.SetUnencryptedHTTP2(true)
+	hs, err := p.h2Server(protos)
 	if err != nil {
 		return err
 	}
@@ -210,14 +211,24 @@ func (q *connQueue) Close() error {
 
 func (q *connQueue) Addr() net.Addr { return q.addr }
 
-// h2Server is the net/http server whose TLSNextProto x/net/http2 fills:
-// it serves the HTTP/2 connections handed to it with h.
-func (p *Proxy) h2Server(h http.Handler) (*http.Server, error) {
+// h2Server is the net/http server whose TLSNextProto x/net/http2 fills: it
+// serves the HTTP/2 connections handed to it, over TLS or, when protos
+// has UnencryptedHTTP2, in cleartext after the preface. nil protos is
+// net/http's default.
+//
+// The brief and style guide name x/net/http2 for HTTP/2; x/net v0.62
+// marks it deprecated in favour of the copy net/http bundles, hence the
+// SA1019 exemptions here and in newH2Transport, the only two places that
+// touch it.
+//
+//nolint:staticcheck // SA1019: x/net/http2 on purpose, see above
+func (p *Proxy) h2Server(protos *http.Protocols) (*http.Server, error) {
 	hs := &http.Server{
-		Handler:           h,
+		Handler:           http.HandlerFunc(p.serveH2),
 		ReadHeaderTimeout: p.cfg.ReadTimeout,
 		IdleTimeout:       p.cfg.IdleTimeout,
 		MaxHeaderBytes:    p.cfg.MaxHeaderBytes,
+		Protocols:         protos,
 		ErrorLog:          log.New(io.Discard, "", 0), // client errors are not ours to log
 	}
 	if err := http2.ConfigureServer(hs, &http2.Server{IdleTimeout: p.cfg.IdleTimeout}); err != nil {

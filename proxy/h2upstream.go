@@ -36,18 +36,31 @@ type h2Key struct {
 type h2Transports struct {
 	mu sync.Mutex
 	// guarded by mu
-	m map[h2Key]*http2.Transport
+	m map[h2Key]http.RoundTripper
 }
 
-func (ts *h2Transports) get(loc *model.Location) *http2.Transport {
-	connect := timeoutsOf(loc).connect
-	key := h2Key{tls: loc.BackendProtocol == model.ProtocolGRPCS, connect: connect}
+func (ts *h2Transports) get(loc *model.Location) http.RoundTripper {
+	key := h2Key{tls: loc.BackendProtocol == model.ProtocolGRPCS, connect: timeoutsOf(loc).connect}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if t := ts.m[key]; t != nil {
 		return t
 	}
-	d := &net.Dialer{Timeout: connect}
+	t := newH2Transport(key)
+	if ts.m == nil {
+		ts.m = map[h2Key]http.RoundTripper{}
+	}
+	ts.m[key] = t
+	return t
+}
+
+// newH2Transport is an x/net/http2 Transport: cleartext with prior
+// knowledge (AllowHTTP and a plain dialer), or TLS without verifying the
+// peer. See h2Server for the SA1019 exemption.
+//
+//nolint:staticcheck // SA1019: x/net/http2 on purpose
+func newH2Transport(key h2Key) http.RoundTripper {
+	d := &net.Dialer{Timeout: key.connect}
 	t := &http2.Transport{
 		AllowHTTP:       !key.tls,
 		ReadIdleTimeout: 30 * time.Second, // ping a silent connection
@@ -64,10 +77,6 @@ func (ts *h2Transports) get(loc *model.Location) *http2.Transport {
 			return d.DialContext(ctx, network, addr)
 		}
 	}
-	if ts.m == nil {
-		ts.m = map[h2Key]*http2.Transport{}
-	}
-	ts.m[key] = t
 	return t
 }
 
@@ -103,7 +112,7 @@ func (t *h2Try) try(peer string, loc *model.Location) (int, error) {
 		switch {
 		case t.lim.over:
 			return 0, errBodyTooLarge
-		case cause == os.ErrDeadlineExceeded: //nolint:errorlint // our own cause, not wrapped
+		case cause == os.ErrDeadlineExceeded:
 			return 0, fmt.Errorf("h2 upstream %s: %w", peer, cause)
 		}
 		return 0, fmt.Errorf("h2 upstream %s: %w", peer, err)
