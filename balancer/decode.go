@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -56,7 +56,7 @@ func (b *Backend) Validate() error {
 		errs = append(errs, errors.New("empty name"))
 	}
 	for i, e := range b.Endpoints {
-		if _, err := endpointAddr(e); err != nil {
+		if _, _, err := checkEndpoint(e); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint %d: %w", i, err))
 			continue
 		}
@@ -89,27 +89,50 @@ func (b *Backend) Validate() error {
 	return fmt.Errorf("backend %q: %w", b.Name, errors.Join(errs...))
 }
 
-// endpointAddr returns the "ip:port" node id of an endpoint, IPv6 bracketed
-// (Lua wraps any address that is not dotted-quad in brackets). Hostnames are
-// accepted here (ExternalName); the registry resolves them.
-func endpointAddr(e Endpoint) (string, error) {
-	port, err := strconv.Atoi(e.Port.Str)
-	if err != nil || port < 1 || port > 65535 {
-		return "", fmt.Errorf("port %q is not 1-65535", e.Port.Str)
+// nodeID returns the "ip:port" node id of an endpoint checked by
+// checkEndpoint, IPv6 bracketed (Lua wraps any address that is not
+// dotted-quad in brackets). Hostnames are accepted here (ExternalName); the
+// registry resolves them.
+func nodeID(address, port string, kind int) string {
+	if kind == addrIPv6 {
+		return "[" + address + "]:" + port
+	}
+	return address + ":" + port
+}
+
+// The kinds of endpoint address checkEndpoint tells apart.
+const (
+	addrHostname = iota
+	addrIPv4     // dotted quad
+	addrIPv6     // any other IP literal, IPv4-mapped ones included
+)
+
+// checkEndpoint validates an endpoint and returns its port in canonical form
+// and the kind of its address, without allocating for a valid IP endpoint
+// (Sync checks every endpoint of every backend).
+func checkEndpoint(e Endpoint) (port string, kind int, err error) {
+	n, err := strconv.Atoi(e.Port.Str)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0, fmt.Errorf("port %q is not 1-65535", e.Port.Str)
+	}
+	port = e.Port.Str
+	if port[0] < '1' || port[0] > '9' { // "+80", "080"
+		port = strconv.Itoa(n)
 	}
 	if e.Address == "" {
-		return "", errors.New("empty address")
+		return "", 0, errors.New("empty address")
 	}
-	if ip := net.ParseIP(e.Address); ip != nil {
-		if ip.To4() != nil && !strings.Contains(e.Address, ":") {
-			return e.Address + ":" + strconv.Itoa(port), nil
+	// What net.ParseIP accepts: no zone.
+	if ip, perr := netip.ParseAddr(e.Address); perr == nil && ip.Zone() == "" {
+		if ip.Is4() {
+			return port, addrIPv4, nil
 		}
-		return "[" + e.Address + "]:" + strconv.Itoa(port), nil
+		return port, addrIPv6, nil
 	}
 	if !validHostname(e.Address) {
-		return "", fmt.Errorf("address %q is neither an IP nor a hostname", e.Address)
+		return "", 0, fmt.Errorf("address %q is neither an IP nor a hostname", e.Address)
 	}
-	return e.Address + ":" + strconv.Itoa(port), nil
+	return port, addrHostname, nil
 }
 
 func validHostname(h string) bool {

@@ -400,12 +400,12 @@ func (r *Registry) endpointAddrs(in *Backend) []string {
 		}
 	}
 	for _, e := range in.Endpoints {
-		addr, err := endpointAddr(e)
+		port, kind, err := checkEndpoint(e)
 		if err != nil {
 			continue // Validate already reported it
 		}
-		if net.ParseIP(e.Address) != nil {
-			add(addr) // IP literals need no resolution (fix of #13076)
+		if kind != addrHostname {
+			add(nodeID(e.Address, port, kind)) // IP literals need no resolution (fix of #13076)
 			continue
 		}
 		if !external {
