@@ -278,3 +278,48 @@ nginx_ingress_controller_requests{canary="",host="",ingress="shop",method="GET",
 		t.Errorf("got %d lines, these not matching %s:\n%s", len(lines), re, diff)
 	}
 }
+
+// TestHTTP2UpstreamTrailersAndAbort: an HTTP/1.1 upstream's trailers reach
+// the HTTP/2 client (httputil TestReverseProxy trailers), and a body that
+// breaks off is not taken for a complete answer (ErrAbortHandler: the
+// stream is reset).
+func TestHTTP2UpstreamTrailersAndAbort(t *testing.T) {
+	trailers := compatBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Trailer")
+		_, _ = io.WriteString(w, "body")
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Trailer", "tail")
+	})
+	aborted := compatBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100000")
+		_, _ = io.WriteString(w, strings.Repeat("x", 5000))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "t", Endpoints: endpoints(trailers)}, {Name: "a", Endpoints: endpoints(aborted)}},
+		Servers: []model.Server{
+			{Hostname: "trailers.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "t")}},
+			{Hostname: "aborted.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "a")}},
+		},
+	}
+	base := h2Proxy(t, cfg, Config{})
+	c := h2Client(t)
+	resp, body := h2Do(t, c, "GET", base+"/", "trailers.test", nil, nil)
+	if got := resp.Trailer.Get("X-Trailer"); resp.ProtoMajor != 2 || body != "body" || got != "tail" {
+		t.Errorf("got %s %q trailer %q; want HTTP/2 %q trailer %q", resp.Proto, body, got, "body", "tail")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/", nil)
+	req.Host = "aborted.test"
+	aresp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aresp.Body.Close()
+	if b, err := io.ReadAll(aresp.Body); err == nil {
+		t.Errorf("read %d bytes and a clean end; want an error for the aborted body", len(b))
+	}
+}

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -71,6 +73,46 @@ func benchProxy(b *testing.B, pc Config) {
 			}
 			if resp.StatusCode() != 200 {
 				b.Fatalf("got status %d; want 200", resp.StatusCode())
+			}
+		}
+	})
+}
+
+// BenchmarkProxyHTTP2 proxies GET requests from a net/http HTTP/2 client
+// over TLS (one connection, parallel streams) to the same fasthttp backend
+// as BenchmarkProxyHTTP1. allocs/op includes the client's and the HTTP/2
+// server's.
+func BenchmarkProxyHTTP2(b *testing.B) {
+	beLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte("hello from the backend")
+	be := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
+	go func() { _ = be.Serve(beLn) }()
+	b.Cleanup(func() { _ = be.Shutdown() })
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(beLn.Addr().String())}},
+		Servers:  []model.Server{{Hostname: "bench.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
+	}
+	p, _ := newProxy(b, cfg, Config{})
+	url := "https://" + serve(b, p.ServeTLS) + "/item"
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true} //nolint:gosec // fake certificate
+	b.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			req.Host = "bench.example.com"
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+				b.Fatalf("got %s %d; want HTTP/2 200", resp.Proto, resp.StatusCode)
 			}
 		}
 	})
