@@ -124,14 +124,7 @@ func TestCompatAbortedResponseBody(t *testing.T) {
 		length bool
 	}{{"content-length", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			base := compatProxy(t, func(w http.ResponseWriter, r *http.Request) {
-				if tc.length {
-					w.Header().Set("Content-Length", "100000")
-				}
-				_, _ = io.WriteString(w, strings.Repeat("x", 5000))
-				w.(http.Flusher).Flush()
-				panic(http.ErrAbortHandler)
-			})
+			base := compatProxy(t, abortingHandler(tc.length))
 			resp := compatGet(t, context.Background(), base+"/")
 			b, err := io.ReadAll(resp.Body)
 			if err == nil {
@@ -141,15 +134,31 @@ func TestCompatAbortedResponseBody(t *testing.T) {
 	}
 }
 
+// abortingHandler sends 5000 bytes of a body (announced as 100000 when
+// length) and aborts.
+func abortingHandler(length bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if length {
+			w.Header().Set("Content-Length", "100000")
+		}
+		_, _ = io.WriteString(w, strings.Repeat("x", 5000))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// trailerHandler answers "body" and the trailer X-Trailer: tail.
+func trailerHandler(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Trailer", "X-Trailer")
+	_, _ = io.WriteString(w, "body")
+	w.(http.Flusher).Flush()
+	w.Header().Set("X-Trailer", "tail")
+}
+
 // httputil TestReverseProxy (trailers): trailers the backend announces and
 // sends reach the client.
 func TestCompatTrailers(t *testing.T) {
-	base := compatProxy(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Trailer", "X-Trailer")
-		_, _ = io.WriteString(w, "body")
-		w.(http.Flusher).Flush()
-		w.Header().Set("X-Trailer", "tail")
-	})
+	base := compatProxy(t, trailerHandler)
 	resp := compatGet(t, context.Background(), base+"/")
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || string(b) != "body" {

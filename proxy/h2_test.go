@@ -284,18 +284,7 @@ nginx_ingress_controller_requests{canary="",host="",ingress="shop",method="GET",
 // breaks off is not taken for a complete answer (ErrAbortHandler: the
 // stream is reset).
 func TestHTTP2UpstreamTrailersAndAbort(t *testing.T) {
-	trailers := compatBackend(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Trailer", "X-Trailer")
-		_, _ = io.WriteString(w, "body")
-		w.(http.Flusher).Flush()
-		w.Header().Set("X-Trailer", "tail")
-	})
-	aborted := compatBackend(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "100000")
-		_, _ = io.WriteString(w, strings.Repeat("x", 5000))
-		w.(http.Flusher).Flush()
-		panic(http.ErrAbortHandler)
-	})
+	trailers, aborted := compatBackend(t, trailerHandler), compatBackend(t, abortingHandler(true))
 	cfg := &model.Configuration{
 		Backends: []balancer.Backend{{Name: "t", Endpoints: endpoints(trailers)}, {Name: "a", Endpoints: endpoints(aborted)}},
 		Servers: []model.Server{

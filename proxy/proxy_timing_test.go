@@ -25,7 +25,9 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 	b.Run("accesslog=on", func(b *testing.B) { benchProxy(b, Config{AccessLog: io.Discard}) })
 }
 
-func benchProxy(b *testing.B, pc Config) {
+// benchConfig runs a fasthttp backend answering a short body and serves
+// it at bench.example.com.
+func benchConfig(b *testing.B) *model.Configuration {
 	beLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -34,11 +36,14 @@ func benchProxy(b *testing.B, pc Config) {
 	be := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
 	go func() { _ = be.Serve(beLn) }()
 	b.Cleanup(func() { _ = be.Shutdown() })
-
-	cfg := &model.Configuration{
+	return &model.Configuration{
 		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(beLn.Addr().String())}},
 		Servers:  []model.Server{{Hostname: "bench.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
 	}
+}
+
+func benchProxy(b *testing.B, pc Config) {
+	cfg := benchConfig(b)
 	reg := balancer.NewRegistry(balancer.Config{})
 	if err := reg.Sync(cfg.Backends); err != nil {
 		b.Fatal(err)
@@ -83,19 +88,7 @@ func benchProxy(b *testing.B, pc Config) {
 // as BenchmarkProxyHTTP1. allocs/op includes the client's and the HTTP/2
 // server's.
 func BenchmarkProxyHTTP2(b *testing.B) {
-	beLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := []byte("hello from the backend")
-	be := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
-	go func() { _ = be.Serve(beLn) }()
-	b.Cleanup(func() { _ = be.Shutdown() })
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(beLn.Addr().String())}},
-		Servers:  []model.Server{{Hostname: "bench.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
-	p, _ := newProxy(b, cfg, Config{})
+	p, _ := newProxy(b, benchConfig(b), Config{})
 	url := "https://" + serve(b, p.ServeTLS) + "/item"
 	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true} //nolint:gosec // fake certificate
 	b.Cleanup(tr.CloseIdleConnections)
