@@ -40,9 +40,10 @@ type ringScratch struct {
 // The points are uniformly distributed 32-bit hashes. A stable counting
 // scatter by the top byte splits them into 256 runs; each run, a few
 // kilobytes, is finished in cache by a second stable counting scatter on the
-// next bits into the ring, leaving about one point per bucket for an
-// insertion sort (also stable). Equal hashes keep insertion order (node
-// order, then point index), as resty.chash's chash_point_sort does.
+// next bits into the ring, leaving about one point per bucket, so that one
+// insertion sort over the run (also stable) finishes it. Equal hashes keep
+// insertion order (node order, then point index), as resty.chash's
+// chash_point_sort does.
 func (sc *ringScratch) build(ids []string, owners []int32) ring {
 	n := len(ids) * pointsPerNode
 	if cap(sc.hashes) < n {
@@ -97,11 +98,11 @@ func (sc *ringScratch) build(ids []string, owners []int32) ring {
 
 // finishRun sorts run (packed points in insertion order whose top skip bits
 // of the hash are equal) stably by hash into hs and os: a counting scatter on
-// the next bits, then an insertion sort of each bucket.
+// the next bits, then an insertion sort.
 func (sc *ringScratch) finishRun(run []uint64, skip uint, hs []uint32, os []int32) {
 	m := len(run)
 	b := uint(min(bits.Len(uint(m)), 16)) // about one point per bucket
-	shift := (64 - skip - b) & 63                   // bucket = the b hash bits below the skipped ones
+	shift := (64 - skip - b) & 63         // bucket = the b hash bits below the skipped ones
 	mask := uint64(1)<<b - 1
 	nb := 1 << b
 	if cap(sc.count) < nb {
@@ -123,19 +124,19 @@ func (sc *ringScratch) finishRun(run []uint64, skip uint, hs []uint32, os []int3
 		count[d] = pos + 1 // ends as the start of bucket d+1
 		hs[pos], os[pos] = uint32(p>>32), int32(uint32(p))
 	}
-	// Insertion sort of each bucket (stable), inline: most buckets hold at
-	// most two points.
-	lo := int32(0)
-	for _, end := range count {
-		for i := lo + 1; i < end; i++ {
-			h, o := hs[i], os[i]
-			j := i
-			for ; j > lo && hs[j-1] > h; j-- {
-				hs[j], os[j] = hs[j-1], os[j-1]
-			}
-			hs[j], os[j] = h, o
+	// Points are out of order only within a bucket, and a bucket holds
+	// about one: one insertion sort (stable) over the run finishes it.
+	for i := 1; i < len(hs); i++ {
+		h := hs[i]
+		if hs[i-1] <= h {
+			continue
 		}
-		lo = end
+		o := os[i]
+		j := i
+		for ; j > 0 && hs[j-1] > h; j-- {
+			hs[j], os[j] = hs[j-1], os[j-1]
+		}
+		hs[j], os[j] = h, o
 	}
 }
 
