@@ -266,7 +266,7 @@ func (v *viewBase) headerKey(name string) ([]byte, bool) {
 // reads the response head. On error it leaves no partial response behind;
 // errBodyTooLarge ends the request with 413.
 type tryer interface {
-	try(peer string, loc *model.Location) (status int, err error)
+	try(pick balancer.Pick, loc *model.Location) (status int, err error)
 }
 
 // attempts runs a request's attempts against backend as nginx's
@@ -285,7 +285,7 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 			return pick, err
 		}
 		start := time.Now()
-		status, err := t.try(pick.Peer, loc)
+		status, err := t.try(pick, loc)
 		elapsed := time.Since(start)
 		o.upstream += elapsed
 		if pick.Alternative {

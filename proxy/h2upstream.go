@@ -91,7 +91,8 @@ type h2Try struct {
 	resp *http.Response
 }
 
-func (t *h2Try) try(peer string, loc *model.Location) (int, error) {
+func (t *h2Try) try(pick balancer.Pick, loc *model.Location) (int, error) {
+	peer := pick.Peer
 	read := timeoutsOf(loc).read
 	ctx, cancel := context.WithCancelCause(t.ctx)
 	// proxy-read-timeout (grpc_read_timeout): the response head, then each

@@ -345,8 +345,8 @@ type fastTry struct {
 	lim  *limitReader
 }
 
-func (t *fastTry) try(peer string, loc *model.Location) (int, error) {
-	err := t.p.client(peer, loc).Do(t.out, t.resp)
+func (t *fastTry) try(pick balancer.Pick, loc *model.Location) (int, error) {
+	err := t.p.client(pick.Peer, loc).Do(t.out, t.resp)
 	if err == nil && !t.lim.over {
 		return t.resp.StatusCode(), nil
 	}

@@ -2,11 +2,9 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -33,48 +31,31 @@ func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, view *req
 	h := &ctx.Request.Header
 	h.Set("Connection", "upgrade")
 	h.Set("Upgrade", protocol)
-	t := timeoutsOf(loc)
-	tries := max(loc.Proxy.NextUpstreamTries, 1)
 	var a balancer.Attempt
-	for attempt := 1; ; attempt++ {
-		pick, err := p.cfg.Picker.Pick(loc.Backend, view, &a)
-		if err != nil {
-			if errors.Is(err, balancer.ErrUnknownBackend) {
-				ctx.Error("503 Service Temporarily Unavailable", fasthttp.StatusServiceUnavailable)
-			} else {
-				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
-			}
-			return
-		}
-		if pick.Alternative {
-			o.canary = pick.Backend
-		}
-		start := time.Now()
-		up, err := net.DialTimeout("tcp", pick.Peer, t.connect)
-		if err != nil {
-			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: time.Since(start), Failed: true})
-			if attempt < tries {
-				a.LastFailure = balancer.FailureFailed
-				continue
-			}
-			ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
-			return
-		}
-		status, err := p.switchProtocols(ctx, up, t, pick.SetCookie)
-		elapsed := time.Since(start)
-		o.upstream += elapsed
-		o.peer, o.upstreamStatus = pick.Peer, status
-		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: status, Failed: err != nil})
-		if err != nil {
-			_ = up.Close()
-			if isTimeout(err) {
-				ctx.Error("504 Gateway Time-out", fasthttp.StatusGatewayTimeout)
-			} else {
-				ctx.Error("502 Bad Gateway", fasthttp.StatusBadGateway)
-			}
-		}
-		return
+	if _, err := p.attempts(loc.Backend, loc, view, &a, o, false, &upgradeTry{p: p, ctx: ctx}); err != nil {
+		answerFast(ctx, verdict{status: failureStatus(err)})
 	}
+}
+
+// upgradeTry is one attempt of an upgrade: a dial, then switchProtocols.
+type upgradeTry struct {
+	p   *Proxy
+	ctx *fasthttp.RequestCtx
+}
+
+func (t *upgradeTry) try(pick balancer.Pick, loc *model.Location) (int, error) {
+	to := timeoutsOf(loc)
+	up, err := net.DialTimeout("tcp", pick.Peer, to.connect)
+	if err != nil {
+		return 0, fmt.Errorf("dial upstream: %w", err)
+	}
+	status, err := t.p.switchProtocols(t.ctx, up, to, pick.SetCookie)
+	if err != nil {
+		_ = up.Close()
+		t.ctx.Response.Reset()
+		return 0, err
+	}
+	return status, nil
 }
 
 // switchProtocols writes the request to up and reads the answer. On 101 it
