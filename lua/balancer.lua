@@ -9,11 +9,30 @@
 local ngx = ngx
 local ngx_balancer = require("ngx.balancer")
 local pick = require("switchyard.pick")
+local candidate = pick.candidate
 
 local find, byte = string.find, string.byte
 local log, WARN, ERR = ngx.log, ngx.WARN, ngx.ERR
 local ngx_var = ngx.var
 local set_more_tries, set_current_peer = ngx_balancer.set_more_tries, ngx_balancer.set_current_peer
+local is_internal = ngx.req.is_internal
+
+-- Each request's pick result lives in `results`, keyed by the address of
+-- the request (resty.core's get_request), from rewrite to log, instead of in
+-- ngx.ctx: a ctx table costs an allocation, a registry reference and a pool
+-- cleanup per request, the largest single item of the shim's own CPU in the
+-- nginx worker. A request's address is unique while it lives; rewrite always
+-- stores a fresh result and log removes it. A request redirected internally
+-- (ingress-nginx's @custom error locations have no rewrite hook and do not call
+-- balancer.log) may find the result of its first location, so such a
+-- request's result is used only for the same backend.
+local results = {}
+local get_request = require("resty.core.base").get_request
+local ffi = require("ffi")
+local cast, uintptr = ffi.cast, ffi.typeof("uintptr_t")
+local function request_key()
+  return tonumber(cast(uintptr, get_request()))
+end
 
 local _M = {}
 
@@ -33,16 +52,20 @@ end
 -- get_balancer returns this request's pick result (nil before rewrite). The
 -- name is ingress-nginx's; the value is ours.
 function _M.get_balancer()
-  return ngx.ctx.switchyard
+  return results[request_key()]
 end
 
 -- rewrite asks Go once per request: the canary decision and the candidates
 -- are fixed for the retries and the log phase, as ingress-nginx's cached
 -- ngx.ctx.balancer was.
 function _M.rewrite()
-  local ctx = ngx.ctx
-  if ctx.switchyard then
-    return
+  local key = request_key()
+  local old = results[key]
+  if old then
+    -- A result of this request's previous location, or of a request that
+    -- ended without the log phase (a subrequest) at the same address.
+    results[key] = nil
+    pick.release(old)
   end
   local res = pick.pick(ngx_var.proxy_upstream_name)
   if not res then
@@ -58,7 +81,7 @@ function _M.rewrite()
     end
     return ngx.exit(ngx.HTTP_INTERNAL_SERVER_ERROR)
   end
-  ctx.switchyard = res
+  results[key] = res
   if res.alt then
     ngx.var.proxy_alternative_upstream_name = res.backend
   end
@@ -123,8 +146,14 @@ end
 -- balance runs once per upstream attempt: the next candidate, set_more_tries
 -- so nginx may try again, and the Set-Cookie of the peer that serves.
 function _M.balance()
-  local ctx = ngx.ctx
-  local res = ctx.switchyard
+  local key = request_key()
+  local res = results[key]
+  if res and is_internal() and res.name ~= ngx_var.proxy_upstream_name then
+    -- Redirected to a location of another backend without a rewrite hook.
+    results[key] = nil
+    pick.release(res)
+    res = nil
+  end
   if not res then
     -- Locations without a rewrite handler (custom error pages) reach here
     -- directly; this phase cannot ask Go, so use the last peer list.
@@ -133,7 +162,7 @@ function _M.balance()
       log(WARN, "no peer was returned, balancer: ", ngx_var.proxy_upstream_name)
       return
     end
-    ctx.switchyard = res
+    results[key] = res
   end
   local n = res.n
   if n == 0 then
@@ -142,8 +171,8 @@ function _M.balance()
   end
   local i = res.attempt + 1
   res.attempt = i
-  local k = (i - 1) % n + 1
-  local peer = res.cands[k]
+  local peer, cookie = candidate(res, i)
+  res.peer = peer
   if prohibited(peer) then
     log(ERR, "attempted to proxy to self, balancer: ", res.backend, ", peer: ", peer)
     return
@@ -153,7 +182,6 @@ function _M.balance()
   if not ok then
     log(ERR, "error while setting current upstream peer ", peer, ": ", err)
   end
-  local cookie = res.cookies[k]
   if cookie then
     set_cookie(cookie)
   end
@@ -163,12 +191,12 @@ function _M.log()
   if pick.request_metrics then
     pick.observe_request()
   end
-  local ctx = ngx.ctx
-  local res = ctx.switchyard
+  local key = request_key()
+  local res = results[key]
   if not res then
     return
   end
-  ctx.switchyard = nil
+  results[key] = nil
   pick.feedback(res)
   pick.release(res)
 end

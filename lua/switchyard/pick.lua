@@ -157,16 +157,36 @@ local function get_slot()
     npool = npool - 1
     return s
   end
-  return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0 }
+  -- A result holds its candidates either in cands/cookies (Go's pick
+  -- reply) or as a rotation: peer list rpeers (rn long) from position rpos,
+  -- whose index in the list is ridx (leases and the fallback; no copying).
+  return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0,
+    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false }
 end
 
 -- release returns a pick result to the pool once its request is done.
 function _M.release(s)
   if s and s.sema and not s.pending then
     s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
+    s.rpeers, s.peer = false, false
     npool = npool + 1
     pool[npool] = s
   end
+end
+
+-- candidate returns the peer for attempt i (1, 2, ...) of result s and the
+-- Set-Cookie it needs (or false). Attempts beyond the candidates cycle
+-- through them.
+function _M.candidate(s, i)
+  local rp = s.rpeers
+  if rp then
+    if i == 1 then
+      return rp[s.ridx + 1], false
+    end
+    return rp[((s.rpos + (i - 1) % s.n) % TWO32) % s.rn + 1], false
+  end
+  local k = (i - 1) % s.n + 1
+  return s.cands[k], s.cookies[k]
 end
 
 local dbl = ffi.new("double[1]")
@@ -187,10 +207,12 @@ end
 
 local function parse_info(b, i)
   local info = { vars = {}, nvars = 0, peers = {}, npeers = 0, rr = 0,
-    -- Lease state: the lease in use (next position, positions left, when it
-    -- arrived), the one in reserve (nstart, ncount, nt), whether one is asked
-    -- for, and the picks counted for sizing the next.
-    lpos = 0, lleft = 0, lt = 0, lpending = false, demand = 0, lreq_t = 0, lreq_demand = 0 }
+    -- Lease state: the lease in use (next position and its index in
+    -- peers, positions left, when it arrived), the one in reserve (nstart,
+    -- ncount, nt), whether one is asked for, whether any was used, and the
+    -- picks counted for sizing the next.
+    lpos = 0, lidx = 0, lleft = 0, lt = 0, lpending = false, leased = false, demand = 0, lreq_t = 0,
+    lreq_demand = 0 }
   local code = byte(b, i)
   info.gen = be32(b, i + 1)
   info.leasable = band(byte(b, i + 5), 1) == 1
@@ -277,7 +299,7 @@ local function dispatch(b)
     local code, gen = byte(b, 7), be32(b, 8)
     if code == 0 and gen == info.gen then
       local start, count, n = be32(b, 12), byte(b, 16) * 256 + byte(b, 17), byte(b, 18) * 256 + byte(b, 19)
-      if n == info.npeers and count > 0 then
+      if n == info.npeers and n > 0 and count > 0 then
         info.nstart, info.ncount, info.nt = start, count, ngx_now()
       end
     elseif gen ~= info.gen then
@@ -308,6 +330,12 @@ local function fail_waiters()
     waiting[id] = nil
     s.code = nil
     s.pending = nil
+    -- Background asks: the next pick asks again.
+    if s.lease then
+      s.info.lpending = false
+    elseif s.refresh then
+      s.refresh.refreshing = false
+    end
     if s.sema then
       s.sema:post(1)
     end
@@ -509,7 +537,7 @@ local function get_info(name)
       info.refreshing = true
       local id = new_id()
       if enqueue(frame(T_INFO, id, str8(name))) then
-        waiting[id] = { name = name, pending = true }
+        waiting[id] = { name = name, pending = true, refresh = info }
       end
     end
     return info
@@ -547,7 +575,7 @@ local function request_lease(info, name, now)
   local id = new_id()
   if enqueue(frame(T_LEASE, id, str8(name) .. u16(size))) then
     info.lpending = true
-    waiting[id] = { name = name, info = info, pending = true }
+    waiting[id] = { name = name, info = info, pending = true, lease = true }
     kick()
   end
 end
@@ -555,34 +583,45 @@ end
 -- take_leased fills s from the backend's lease: the next rotation position
 -- Go reserved for this worker, and the positions after it for retries.
 -- The next lease is asked for as soon as the current one starts being
--- used, so one is in reserve while this one lasts.
+-- used, so one is in reserve while this one lasts. If the current one runs
+-- out (or expires) before the next arrives, the rotation continues past its
+-- end: the positions Go hands out next, rather than a round trip per
+-- request that would wait for the same slow Go side.
 local function take_leased(s, info, name)
   local now = ngx_now()
   info.demand = info.demand + 1
   local left = info.lleft
   if left == 0 or now - info.lt >= LEASE_TTL then
     left = 0
-    if info.nstart and now - info.nt < LEASE_TTL then
-      info.lpos, left, info.lt = info.nstart + 1, info.ncount, info.nt
+    local start = info.nstart
+    if start and now - info.nt < LEASE_TTL then
+      -- Positions start+1 .. start+count (uint32).
+      start = start + 1 < TWO32 and start + 1 or 0
+      info.lpos, info.lidx, left, info.lt, info.leased = start, start % info.npeers, info.ncount, info.nt, true
     end
     info.nstart = nil
     if not info.lpending then
       request_lease(info, name, now)
     end
-    if left == 0 then
-      info.lleft = 0
+    info.lleft = left
+    if left == 0 and not (info.lpending and info.leased) then
       return false
     end
   end
-  local pos = info.lpos
-  info.lpos, info.lleft = pos + 1, left - 1
-  local np, peers, cands, cookies = info.npeers, info.peers, s.cands, s.cookies
-  local k = np < 3 and np or 3
-  for j = 1, k do
-    cands[j] = peers[((pos + j - 1) % TWO32) % np + 1]
-    cookies[j] = false
+  if left > 0 then
+    info.lleft = left - 1
   end
-  s.n, s.code, s.alt, s.score, s.backend = k, 0, false, nil, name
+  local pos, idx, np = info.lpos, info.lidx, info.npeers
+  s.rpeers, s.rn, s.rpos, s.ridx = info.peers, np, pos, idx
+  s.n, s.code, s.alt, s.score, s.backend = np < 3 and np or 3, 0, false, nil, name
+  -- The next position and its index in the peer list, counted as Go does
+  -- (uint32 positions: the index restarts when the position wraps).
+  if pos == TWO32 - 1 then
+    info.lpos, info.lidx = 0, 0
+  else
+    idx = idx + 1
+    info.lpos, info.lidx = pos + 1, idx < np and idx or 0
+  end
   return true
 end
 
@@ -592,13 +631,10 @@ local function fallback(s, info)
   if np == 0 then
     return nil
   end
-  info.rr = info.rr % np + 1
-  local k = min(np, 3)
-  for j = 1, k do
-    s.cands[j] = info.peers[(info.rr + j - 2) % np + 1]
-    s.cookies[j] = false
-  end
-  s.n, s.code, s.alt, s.score, s.backend, s.fallback = k, 0, false, nil, s.name, true
+  local idx = info.rr % np
+  info.rr = idx + 1
+  s.rpeers, s.rn, s.rpos, s.ridx = info.peers, np, idx, idx
+  s.n, s.code, s.alt, s.score, s.backend, s.fallback = min(np, 3), 0, false, nil, s.name, true
   return s
 end
 
@@ -702,7 +738,7 @@ function _M.feedback(s)
   if unscored and s.attempt == 1 and status < 502 then
     -- One attempt, on the first candidate, and a response that is not
     -- nginx's own 502/504: a completion, without reading $upstream_addr.
-    count(name, s.cands[1], false)
+    count(name, s.peer, false)
     return
   end
   local addrs = ngx_var.upstream_addr
