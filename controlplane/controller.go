@@ -345,10 +345,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		if err != nil {
 			backoff = min(max(2*backoff, 250*time.Millisecond), 30*time.Second)
 			klog.ErrorS(err, "sync failed; retrying", "in", backoff)
+			// A new event ends the wait: it may be the fix (a corrected
+			// Secret must not wait out a 30 s backoff).
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-time.After(backoff):
+			case <-c.dirty:
 			}
 			c.markDirty()
 			continue

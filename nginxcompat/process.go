@@ -191,7 +191,9 @@ func (e *ConfigError) ObjectErrors() []model.ObjectError {
 
 var (
 	reConfLine = regexp.MustCompile(`in (\S+):([0-9]+)`)
-	reCertFile = regexp.MustCompile(`certificate(?: key)? "([^"]+)"`)
+	// "cannot load certificate "<file>"" and OpenSSL's
+	// "SSL_CTX_use_certificate("<file>") failed" (a key OpenSSL refuses).
+	reCertFile = regexp.MustCompile(`certificate(?: key)?(?: |\()"([^"]+)"`)
 )
 
 // offendingIngress finds the Ingress of the location holding the line nginx

@@ -2,9 +2,8 @@ package k8s
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -47,7 +46,10 @@ type nginxEnv struct {
 	get      func(ctx context.Context, host string) string
 	onlyFrom func(host string, want ...string) func(context.Context) (bool, error)
 	reloads  func() string
-	setEps   func(s *discoveryv1.EndpointSlice, addrs ...string)
+	// metric is the value of a sample line of the controller's /metrics
+	// ("name{labels}" or "name"), or "missing".
+	metric func(sample string) string
+	setEps func(s *discoveryv1.EndpointSlice, addrs ...string)
 	// base is "http://ip:port/" of nginx; httpsAddr its HTTPS address.
 	base, httpsAddr, nginxDir string
 }
@@ -160,7 +162,7 @@ func startNginxEnv(t *testing.T, first int) *nginxEnv {
 		}
 	}
 	harness.WaitFor(t, time.Minute, "nginx proxying web.example to "+ips[0], ctrl, onlyFrom("web.example", ips[0]))
-	reloads := func() string {
+	metric := func(sample string) string {
 		resp, err := http.Get(status + "/metrics")
 		if err != nil {
 			return err.Error()
@@ -168,17 +170,18 @@ func startNginxEnv(t *testing.T, first int) *nginxEnv {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "nginx_ingress_controller_success ") {
-				return strings.TrimPrefix(l, "nginx_ingress_controller_success ")
+			if v, ok := strings.CutPrefix(l, sample+" "); ok {
+				return v
 			}
 		}
 		return "missing"
 	}
+	reloads := func() string { return metric("nginx_ingress_controller_success") }
 	if r := reloads(); r != "0" {
 		t.Fatalf("reloads after start: %s; want 0", r)
 	}
 	return &nginxEnv{ctx: ctx, admin: admin, ns: ns, ips: ips, ing: ing, slice: slice, ctrl: ctrl, get: get,
-		onlyFrom: onlyFrom, reloads: reloads, setEps: setEndpoints,
+		onlyFrom: onlyFrom, reloads: reloads, metric: metric, setEps: setEndpoints,
 		base: base, httpsAddr: net.JoinHostPort(ip, strconv.Itoa(httpsPort)), nginxDir: dir}
 }
 
@@ -299,26 +302,6 @@ func TestNginxEndpointChurn(t *testing.T) {
 	}
 }
 
-// selfSigned returns a PEM certificate and key for host.
-func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
-		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
-}
-
 // TestNginxTLSRedirectRewriteRestart: through the real API server and
 // --data-plane=nginx, a TLS Ingress is served over HTTPS with its Secret's
 // certificate by SNI and HTTP/2, plain HTTP to it is redirected with 308,
@@ -327,7 +310,7 @@ func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
 func TestNginxTLSRedirectRewriteRestart(t *testing.T) {
 	e := startNginxEnv(t, 37)
 	ctx := e.ctx
-	certPEM, keyPEM := selfSigned(t, "secure.example")
+	certPEM, keyPEM := harness.SelfSignedPEM(t, "secure.example")
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "secure-tls", Namespace: e.ns}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}
 	if _, err := e.admin.CoreV1().Secrets(e.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
@@ -431,5 +414,117 @@ func TestNginxTLSRedirectRewriteRestart(t *testing.T) {
 		t.Errorf("nginx served again %v after its master was killed; want within 2 s", took)
 	} else {
 		t.Logf("nginx served again %v after its master was killed", took.Round(time.Millisecond))
+	}
+}
+
+// weakRSASelfSigned returns a PEM certificate for host with a 1024-bit RSA
+// key: Go's crypto/tls accepts the pair (so the builder does too), but
+// Debian's OpenSSL refuses it at its default security level ("ee key too
+// small"), which makes `nginx -t` fail on the rendered file.
+func weakRSASelfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host},
+		DNSNames: []string{host}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+}
+
+// TestNginxRejectedConfigKeepsServing: a TLS Ingress whose Secret nginx
+// refuses (a 1024-bit RSA key) makes `nginx -t` fail. The running nginx keeps
+// serving the previous configuration, no reload is counted, the reload gauge
+// drops to 0, and the offending Ingress gets a Warning Event (reason RELOAD,
+// as ingress-nginx). Replacing the Secret with a good certificate recovers:
+// one reload, and the new host is served.
+func TestNginxRejectedConfigKeepsServing(t *testing.T) {
+	e := startNginxEnv(t, 24)
+	ctx := e.ctx
+	certPEM, keyPEM := weakRSASelfSigned(t, "weak.example")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "weak-tls", Namespace: e.ns}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}
+	if _, err := e.admin.CoreV1().Secrets(e.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ing := e.ing.DeepCopy()
+	ing.Name, ing.ResourceVersion = "weak", ""
+	ing.Spec.Rules[0].Host = "weak.example"
+	ing.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{"weak.example"}, SecretName: "weak-tls"}}
+	if _, err := e.admin.NetworkingV1().Ingresses(e.ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The Warning Event on the Ingress names nginx's complaint.
+	var event string
+	harness.WaitFor(t, 30*time.Second, "a Warning RELOAD Event on Ingress weak", e.ctrl, func(ctx context.Context) (bool, error) {
+		evs, err := e.admin.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=weak"})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs.Items {
+			if ev.Type == corev1.EventTypeWarning && ev.Reason == "RELOAD" && ev.InvolvedObject.Kind == "Ingress" {
+				event = ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if !strings.Contains(event, "key too small") {
+		t.Errorf("Event message %q; want nginx's 'ee key too small'", event)
+	}
+	if got := e.metric("nginx_ingress_controller_config_last_reload_successful"); got != "0" {
+		t.Errorf("config_last_reload_successful after a refused config: %s; want 0", got)
+	}
+	if got := e.reloads(); got != "0" {
+		t.Errorf("reloads after a refused config: %s; want 0", got)
+	}
+	// The old configuration still serves; the refused host is not served.
+	for range 20 {
+		if got := e.get(ctx, "web.example"); got != "200 "+e.ips[0] {
+			t.Fatalf("web.example while the new config is refused: %q; want 200 from %s", got, e.ips[0])
+		}
+	}
+	// Its host is unknown to the running nginx: the default server's 404
+	// (once served, plain HTTP to it would be ssl-redirect's 308).
+	if got := e.get(ctx, "weak.example"); !strings.HasPrefix(got, "404 ") {
+		t.Errorf("weak.example while its configuration is refused: %q; want the default server's 404", got)
+	}
+
+	// A good certificate in the Secret: the retry reloads once and serves.
+	goodCert, goodKey := harness.SelfSignedPEM(t, "weak.example")
+	cur, err := e.admin.CoreV1().Secrets(e.ns).Get(ctx, "weak-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Data = map[string][]byte{corev1.TLSCertKey: goodCert, corev1.TLSPrivateKeyKey: goodKey}
+	if _, err := e.admin.CoreV1().Secrets(e.ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, "weak.example served (ssl-redirect's 308) after the Secret is fixed", e.ctrl,
+		func(ctx context.Context) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base, nil)
+			if err != nil {
+				return false, err
+			}
+			req.Host = "weak.example"
+			noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			resp, err := noFollow.Do(req)
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusPermanentRedirect, nil
+		})
+	if got := e.metric("nginx_ingress_controller_config_last_reload_successful"); got != "1" {
+		t.Errorf("config_last_reload_successful after the fix: %s; want 1", got)
+	}
+	if got := e.reloads(); got != "1" {
+		t.Errorf("reloads after the fix: %s; want 1", got)
 	}
 }
