@@ -87,7 +87,8 @@ func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server
 	case acceptErr = <-accepted:
 	case <-ctx.Done():
 		_ = ln.Close()
-		<-accepted
+		closed := <-accepted // the listener's close error, expected here
+		_ = closed
 	}
 	err := p.server.Shutdown()
 	if herr := hs.Shutdown(context.Background()); err == nil {

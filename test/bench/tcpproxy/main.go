@@ -186,7 +186,7 @@ func serveForward(ln net.Listener, target string) error {
 }
 
 func forward(c *net.TCPConn, target string) {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	up, err := net.Dial("tcp", target)
 	if err != nil {
 		return
