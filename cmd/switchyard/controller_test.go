@@ -64,8 +64,17 @@ func startQuickstartController(t *testing.T) (ctx context.Context, l listening, 
 		}
 		t.Cleanup(func() { _ = srv.Close() })
 	}
-	opts, err := parseControllerFlags([]string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
-		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, io.Discard)
+	ctx, l = startController(t, []string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
+		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"})
+	return ctx, l, p1, p2
+}
+
+// startController runs serveController with args until the end of the test
+// and returns once the first configuration is served, with a context that
+// ends with the test (defaultTestTimeout at most) and the bound addresses.
+func startController(t *testing.T, args []string) (context.Context, listening) {
+	t.Helper()
+	opts, err := parseControllerFlags(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +82,7 @@ func startQuickstartController(t *testing.T) (ctx context.Context, l listening, 
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
 	go func() { done <- serveController(ctx, opts, ready) }()
+	var l listening
 	select {
 	case l = <-ready:
 	case err := <-done:
@@ -85,7 +95,7 @@ func startQuickstartController(t *testing.T) (ctx context.Context, l listening, 
 			t.Errorf("controller: %v", err)
 		}
 	})
-	return ctx, l, p1, p2
+	return ctx, l
 }
 
 // TestControllerServesQuickstart runs the controller exactly as the

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -80,28 +78,9 @@ endpoints:
 	if err := os.WriteFile(filepath.Join(dir, "30-l4.yaml"), []byte(extra), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := parseControllerFlags([]string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
+	startController(t, []string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)),
 		"--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1",
-		"--tcp-services-configmap", "demo/tcp-services", "--udp-services-configmap", "demo/udp-services"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serveController(ctx, opts, ready) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("controller stopped: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	}()
+		"--tcp-services-configmap", "demo/tcp-services", "--udp-services-configmap", "demo/udp-services"})
 
 	// TCP: an HTTP request over the raw TCP service reaches an echo backend.
 	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(tcpPort), 5*time.Second)

@@ -120,27 +120,7 @@ data:
 		args = append(args, nginxPlaneArgs(t)...)
 		args = append(args, "--ssl-passthrough-proxy-port", strconv.Itoa(freePort(t)))
 	}
-	opts, err := parseControllerFlags(args, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	ready := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serveController(ctx, opts, ready) }()
-	var l listening
-	select {
-	case l = <-ready:
-	case err := <-done:
-		t.Fatalf("controller stopped: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	}()
+	ctx, l := startController(t, args)
 
 	// get does one HTTPS request for host from the local address from and
 	// returns the body and the certificate the server presented.
