@@ -69,6 +69,55 @@ func startQuickstartController(t *testing.T) (ctx context.Context, l listening, 
 	return ctx, l, p1, p2
 }
 
+// localBackendYAML is a selector-less Service name in namespace demo, its
+// EndpointSlice naming 127.0.0.1:port, and an Ingress routing host/ to it.
+// annotations ("" for none) is the Ingress's annotations as a YAML flow map;
+// tls ("" for none) is its spec.tls as a YAML flow sequence.
+func localBackendYAML(name, host string, port int, annotations, tls string) string {
+	meta := ""
+	if annotations != "" {
+		meta = "\n  annotations: " + annotations
+	}
+	spec := ""
+	if tls != "" {
+		spec = "\n  tls: " + tls
+	}
+	return fmt.Sprintf(`---
+apiVersion: v1
+kind: Service
+metadata: {name: %[1]s, namespace: demo}
+spec:
+  ports:
+  - {name: http, port: 80, targetPort: %[3]d}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: %[1]s-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: %[1]s}
+addressType: IPv4
+ports:
+- {name: http, port: %[3]d, protocol: TCP}
+endpoints:
+- addresses: ["127.0.0.1"]
+  conditions: {ready: true}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: %[1]s
+  namespace: demo%[4]s
+spec:
+  ingressClassName: switchyard%[5]s
+  rules:
+  - host: %[2]s
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: %[1]s, port: {name: http}}}}
+`, name, host, port, meta, spec)
+}
+
 // startController runs serveController with args until the end of the test
 // and returns once the first configuration is served, with a context that
 // ends with the test (defaultTestTimeout at most) and the bound addresses.

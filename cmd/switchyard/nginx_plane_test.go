@@ -47,39 +47,7 @@ func TestControllerNginxDataPlane(t *testing.T) {
 	go func() { _ = wsSrv.Serve(wsLn) }()
 	t.Cleanup(func() { _ = wsSrv.Close() })
 	wsPort := wsLn.Addr().(*net.TCPAddr).Port
-	wsYAML := fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata: {name: ws, namespace: demo}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: %[1]d}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: ws-1
-  namespace: demo
-  labels: {kubernetes.io/service-name: ws}
-addressType: IPv4
-ports:
-- {name: http, port: %[1]d, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.1"]
-  conditions: {ready: true}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: ws, namespace: demo}
-spec:
-  ingressClassName: switchyard
-  rules:
-  - host: ws.localhost
-    http:
-      paths:
-      - path: /
-        pathType: Prefix
-        backend: {service: {name: ws, port: {name: http}}}
-`, wsPort)
+	wsYAML := localBackendYAML("ws", "ws.localhost", wsPort, "", "")
 	if err := os.WriteFile(filepath.Join(manifests, "40-ws.yaml"), []byte(wsYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +61,8 @@ spec:
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = errSrv.Serve(errLn) }()
 	t.Cleanup(func() { _ = errSrv.Close() })
-	errYAML := strings.NewReplacer("ws", "broken", "40-ws", "50-broken").Replace(wsYAML)
-	errYAML = strings.Replace(errYAML, strconv.Itoa(wsPort), strconv.Itoa(errLn.Addr().(*net.TCPAddr).Port), -1)
-	errYAML = strings.Replace(errYAML, "metadata: {name: broken, namespace: demo}\nspec:\n  ingressClassName",
-		"metadata:\n  name: broken\n  namespace: demo\n  annotations: {nginx.ingress.kubernetes.io/custom-http-errors: \"503\"}\nspec:\n  ingressClassName", 1)
-	if !strings.Contains(errYAML, "custom-http-errors") {
-		t.Fatalf("test manifest not built:\n%s", errYAML)
-	}
+	errYAML := localBackendYAML("broken", "broken.localhost", errLn.Addr().(*net.TCPAddr).Port,
+		`{nginx.ingress.kubernetes.io/custom-http-errors: "503"}`, "")
 	if err := os.WriteFile(filepath.Join(manifests, "50-broken.yaml"), []byte(errYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}

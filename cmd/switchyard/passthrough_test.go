@@ -50,55 +50,8 @@ func testSSLPassthroughAndHTTPS(t *testing.T, plane string) {
 	portOf := func(s *httptest.Server) int { return s.Listener.Addr().(*net.TCPAddr).Port }
 
 	dir := quickstartDir(t, freePort(t), freePort(t))
-	extra := ""
-	for _, b := range []struct {
-		name, host, annotations string
-		port                    int
-	}{
-		{"pass", "pass.example", `annotations: {nginx.ingress.kubernetes.io/ssl-passthrough: "true"}`, portOf(tlsBackend)},
-		{"plain", "tls.example", "", portOf(plain)},
-	} {
-		tlsSection := ""
-		if b.name == "plain" {
-			tlsSection = "tls: [{hosts: [tls.example], secretName: tls-example}]"
-		}
-		extra += fmt.Sprintf(`---
-apiVersion: v1
-kind: Service
-metadata: {name: %[1]s, namespace: demo}
-spec:
-  ports:
-  - {name: p, port: 443, targetPort: %[4]d}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: %[1]s-1
-  namespace: demo
-  labels: {kubernetes.io/service-name: %[1]s}
-addressType: IPv4
-ports:
-- {name: p, port: %[4]d, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.1"]
-  conditions: {ready: true}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: %[1]s
-  namespace: demo
-  %[3]s
-spec:
-  ingressClassName: switchyard
-  %[5]s
-  rules:
-  - host: %[2]s
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: %[1]s, port: {name: p}}}}
-`, b.name, b.host, b.annotations, b.port, tlsSection)
-	}
+	extra := localBackendYAML("pass", "pass.example", portOf(tlsBackend), `{nginx.ingress.kubernetes.io/ssl-passthrough: "true"}`, "") +
+		localBackendYAML("plain", "tls.example", portOf(plain), "", "[{hosts: [tls.example], secretName: tls-example}]")
 	certPEM, keyPEM := harness.SelfSignedPEM(t, "tls.example")
 	extra += fmt.Sprintf(`---
 apiVersion: v1
