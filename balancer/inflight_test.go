@@ -78,7 +78,7 @@ func TestRoundRobinInFlight(t *testing.T) {
 				continue
 			}
 			want[p.Peer]++
-			live = append(live, open{p, a})
+			live = append(live, open{*p, a})
 		case k < 40:
 			op = "pick"
 			a := new(Attempt)
@@ -87,7 +87,7 @@ func TestRoundRobinInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			want[p.Peer]++
-			live = append(live, open{p, a})
+			live = append(live, open{*p, a})
 		case k < 50 && len(live) > 0:
 			op = "retry"
 			o := live[rng.IntN(len(live))]
@@ -97,11 +97,11 @@ func TestRoundRobinInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			want[p.Peer]++
-			live = append(live, open{p, o.a})
+			live = append(live, open{*p, o.a})
 		case k < 75 && len(live) > 0:
 			op = "done"
 			i := rng.IntN(len(live))
-			r.Done(live[i].p, DoneInfo{})
+			r.Done(&live[i].p, DoneInfo{})
 			want[live[i].p.Peer]--
 			live = append(live[:i], live[i+1:]...)
 		case k < 80:
@@ -128,7 +128,7 @@ func TestRoundRobinInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			want[p.Peer]++
-			live = append(live, open{p, a})
+			live = append(live, open{*p, a})
 		case k < 93:
 			op = "sync, same node set"
 			sync()
@@ -156,7 +156,7 @@ func TestRoundRobinInFlight(t *testing.T) {
 		check(step, op)
 	}
 	for _, o := range live {
-		r.Done(o.p, DoneInfo{})
+		r.Done(&o.p, DoneInfo{})
 		want[o.p.Peer]--
 	}
 	check(-1, "all done")

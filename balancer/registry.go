@@ -485,7 +485,13 @@ func Algorithms() []string {
 // first pick of a request fixes the backend (and canary decision) in a; later
 // picks with the same Attempt are retries. No locks; no allocation except a new
 // sticky cookie.
-func (r *Registry) Pick(name string, req Request, a *Attempt) (p Pick, err error) {
+//
+// The Pick is read-only, and valid until the next Pick, PickAfter or Reset
+// with the same Attempt (it may live in a): copy it (*p) to keep it longer.
+// On error it is not nil, and names the backend. A pointer, not a value:
+// returning the 80-byte struct cost a round-robin pick a quarter of its
+// time (docs/benchmarks.md).
+func (r *Registry) Pick(name string, req Request, a *Attempt) (*Pick, error) {
 	var snap *snapshot
 	var primary *backend
 	if a.chosen == nil {
@@ -505,10 +511,13 @@ func (r *Registry) Pick(name string, req Request, a *Attempt) (p Pick, err error
 			// has tried nothing (Reset clears both; the choice precedes
 			// record).
 			a.chosen, a.rrBase, a.tried[0], a.ntried = primary, uint64(uint32(c)), int32(rr.order[s]), 1
-			return rr.picks[s], nil
+			return &rr.picks[s], nil
 		}
 	}
-	if err = r.fill(snap, primary, name, req, a, &p); err == nil {
+	p := &a.pick
+	*p = Pick{}
+	err := r.fill(snap, primary, name, req, a, p)
+	if err == nil {
 		p.st.inFlight.Add(1)
 	}
 	return p, err
@@ -589,7 +598,7 @@ func (b *backend) pickIn(r *Registry, req Request, a *Attempt) (int, string, flo
 
 // Done reports the outcome of the attempt p: it decrements the in-flight count
 // Pick incremented, counts failures, and feeds the EWMA of ewma and peak_ewma.
-func (r *Registry) Done(p Pick, info DoneInfo) {
+func (r *Registry) Done(p *Pick, info DoneInfo) {
 	if p.st == nil {
 		return
 	}
@@ -724,12 +733,13 @@ func (r *Registry) CandidatePicks(name string, req Request, a *Attempt, dst []Pi
 // applies. Addresses the chosen backend does not have are ignored. Used by
 // `switchyard debug pick --tried` and by callers that rebuild a request's
 // state from outside.
-func (r *Registry) PickAfter(name string, req Request, a *Attempt, tried []string) (Pick, error) {
+func (r *Registry) PickAfter(name string, req Request, a *Attempt, tried []string) (*Pick, error) {
 	if a.chosen == nil && len(tried) > 0 {
 		snap := r.snap.Load()
 		primary := snap.byName[name]
 		if primary == nil {
-			return Pick{Backend: name, EWMAScore: -1}, ErrUnknownBackend
+			a.pick = Pick{Backend: name, EWMAScore: -1}
+			return &a.pick, ErrUnknownBackend
 		}
 		a.chosen = r.choose(snap, primary, req)
 	}

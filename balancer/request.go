@@ -62,6 +62,8 @@ type Attempt struct {
 	// rrBase is the shared round-robin cursor value of this request's first
 	// pick; retries continue from it instead of advancing the shared cursor.
 	rrBase uint64
+	// pick is the result of the last Pick that the snapshot does not hold.
+	pick Pick
 }
 
 // Reset prepares a for a new request, keeping its scratch buffer.

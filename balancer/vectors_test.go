@@ -334,10 +334,11 @@ func TestStickyBalancedKeyPicksRingOwner(t *testing.T) {
 		return b.peers[s.ringToPeer[s.ring.find(crc32Of(key))]].addr
 	}
 	var a Attempt
-	p, err := r.Pick("b", vars{}, &a)
+	first, err := r.Pick("b", vars{}, &a)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := *first // the retry below reuses a, and with it *first
 	if want := owner("1700000001.4242.323811"); p.Peer != want {
 		t.Errorf("first pick %s; want the ring owner %s of the key", p.Peer, want)
 	}

@@ -266,7 +266,7 @@ func (v *viewBase) headerKey(name string) ([]byte, bool) {
 // reads the response head. On error it leaves no partial response behind;
 // errBodyTooLarge ends the request with 413.
 type tryer interface {
-	try(pick balancer.Pick, loc *model.Location) (status int, err error)
+	try(pick *balancer.Pick, loc *model.Location) (status int, err error)
 }
 
 // attempts runs a request's attempts against backend as nginx's
@@ -274,7 +274,7 @@ type tryer interface {
 // each ended, another peer after a connection error or timeout while
 // proxy-next-upstream-tries allows, and only when the request can be sent
 // again (replayable, or nothing was written: a dial error).
-func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Request, a *balancer.Attempt, o *outcome, replayable bool, t tryer) (balancer.Pick, error) {
+func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Request, a *balancer.Attempt, o *outcome, replayable bool, t tryer) (*balancer.Pick, error) {
 	tries := loc.Proxy.NextUpstreamTries
 	if tries <= 0 {
 		tries = 3

@@ -91,7 +91,7 @@ type h2Try struct {
 	resp *http.Response
 }
 
-func (t *h2Try) try(pick balancer.Pick, loc *model.Location) (int, error) {
+func (t *h2Try) try(pick *balancer.Pick, loc *model.Location) (int, error) {
 	peer := pick.Peer
 	read := timeoutsOf(loc).read
 	ctx, cancel := context.WithCancelCause(t.ctx)

@@ -23,8 +23,8 @@ import (
 // Picker is what the proxy needs of the balancer; *balancer.Registry
 // implements it.
 type Picker interface {
-	Pick(backend string, req balancer.Request, a *balancer.Attempt) (balancer.Pick, error)
-	Done(p balancer.Pick, info balancer.DoneInfo)
+	Pick(backend string, req balancer.Request, a *balancer.Attempt) (*balancer.Pick, error)
+	Done(p *balancer.Pick, info balancer.DoneInfo)
 }
 
 var _ Picker = (*balancer.Registry)(nil)
@@ -345,7 +345,7 @@ type fastTry struct {
 	lim  *limitReader
 }
 
-func (t *fastTry) try(pick balancer.Pick, loc *model.Location) (int, error) {
+func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, error) {
 	err := t.p.client(pick.Peer, loc).Do(t.out, t.resp)
 	if err == nil && !t.lim.over {
 		return t.resp.StatusCode(), nil

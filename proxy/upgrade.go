@@ -43,7 +43,7 @@ type upgradeTry struct {
 	ctx *fasthttp.RequestCtx
 }
 
-func (t *upgradeTry) try(pick balancer.Pick, loc *model.Location) (int, error) {
+func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location) (int, error) {
 	to := timeoutsOf(loc)
 	up, err := net.DialTimeout("tcp", pick.Peer, to.connect)
 	if err != nil {

@@ -21,8 +21,8 @@ import (
 // Picker is what the L4 proxy needs of the balancer; *balancer.Registry
 // implements it.
 type Picker interface {
-	Pick(backend string, req balancer.Request, a *balancer.Attempt) (balancer.Pick, error)
-	Done(p balancer.Pick, info balancer.DoneInfo)
+	Pick(backend string, req balancer.Request, a *balancer.Attempt) (*balancer.Pick, error)
+	Done(p *balancer.Pick, info balancer.DoneInfo)
 }
 
 var _ Picker = (*balancer.Registry)(nil)

@@ -205,7 +205,7 @@ func (u *udpService) newSession(client netip.AddrPort) (*udpSession, error) {
 		u.metrics.fail(backend, reasonConnect)
 		return nil, fmt.Errorf("dial udp peer: %w", err)
 	}
-	s := &udpSession{up: up, pick: pick, backend: backend, client: client}
+	s := &udpSession{up: up, pick: *pick, backend: backend, client: client}
 	s.last.Store(time.Now().UnixNano())
 	return s, nil
 }
@@ -247,7 +247,7 @@ func (u *udpService) replies(wg *sync.WaitGroup, s *udpSession) {
 	// now starts a new session instead of writing to a closed one.
 	u.sessions.CompareAndDelete(s.client, s)
 	_ = s.up.Close()
-	u.picker.Done(s.pick, balancer.DoneInfo{})
+	u.picker.Done(&s.pick, balancer.DoneInfo{})
 	u.metrics.done(s.backend, s.sent.Load(), s.recv.Load())
 }
 
