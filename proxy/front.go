@@ -266,7 +266,9 @@ func (v *viewBase) headerKey(name string) ([]byte, bool) {
 // reads the response head. On error it leaves no partial response behind;
 // errBodyTooLarge ends the request with 413.
 type tryer interface {
-	try(pick *balancer.Pick, loc *model.Location) (status int, err error)
+	// connect is how long the attempt took to connect (TCP and TLS; 0 on
+	// a kept-alive connection), as nginx's $upstream_connect_time.
+	try(pick *balancer.Pick, loc *model.Location) (status int, connect time.Duration, err error)
 }
 
 // attempts runs a request's attempts against backend as nginx's
@@ -285,20 +287,21 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 			return pick, err
 		}
 		start := time.Now()
-		status, err := t.try(pick, loc)
+		status, connect, err := t.try(pick, loc)
 		elapsed := time.Since(start)
 		o.upstream += elapsed
+		o.connect, o.header = connect, elapsed
 		if pick.Alternative {
 			o.canary = pick.Backend
 		}
 		o.peer = pick.Peer
 		if err == nil {
 			o.upstreamStatus = status
-			p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, HeaderTime: elapsed, Status: status})
+			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, HeaderTime: elapsed, Status: status})
 			return pick, nil
 		}
 		tooLarge := errors.Is(err, errBodyTooLarge)
-		p.cfg.Picker.Done(pick, balancer.DoneInfo{ResponseTime: elapsed, Failed: !tooLarge})
+		p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, Failed: !tooLarge})
 		if tooLarge || n >= tries || !(replayable || isDialError(err)) || !retryable(err) {
 			return pick, err
 		}

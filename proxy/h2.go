@@ -35,6 +35,7 @@ import (
 // restarting the listener. Clients that offer h2 get HTTP/2, others
 // HTTP/1.1.
 func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
+	p.startJanitor(ctx)
 	cfg := p.certs.tlsConfig()
 	cfg.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
 	hs, err := p.h2Server(nil)

@@ -91,7 +91,9 @@ type h2Try struct {
 	resp *http.Response
 }
 
-func (t *h2Try) try(pick *balancer.Pick, loc *model.Location) (int, error) {
+// try's connect time is 0: x/net's Transport dials inside RoundTrip and
+// keeps one connection per peer, so almost every attempt reuses one.
+func (t *h2Try) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
 	peer := pick.Peer
 	read := timeoutsOf(loc).read
 	ctx, cancel := context.WithCancelCause(t.ctx)
@@ -112,16 +114,16 @@ func (t *h2Try) try(pick *balancer.Pick, loc *model.Location) (int, error) {
 		cancel(nil)
 		switch {
 		case t.lim.over:
-			return 0, errBodyTooLarge
+			return 0, 0, errBodyTooLarge
 		case cause == os.ErrDeadlineExceeded:
-			return 0, fmt.Errorf("h2 upstream %s: %w", peer, cause)
+			return 0, 0, fmt.Errorf("h2 upstream %s: %w", peer, cause)
 		}
-		return 0, fmt.Errorf("h2 upstream %s: %w", peer, err)
+		return 0, 0, fmt.Errorf("h2 upstream %s: %w", peer, err)
 	}
 	timer.Reset(read)
 	resp.Body = &idleBody{body: resp.Body, timer: timer, read: read, cancel: cancel}
 	t.resp = resp
-	return resp.StatusCode, nil
+	return resp.StatusCode, 0, nil
 }
 
 // idleBody is an upstream response body whose every read must make

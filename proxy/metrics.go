@@ -3,9 +3,13 @@ package proxy
 import (
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 // metrics are the request metrics, with ingress-nginx's names and labels.
@@ -19,9 +23,25 @@ type metrics struct {
 	respSize *prometheus.HistogramVec
 	reqSize  *prometheus.HistogramVec
 	upstream *prometheus.HistogramVec
+	connect  *prometheus.HistogramVec
+	header   *prometheus.HistogramVec
+	latency  *prometheus.SummaryVec
+
+	// series caches the resolved metrics of each label set, so a request
+	// whose labels were seen before allocates nothing: copy on write,
+	// emptied by Update (locations are per configuration) and when full.
+	mu     sync.Mutex
+	series atomic.Pointer[map[seriesKey]*series]
 }
 
 var requestLabels = []string{"host", "status", "method", "path", "namespace", "ingress", "service", "canary"}
+
+// upstreamLatencyLabels are those of ingress-nginx's
+// ingress_upstream_latency_seconds.
+var upstreamLatencyLabels = []string{"ingress", "namespace", "service", "canary"}
+
+// maxSeries bounds the series cache; past it the cache starts over.
+const maxSeries = 10000
 
 func newMetrics(reg prometheus.Registerer, perHost bool) (*metrics, error) {
 	const ns = "nginx_ingress_controller"
@@ -37,13 +57,47 @@ func newMetrics(reg prometheus.Registerer, perHost bool) (*metrics, error) {
 			Help: "The request length (including headers) in bytes.", Buckets: prometheus.ExponentialBuckets(64, 4, 10)}, requestLabels),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "response_duration_seconds",
 			Help: "The time spent receiving the response from the upstream servers, in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
+		connect: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "connect_duration_seconds",
+			Help: "The time spent establishing a connection with the upstream server, in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
+		header: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "header_duration_seconds",
+			Help: "The time spent receiving the first header from the upstream server, in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
+		// As ingress-nginx: observed with $upstream_connect_time (here: of
+		// the last attempt), the quantiles of its defObjectives.
+		latency: prometheus.NewSummaryVec(prometheus.SummaryOpts{Namespace: ns, Name: "ingress_upstream_latency_seconds",
+			Help:       "DEPRECATED Upstream service latency per Ingress",
+			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}}, upstreamLatencyLabels),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.respSize, m.reqSize, m.upstream} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.respSize, m.reqSize, m.upstream, m.connect, m.header, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("proxy: register metrics: %w", err)
 		}
 	}
+	m.reset()
 	return m, nil
+}
+
+// seriesKey names a label set: the location (path, namespace, ingress,
+// service come from it), the server name, status, method and canary; and
+// whether the request went upstream (only then do the upstream series
+// exist).
+type seriesKey struct {
+	loc                  *model.Location
+	host, method, canary string
+	status               int
+	proxied              bool
+}
+
+// series are the metrics of one label set.
+type series struct {
+	requests                                           prometheus.Counter
+	duration, respSize, reqSize, upstream, connect, hd prometheus.Observer
+	latency                                            prometheus.Observer
+}
+
+// reset empties the series cache (the series stay registered).
+func (m *metrics) reset() {
+	empty := map[seriesKey]*series{}
+	m.series.Store(&empty)
 }
 
 // methods are the label values for request methods; others count as OTHER.
@@ -55,22 +109,57 @@ func (m *metrics) observe(x *exchange, o *outcome, took time.Duration) {
 	if !ok {
 		method = "OTHER"
 	}
-	var host, path, ns, ing, svc string
-	if o.loc != nil {
-		path, ns, ing, svc = o.loc.Path, o.loc.Ingress.Namespace, o.loc.Ingress.Name, o.loc.Service
-		if m.perHost {
-			host = o.server
+	k := seriesKey{loc: o.loc, method: method, canary: o.canary, status: x.status, proxied: o.upstream > 0}
+	if m.perHost && o.loc != nil {
+		k.host = o.server
+	}
+	s := (*m.series.Load())[k]
+	if s == nil {
+		s = m.add(k)
+	}
+	s.requests.Inc()
+	s.duration.Observe(took.Seconds())
+	s.respSize.Observe(float64(x.respHeader + x.bodySent))
+	s.reqSize.Observe(float64(x.reqLength))
+	if k.proxied {
+		s.upstream.Observe(o.upstream.Seconds())
+		s.hd.Observe(o.header.Seconds())
+		s.connect.Observe(o.connect.Seconds())
+		s.latency.Observe(o.connect.Seconds())
+	}
+}
+
+// add resolves and caches the series of k.
+func (m *metrics) add(k seriesKey) *series {
+	var path, ns, ing, svc string
+	if k.loc != nil {
+		path, ns, ing, svc = k.loc.Path, k.loc.Ingress.Namespace, k.loc.Ingress.Name, k.loc.Service
+	}
+	lv := []string{k.host, strconv.Itoa(k.status), k.method, path, ns, ing, svc, k.canary}
+	s := &series{
+		requests: m.requests.WithLabelValues(lv...),
+		duration: m.duration.WithLabelValues(lv...),
+		respSize: m.respSize.WithLabelValues(lv...),
+		reqSize:  m.reqSize.WithLabelValues(lv...),
+	}
+	if k.proxied {
+		s.upstream = m.upstream.WithLabelValues(lv...)
+		s.connect = m.connect.WithLabelValues(lv...)
+		s.hd = m.header.WithLabelValues(lv...)
+		s.latency = m.latency.WithLabelValues(ing, ns, svc, k.canary)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.series.Load()
+	next := make(map[seriesKey]*series, len(old)+1)
+	if len(old) < maxSeries {
+		for kk, v := range old {
+			next[kk] = v
 		}
 	}
-	labels := prometheus.Labels{"host": host, "status": strconv.Itoa(x.status), "method": method,
-		"path": path, "namespace": ns, "ingress": ing, "service": svc, "canary": o.canary}
-	m.requests.With(labels).Inc()
-	m.duration.With(labels).Observe(took.Seconds())
-	m.respSize.With(labels).Observe(float64(x.respHeader + x.bodySent))
-	m.reqSize.With(labels).Observe(float64(x.reqLength))
-	if o.upstream > 0 {
-		m.upstream.With(labels).Observe(o.upstream.Seconds())
-	}
+	next[k] = s
+	m.series.Store(&next)
+	return s
 }
 
 // bodyLen is a body's size without reading a stream (Body would buffer it

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -75,8 +74,10 @@ type Proxy struct {
 	metrics *metrics // nil without a Registerer
 	certs   *certStore
 
-	mu      sync.Mutex // guards clients writes; reads are lock-free
-	clients atomic.Pointer[map[clientKey]*fasthttp.HostClient]
+	mu    sync.Mutex // guards pools writes; reads are lock-free
+	pools atomic.Pointer[map[clientKey]*peerPool]
+	// janitor closes idle upstream connections; the first Serve starts it.
+	janitor sync.Once
 	h2      h2Transports // HTTP/2 upstreams
 }
 
@@ -113,8 +114,8 @@ func New(cfg Config) (*Proxy, error) {
 		p.metrics = m
 	}
 	p.routes.Store(newTable(&model.Configuration{}))
-	empty := map[clientKey]*fasthttp.HostClient{}
-	p.clients.Store(&empty)
+	empty := map[clientKey]*peerPool{}
+	p.pools.Store(&empty)
 	p.server = &fasthttp.Server{
 		Handler:                       p.ServeHTTP,
 		Name:                          "switchyard",
@@ -138,11 +139,15 @@ func New(cfg Config) (*Proxy, error) {
 func (p *Proxy) Update(cfg *model.Configuration) {
 	p.certs.update(cfg)
 	p.routes.Store(newTable(cfg))
+	if p.metrics != nil {
+		p.metrics.reset() // its keys are the old table's locations
+	}
 }
 
 // Serve accepts connections on ln until ctx ends, then drains: in-flight
 // requests finish, idle connections close.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	p.startJanitor(ctx)
 	if p.cfg.H2C {
 		return p.serveH2C(ctx, ln)
 	}
@@ -156,6 +161,27 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// startJanitor starts, once, the goroutine that closes upstream
+// connections idle for upstreamIdleTime, until ctx ends; then it closes
+// every idle one.
+func (p *Proxy) startJanitor(ctx context.Context) {
+	p.janitor.Do(func() {
+		go func() {
+			tick := time.NewTicker(upstreamIdleTime / 4)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					p.closeIdlePools(true)
+					return
+				case <-tick.C:
+					p.closeIdlePools(false)
+				}
+			}
+		}()
+	})
+}
+
 // hopHeaders are removed when proxying (RFC 9110 §7.6.1).
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
@@ -165,6 +191,9 @@ type outcome struct {
 	loc      *model.Location
 	canary   string
 	upstream time.Duration
+	// connect and header are the last attempt's connect time and time to
+	// the response head ($upstream_connect_time, $upstream_header_time).
+	connect, header time.Duration
 	// The last attempt's peer, its status and response length, for the
 	// access log.
 	peer           string
@@ -294,8 +323,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		}
 		out.SetBodyStream(lim, cl)
 	}
-	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim}
 	replayable := buffered && replayableMethod(string(ctx.Method()))
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replayable: replayable}
 	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, replayable, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
@@ -337,26 +366,29 @@ func answerFast(ctx *fasthttp.RequestCtx, v verdict) {
 }
 
 // fastTry is one attempt over HTTP/1.1 (backend-protocol HTTP and HTTPS)
-// through the peer's fasthttp keep-alive pool.
+// through the peer's keep-alive pool.
 type fastTry struct {
 	p    *Proxy
 	out  *fasthttp.Request
 	resp *fasthttp.Response
 	lim  *limitReader
+	// replayable: out may be sent again (its body is buffered and its
+	// method idempotent).
+	replayable bool
 }
 
-func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, error) {
-	err := t.p.client(pick.Peer, loc).Do(t.out, t.resp)
+func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
+	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replayable)
 	if err == nil && !t.lim.over {
-		return t.resp.StatusCode(), nil
+		return t.resp.StatusCode(), connect, nil
 	}
 	t.resp.Reset()
 	if t.lim.over {
 		// proxy-body-size while streaming: the chunked body went over the
 		// limit; the upstream got a broken body, the client gets a 413.
-		return 0, errBodyTooLarge
+		return 0, connect, errBodyTooLarge
 	}
-	return 0, err
+	return 0, connect, err
 }
 
 // reqState is what one request would otherwise allocate: the balancer's
@@ -464,46 +496,43 @@ type clientKey struct {
 }
 
 // client returns the keep-alive pool for a peer, creating it on first use.
-func (p *Proxy) client(addr string, loc *model.Location) *fasthttp.HostClient {
+func (p *Proxy) pool(addr string, loc *model.Location) *peerPool {
 	key := clientKey{addr: addr, tls: loc.BackendProtocol == model.ProtocolHTTPS}
-	if c := (*p.clients.Load())[key]; c != nil {
+	if c := (*p.pools.Load())[key]; c != nil {
 		return c
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := *p.clients.Load()
+	old := *p.pools.Load()
 	if c := old[key]; c != nil {
 		return c
 	}
-	t := timeoutsOf(loc)
-	c := &fasthttp.HostClient{
-		Addr:                          addr,
-		MaxConns:                      1024,
-		MaxIdleConnDuration:           60 * time.Second,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		NoDefaultUserAgentHeader:      true,
-		StreamResponseBody:            true,
-		// backend-protocol HTTPS: TLS to the peer, its certificate not
-		// verified and no SNI sent, as nginx's proxy_ssl_verify off and
-		// proxy_ssl_server_name off (ingress-nginx's defaults).
-		IsTLS:     key.tls,
-		TLSConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // nginx's proxy_ssl_verify off
-		Dial: func(a string) (net.Conn, error) {
-			c, err := fasthttp.DialTimeout(a, t.connect)
-			if err != nil {
-				return nil, err
-			}
-			return &timeoutConn{Conn: c, read: t.read, write: t.send}, nil
-		},
-	}
-	next := make(map[clientKey]*fasthttp.HostClient, len(old)+1)
+	c := &peerPool{addr: addr, tls: key.tls}
+	next := make(map[clientKey]*peerPool, len(old)+1)
 	for k, v := range old {
 		next[k] = v
 	}
 	next[key] = c
-	p.clients.Store(&next)
+	p.pools.Store(&next)
 	return c
+}
+
+// closeIdlePools closes the upstream connections idle for longer than
+// upstreamIdleTime (all if all), and forgets the pools left empty that
+// were idle so long: a peer gone from every backend leaves nothing behind.
+func (p *Proxy) closeIdlePools(all bool) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.pools.Load()
+	next := make(map[clientKey]*peerPool, len(old))
+	for k, pp := range old {
+		pp.closeIdle(now, all)
+		if !pp.forgettable(now) {
+			next[k] = pp
+		}
+	}
+	p.pools.Store(&next)
 }
 
 // refuseBody answers 413 and closes the connection. Like nginx's lingering

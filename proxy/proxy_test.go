@@ -396,8 +396,32 @@ nginx_ingress_controller_requests{canary="",host="m.test",ingress="shop",method=
 	if err := testutil.GatherAndCompare(promReg, strings.NewReader(want), "nginx_ingress_controller_requests"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(promReg, "nginx_ingress_controller_response_duration_seconds"); n != 1 {
-		t.Errorf("upstream latency series = %d; want 1 (only the proxied requests)", n)
+	for _, name := range []string{"response_duration_seconds", "connect_duration_seconds", "header_duration_seconds", "ingress_upstream_latency_seconds"} {
+		if n := testutil.CollectAndCount(promReg, "nginx_ingress_controller_"+name); n != 1 {
+			t.Errorf("%s series = %d; want 1 (only the proxied requests)", name, n)
+		}
+	}
+	// ingress-nginx's upstream latency summary (Flagger reads it): the
+	// connect time of each proxied request, by Ingress; the first request
+	// connected, the other two reused the kept-alive connection.
+	mfs, err := promReg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "nginx_ingress_controller_ingress_upstream_latency_seconds" {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		s := m.GetSummary()
+		if fmt.Sprint(labels) != "map[canary: ingress:shop namespace:prod service:web]" || s.GetSampleCount() != 3 || s.GetSampleSum() <= 0 || len(s.GetQuantile()) != 3 {
+			t.Errorf("upstream latency summary %v count=%d sum=%g quantiles=%d; want ingress shop/prod, service web, 3 samples, sum > 0, 3 quantiles",
+				labels, s.GetSampleCount(), s.GetSampleSum(), len(s.GetQuantile()))
+		}
 	}
 }
 

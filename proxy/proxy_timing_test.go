@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
@@ -23,6 +24,7 @@ import (
 func BenchmarkProxyHTTP1(b *testing.B) {
 	b.Run("accesslog=off", func(b *testing.B) { benchProxy(b, Config{}) })
 	b.Run("accesslog=on", func(b *testing.B) { benchProxy(b, Config{AccessLog: io.Discard}) })
+	b.Run("metrics=on", func(b *testing.B) { benchProxy(b, Config{Registerer: prometheus.NewRegistry()}) })
 }
 
 // benchConfig runs a fasthttp backend answering a short body and serves

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -43,19 +44,21 @@ type upgradeTry struct {
 	ctx *fasthttp.RequestCtx
 }
 
-func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location) (int, error) {
+func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
 	to := timeoutsOf(loc)
+	start := time.Now()
 	up, err := net.DialTimeout("tcp", pick.Peer, to.connect)
+	connect := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("dial upstream: %w", err)
+		return 0, connect, fmt.Errorf("dial upstream: %w", err)
 	}
 	status, err := t.p.switchProtocols(t.ctx, up, to, pick.SetCookie)
 	if err != nil {
 		_ = up.Close()
 		t.ctx.Response.Reset()
-		return 0, err
+		return 0, connect, err
 	}
-	return status, nil
+	return status, connect, nil
 }
 
 // switchProtocols writes the request to up and reads the answer. On 101 it

@@ -1,0 +1,417 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The HTTP/1.1 upstream transport: keep-alive pools per peer, one request
+// written and one response head read per attempt, and the response body
+// either read whole (small, with a Content-Length) or handed to the front
+// end as a stream that returns the connection to its pool when the client
+// has it all. fasthttp's HostClient did this before; its streamed bodies
+// cost four allocations per request and it does not say whether an attempt
+// connected, which nginx's $upstream_connect_time (and ingress-nginx's
+// upstream latency metric) needs.
+
+// Defaults of the upstream pools (nginx: upstream-keepalive-connections 320
+// per worker, upstream-keepalive-timeout 60s).
+const (
+	maxIdlePerPeer   = 320
+	upstreamIdleTime = 60 * time.Second
+	// maxChunkLine bounds a chunk-size line (hex size, extensions, CRLF).
+	maxChunkLine = 4096
+	// maxInterim bounds the 1xx responses read before the final one.
+	maxInterim = 8
+)
+
+// errUpstreamClosed: the peer closed a connection before the first byte of
+// a response (fasthttp's ErrConnectionClosed, which retryable knows).
+var errUpstreamClosed = fasthttp.ErrConnectionClosed
+
+// errBadChunk: the upstream's chunked body is malformed.
+var errBadChunk = errors.New("proxy: malformed chunked body from upstream")
+
+// peerPool holds the idle keep-alive connections to one peer.
+type peerPool struct {
+	addr string
+	tls  bool
+
+	mu   sync.Mutex
+	idle []*upConn // most recently used last
+	// active counts the connections out of the pool, lastUsed is when one
+	// was last taken: together they say when the pool can be forgotten.
+	active   int
+	lastUsed time.Time
+}
+
+// upConn is one upstream connection with its buffers.
+type upConn struct {
+	tc   timeoutConn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	pool *peerPool
+	// idleSince is when it went back to the pool.
+	idleSince time.Time
+}
+
+// get returns an idle connection (reused true) or dials a new one,
+// reporting how long the connection took to establish (TCP and TLS, 0 when
+// reused), as nginx's $upstream_connect_time.
+func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bool, err error) {
+	now := time.Now()
+	pp.mu.Lock()
+	pp.active++
+	pp.lastUsed = now
+	for len(pp.idle) > 0 {
+		c = pp.idle[len(pp.idle)-1]
+		pp.idle[len(pp.idle)-1] = nil
+		pp.idle = pp.idle[:len(pp.idle)-1]
+		if now.Sub(c.idleSince) < upstreamIdleTime {
+			pp.mu.Unlock()
+			c.tc.read, c.tc.write = t.read, t.send
+			return c, 0, true, nil
+		}
+		_ = c.tc.Conn.Close()
+	}
+	pp.mu.Unlock()
+	conn, err := pp.dial(t.connect)
+	if err != nil {
+		pp.mu.Lock()
+		pp.active--
+		pp.mu.Unlock()
+		return nil, time.Since(now), false, err
+	}
+	c = &upConn{tc: timeoutConn{Conn: conn, read: t.read, write: t.send}, pool: pp}
+	c.br = bufio.NewReaderSize(&c.tc, 4096)
+	c.bw = bufio.NewWriterSize(&c.tc, 4096)
+	return c, time.Since(now), false, nil
+}
+
+// dial connects to the peer within timeout, with TLS for backend-protocol
+// HTTPS (no verification and no SNI: nginx's proxy_ssl_verify off and
+// proxy_ssl_server_name off, ingress-nginx's defaults).
+func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.Dial("tcp", pp.addr)
+	if err != nil || !pp.tls {
+		return conn, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // nginx's proxy_ssl_verify off
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		// A failed handshake is a failed connect: another peer may be
+		// tried whatever the request (nothing reached the application).
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("tls handshake: %w", err)}
+	}
+	return tc, nil
+}
+
+// put returns c to its pool, or closes it when the pool is full.
+func (c *upConn) put() {
+	pp := c.pool
+	c.idleSince = time.Now()
+	pp.mu.Lock()
+	pp.active--
+	if len(pp.idle) < maxIdlePerPeer {
+		pp.idle = append(pp.idle, c)
+		pp.mu.Unlock()
+		return
+	}
+	pp.mu.Unlock()
+	_ = c.tc.Conn.Close()
+}
+
+// close closes c, which was out of its pool.
+func (c *upConn) close() {
+	_ = c.tc.Conn.Close()
+	c.pool.mu.Lock()
+	c.pool.active--
+	c.pool.mu.Unlock()
+}
+
+// forgettable: nothing of pp is open and it has not been used for
+// upstreamIdleTime.
+func (pp *peerPool) forgettable(now time.Time) bool {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return len(pp.idle) == 0 && pp.active == 0 && now.Sub(pp.lastUsed) >= upstreamIdleTime
+}
+
+// closeIdle closes the connections idle for longer than upstreamIdleTime
+// (all of them if all is true), for the janitor and Shutdown.
+func (pp *peerPool) closeIdle(now time.Time, all bool) {
+	pp.mu.Lock()
+	keep := pp.idle[:0]
+	for _, c := range pp.idle {
+		if all || now.Sub(c.idleSince) >= upstreamIdleTime {
+			_ = c.tc.Conn.Close()
+			continue
+		}
+		keep = append(keep, c)
+	}
+	clear(pp.idle[len(keep):])
+	pp.idle = keep
+	pp.mu.Unlock()
+}
+
+// roundTrip sends out over a connection of pp and reads the response head
+// into resp. A body of at most smallBody bytes with a Content-Length is read
+// whole; any other body becomes resp's body stream, which owns the
+// connection until fasthttp (or the HTTP/2 front end) has read and closed
+// it. replayable says out may be written again: a reused connection that
+// the peer had closed is then replaced by a new one, once, as nginx and
+// fasthttp do. connect is the connect time of the connection used.
+func roundTrip(pp *peerPool, t timeouts, out *fasthttp.Request, resp *fasthttp.Response, smallBody int, replayable bool) (connect time.Duration, err error) {
+	for attempt := 0; ; attempt++ {
+		c, took, reused, err := pp.get(t)
+		connect = took
+		if err != nil {
+			return connect, err
+		}
+		err = writeRequest(c, out)
+		if err == nil {
+			// Wait for the first byte apart from parsing, to tell a closed
+			// keep-alive connection from a broken response.
+			_, err = c.br.Peek(1)
+			if err != nil && !isTimeout(err) {
+				err = errUpstreamClosed
+			}
+		}
+		if err != nil {
+			c.close()
+			if reused && replayable && attempt == 0 && !isTimeout(err) {
+				continue
+			}
+			return connect, err
+		}
+		return connect, readResponse(c, out, resp, smallBody)
+	}
+}
+
+func writeRequest(c *upConn, out *fasthttp.Request) error {
+	if err := out.Write(c.bw); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// readResponse reads the response head and sets up the body.
+func readResponse(c *upConn, out *fasthttp.Request, resp *fasthttp.Response, smallBody int) error {
+	resp.Reset()
+	h := &resp.Header
+	h.DisableNormalizing()
+	if err := h.Read(c.br); err != nil {
+		c.close()
+		return err
+	}
+	for n := 0; h.StatusCode() >= 100 && h.StatusCode() < 200 && h.StatusCode() != fasthttp.StatusSwitchingProtocols; n++ {
+		if n >= maxInterim {
+			c.close()
+			return errors.New("proxy: too many interim responses from upstream")
+		}
+		if err := h.Read(c.br); err != nil {
+			c.close()
+			return err
+		}
+	}
+	keep := !h.ConnectionClose() && !out.Header.ConnectionClose()
+	status := h.StatusCode()
+	if out.Header.IsHead() || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
+		resp.SkipBody = true
+		c.release(keep)
+		return nil
+	}
+	cl := h.ContentLength()
+	if cl >= 0 && cl <= smallBody {
+		if err := resp.ReadBody(c.br, smallBody); err != nil {
+			c.close()
+			return err
+		}
+		c.release(keep)
+		return nil
+	}
+	b := upBodyPool.Get().(*upBody)
+	*b = upBody{c: c, header: h, left: int64(cl), keep: keep}
+	switch {
+	case cl == -1: // chunked
+		b.chunked = true
+		b.left = 0
+	case cl < 0: // no length: the body ends when the peer closes
+		b.keep = false
+		b.left = -1
+	}
+	size := cl
+	if size < 0 {
+		size = -1
+	}
+	resp.SetBodyStream(b, size)
+	return nil
+}
+
+// release puts c back in its pool if the exchange left it reusable.
+func (c *upConn) release(keep bool) {
+	if keep && c.br.Buffered() == 0 {
+		c.put()
+		return
+	}
+	c.close()
+}
+
+// upBody is a streamed response body. It reads through the connection's
+// buffer (decoding chunked, reading trailers into the response header) and
+// on Close returns the connection to its pool if the body was read to the
+// end, or closes it. Pooled: the front end closes it when done, which
+// fasthttp does for every body stream, also on errors and resets.
+type upBody struct {
+	c       *upConn
+	header  *fasthttp.ResponseHeader
+	left    int64 // bytes left: of the body, or of the current chunk; -1 until EOF
+	chunked bool
+	keep    bool
+	eof     bool
+}
+
+var upBodyPool = sync.Pool{New: func() any { return new(upBody) }}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	if b.c == nil {
+		return 0, io.ErrClosedPipe
+	}
+	if b.chunked && b.left == 0 {
+		size, err := readChunkSize(b.c.br)
+		if err != nil {
+			return 0, err
+		}
+		if size == 0 {
+			if err := b.header.ReadTrailer(b.c.br); err != nil && !errors.Is(err, io.EOF) {
+				return 0, err
+			}
+			b.eof = true
+			return 0, io.EOF
+		}
+		b.left = size
+	}
+	if b.left == 0 {
+		b.eof = true
+		return 0, io.EOF
+	}
+	if b.left > 0 && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.c.br.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	switch {
+	case errors.Is(err, io.EOF) && b.left < 0:
+		b.eof = true // identity body: the close is its end
+		return n, io.EOF
+	case errors.Is(err, io.EOF):
+		return n, io.ErrUnexpectedEOF
+	case err != nil:
+		return n, err
+	}
+	if b.chunked && b.left == 0 {
+		if err := readCRLF(b.c.br); err != nil {
+			return n, err
+		}
+	} else if !b.chunked && b.left == 0 {
+		b.eof = true
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// CloseWithError ends the body: the connection goes back to its pool only
+// if the body was read to its end without error.
+func (b *upBody) CloseWithError(err error) error {
+	if b.c != nil {
+		b.c.release(b.keep && b.eof && err == nil)
+	}
+	*b = upBody{}
+	upBodyPool.Put(b)
+	return nil
+}
+
+func (b *upBody) Close() error { return b.CloseWithError(nil) }
+
+// readChunkSize reads a chunk-size line: hex digits, optional extensions
+// (ignored), CRLF.
+func readChunkSize(br *bufio.Reader) (int64, error) {
+	var size int64
+	digits, read := 0, 0
+	inExt := false
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		if read++; read > maxChunkLine {
+			return 0, errBadChunk
+		}
+		switch {
+		case c == '\r':
+			if c, err = br.ReadByte(); err != nil || c != '\n' || digits == 0 {
+				return 0, errBadChunk
+			}
+			return size, nil
+		case c == '\n':
+			return 0, errBadChunk // bare LF: refuse, as RFC 9112 §2.2 allows
+		case inExt:
+		case c == ';' || c == ' ' || c == '\t':
+			inExt = true
+		default:
+			v, ok := hexVal(c)
+			if !ok || digits >= 15 {
+				return 0, errBadChunk
+			}
+			size = size<<4 | int64(v)
+			digits++
+		}
+	}
+}
+
+func hexVal(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func readCRLF(br *bufio.Reader) error {
+	c1, err := br.ReadByte()
+	if err != nil {
+		return io.ErrUnexpectedEOF
+	}
+	c2, err := br.ReadByte()
+	if err != nil {
+		return io.ErrUnexpectedEOF
+	}
+	if c1 != '\r' || c2 != '\n' {
+		return errBadChunk
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// rawBackend is an upstream on loopback written byte by byte: answer is
+// called with each request head read on a connection (n counts the
+// requests of that connection from 1) and returns the bytes to send back
+// and whether to close the connection after them. It counts connections.
+type rawBackend struct {
+	addr  string
+	conns atomic.Int32
+}
+
+func newRawBackend(t *testing.T, answer func(n int, head string) (reply string, closeAfter bool)) *rawBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawBackend{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 1; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					var head bytes.Buffer
+					_ = req.Header.Write(&head)
+					reply, closeAfter := answer(n, req.Method+" "+req.URL.RequestURI()+"\n"+head.String())
+					if _, err := io.WriteString(c, reply); err != nil || closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return b
+}
+
+func okReply(body string) string {
+	return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
+func oneBackendConfig(addr string) *model.Configuration {
+	return &model.Configuration{
+		Backends: []balancer.Backend{{Name: "b", Endpoints: endpoints(addr)}},
+		Servers:  []model.Server{{Hostname: "t.example", Locations: []model.Location{loc("/", model.PathTypePrefix, "b")}}},
+	}
+}
+
+func do(t *testing.T, method, url string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(""))
+	req.Host = "t.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: body: %v", method, url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestUpstreamKeepAliveReuse: sequential requests share one upstream
+// connection, whether the body was read whole (small) or streamed (larger
+// than the buffer, or chunked).
+func TestUpstreamKeepAliveReuse(t *testing.T) {
+	big := strings.Repeat("x", 200<<10)
+	b := newRawBackend(t, func(n int, head string) (string, bool) {
+		switch {
+		case strings.HasPrefix(head, "GET /big"):
+			return okReply(big), false
+		case strings.HasPrefix(head, "GET /chunked"):
+			return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", false
+		case strings.HasPrefix(head, "HEAD"):
+			return "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n", false
+		}
+		return okReply("small"), false
+	})
+	base, _ := start(t, oneBackendConfig(b.addr))
+	for i := range 3 {
+		for _, c := range []struct{ method, path, want string }{
+			{"GET", "/small", "small"}, {"GET", "/big", big}, {"GET", "/chunked", "hello world"}, {"HEAD", "/h", ""},
+		} {
+			status, body := do(t, c.method, base+c.path)
+			if status != 200 || body != c.want {
+				t.Fatalf("round %d %s %s: %d, %d bytes; want 200 and %d bytes", i, c.method, c.path, status, len(body), len(c.want))
+			}
+		}
+	}
+	if n := b.conns.Load(); n != 1 {
+		t.Errorf("upstream connections: %d; want 1 (kept alive)", n)
+	}
+}
+
+// TestUpstreamClosedKeepAlive: a kept-alive connection that the upstream
+// closed after its answer is replaced by a new one for an idempotent
+// request (the client sees 200, and the balancer no failed attempt: the
+// peer did nothing wrong), and not for a POST, which nginx does not send
+// twice (502).
+func TestUpstreamClosedKeepAlive(t *testing.T) {
+	// Every connection answers once and then closes without saying so: the
+	// proxy's pooled connection is dead when the next request takes it.
+	b := newRawBackend(t, func(n int, head string) (string, bool) { return okReply("once"), true })
+	base, rec := startRecorded(t, oneBackendConfig(b.addr))
+	if s, body := do(t, "GET", base+"/"); s != 200 || body != "once" {
+		t.Fatalf("first GET: %d %q", s, body)
+	}
+	time.Sleep(50 * time.Millisecond) // let the close reach the proxy's socket
+	if s, body := do(t, "GET", base+"/"); s != 200 || body != "once" {
+		t.Fatalf("GET on a closed kept-alive connection: %d %q; want 200 from a new connection", s, body)
+	}
+	if n := b.conns.Load(); n != 2 {
+		t.Errorf("upstream connections after two GETs: %d; want 2", n)
+	}
+	rec.mu.Lock()
+	if len(rec.dones) != 2 || rec.dones[0].Failed || rec.dones[1].Failed {
+		t.Errorf("balancer feedback %+v; want two attempts, none failed", rec.dones)
+	}
+	rec.mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	if s, _ := do(t, "POST", base+"/"); s != http.StatusBadGateway {
+		t.Errorf("POST on a closed kept-alive connection: %d; want 502 (not replayed)", s)
+	}
+}
+
+// TestUpstreamBrokenBodies: a malformed chunked body or a body shorter than
+// its Content-Length reaches the client as a broken response, and the
+// connection is not reused.
+func TestUpstreamBrokenBodies(t *testing.T) {
+	b := newRawBackend(t, func(n int, head string) (string, bool) {
+		switch {
+		case strings.HasPrefix(head, "GET /badchunk"):
+			return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", false
+		case strings.HasPrefix(head, "GET /short"):
+			return "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("y", 70000), true
+		}
+		return okReply("fine"), false
+	})
+	base, _ := start(t, oneBackendConfig(b.addr))
+	for _, path := range []string{"/badchunk", "/short"} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Host = "t.example"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue // broken before the head: also not a complete answer
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Errorf("%s: the client read a complete body; want a broken response", path)
+		}
+	}
+	before := b.conns.Load()
+	if s, body := do(t, "GET", base+"/ok"); s != 200 || body != "fine" {
+		t.Fatalf("after broken bodies: %d %q", s, body)
+	}
+	if after := b.conns.Load(); after != before+1 {
+		t.Errorf("upstream connections %d -> %d: a connection with a broken body was reused", before, after)
+	}
+}
+
+// doneRecorder is a Picker that remembers every Done.
+type doneRecorder struct {
+	*balancer.Registry
+	mu    sync.Mutex
+	dones []balancer.DoneInfo
+}
+
+func (r *doneRecorder) Done(p *balancer.Pick, info balancer.DoneInfo) {
+	r.mu.Lock()
+	r.dones = append(r.dones, info)
+	r.mu.Unlock()
+	r.Registry.Done(p, info)
+}
+
+// startRecorded is start with a doneRecorder as the Picker.
+func startRecorded(t *testing.T, cfg *model.Configuration) (string, *doneRecorder) {
+	t.Helper()
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(cfg.Backends); err != nil {
+		t.Fatal(err)
+	}
+	rec := &doneRecorder{Registry: reg}
+	p, err := New(Config{Picker: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(cfg)
+	return "http://" + serve(t, p.Serve), rec
+}
+
+// TestUpstreamConnectTime: the balancer hears the connect time of a new
+// connection and 0 for a kept-alive one ($upstream_connect_time).
+func TestUpstreamConnectTime(t *testing.T) {
+	b := newRawBackend(t, func(int, string) (string, bool) { return okReply("x"), false })
+	base, rec := startRecorded(t, oneBackendConfig(b.addr))
+	for range 3 {
+		if s, _ := do(t, "GET", base+"/"); s != 200 {
+			t.Fatalf("status %d", s)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var connects []time.Duration
+	for _, d := range rec.dones {
+		connects = append(connects, d.ConnectTime)
+	}
+	if len(connects) != 3 || connects[0] <= 0 || connects[1] != 0 || connects[2] != 0 {
+		t.Errorf("connect times %v; want one > 0, then 0, 0", connects)
+	}
+}
+
+// TestUpstreamIdlePools: the janitor's sweep closes idle connections, and
+// forgets a pool only when nothing of it is open.
+func TestUpstreamIdlePools(t *testing.T) {
+	b := newRawBackend(t, func(int, string) (string, bool) { return okReply("x"), false })
+	cfg := oneBackendConfig(b.addr)
+	p, _ := newProxy(t, cfg, Config{})
+	base := "http://" + serve(t, p.Serve)
+	if s, _ := do(t, "GET", base+"/"); s != 200 {
+		t.Fatalf("status %d", s)
+	}
+	pools := *p.pools.Load()
+	if len(pools) != 1 {
+		t.Fatalf("%d pools; want 1", len(pools))
+	}
+	var pp *peerPool
+	for _, v := range pools {
+		pp = v
+	}
+	pp.mu.Lock()
+	idle := len(pp.idle)
+	pp.mu.Unlock()
+	if idle != 1 {
+		t.Fatalf("%d idle connections; want 1", idle)
+	}
+	p.closeIdlePools(false) // nothing idle for 60 s yet
+	if len(*p.pools.Load()) != 1 || len(pp.idle) != 1 {
+		t.Fatalf("a fresh idle connection was closed")
+	}
+	p.closeIdlePools(true)
+	if len(pp.idle) != 0 {
+		t.Fatalf("closeIdlePools(true) left idle connections")
+	}
+	pp.mu.Lock()
+	pp.lastUsed = time.Now().Add(-2 * upstreamIdleTime)
+	pp.mu.Unlock()
+	p.closeIdlePools(false)
+	if n := len(*p.pools.Load()); n != 0 {
+		t.Errorf("%d pools after the sweep; want the unused one forgotten", n)
+	}
+	if s, _ := do(t, "GET", base+"/"); s != 200 {
+		t.Fatalf("after forgetting the pool: status %d", s)
+	}
+}
+
+// chunkedBody decodes in as a chunked body through upBody.
+func chunkedBody(in []byte) ([]byte, error) {
+	pp := &peerPool{}
+	c := &upConn{br: bufio.NewReaderSize(bytes.NewReader(in), 16), pool: pp}
+	var hdr fasthttp.ResponseHeader
+	return io.ReadAll(&upBody{c: c, header: &hdr, chunked: true})
+}
+
+func TestReadChunked(t *testing.T) {
+	for _, c := range []struct {
+		name, in, want string
+		ok         bool
+	}{
+		{"simple", "5\r\nhello\r\n0\r\n\r\n", "hello", true},
+		{"extension", "5;a=b\r\nhello\r\n6 ; x\r\n world\r\n0\r\n\r\n", "hello world", true},
+		{"upper hex", "A\r\n0123456789\r\n0\r\n\r\n", "0123456789", true},
+		{"trailer", "3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", "abc", true},
+		{"bad digit", "g\r\nx\r\n0\r\n\r\n", "", false},
+		{"no size", "\r\nx\r\n0\r\n\r\n", "", false},
+		{"bare LF", "5\nhello\r\n0\r\n\r\n", "", false},
+		{"missing CRLF after data", "5\r\nhelloXX0\r\n\r\n", "hello", false},
+		{"too big", "fffffffffffffffff\r\n", "", false},
+		{"truncated", "5\r\nhel", "hel", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := chunkedBody([]byte(c.in))
+			if (err == nil) != c.ok || string(got) != c.want {
+				t.Errorf("got %q, %v; want %q, ok=%v", got, err, c.want, c.ok)
+			}
+		})
+	}
+}
+
+// FuzzReadChunked: any upstream bytes decode without panic, and whatever
+// decodes completely agrees with net/http's chunked reader.
+func FuzzReadChunked(f *testing.F) {
+	for _, s := range []string{"5\r\nhello\r\n0\r\n\r\n", "5;a=b\r\nhello\r\n0\r\nX: y\r\n\r\n", "zz\r\n", "0\r\n\r\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := chunkedBody(in)
+		if err != nil {
+			return
+		}
+		want, werr := io.ReadAll(httputil.NewChunkedReader(bytes.NewReader(in)))
+		if werr == nil && !bytes.Equal(got, want) {
+			t.Errorf("decoded %q; net/http decodes %q", got, want)
+		}
+	})
+}
