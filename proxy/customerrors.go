@@ -90,7 +90,7 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 	el := model.Location{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}
 	t := &fastTry{p: p, out: req, resp: resp, lim: &limitReader{left: -1}}
 	var a balancer.Attempt
-	pick, err := p.attempts(backend, &el, view, &a, o, replayableMethod(er.method), t)
+	pick, err := p.attempts(backend, &el, view, &a, o, replayOf(er.method, true), t)
 	if err != nil {
 		if err == balancer.ErrUnknownBackend {
 			defaultBackendResponse(resp)

@@ -269,17 +269,115 @@ type tryer interface {
 	// connect is how long the attempt took to connect (TCP and TLS; 0 on
 	// a kept-alive connection), as nginx's $upstream_connect_time.
 	try(pick *balancer.Pick, loc *model.Location) (status int, connect time.Duration, err error)
+	// discard drops the response of a successful try that is not used
+	// (proxy_next_upstream http_502 and the like), closing its body.
+	discard()
+}
+
+// replay says whether a request may be sent to another peer once it was
+// sent to one: its body must be at hand again (buffered, not streamed), and
+// its method idempotent unless proxy-next-upstream says non_idempotent.
+type replay struct {
+	body, idempotent bool
+}
+
+// replayOf is the replay of a request with method whose body is buffered
+// (or empty) or not.
+func replayOf(method string, bodyBuffered bool) replay {
+	return replay{body: bodyBuffered, idempotent: idempotentMethod(method)}
+}
+
+// idempotentMethod: nginx passes every method but POST, LOCK and PATCH to
+// the next upstream after it was sent (proxy_next_upstream without
+// non_idempotent).
+func idempotentMethod(m string) bool {
+	return m != "POST" && m != "LOCK" && m != "PATCH"
+}
+
+// nextUpstream is a parsed proxy-next-upstream: when an attempt passes the
+// request to the next peer.
+type nextUpstream struct {
+	onError, onTimeout, onInvalidHeader, nonIdempotent bool
+	statuses                                          uint8 // bits of nextStatuses
+}
+
+// nextStatuses are the statuses proxy_next_upstream can name (http_500 ...).
+var nextStatuses = [...]int{500, 502, 503, 504, 403, 404, 429}
+
+func nextStatusBit(code int) uint8 {
+	for i, c := range nextStatuses {
+		if c == code {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// nextUpstreamOf parses proxy-next-upstream; empty is nginx's default
+// "error timeout", "off" never passes a request on. Unknown tokens were
+// refused by the control plane.
+func nextUpstreamOf(tokens []string) nextUpstream {
+	if len(tokens) == 0 {
+		return nextUpstream{onError: true, onTimeout: true}
+	}
+	var n nextUpstream
+	for _, t := range tokens {
+		switch t {
+		case "error":
+			n.onError = true
+		case "timeout":
+			n.onTimeout = true
+		case "invalid_header":
+			n.onInvalidHeader = true
+		case "non_idempotent":
+			n.nonIdempotent = true
+		case "off":
+			return nextUpstream{}
+		default:
+			if code, ok := strings.CutPrefix(t, "http_"); ok {
+				if c, err := strconv.Atoi(code); err == nil {
+					n.statuses |= nextStatusBit(c)
+				}
+			}
+		}
+	}
+	return n
+}
+
+// onStatus: the response status passes the request on.
+func (n *nextUpstream) onStatus(code int) bool {
+	return n.statuses&nextStatusBit(code) != 0
+}
+
+// onFailure: the attempt's error passes the request on.
+func (n *nextUpstream) onFailure(err error) bool {
+	switch {
+	case isTimeout(err):
+		return n.onTimeout
+	case retryable(err):
+		return n.onError
+	}
+	return n.onInvalidHeader // a response head that did not parse
 }
 
 // attempts runs a request's attempts against backend as nginx's
 // proxy_next_upstream (spec §5): a pick per attempt, the balancer told how
-// each ended, another peer after a connection error or timeout while
-// proxy-next-upstream-tries allows, and only when the request can be sent
-// again (replayable, or nothing was written: a dial error).
-func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Request, a *balancer.Attempt, o *outcome, replayable bool, t tryer) (*balancer.Pick, error) {
+// each ended; another peer after a failure or a status that
+// proxy-next-upstream names, while proxy-next-upstream-tries and
+// proxy-next-upstream-timeout allow, and only when the request can be sent
+// again (see replay) or nothing was sent (a dial error). When the tries
+// run out on a status, that response is the answer, as in nginx.
+func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Request, a *balancer.Attempt, o *outcome, r replay, t tryer) (*balancer.Pick, error) {
 	tries := loc.Proxy.NextUpstreamTries
 	if tries <= 0 {
 		tries = 3
+	}
+	next := nextUpstreamOf(loc.Proxy.NextUpstream)
+	resend := r.body && (r.idempotent || next.nonIdempotent)
+	first := time.Now()
+	var deadline time.Time
+	if s := loc.Proxy.NextUpstreamTimeoutSeconds; s > 0 {
+		deadline = first.Add(time.Duration(s) * time.Second)
 	}
 	for n := 1; ; n++ {
 		pick, err := p.cfg.Picker.Pick(backend, view, a)
@@ -295,28 +393,25 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 			o.canary = pick.Backend
 		}
 		o.peer = pick.Peer
+		more := n < tries && (deadline.IsZero() || time.Now().Before(deadline))
 		if err == nil {
+			if more && resend && next.onStatus(status) {
+				p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, HeaderTime: elapsed, Status: status, Failed: true})
+				t.discard()
+				a.LastFailure = balancer.FailureNext
+				continue
+			}
 			o.upstreamStatus = status
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, HeaderTime: elapsed, Status: status})
 			return pick, nil
 		}
 		tooLarge := errors.Is(err, errBodyTooLarge)
 		p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, Failed: !tooLarge})
-		if tooLarge || n >= tries || !(replayable || isDialError(err)) || !retryable(err) {
+		if tooLarge || !more || !(resend || isDialError(err)) || !next.onFailure(err) {
 			return pick, err
 		}
 		a.LastFailure = balancer.FailureFailed
 	}
-}
-
-// replayableMethod: only requests that can be sent again (nginx
-// proxy_next_upstream without non_idempotent).
-func replayableMethod(m string) bool {
-	switch m {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
 }
 
 // h2Upstream reports whether backend-protocol speaks HTTP/2 to the peer

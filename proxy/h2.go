@@ -410,7 +410,7 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	out.UseHostHeader = true
 	lim := &limitReader{left: -1}
 	cl := r.ContentLength
-	replayable := replayableMethod(r.Method)
+	buffered := true
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || cl == 0:
 	case cl > 0 && cl <= int64(p.cfg.BodyBufferBytes):
@@ -426,11 +426,12 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 			lim.left = -1
 		}
 		out.SetBodyStream(lim, int(cl))
-		replayable = false
+		buffered = false
 	}
-	t := &fastTry{p: p, out: out, resp: resp, lim: lim}
+	rp := replayOf(r.Method, buffered)
+	t := &fastTry{p: p, out: out, resp: resp, lim: lim, replayable: rp.body && rp.idempotent}
 	var a balancer.Attempt
-	pick, err := p.attempts(loc.Backend, loc, view, &a, o, replayable, t)
+	pick, err := p.attempts(loc.Backend, loc, view, &a, o, rp, t)
 	if err != nil {
 		w.answer(verdict{status: failureStatus(err)})
 		return
@@ -517,18 +518,18 @@ func (p *Proxy) h2ToH2(w *h2Writer, r *http.Request, rt *route, view balancer.Re
 	out.URL.Scheme, out.URL.Host = scheme, ""
 	out.Host = outHost
 	lim := &limitReader{left: -1}
-	replayable := replayableMethod(r.Method)
+	buffered := true
 	if r.Body != nil && r.Body != http.NoBody {
 		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes}
 		if lim.left <= 0 {
 			lim.left = -1
 		}
 		out.Body = bodyReader{lim}
-		replayable = false
+		buffered = false
 	}
 	t := &h2Try{p: p, ctx: r.Context(), out: out, lim: lim}
 	var a balancer.Attempt
-	pick, err := p.attempts(loc.Backend, loc, view, &a, o, replayable, t)
+	pick, err := p.attempts(loc.Backend, loc, view, &a, o, replayOf(r.Method, buffered), t)
 	if err != nil {
 		w.answer(verdict{status: failureStatus(err)})
 		return

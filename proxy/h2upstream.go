@@ -126,6 +126,13 @@ func (t *h2Try) try(pick *balancer.Pick, loc *model.Location) (int, time.Duratio
 	return resp.StatusCode, 0, nil
 }
 
+func (t *h2Try) discard() {
+	if t.resp != nil {
+		_ = t.resp.Body.Close()
+		t.resp = nil
+	}
+}
+
 // idleBody is an upstream response body whose every read must make
 // progress within read; Close ends the stream.
 type idleBody struct {
@@ -182,7 +189,8 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 	out.Host = string(ctx.Request.Header.Host())
 	lim := &limitReader{left: -1}
 	cl := ctx.Request.Header.ContentLength()
-	replayable := replayableMethod(out.Method)
+	// A body read once cannot be sent again (the transport consumes it).
+	buffered := true
 	// The transport reads the body on its own goroutine; the guard keeps
 	// it from reading ctx's body once fasthttp has the request back.
 	guard := &guardedBody{}
@@ -191,14 +199,15 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 		if lim.left <= 0 {
 			lim.left = -1
 		}
-		guard.r, replayable = lim, false
+		guard.r, buffered = lim, false
 		out.Body, out.ContentLength = guard, int64(max(cl, -1))
 	} else if body := ctx.Request.Body(); len(body) > 0 {
 		guard.r = bytes.NewReader(body)
 		out.Body, out.ContentLength = guard, int64(len(body))
+		buffered = false
 	}
 	t := &h2Try{p: p, ctx: out.Context(), out: out, lim: lim}
-	pick, err := p.attempts(loc.Backend, loc, view, a, o, replayable, t)
+	pick, err := p.attempts(loc.Backend, loc, view, a, o, replayOf(out.Method, buffered), t)
 	if err != nil {
 		guard.stop()
 		answerFast(ctx, verdict{status: failureStatus(err)})

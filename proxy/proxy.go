@@ -323,9 +323,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		}
 		out.SetBodyStream(lim, cl)
 	}
-	replayable := buffered && replayableMethod(string(ctx.Method()))
-	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replayable: replayable}
-	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, replayable, &st.try)
+	r := replayOf(string(ctx.Method()), buffered)
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replayable: r.body && r.idempotent}
+	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, r, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
 		return
@@ -390,6 +390,8 @@ func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Durat
 	}
 	return 0, connect, err
 }
+
+func (t *fastTry) discard() { t.resp.Reset() }
 
 // reqState is what one request would otherwise allocate: the balancer's
 // request view, the attempt, the body limiter, the attempt state and a

@@ -33,7 +33,7 @@ func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, view *req
 	h.Set("Connection", "upgrade")
 	h.Set("Upgrade", protocol)
 	var a balancer.Attempt
-	if _, err := p.attempts(loc.Backend, loc, view, &a, o, false, &upgradeTry{p: p, ctx: ctx}); err != nil {
+	if _, err := p.attempts(loc.Backend, loc, view, &a, o, replay{}, &upgradeTry{p: p, ctx: ctx}); err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
 	}
 }
@@ -60,6 +60,9 @@ func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Du
 	}
 	return status, connect, nil
 }
+
+// discard is never called: an upgrade is not sent twice (replay{}).
+func (t *upgradeTry) discard() { t.ctx.Response.Reset() }
 
 // switchProtocols writes the request to up and reads the answer. On 101 it
 // arranges the hijack that owns up from then on; otherwise the answer

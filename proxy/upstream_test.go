@@ -25,8 +25,9 @@ import (
 // requests of that connection from 1) and returns the bytes to send back
 // and whether to close the connection after them. It counts connections.
 type rawBackend struct {
-	addr  string
-	conns atomic.Int32
+	addr     string
+	conns    atomic.Int32
+	requests atomic.Int32
 }
 
 func newRawBackend(t *testing.T, answer func(n int, head string) (reply string, closeAfter bool)) *rawBackend {
@@ -58,6 +59,7 @@ func newRawBackend(t *testing.T, answer func(n int, head string) (reply string, 
 						return
 					}
 					_, _ = io.Copy(io.Discard, req.Body)
+					b.requests.Add(1)
 					var head bytes.Buffer
 					_ = req.Header.Write(&head)
 					reply, closeAfter := answer(n, req.Method+" "+req.URL.RequestURI()+"\n"+head.String())
@@ -341,4 +343,78 @@ func FuzzReadChunked(f *testing.F) {
 			t.Errorf("decoded %q; net/http decodes %q", got, want)
 		}
 	})
+}
+
+// TestNextUpstreamPolicy: proxy-next-upstream, -tries and -timeout decide
+// which attempts go to the next peer, as nginx's proxy_next_upstream.
+func TestNextUpstreamPolicy(t *testing.T) {
+	bad := newRawBackend(t, func(int, string) (string, bool) {
+		return "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 3\r\n\r\nbad", false
+	})
+	slow := newRawBackend(t, func(int, string) (string, bool) {
+		time.Sleep(1100 * time.Millisecond)
+		return "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 4\r\n\r\nslow", false
+	})
+	good := newRawBackend(t, func(int, string) (string, bool) { return okReply("good"), false })
+	dead := deadAddr(t)
+	for _, c := range []struct {
+		name    string
+		peers   []string
+		next    []string
+		tries   int
+		timeout int
+		method  string
+		// want: the statuses (and bodies) the client may see; all must be seen
+		// over the requests when more than one.
+		want map[string]bool
+	}{
+		{"default: a 502 is an answer", []string{bad.addr, good.addr}, nil, 3, 0, "GET", map[string]bool{"502 bad": true, "200 good": true}},
+		{"http_502 passes it on", []string{bad.addr, good.addr}, []string{"error", "timeout", "http_502"}, 3, 0, "GET", map[string]bool{"200 good": true}},
+		{"tries exhausted: the last 502 is the answer", []string{bad.addr}, []string{"http_502"}, 2, 0, "GET", map[string]bool{"502 bad": true}},
+		{"POST is not sent twice", []string{bad.addr, good.addr}, []string{"error", "http_502"}, 3, 0, "POST", map[string]bool{"502 bad": true, "200 good": true}},
+		{"non_idempotent: POST is", []string{bad.addr, good.addr}, []string{"error", "http_502", "non_idempotent"}, 3, 0, "POST", map[string]bool{"200 good": true}},
+		{"default: a dial error is passed on", []string{dead, good.addr}, nil, 3, 0, "GET", map[string]bool{"200 good": true}},
+		{"off: not even a dial error", []string{dead, good.addr}, []string{"off"}, 3, 0, "GET", map[string]bool{"502 ": true, "200 good": true}},
+		{"timeout: none left after a slow answer", []string{slow.addr}, []string{"http_502"}, 3, 1, "GET", map[string]bool{"502 slow": true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := loc("/", model.PathTypePrefix, "b")
+			l.Proxy.NextUpstream, l.Proxy.NextUpstreamTries, l.Proxy.NextUpstreamTimeoutSeconds = c.next, c.tries, c.timeout
+			cfg := &model.Configuration{
+				Backends: []balancer.Backend{{Name: "b", Endpoints: endpoints(c.peers...)}},
+				Servers:  []model.Server{{Hostname: "t.example", Locations: []model.Location{l}}},
+			}
+			base, _ := start(t, cfg)
+			badBefore, slowBefore := bad.requests.Load(), slow.requests.Load()
+			seen := map[string]bool{}
+			n := 6
+			if c.timeout > 0 {
+				n = 1
+			}
+			for range n {
+				s, body := do(t, c.method, base+"/")
+				got := fmt.Sprintf("%d %s", s, body)
+				if s == 502 && body != "bad" && body != "slow" {
+					got = "502 " // the proxy's own 502
+				}
+				if !c.want[got] {
+					t.Fatalf("%s got %q; want one of %v", c.method, got, c.want)
+				}
+				seen[got] = true
+			}
+			if len(seen) != len(c.want) {
+				t.Errorf("saw %v; want every one of %v", seen, c.want)
+			}
+			switch c.name {
+			case "tries exhausted: the last 502 is the answer":
+				if got := bad.requests.Load() - badBefore; got != int32(2*n) {
+					t.Errorf("bad backend saw %d requests for %d client requests; want 2 each (tries 2)", got, n)
+				}
+			case "timeout: none left after a slow answer":
+				if got := slow.requests.Load() - slowBefore; got != 1 {
+					t.Errorf("slow backend saw %d requests; want 1 (next-upstream-timeout passed)", got)
+				}
+			}
+		})
+	}
 }
