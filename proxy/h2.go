@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/netutil"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -77,6 +78,9 @@ type classifier func(net.Conn) (conn net.Conn, h2 bool, err error)
 // drains both: fasthttp finishes its requests, HTTP/2 connections get a
 // GOAWAY and end when their streams have.
 func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server, classify classifier) error {
+	// MaxConns for both front ends: no more connections are accepted while
+	// that many are open (fasthttp's Concurrency caps only HTTP/1).
+	ln = netutil.LimitListener(ln, p.cfg.MaxConns)
 	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
 	var served sync.WaitGroup
 	served.Go(func() { _ = p.server.Serve(h1) })
