@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -416,5 +417,34 @@ func TestNextUpstreamPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUpstreamKeepAliveReuseHTTP2: an HTTP/2 client's requests to an
+// HTTP/1.1 upstream reuse one upstream connection too, the streamed body
+// returning it when the front end releases the response.
+func TestUpstreamKeepAliveReuseHTTP2(t *testing.T) {
+	big := strings.Repeat("z", 300<<10)
+	b := newRawBackend(t, func(int, string) (string, bool) { return okReply(big), false })
+	cfg := oneBackendConfig(b.addr)
+	p, _ := newProxy(t, cfg, Config{})
+	addr := serve(t, p.ServeTLS)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{ServerName: "t.example", InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	for i := range 3 {
+		req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
+		req.Host = "t.example"
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.ProtoMajor != 2 || len(body) != len(big) {
+			t.Fatalf("request %d: proto %d, %d bytes, %v; want HTTP/2 and %d bytes", i, resp.ProtoMajor, len(body), err, len(big))
+		}
+	}
+	if n := b.conns.Load(); n != 1 {
+		t.Errorf("upstream connections: %d; want 1", n)
 	}
 }
