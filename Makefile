@@ -18,7 +18,7 @@ TEST_FLAGS ?= -count=1 -p 2 -timeout 30m
 
 test: setup lint
 	$(GO) test $(TEST_FLAGS) ./...
-	$(GO) test -race -count=1 -timeout 20m ./balancer/...
+	$(GO) test -race -count=1 -timeout 20m ./balancer/... ./proxy/ ./tcpproxy/
 
 setup:
 	./test/setup.sh
