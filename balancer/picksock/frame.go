@@ -50,6 +50,10 @@ var (
 	ErrTooBig  = errors.New("picksock: frame too large")
 	ErrType    = errors.New("picksock: unknown frame type")
 	ErrTrail   = errors.New("picksock: trailing bytes in frame")
+	// ErrInvalid: the frame's fields contradict each other (a requests
+	// frame whose buckets do not add up to its count, or whose connect
+	// times are not a subset of its requests).
+	ErrInvalid = errors.New("picksock: inconsistent fields in frame")
 )
 
 // Var is one request variable as sent by the shim.
@@ -79,10 +83,21 @@ type Request struct {
 	SumUS    uint64
 	NBuckets int
 	Buckets  [MaxBuckets]uint32
+	// Requests, the optional connect-time section (all zero when the frame
+	// has none): how many of the requests have an upstream connect time,
+	// their sum, and a uniform sample of them, all in microseconds.
+	ConnCount uint32
+	ConnSumUS uint64
+	NSamples  int
+	Samples   [MaxSamples]uint32
 }
 
-// MaxBuckets bounds the histogram buckets of a requests frame.
-const MaxBuckets = 16
+const (
+	// MaxBuckets bounds the histogram buckets of a requests frame.
+	MaxBuckets = 16
+	// MaxSamples bounds the connect-time samples of a requests frame.
+	MaxSamples = 1024
+)
 
 // Var implements balancer.Request over the frame's variables without
 // allocating.
@@ -211,6 +226,21 @@ func DecodeRequest(frame []byte, q *Request) error {
 		for i := 0; i < nb; i++ {
 			q.Buckets[i] = r.u32()
 		}
+		// The connect-time section is optional: shims that predate it, or
+		// that have not seen FlagConnectSamples, end the frame here.
+		q.ConnCount, q.ConnSumUS, q.NSamples = 0, 0, 0
+		if len(r.b) > 0 {
+			q.ConnCount = r.u32()
+			q.ConnSumUS = uint64(r.u32())<<32 | uint64(r.u32())
+			ns := int(r.u16())
+			if ns > MaxSamples {
+				return fmt.Errorf("%w: %d samples (max %d)", ErrTooBig, ns, MaxSamples)
+			}
+			q.NSamples = ns
+			for i := 0; i < ns; i++ {
+				q.Samples[i] = r.u32()
+			}
+		}
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrType, q.Type)
 	}
@@ -219,6 +249,38 @@ func DecodeRequest(frame []byte, q *Request) error {
 	}
 	if len(r.b) != 0 {
 		return ErrTrail
+	}
+	if q.Type == TypeRequests {
+		return checkRequests(q)
+	}
+	return nil
+}
+
+// checkRequests rejects a requests frame whose numbers cannot all be true:
+// every request falls in exactly one bucket; only requests have connect
+// times; the samples are some of those times, each under 2^32 µs.
+func checkRequests(q *Request) error {
+	if q.NBuckets > 0 {
+		var n uint64
+		for _, b := range q.Buckets[:q.NBuckets] {
+			n += uint64(b)
+		}
+		if n != uint64(q.Requests) {
+			return fmt.Errorf("%w: %d requests in buckets adding up to %d", ErrInvalid, q.Requests, n)
+		}
+	}
+	if q.ConnCount > q.Requests || q.NSamples > int(q.ConnCount) {
+		return fmt.Errorf("%w: %d samples of %d connect times of %d requests", ErrInvalid, q.NSamples, q.ConnCount, q.Requests)
+	}
+	if q.ConnSumUS > uint64(q.ConnCount)*math.MaxUint32 {
+		return fmt.Errorf("%w: connect time sum %d µs over %d requests", ErrInvalid, q.ConnSumUS, q.ConnCount)
+	}
+	var sum uint64
+	for _, s := range q.Samples[:q.NSamples] {
+		sum += uint64(s)
+	}
+	if sum > q.ConnSumUS || q.NSamples == int(q.ConnCount) && sum != q.ConnSumUS {
+		return fmt.Errorf("%w: samples add up to %d µs, connect times to %d", ErrInvalid, sum, q.ConnSumUS)
 	}
 	return nil
 }
@@ -337,8 +399,12 @@ type BackendInfo struct {
 	Gen      uint32
 	Leasable bool // picks need no request attributes: use TypeLease
 	Scored   bool // the balancer learns from latencies: send TypeDone per request
-	Vars     []string
-	Peers    []string
+	// ConnectSamples: the server takes requests frames with a connect-time
+	// section. Every server of this version sets it; older ones do not,
+	// and a shim sends them the section-less form.
+	ConnectSamples bool
+	Vars           []string
+	Peers          []string
 }
 
 // AppendCounts appends an aggregated-completions frame.
@@ -351,9 +417,30 @@ func AppendCounts(dst []byte, backend, peer string, completed, failed uint32) []
 	return finish(dst, start)
 }
 
-// AppendRequests appends an aggregated request-metrics frame. Its backend
-// field is empty.
+// AppendRequests appends an aggregated request-metrics frame without a
+// connect-time section (what shims before it send). Its backend field is
+// empty.
 func AppendRequests(dst []byte, labels string, count uint32, sumUS uint64, buckets []uint32) []byte {
+	return appendRequests(dst, labels, count, sumUS, buckets, nil)
+}
+
+// ConnectTimes is the connect-time section of a requests frame: Count of
+// the requests had an upstream connect time (their last attempt's), adding
+// up to SumUS microseconds; Samples holds up to MaxSamples of those times,
+// a uniform sample of them when Count is larger.
+type ConnectTimes struct {
+	Count   uint32
+	SumUS   uint64
+	Samples []uint32
+}
+
+// AppendRequestsConnect appends a requests frame with a connect-time
+// section. Samples beyond MaxSamples are left out.
+func AppendRequestsConnect(dst []byte, labels string, count uint32, sumUS uint64, buckets []uint32, c ConnectTimes) []byte {
+	return appendRequests(dst, labels, count, sumUS, buckets, &c)
+}
+
+func appendRequests(dst []byte, labels string, count uint32, sumUS uint64, buckets []uint32, c *ConnectTimes) []byte {
 	dst, start := appendHeader(dst, TypeRequests, 0)
 	dst = append(dst, 0) // no backend
 	dst = appendStr16(dst, labels)
@@ -363,6 +450,16 @@ func AppendRequests(dst []byte, labels string, count uint32, sumUS uint64, bucke
 	dst = append(dst, byte(len(buckets)))
 	for _, b := range buckets {
 		dst = binary.BigEndian.AppendUint32(dst, b)
+	}
+	if c != nil {
+		samples := c.Samples[:min(len(c.Samples), MaxSamples)]
+		dst = binary.BigEndian.AppendUint32(dst, c.Count)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(c.SumUS>>32))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(c.SumUS))
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(samples)))
+		for _, s := range samples {
+			dst = binary.BigEndian.AppendUint32(dst, s)
+		}
 	}
 	return finish(dst, start)
 }
@@ -418,6 +515,10 @@ func DecodeLeaseReply(frame []byte) (id uint32, l Lease, err error) {
 	return id, l, nil
 }
 
+// flagConnectSamples is bit 2 of a backend-info reply's flags: this server
+// decodes requests frames with a connect-time section.
+const flagConnectSamples = 4
+
 // AppendVarsReply appends a backend-info reply frame: the variables a pick
 // for the backend needs and its peers (the shim's fallback list), cut to what
 // fits in one frame.
@@ -432,6 +533,7 @@ func AppendVarsReply(dst []byte, id uint32, code byte, gen uint32, leasable, sco
 	if scored {
 		flags |= 2
 	}
+	flags |= flagConnectSamples
 	dst = append(dst, flags)
 	if len(names) > MaxVars {
 		names = names[:MaxVars]
@@ -494,6 +596,7 @@ func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
 	info.Gen = r.u32()
 	flags := r.u8()
 	info.Leasable, info.Scored = flags&1 == 1, flags&2 == 2
+	info.ConnectSamples = flags&flagConnectSamples != 0
 	nv := int(r.u8())
 	for i := 0; i < nv && !r.bad; i++ {
 		info.Vars = append(info.Vars, string(r.bytes(int(r.u8()))))

@@ -6,8 +6,10 @@ import (
 )
 
 // FuzzDecodeRequest: any bytes either fail to decode or decode to a frame
-// whose fields all lie inside the input; a decoded pick re-encodes to the
-// same bytes.
+// whose fields all lie inside the input; a decoded pick, lease, counts or
+// requests frame re-encodes to the same bytes, and a requests frame's
+// connect times are consistent (no more samples than connect times, no
+// more connect times than requests, samples within their sum).
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendPick(nil, 1, "default-web-80", "request_uri", "/a", "https", "on"))
 	f.Add(AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 502, true))
@@ -15,6 +17,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendLease(nil, 4, "b", 64))
 	f.Add(AppendCounts(nil, "b", "127.0.0.2:80", 9, 1))
 	f.Add(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}))
+	f.Add(AppendRequestsConnect(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}, ConnectTimes{3, 6, []uint32{1, 2, 3}}))
+	f.Add(AppendRequestsConnect(nil, "\t502\tGET\t/\tns\ting\tsvc\tcanary", 9, 9, []uint32{9}, ConnectTimes{5, 1 << 33, []uint32{7, 1 << 31}}))
 	f.Add([]byte{0, 0, 0, 6, 1, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var q Request
@@ -27,7 +31,22 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatalf("lease re-encode differs:\n%x\n%x", re, b)
 			}
 		case TypeRequests:
+			if q.NSamples > int(q.ConnCount) || q.ConnCount > q.Requests {
+				t.Fatalf("accepted %d samples of %d connect times of %d requests", q.NSamples, q.ConnCount, q.Requests)
+			}
+			var sum uint64
+			for _, s := range q.Samples[:q.NSamples] {
+				sum += uint64(s)
+			}
+			if sum > q.ConnSumUS {
+				t.Fatalf("accepted samples adding up to %d µs of connect times adding up to %d", sum, q.ConnSumUS)
+			}
+			// Either form may carry zero connect times: the length tells.
 			re := AppendRequests(nil, string(q.Labels), q.Requests, q.SumUS, q.Buckets[:q.NBuckets])
+			if len(re) != len(b) {
+				re = AppendRequestsConnect(nil, string(q.Labels), q.Requests, q.SumUS, q.Buckets[:q.NBuckets],
+					ConnectTimes{q.ConnCount, q.ConnSumUS, q.Samples[:q.NSamples]})
+			}
 			copy(re[6:10], b[6:10])
 			if len(q.Backend) == 0 && !bytes.Equal(re, b) {
 				t.Fatalf("requests re-encode differs:\n%x\n%x", re, b)

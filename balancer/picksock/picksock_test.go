@@ -2,6 +2,7 @@ package picksock
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/switchyard-proxy/switchyard/balancer"
 )
 
@@ -98,7 +100,7 @@ func TestVarsReplyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
+	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, ConnectSamples: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
 	if d := cmp.Diff(want, info); id != 9 || d != "" {
 		t.Fatalf("id %d %s", id, d)
 	}
@@ -289,23 +291,140 @@ func TestServerOverUnixSocket(t *testing.T) {
 	}
 }
 
-// A requests frame reaches Config.Requests intact.
+// requestsGot is what Config.Requests saw of one frame, copied out of the
+// connection's buffers.
+type requestsGot struct {
+	Labels  string
+	Count   uint32
+	SumUS   uint64
+	Buckets []uint32
+	Connect ConnectTimes
+}
+
+func copyRequests(m *RequestMetrics) requestsGot {
+	return requestsGot{Labels: string(m.Labels), Count: m.Count, SumUS: m.SumUS, Buckets: slices.Clone(m.Buckets),
+		Connect: ConnectTimes{Count: m.Connect.Count, SumUS: m.Connect.SumUS, Samples: slices.Clone(m.Connect.Samples)}}
+}
+
+// Requests frames, with and without the connect-time section, reach
+// Config.Requests intact and get no reply.
 func TestRequestsFrame(t *testing.T) {
-	var got struct {
-		labels  string
-		count   uint32
-		sum     uint64
-		buckets []uint32
+	const labels = "h\t200\tGET\t/\tns\ting\tsvc\t"
+	full := make([]uint32, MaxSamples)
+	var fullSum uint64
+	for i := range full {
+		full[i] = uint32(i * 1000)
+		fullSum += uint64(full[i])
 	}
-	srv := NewServer(Config{Picker: newRegistry(t), Requests: func(labels []byte, count uint32, sumUS uint64, buckets []uint32) {
-		got.labels, got.count, got.sum, got.buckets = string(labels), count, sumUS, append([]uint32(nil), buckets...)
-	}})
-	cs := &conn{s: srv}
-	if err := cs.handle(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 7, 1<<33+9, []uint32{4, 0, 3})); err != nil {
-		t.Fatal(err)
+	for name, tc := range map[string]struct {
+		frame []byte
+		want  requestsGot
+	}{
+		// What a shim sends a server without FlagConnectSamples, and what
+		// shims before the section sent.
+		"no connect section": {
+			AppendRequests(nil, labels, 7, 1<<33+9, []uint32{4, 0, 3}),
+			requestsGot{labels, 7, 1<<33 + 9, []uint32{4, 0, 3}, ConnectTimes{}},
+		},
+		"every connect time": {
+			AppendRequestsConnect(nil, labels, 7, 1<<33+9, []uint32{4, 0, 3}, ConnectTimes{3, 6000, []uint32{1000, 2000, 3000}}),
+			requestsGot{labels, 7, 1<<33 + 9, []uint32{4, 0, 3}, ConnectTimes{3, 6000, []uint32{1000, 2000, 3000}}},
+		},
+		"a sample of the connect times": {
+			AppendRequestsConnect(nil, labels, 7, 9, []uint32{7}, ConnectTimes{5, 1<<33 + 1, []uint32{1, 1 << 31}}),
+			requestsGot{labels, 7, 9, []uint32{7}, ConnectTimes{5, 1<<33 + 1, []uint32{1, 1 << 31}}},
+		},
+		"requests without an upstream": {
+			AppendRequestsConnect(nil, labels, 2, 10, []uint32{2}, ConnectTimes{}),
+			requestsGot{labels, 2, 10, []uint32{2}, ConnectTimes{}},
+		},
+		"MaxSamples samples": {
+			AppendRequestsConnect(nil, labels, 1<<20, 0, nil, ConnectTimes{1 << 20, fullSum + 5, full}),
+			requestsGot{labels, 1 << 20, 0, nil, ConnectTimes{1 << 20, fullSum + 5, full}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got []requestsGot
+			srv := NewServer(Config{Picker: newRegistry(t), Requests: func(m *RequestMetrics) { got = append(got, copyRequests(m)) }})
+			cs := &conn{s: srv}
+			if err := cs.handle(tc.frame); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff([]requestsGot{tc.want}, got, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("Config.Requests got (-want +got):\n%s", d)
+			}
+			if len(cs.out) != 0 {
+				t.Errorf("reply %x; want none", cs.out)
+			}
+		})
 	}
-	if got.labels != "h\t200\tGET\t/\tns\ting\tsvc\t" || got.count != 7 || got.sum != 1<<33+9 || !slices.Equal(got.buckets, []uint32{4, 0, 3}) || len(cs.out) != 0 {
-		t.Fatalf("got %+v, reply %x", got, cs.out)
+}
+
+// Malformed and inconsistent requests frames are refused: the connection
+// is closed, as for any malformed frame other than a pick.
+func TestRequestsFrameRejected(t *testing.T) {
+	const labels = "h\t200\tGET\t/\tns\ting\tsvc\t"
+	ok := AppendRequestsConnect(nil, labels, 3, 30, []uint32{1, 2}, ConnectTimes{2, 3000, []uint32{1000, 2000}})
+	// edit returns a copy of ok with f applied to it; the length prefix is
+	// fixed up unless f changed it.
+	edit := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), ok...)) }
+	grow := func(b []byte, extra ...byte) []byte {
+		b = append(b, extra...)
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+		return b
+	}
+	end := len(ok)
+	nsAt := end - 2*4 - 2 // the sample count, before two samples
+	tooMany := AppendRequestsConnect(nil, labels, 3, 30, []uint32{1, 2}, ConnectTimes{2, 3000, []uint32{1000, 2000}})
+	binary.BigEndian.PutUint16(tooMany[nsAt:], MaxSamples+1)
+	for name, tc := range map[string]struct {
+		frame []byte
+		want  error
+	}{
+		"buckets do not add up": {
+			AppendRequests(nil, labels, 3, 30, []uint32{1, 1}), ErrInvalid},
+		"more connect times than requests": {
+			AppendRequestsConnect(nil, labels, 1, 30, []uint32{1}, ConnectTimes{2, 3000, []uint32{1000, 2000}}), ErrInvalid},
+		"more samples than connect times": {
+			AppendRequestsConnect(nil, labels, 3, 30, []uint32{3}, ConnectTimes{1, 3000, []uint32{1000, 2000}}), ErrInvalid},
+		"samples over the sum": {
+			AppendRequestsConnect(nil, labels, 3, 30, []uint32{3}, ConnectTimes{3, 100, []uint32{1000, 2000}}), ErrInvalid},
+		"all samples, another sum": {
+			AppendRequestsConnect(nil, labels, 3, 30, []uint32{3}, ConnectTimes{2, 3001, []uint32{1000, 2000}}), ErrInvalid},
+		"sum beyond 2^32 µs per connect time": {
+			AppendRequestsConnect(nil, labels, 3, 30, []uint32{3}, ConnectTimes{1, 1 << 32, nil}), ErrInvalid},
+		"too many samples":       {tooMany, ErrTooBig},
+		"section cut short":      {edit(func(b []byte) []byte { return grow(b[:end-3]) }), ErrShort},
+		"section count only":     {edit(func(b []byte) []byte { return grow(b[:nsAt-8]) }), ErrShort},
+		"a sample missing":       {edit(func(b []byte) []byte { return grow(b[:end-4]) }), ErrShort},
+		"a byte after samples":   {edit(func(b []byte) []byte { return grow(b, 0) }), ErrTrail},
+		"length prefix too long": {edit(func(b []byte) []byte { binary.BigEndian.PutUint32(b, uint32(len(b))); return b }), ErrShort},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var q Request
+			if err := DecodeRequest(tc.frame, &q); !errors.Is(err, tc.want) {
+				t.Fatalf("DecodeRequest: %v; want %v", err, tc.want)
+			}
+			called := false
+			srv := NewServer(Config{Picker: newRegistry(t), Requests: func(*RequestMetrics) { called = true }})
+			if err := (&conn{s: srv}).handle(tc.frame); err == nil || called {
+				t.Errorf("handle: %v, Config.Requests called: %v; want an error (the connection closes) and no call", err, called)
+			}
+		})
+	}
+	var q Request
+	if err := DecodeRequest(ok, &q); err != nil {
+		t.Fatalf("the unedited frame: %v", err)
+	}
+}
+
+// Backend-info replies tell the shim it may send connect-time sections.
+func TestVarsReplyConnectSamples(t *testing.T) {
+	for _, leasable := range []bool{false, true} {
+		_, info, err := DecodeVarsReply(AppendVarsReply(nil, 1, CodeUnknownBackend, 2, leasable, false, nil, nil))
+		if err != nil || !info.ConnectSamples || info.Leasable != leasable || info.Scored {
+			t.Errorf("leasable=%v: %+v %v; want ConnectSamples", leasable, info, err)
+		}
 	}
 }
 

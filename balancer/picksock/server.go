@@ -36,15 +36,29 @@ type Config struct {
 	Candidates int
 	// Mode is the socket's permission bits. Zero means 0660.
 	Mode os.FileMode
-	// Requests, if set, receives aggregated request metrics (0x06 frames):
-	// tab-separated labels (host, status, method, path, namespace, ingress,
-	// service, canary), the request count, the summed duration in
-	// microseconds and per-bucket counts of the shim's histogram. labels is
-	// only valid during the call.
-	Requests func(labels []byte, count uint32, sumUS uint64, buckets []uint32)
+	// Requests, if set, receives aggregated request metrics (0x06 frames),
+	// valid only during the call.
+	Requests func(m *RequestMetrics)
 	// GID, when >= 0 and Chown is true, is the socket's group.
 	GID   int
 	Chown bool
+}
+
+// RequestMetrics are the request metrics of one label set that a shim
+// aggregated over its flush interval (one 0x06 frame). The slices alias the
+// connection's buffers.
+type RequestMetrics struct {
+	// Labels are tab-separated: host, status, method, path, namespace,
+	// ingress, service, canary.
+	Labels []byte
+	// Count requests took SumUS microseconds in all; Buckets counts them
+	// per bucket of the shim's duration histogram (not cumulative).
+	Count   uint32
+	SumUS   uint64
+	Buckets []uint32
+	// Connect are the upstream connect times of those requests (zero from
+	// a shim that sends no connect-time section).
+	Connect ConnectTimes
 }
 
 // Server serves the pick protocol on unix-socket connections.
@@ -157,6 +171,7 @@ type conn struct {
 	picks   [MaxCandidates]balancer.Pick
 	cands   [MaxCandidates]string
 	cookies [MaxCandidates]string
+	metrics RequestMetrics
 	out     []byte
 }
 
@@ -234,7 +249,9 @@ func (cs *conn) handle(frame []byte) error {
 		cs.lease(q)
 	case TypeRequests:
 		if f := cs.s.cfg.Requests; f != nil {
-			f(q.Labels, q.Requests, q.SumUS, q.Buckets[:q.NBuckets])
+			cs.metrics = RequestMetrics{Labels: q.Labels, Count: q.Requests, SumUS: q.SumUS, Buckets: q.Buckets[:q.NBuckets],
+				Connect: ConnectTimes{Count: q.ConnCount, SumUS: q.ConnSumUS, Samples: q.Samples[:q.NSamples]}}
+			f(&cs.metrics)
 		}
 	case TypeCounts:
 		cs.s.cfg.Picker.Count(unsafeString(q.Backend), unsafeString(q.Peer), uint64(q.Completed), uint64(q.FailedN))

@@ -5,17 +5,25 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/switchyard-proxy/switchyard/balancer/picksock"
 )
 
 // nginxRequestMetrics are ingress-nginx's request metrics for
 // --data-plane=nginx, fed by the Lua shim's aggregated 0x06 frames: the
-// request counter and the duration histogram per label set. The shim builds
-// label values from the configuration and fixed sets only; the number of
-// label sets is capped all the same.
+// request counter and the duration histogram per label set, and the
+// upstream latency summary per ingress, namespace, service and canary. The
+// shim builds label values from the configuration and fixed sets only; the
+// number of label sets is capped all the same.
 type nginxRequestMetrics struct {
 	mu      sync.Mutex
 	sets    map[string]*requestAgg
+	latency map[string]*latencyAgg
 	dropped uint64
+	// unsampled counts connect times in a latency summary's count and sum
+	// but not in its quantiles (the shim sends picksock.MaxSamples or fewer
+	// per label set and flush).
+	unsampled uint64
 }
 
 type requestAgg struct {
@@ -23,6 +31,19 @@ type requestAgg struct {
 	count   uint64
 	sum     float64  // seconds
 	buckets []uint64 // per bucket, not cumulative; the last is +Inf
+	latency *latencyAgg
+}
+
+// latencyAgg is one series of the upstream latency summary. Count and sum
+// are exact: the shim sends them for every request. The quantiles come from
+// a real prometheus.Summary (not registered) fed with the samples the shim
+// sends; its own count and sum would miss the connect times the shim left
+// out of its sample.
+type latencyAgg struct {
+	labels []string // ingress, namespace, service, canary
+	count  uint64
+	sum    float64 // seconds
+	est    prometheus.Summary
 }
 
 // maxLabelSets bounds the label sets kept (a generous multiple of what a
@@ -33,39 +54,95 @@ var (
 	nginxRequestLabels = []string{"host", "status", "method", "path", "namespace", "ingress", "service", "canary"}
 	descNginxRequests  = prometheus.NewDesc("nginx_ingress_controller_requests", "The total number of client requests.", nginxRequestLabels, nil)
 	descNginxDuration  = prometheus.NewDesc("nginx_ingress_controller_request_duration_seconds", "The request processing time in seconds.", nginxRequestLabels, nil)
+
+	// As ingress-nginx's collectors/socket.go (controller v1.4 to v1.11; it
+	// was removed in v1.12) and this module's Go data plane: observed with
+	// $upstream_connect_time, here the last attempt's where nginx lists
+	// several (ingress-nginx's tonumber() skipped those requests).
+	nginxLatencyLabels       = []string{"ingress", "namespace", "service", "canary"}
+	descNginxUpstreamLatency = prometheus.NewDesc("nginx_ingress_controller_ingress_upstream_latency_seconds",
+		"DEPRECATED Upstream service latency per Ingress", nginxLatencyLabels, nil)
+	// ingress-nginx's defObjectives.
+	nginxLatencyObjectives = map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}
+
+	descNginxUnsampled = prometheus.NewDesc("switchyard_nginx_connect_samples_dropped_total",
+		"Upstream connect times counted in nginx_ingress_controller_ingress_upstream_latency_seconds' count and sum but not in its quantiles: "+
+			"the Lua shim sends at most 1024 per label set and flush of each worker, a uniform sample of the rest.", nil, nil)
 )
 
 func newNginxRequestMetrics() *nginxRequestMetrics {
-	return &nginxRequestMetrics{sets: map[string]*requestAgg{}}
+	return &nginxRequestMetrics{sets: map[string]*requestAgg{}, latency: map[string]*latencyAgg{}}
 }
 
-// add is picksock.Config.Requests.
-func (m *nginxRequestMetrics) add(labels []byte, count uint32, sumUS uint64, buckets []uint32) {
-	if len(buckets) != len(prometheus.DefBuckets)+1 {
+// add is picksock.Config.Requests. picksock has checked the frame's
+// numbers against each other (buckets add up to the count, connect times
+// are some of the requests, samples within their sum).
+func (m *nginxRequestMetrics) add(r *picksock.RequestMetrics) {
+	if len(r.Buckets) != len(prometheus.DefBuckets)+1 {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a := m.sets[string(labels)]
+	a := m.sets[string(r.Labels)]
 	if a == nil {
-		parts := strings.Split(string(labels), "\t")
+		parts := strings.Split(string(r.Labels), "\t")
 		if len(parts) != len(nginxRequestLabels) || len(m.sets) >= maxLabelSets {
 			m.dropped++
 			return
 		}
-		a = &requestAgg{labels: parts, buckets: make([]uint64, len(buckets))}
-		m.sets[string(labels)] = a
+		a = &requestAgg{labels: parts, buckets: make([]uint64, len(r.Buckets))}
+		m.sets[string(r.Labels)] = a
 	}
-	a.count += uint64(count)
-	a.sum += float64(sumUS) / 1e6
-	for i, b := range buckets {
+	a.count += uint64(r.Count)
+	a.sum += float64(r.SumUS) / 1e6
+	for i, b := range r.Buckets {
 		a.buckets[i] += uint64(b)
 	}
+	c := &r.Connect
+	if c.Count == 0 {
+		return
+	}
+	l := a.latency
+	if l == nil {
+		l = m.latencySeries(a.labels)
+		if l == nil {
+			m.dropped++
+			return
+		}
+		a.latency = l
+	}
+	l.count += uint64(c.Count)
+	l.sum += float64(c.SumUS) / 1e6
+	for _, s := range c.Samples {
+		l.est.Observe(float64(s) / 1e6)
+	}
+	m.unsampled += uint64(c.Count) - uint64(len(c.Samples))
+}
+
+// latencySeries returns the summary series of a request label set (host,
+// status, method, path, namespace, ingress, service, canary), creating it
+// unless maxLabelSets series exist. Called with mu held.
+func (m *nginxRequestMetrics) latencySeries(req []string) *latencyAgg {
+	labels := []string{req[5], req[4], req[6], req[7]}
+	key := strings.Join(labels, "\t")
+	l := m.latency[key]
+	if l == nil {
+		if len(m.latency) >= maxLabelSets {
+			return nil
+		}
+		l = &latencyAgg{labels: labels, est: prometheus.NewSummary(prometheus.SummaryOpts{
+			Name: "estimator", Help: "quantiles of nginx_ingress_controller_ingress_upstream_latency_seconds", Objectives: nginxLatencyObjectives,
+		})}
+		m.latency[key] = l
+	}
+	return l
 }
 
 func (m *nginxRequestMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descNginxRequests
 	ch <- descNginxDuration
+	ch <- descNginxUpstreamLatency
+	ch <- descNginxUnsampled
 }
 
 func (m *nginxRequestMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -81,4 +158,16 @@ func (m *nginxRequestMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(descNginxDuration, a.count, a.sum, cum, a.labels...)
 	}
+	for _, l := range m.latency {
+		var pb dto.Metric
+		if err := l.est.Write(&pb); err != nil {
+			continue
+		}
+		q := make(map[float64]float64, len(nginxLatencyObjectives))
+		for _, x := range pb.GetSummary().GetQuantile() {
+			q[x.GetQuantile()] = x.GetValue()
+		}
+		ch <- prometheus.MustNewConstSummary(descNginxUpstreamLatency, l.count, l.sum, q, l.labels...)
+	}
+	ch <- prometheus.MustNewConstMetric(descNginxUnsampled, prometheus.CounterValue, float64(m.unsampled))
 }
