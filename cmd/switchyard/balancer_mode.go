@@ -35,6 +35,7 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 	state := fs.String("state-file", "/var/run/switchyard/backends.json", "where the last accepted backends payload is kept, so a restarted balancer serves at once; empty disables")
 	streamAddr := fs.String("stream-address", "", "serve ingress-nginx's TCP/UDP stream configuration socket (spec 1.6; ingress-nginx uses 127.0.0.1:10247) on this loopback address; empty disables (ingress-nginx's own stream Lua keeps it)")
 	pprofAddr := fs.String("pprof-address", "", "serve Go's /debug/pprof on this loopback address (host:port); empty disables")
+	metricsAddr := fs.String("metrics-address", "", "serve /metrics on this address (host:port): ingress-nginx's request metrics from the Lua shim, when its request_metrics option is on; empty disables")
 	v := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -76,7 +77,7 @@ func runBalancer(args []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
-	if err := serveBalancer(ctx, balancerSockets{config: *configSocket, pick: *pickSocket, gid: *gid, state: *state}, nil); err != nil {
+	if err := serveBalancer(ctx, balancerSockets{config: *configSocket, pick: *pickSocket, gid: *gid, state: *state, metrics: *metricsAddr}, nil); err != nil {
 		fmt.Fprintf(stderr, "switchyard balancer: %v\n", err)
 		return 1
 	}
@@ -103,6 +104,8 @@ type balancerSockets struct {
 	gid          int
 	// state is the file keeping the last accepted backends; "" for none.
 	state string
+	// metrics is the address serving /metrics; "" for none.
+	metrics string
 }
 
 // persistingSyncer writes every accepted backends payload to a file after
@@ -177,6 +180,15 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 // sockets accept connections.
 func serveBalancer(ctx context.Context, socks balancerSockets, ready chan<- struct{}) error {
 	configSocket, pickSocket, gid := socks.config, socks.pick, socks.gid
+	var requests func(*picksock.RequestMetrics)
+	if socks.metrics != "" {
+		m, stop, err := serveNginxMetrics(socks.metrics)
+		if err != nil {
+			return fmt.Errorf("metrics address: %w", err)
+		}
+		defer stop()
+		requests = m.add
+	}
 	reg := balancer.NewRegistry(balancer.Config{})
 	restoreState(reg, socks.state)
 	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: persistingSyncer{reg: reg, path: socks.state}, OnError: func(path string, status int, err error) {
@@ -189,7 +201,7 @@ func serveBalancer(ctx context.Context, socks balancerSockets, ready chan<- stru
 	if err != nil {
 		return fmt.Errorf("configuration socket: %w", err)
 	}
-	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0})
+	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0, Requests: requests})
 	pickLn, err := picks.Listen(pickSocket)
 	if err != nil {
 		apiLn.Close()

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/switchyard-proxy/switchyard/balancer/picksock"
+	"k8s.io/klog/v2"
 )
 
 // nginxRequestMetrics are ingress-nginx's request metrics for
@@ -170,4 +177,29 @@ func (m *nginxRequestMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstSummary(descNginxUpstreamLatency, l.count, l.sum, q, l.labels...)
 	}
 	ch <- prometheus.MustNewConstMetric(descNginxUnsampled, prometheus.CounterValue, float64(m.unsampled))
+}
+
+// serveNginxMetrics serves /metrics on addr with the request metrics the
+// shim sends when its request_metrics option is on (`switchyard balancer
+// --metrics-address`). It returns the metrics for picksock.Config.Requests
+// and a function that stops the server.
+func serveNginxMetrics(addr string) (*nginxRequestMetrics, func(), error) {
+	m := newNginxRequestMetrics()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m); err != nil {
+		return nil, nil, fmt.Errorf("register request metrics: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "metrics server", "address", addr)
+		}
+	}()
+	return m, func() { _ = srv.Close() }, nil
 }
