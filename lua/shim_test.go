@@ -22,6 +22,10 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/switchyard-proxy/switchyard/test/harness"
 )
 
@@ -125,6 +129,7 @@ type env struct {
 	state       string
 	listen      string
 	statusPort  int
+	metricsAddr string // the balancer's /metrics
 	goProc      *harness.Process
 	nginx       *harness.Process
 	client      *http.Client
@@ -164,6 +169,7 @@ func newEnv(t *testing.T, workers int) *env {
 	e.state = filepath.Join(e.dir, "backends.json")
 	e.listen = harness.FreeAddr(t, "127.0.0.1")
 	e.statusPort = harness.FreePort(t, "127.0.0.1")
+	e.metricsAddr = harness.FreeAddr(t, "127.0.0.1")
 	e.startGo()
 
 	luaDir, err := filepath.Abs(".")
@@ -204,7 +210,7 @@ func (e *env) startGo() {
 	e.t.Helper()
 	e.goProc = harness.StartProcess(e.t, harness.Cmd{Name: "switchyard-balancer", Path: e.bin, LogDir: e.dir,
 		Args: []string{"balancer", "--configuration-socket", e.apiSock, "--pick-socket", e.pickSock,
-			"--socket-gid", "65534", "--state-file", e.state}})
+			"--socket-gid", "65534", "--state-file", e.state, "--metrics-address", e.metricsAddr}})
 	harness.WaitFor(e.t, testTimeout, "pick socket", e.goProc, func(context.Context) (bool, error) {
 		c, err := net.Dial("unix", e.pickSock)
 		if err != nil {
@@ -447,6 +453,49 @@ func TestShim(t *testing.T) {
 		}
 	})
 
+	t.Run("the upstream latency summary counts every proxied request on the balancer's /metrics", func(t *testing.T) {
+		// Every request the subtests above sent, by service and canary.
+		// /dead/ requests mostly took several attempts ("-, 0.000"): each
+		// counts once, with its last attempt's connect time. /unknown/ was
+		// answered 503 without an upstream: no series.
+		want := map[string]uint64{
+			"default-rr-80 ": 300, "default-hash-80 ": 22, "default-sticky-80 ": 21,
+			"default-main-80 ": 40, "default-main-80 default-canary-80": 20, "default-dead-80 ": 60,
+		}
+		var got map[string]uint64
+		var weighted uint64
+		// The shim flushes every 100 ms.
+		err := harness.WaitUntil(context.Background(), 10*time.Second, "the summary on the balancer's /metrics", e.goProc, func(context.Context) (bool, error) {
+			got, weighted = map[string]uint64{}, 0
+			for _, m := range e.scrape(t)["nginx_ingress_controller_ingress_upstream_latency_seconds"].GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				if len(l) != 4 || l["ingress"] != "shim" || l["namespace"] != "default" {
+					return false, fmt.Errorf("series with labels %v; want ingress, namespace, service and canary of the location", l)
+				}
+				s := m.GetSummary()
+				var qs []float64
+				for _, q := range s.GetQuantile() {
+					qs = append(qs, q.GetQuantile())
+				}
+				if d := cmp.Diff([]float64{0.5, 0.9, 0.99}, qs); d != "" || !(s.GetSampleSum() >= 0) {
+					return false, fmt.Errorf("%v: quantiles %v, sum %v; want ingress-nginx's objectives and a sum >= 0", l, qs, s.GetSampleSum())
+				}
+				if strings.HasPrefix(l["service"], "default-wmain-80") {
+					weighted += s.GetSampleCount()
+					continue
+				}
+				got[l["service"]+" "+l["canary"]] = s.GetSampleCount()
+			}
+			return cmp.Equal(want, got) && weighted == 600, nil
+		})
+		if err != nil {
+			t.Errorf("%v\nsummary counts by service and canary (-want +got):\n%s/weighted/: %d; want 600", err, cmp.Diff(want, got), weighted)
+		}
+	})
+
 	t.Run("a slow endpoint loses traffic under ewma", func(t *testing.T) {
 		b3.delay.Store(int64(50 * time.Millisecond))
 		defer b3.delay.Store(0)
@@ -563,6 +612,22 @@ func TestShim(t *testing.T) {
 			t.Errorf("after the reload the slow peer got %d of 30 ewma requests; its score was lost", slow)
 		}
 	})
+}
+
+// scrape returns the metric families on the balancer's /metrics.
+func (e *env) scrape(t testing.TB) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := e.client.Get("http://" + e.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return mfs
 }
 
 // load runs conc clients against path until ctx ends, reporting each

@@ -17,7 +17,7 @@ local ffi = require("ffi")
 
 local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
 local band, rshift = bit.band, bit.rshift
-local floor, min = math.floor, math.min
+local floor, min, random = math.floor, math.min, math.random
 local tonumber, type, pairs = tonumber, type, pairs
 local ngx_var = ngx.var
 local ngx_now = ngx.now
@@ -47,9 +47,10 @@ local _M = {
   log_interval = 10,
   -- request_metrics: aggregate ingress-nginx's request metrics (count and
   -- duration histogram per host/status/method/path/namespace/ingress/
-  -- service/canary) and send them to Go every flush_interval. Switchyard's
-  -- own nginx.conf turns it on; in an ingress-nginx pod its monitor.lua
-  -- does this job.
+  -- service/canary, and the upstream connect times: count, sum and a
+  -- sample) and send them to Go every flush_interval. Switchyard's own
+  -- nginx.conf turns it on; in an ingress-nginx pod its monitor.lua does
+  -- this job.
   request_metrics = false,
   -- metrics_per_host: label request metrics with $server_name.
   metrics_per_host = true,
@@ -108,6 +109,10 @@ local connected = false
 local reader_failed = false
 local wake = nil -- semaphore the writer sleeps on
 local writer_idle = false
+-- connect_section: the Go side of this connection takes requests frames
+-- with a connect-time section (bit 2 of its backend-info flags); learned
+-- from the hello the pump sends on every new connection.
+local connect_section = false
 local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, stale}
 -- counts aggregates completions of backends Go does not score:
 -- backend -> peer -> {completed, failed}; flushed every flush_interval.
@@ -217,6 +222,7 @@ local function parse_info(b, i)
   info.gen = be32(b, i + 1)
   info.leasable = band(byte(b, i + 5), 1) == 1
   info.scored = band(byte(b, i + 5), 2) == 2
+  info.connect_section = band(byte(b, i + 5), 4) == 4
   i = i + 6
   local nv = byte(b, i)
   i = i + 1
@@ -307,6 +313,10 @@ local function dispatch(b)
     end
   elseif typ == T_INFO_REPLY then
     local info = parse_info(b, 7)
+    connect_section = info.connect_section
+    if s.hello then
+      return nil
+    end
     if info.unknown then
       infos[s.name] = nil
     else
@@ -375,12 +385,33 @@ local function reader(sock)
   kick()
 end
 
--- requests aggregates request metrics: label key -> {count, sum_us, b1..b12}.
+-- last returns the last value of an nginx $upstream_* list: attempts are
+-- separated by ", ", internal redirects by " : " ("a:80, b:80 : c:80").
+local function last(v)
+  if not v then
+    return nil
+  end
+  return match(v, "([^%s,]+)%s*$")
+end
+_M.last = last
+
+-- requests aggregates request metrics: label key -> {count, sum_us,
+-- b1..b12, connect count, connect sum_us, connect samples (or false)}.
 local requests = {}
 local requests_dirty = false
 -- Prometheus' default buckets, in seconds; the 12th counts the rest.
 local BUCKETS = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 }
 local NB = #BUCKETS
+-- Indexes of a label set's connect count, sum and samples.
+local C_COUNT, C_SUM, C_SAMPLES = NB + 4, NB + 5, NB + 6
+-- SAMPLES_MAX bounds the connect times kept per label set and flush (the
+-- protocol's MaxSamples): past it, a uniform sample of them (reservoir
+-- sampling); the count and sum stay exact.
+local SAMPLES_MAX = 1024
+-- The largest frame body (the protocol's 65536-byte bound less the type,
+-- version and id) and the fixed part of a requests frame body with its
+-- connect-time section.
+local MAX_BODY, REQUESTS_FIXED = 65530, 1 + 2 + 4 + 8 + 1 + 4 * (NB + 1) + 4 + 8 + 2
 
 local function flush_counts()
   local now = ngx_now()
@@ -403,6 +434,23 @@ local function flush_counts()
     for k = 1, NB + 1 do
       parts[#parts + 1] = u32(m[2 + k])
     end
+    local cn = m[C_COUNT]
+    if cn > 0 and connect_section then
+      -- The connect-time section: count, sum, then the samples, as many
+      -- as fit in one frame.
+      local samples, csum = m[C_SAMPLES], m[C_SUM]
+      local ns = min(cn, SAMPLES_MAX, floor((MAX_BODY - REQUESTS_FIXED - #key) / 4))
+      if ns < 0 then
+        ns = 0
+      end
+      parts[#parts + 1] = u32(cn)
+      parts[#parts + 1] = u32(floor(csum / TWO32))
+      parts[#parts + 1] = u32(csum % TWO32)
+      parts[#parts + 1] = u16(ns)
+      for k = 1, ns do
+        parts[#parts + 1] = u32(samples[k])
+      end
+    end
     enqueue(frame(T_REQUESTS, 0, table.concat(parts)))
   end
 end
@@ -423,7 +471,7 @@ function _M.observe_request()
     (ngx_var.service_name or "") .. "\t" .. (ngx_var.proxy_alternative_upstream_name or "")
   local m = requests[key]
   if not m then
-    m = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+    m = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false }
     requests[key] = m
   end
   local t = tonumber(ngx_var.request_time) or 0
@@ -437,6 +485,34 @@ function _M.observe_request()
     end
   end
   m[2 + k] = m[2 + k] + 1
+  -- ingress-nginx's ingress_upstream_latency_seconds observes
+  -- $upstream_connect_time, and skips requests where tonumber() fails: no
+  -- upstream, "-" (the connection failed), or several attempts ("0.001,
+  -- 0.002"). Here several attempts count with the last one's time.
+  local ct = ngx_var.upstream_connect_time
+  if ct then
+    local x = tonumber(ct) or tonumber(last(ct))
+    -- Not NaN, not negative, under 2^32 microseconds.
+    if x and x >= 0 and x < 4294 then
+      local us = floor(x * 1000000 + 0.5)
+      local n = m[C_COUNT] + 1
+      m[C_COUNT] = n
+      m[C_SUM] = m[C_SUM] + us
+      local samples = m[C_SAMPLES]
+      if not samples then
+        samples = {}
+        m[C_SAMPLES] = samples
+      end
+      if n <= SAMPLES_MAX then
+        samples[n] = us
+      else
+        local j = random(n)
+        if j <= SAMPLES_MAX then
+          samples[j] = us
+        end
+      end
+    end
+  end
   requests_dirty = true
 end
 
@@ -481,7 +557,13 @@ local function pump(premature)
         log(NOTICE, "switchyard pick: connected to ", _M.socket)
       end
       backoff = 0.05
-      connected, reader_failed = true, false
+      connected, reader_failed, connect_section = true, false, false
+      -- Hello: a backend-info query for no backend, whose flags say
+      -- what this Go side takes (older ones answer without bit 2).
+      local id = new_id()
+      if enqueue(frame(T_INFO, id, "\0")) then
+        waiting[id] = { hello = true, pending = true }
+      end
       local rt = ngx.thread.spawn(reader, sock)
       writer(sock)
       connected = false
@@ -686,16 +768,6 @@ function _M.pick(name)
   end
   return s
 end
-
--- last returns the last value of an nginx $upstream_* list: attempts are
--- separated by ", ", internal redirects by " : " ("a:80, b:80 : c:80").
-local function last(v)
-  if not v then
-    return nil
-  end
-  return match(v, "([^%s,]+)%s*$")
-end
-_M.last = last
 
 local function usec(v)
   local x = tonumber(last(v))
