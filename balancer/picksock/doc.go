@@ -4,7 +4,8 @@
 //
 // In: frames from the shim (pick requests carrying a backend name and the
 // request variables that backend needs, completion feedback, needed-vars
-// queries). Out: pick replies (ordered candidate peers, the backend actually
+// queries, and aggregated request metrics with their upstream connect
+// times, handed to Config.Requests). Out: pick replies (ordered candidate peers, the backend actually
 // used, Set-Cookie, EWMA score, error code) computed by a *balancer.Registry.
 //
 // The hot path (DecodeRequest, Server's per-frame handling, AppendPickReply)
