@@ -223,6 +223,8 @@ func TestControllerServesQuickstart(t *testing.T) {
 		`nginx_ingress_controller_requests{canary="",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 4`,
 		`nginx_ingress_controller_requests{canary="",host="",ingress="",method="GET",namespace="",path="",service="",status="404"} 1`,
 		`nginx_ingress_controller_requests{canary="demo-echo-canary-http",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 3`,
+		`nginx_ingress_controller_ingress_upstream_latency_seconds_count{canary="",ingress="echo",namespace="demo",service="echo"} 4`,
+		`nginx_ingress_controller_ingress_upstream_latency_seconds_count{canary="demo-echo-canary-http",ingress="echo",namespace="demo",service="echo"} 3`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q; has:\n%s", want, grepLines(metrics, "nginx_ingress_controller_requests"))

@@ -217,6 +217,9 @@ func TestControllerNginxDataPlane(t *testing.T) {
 	wantReq := []string{
 		`nginx_ingress_controller_requests{canary="demo-echo-canary-http",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 3`,
 		`nginx_ingress_controller_request_duration_seconds_count{canary="demo-echo-canary-http",host="echo.localhost",ingress="echo",method="GET",namespace="demo",path="/",service="echo",status="200"} 3`,
+		// ingress-nginx's upstream latency summary, from the connect times
+		// the shim sends.
+		`nginx_ingress_controller_ingress_upstream_latency_seconds_count{canary="demo-echo-canary-http",ingress="echo",namespace="demo",service="echo"} 3`,
 	}
 	deadline = time.Now().Add(10 * time.Second)
 	for {
