@@ -161,6 +161,16 @@ func (r *reader) u32() uint32 {
 	return v
 }
 
+// u64 reads a 64-bit value sent as two 32-bit halves, high first.
+func (r *reader) u64() uint64 { return uint64(r.u32())<<32 | uint64(r.u32()) }
+
+// u32s fills dst with 32-bit values.
+func (r *reader) u32s(dst []uint32) {
+	for i := range dst {
+		dst[i] = r.u32()
+	}
+}
+
 func (r *reader) bytes(n int) []byte {
 	if len(r.b) < n {
 		r.bad = true
@@ -217,29 +227,25 @@ func DecodeRequest(frame []byte, q *Request) error {
 		// The backend field is empty for this type; labels follow.
 		q.Labels = r.bytes(int(r.u16()))
 		q.Requests = r.u32()
-		q.SumUS = uint64(r.u32())<<32 | uint64(r.u32())
+		q.SumUS = r.u64()
 		nb := int(r.u8())
 		if nb > MaxBuckets {
 			return fmt.Errorf("%w: %d buckets (max %d)", ErrTooBig, nb, MaxBuckets)
 		}
 		q.NBuckets = nb
-		for i := 0; i < nb; i++ {
-			q.Buckets[i] = r.u32()
-		}
+		r.u32s(q.Buckets[:nb])
 		// The connect-time section is optional: shims that predate it, or
 		// that have not seen FlagConnectSamples, end the frame here.
 		q.ConnCount, q.ConnSumUS, q.NSamples = 0, 0, 0
 		if len(r.b) > 0 {
 			q.ConnCount = r.u32()
-			q.ConnSumUS = uint64(r.u32())<<32 | uint64(r.u32())
+			q.ConnSumUS = r.u64()
 			ns := int(r.u16())
 			if ns > MaxSamples {
 				return fmt.Errorf("%w: %d samples (max %d)", ErrTooBig, ns, MaxSamples)
 			}
 			q.NSamples = ns
-			for i := 0; i < ns; i++ {
-				q.Samples[i] = r.u32()
-			}
+			r.u32s(q.Samples[:ns])
 		}
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrType, q.Type)
