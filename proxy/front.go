@@ -298,7 +298,7 @@ func idempotentMethod(m string) bool {
 // request to the next peer.
 type nextUpstream struct {
 	onError, onTimeout, onInvalidHeader, nonIdempotent bool
-	statuses                                          uint8 // bits of nextStatuses
+	statuses                                           uint8 // bits of nextStatuses
 }
 
 // nextStatuses are the statuses proxy_next_upstream can name (http_500 ...).
@@ -374,17 +374,16 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 	}
 	next := nextUpstreamOf(loc.Proxy.NextUpstream)
 	resend := r.body && (r.idempotent || next.nonIdempotent)
-	first := time.Now()
 	var deadline time.Time
-	if s := loc.Proxy.NextUpstreamTimeoutSeconds; s > 0 {
-		deadline = first.Add(time.Duration(s) * time.Second)
-	}
 	for n := 1; ; n++ {
 		pick, err := p.cfg.Picker.Pick(backend, view, a)
 		if err != nil {
 			return pick, err
 		}
 		start := time.Now()
+		if s := loc.Proxy.NextUpstreamTimeoutSeconds; n == 1 && s > 0 {
+			deadline = start.Add(time.Duration(s) * time.Second)
+		}
 		status, connect, err := t.try(pick, loc)
 		elapsed := time.Since(start)
 		o.upstream += elapsed

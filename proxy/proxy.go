@@ -324,7 +324,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		out.SetBodyStream(lim, cl)
 	}
 	r := replayOf(string(ctx.Method()), buffered)
-	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replayable: r.body && r.idempotent}
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r}
 	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, r, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
@@ -372,13 +372,14 @@ type fastTry struct {
 	out  *fasthttp.Request
 	resp *fasthttp.Response
 	lim  *limitReader
-	// replayable: out may be sent again (its body is buffered and its
-	// method idempotent).
-	replayable bool
+	// replay says whether out may be sent again; a kept-alive connection
+	// the peer closed is replaced only for a body-buffered idempotent
+	// request.
+	replay replay
 }
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
-	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replayable)
+	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
 	if err == nil && !t.lim.over {
 		return t.resp.StatusCode(), connect, nil
 	}

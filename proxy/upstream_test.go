@@ -306,7 +306,7 @@ func chunkedBody(in []byte) ([]byte, error) {
 func TestReadChunked(t *testing.T) {
 	for _, c := range []struct {
 		name, in, want string
-		ok         bool
+		ok             bool
 	}{
 		{"simple", "5\r\nhello\r\n0\r\n\r\n", "hello", true},
 		{"extension", "5;a=b\r\nhello\r\n6 ; x\r\n world\r\n0\r\n\r\n", "hello world", true},
