@@ -263,7 +263,8 @@ func unquoteSet(l []byte) string {
 // reload), writes the certificates, renders nginx.conf and, only when the
 // rendered bytes differ from what nginx serves, writes a temp file, tests it
 // with nginx -t, renames it into place, sends SIGHUP and waits until the
-// status server answers the new checksum. A refused file leaves the running
+// status server answers the new checksum and the old workers stopped
+// accepting. A refused file leaves the running
 // configuration serving and returns a *ConfigError.
 func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error {
 	if c.cfg.Backends != nil {
@@ -327,11 +328,21 @@ func (c *Controller) install(ctx context.Context, r *Rendered) error {
 		c.lastOKTime.SetToCurrentTime()
 		return nil
 	}
+	master := c.master.Process.Pid
+	oldWorkers := workerPIDs(master)
 	if err := c.master.Process.Signal(syscall.SIGHUP); err != nil {
 		return fmt.Errorf("signal nginx: %w", err)
 	}
 	if err := c.waitChecksum(ctx, r.Checksum); err != nil {
 		return err
+	}
+	// The new generation serves; done once the old one stopped accepting,
+	// so a connection made after Update returns gets the new file.
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReloadTimeout)
+	err := waitRetired(rctx, master, oldWorkers)
+	cancel()
+	if err != nil {
+		c.cfg.Logf("nginxcompat: reload: %v", err)
 	}
 	c.reloads++
 	c.success.Inc()

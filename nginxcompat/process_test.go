@@ -204,8 +204,12 @@ func TestControllerRealNginx(t *testing.T) {
 	if got := c.Reloads(); got != 1 {
 		t.Errorf("reloads: got %d; want 1", got)
 	}
-	if _, body, err := get(cl, base+"/n", "new.example.com"); err != nil || body != "/n new.example.com" {
-		t.Errorf("new host after reload: got %q, %v", body, err)
+	// Every new connection after Update returns gets the new file: no old
+	// worker still accepts (each request below is its own connection).
+	for i := range 20 {
+		if _, body, err := get(cl, base+"/n", "new.example.com"); err != nil || body != "/n new.example.com" {
+			t.Fatalf("new host after reload, request %d: got %q, %v", i, body, err)
+		}
 	}
 	if got := testutil.ToFloat64(c.success); got != 1 {
 		t.Errorf("nginx_ingress_controller_success = %v; want 1", got)
