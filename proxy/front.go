@@ -189,6 +189,7 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 	}
 	h.Set("X-Forwarded-Proto", proto)
 	h.Set("X-Forwarded-Scheme", proto)
+	h.Set("X-Scheme", proto)
 	h.SetBytesV("X-Forwarded-Host", f.host)
 	if f.localPort > 0 {
 		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
@@ -374,25 +375,26 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 	}
 	next := nextUpstreamOf(loc.Proxy.NextUpstream)
 	resend := r.body && (r.idempotent || next.nonIdempotent)
-	var deadline time.Time
+	var deadline time.Duration // on the monoNow clock; 0: none
 	for n := 1; ; n++ {
 		pick, err := p.cfg.Picker.Pick(backend, view, a)
 		if err != nil {
 			return pick, err
 		}
-		start := time.Now()
+		start := monoNow()
 		if s := loc.Proxy.NextUpstreamTimeoutSeconds; n == 1 && s > 0 {
-			deadline = start.Add(time.Duration(s) * time.Second)
+			deadline = start + time.Duration(s)*time.Second
 		}
 		status, connect, err := t.try(pick, loc)
-		elapsed := time.Since(start)
+		end := monoNow()
+		elapsed := end - start
 		o.upstream += elapsed
 		o.connect, o.header = connect, elapsed
 		if pick.Alternative {
 			o.canary = pick.Backend
 		}
 		o.peer = pick.Peer
-		more := n < tries && (deadline.IsZero() || time.Now().Before(deadline))
+		more := n < tries && (deadline == 0 || end < deadline)
 		if err == nil {
 			if more && resend && next.onStatus(status) {
 				p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, HeaderTime: elapsed, Status: status, Failed: true})

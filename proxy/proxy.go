@@ -151,6 +151,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	if p.cfg.H2C {
 		return p.serveH2C(ctx, ln)
 	}
+	// fasthttp moves the read deadline twice per request; re-arm it only
+	// when it lags by a sixteenth of the shorter client timeout.
+	ln = lazyDeadlineListener{Listener: ln, slack: min(p.cfg.ReadTimeout, p.cfg.IdleTimeout) / 16}
 	errc := make(chan error, 1)
 	go func() { errc <- p.server.Serve(ln) }()
 	select {
@@ -204,12 +207,13 @@ type outcome struct {
 // ServeHTTP handles one request and records its metrics.
 func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	var o outcome
-	start := time.Now()
+	// fasthttp read the clock just before calling the handler.
+	start := ctx.Time()
 	p.handle(ctx, &o)
-	took := time.Since(start)
 	if p.metrics == nil && p.cfg.AccessLog == nil {
 		return
 	}
+	took := time.Since(start)
 	req, resp := &ctx.Request, &ctx.Response
 	x := exchange{method: req.Header.Method(), requestURI: req.Header.RequestURI(), proto: req.Header.Protocol(),
 		referer: req.Header.Referer(), userAgent: req.Header.UserAgent(), requestID: req.Header.Peek("X-Request-ID"),
@@ -524,7 +528,7 @@ func (p *Proxy) pool(addr string, loc *model.Location) *peerPool {
 // upstreamIdleTime (all if all), and forgets the pools left empty that
 // were idle so long: a peer gone from every backend leaves nothing behind.
 func (p *Proxy) closeIdlePools(all bool) {
-	now := time.Now()
+	now := monoNow()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := *p.pools.Load()

@@ -64,22 +64,34 @@ func timeoutsOf(loc *model.Location) timeouts {
 // timeoutConn is an upstream connection with nginx's proxy_send_timeout and
 // proxy_read_timeout: each Write and Read must make progress within its
 // timeout, however long a streamed body takes as a whole. fasthttp's
-// whole-request deadlines are ignored.
+// whole-request deadlines are ignored. A deadline is re-armed only when the
+// armed one lags by more than a sixteenth of its timeout (see clock.go), so
+// a read or write may time out up to that much early. Reads and writes may
+// run on two goroutines (an upgraded connection); each keeps its own field.
 type timeoutConn struct {
 	net.Conn
 	read, write time.Duration
+	// readArmed, writeArmed: the armed deadlines on the monoNow clock; 0
+	// none yet.
+	readArmed, writeArmed time.Duration
 }
 
 func (c *timeoutConn) Read(b []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.read)); err != nil {
-		return 0, err
+	if want := monoNow() + c.read; rearm(c.readArmed, want, c.read>>4) {
+		if err := c.Conn.SetReadDeadline(monoTime(want)); err != nil {
+			return 0, err
+		}
+		c.readArmed = want
 	}
 	return c.Conn.Read(b)
 }
 
 func (c *timeoutConn) Write(b []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.write)); err != nil {
-		return 0, err
+	if want := monoNow() + c.write; rearm(c.writeArmed, want, c.write>>4) {
+		if err := c.Conn.SetWriteDeadline(monoTime(want)); err != nil {
+			return 0, err
+		}
+		c.writeArmed = want
 	}
 	return c.Conn.Write(b)
 }

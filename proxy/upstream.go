@@ -49,9 +49,10 @@ type peerPool struct {
 	mu   sync.Mutex
 	idle []*upConn // most recently used last
 	// active counts the connections out of the pool, lastUsed is when one
-	// was last taken: together they say when the pool can be forgotten.
+	// was last taken (monoNow): together they say when the pool can be
+	// forgotten.
 	active   int
-	lastUsed time.Time
+	lastUsed time.Duration
 }
 
 // upConn is one upstream connection with its buffers.
@@ -60,15 +61,15 @@ type upConn struct {
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	pool *peerPool
-	// idleSince is when it went back to the pool.
-	idleSince time.Time
+	// idleSince is when it went back to the pool (monoNow).
+	idleSince time.Duration
 }
 
 // get returns an idle connection (reused true) or dials a new one,
 // reporting how long the connection took to establish (TCP and TLS, 0 when
 // reused), as nginx's $upstream_connect_time.
 func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bool, err error) {
-	now := time.Now()
+	now := monoNow()
 	pp.mu.Lock()
 	pp.active++
 	pp.lastUsed = now
@@ -76,7 +77,7 @@ func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bo
 		c = pp.idle[len(pp.idle)-1]
 		pp.idle[len(pp.idle)-1] = nil
 		pp.idle = pp.idle[:len(pp.idle)-1]
-		if now.Sub(c.idleSince) < upstreamIdleTime {
+		if now-c.idleSince < upstreamIdleTime {
 			pp.mu.Unlock()
 			c.tc.read, c.tc.write = t.read, t.send
 			return c, 0, true, nil
@@ -89,12 +90,12 @@ func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bo
 		pp.mu.Lock()
 		pp.active--
 		pp.mu.Unlock()
-		return nil, time.Since(now), false, err
+		return nil, monoNow() - now, false, err
 	}
 	c = &upConn{tc: timeoutConn{Conn: conn, read: t.read, write: t.send}, pool: pp}
 	c.br = bufio.NewReaderSize(&c.tc, 4096)
 	c.bw = bufio.NewWriterSize(&c.tc, 4096)
-	return c, time.Since(now), false, nil
+	return c, monoNow() - now, false, nil
 }
 
 // dial connects to the peer within timeout, with TLS for backend-protocol
@@ -121,7 +122,7 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 // put returns c to its pool, or closes it when the pool is full.
 func (c *upConn) put() {
 	pp := c.pool
-	c.idleSince = time.Now()
+	c.idleSince = monoNow()
 	pp.mu.Lock()
 	pp.active--
 	if len(pp.idle) < maxIdlePerPeer {
@@ -143,19 +144,19 @@ func (c *upConn) close() {
 
 // forgettable: nothing of pp is open and it has not been used for
 // upstreamIdleTime.
-func (pp *peerPool) forgettable(now time.Time) bool {
+func (pp *peerPool) forgettable(now time.Duration) bool {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	return len(pp.idle) == 0 && pp.active == 0 && now.Sub(pp.lastUsed) >= upstreamIdleTime
+	return len(pp.idle) == 0 && pp.active == 0 && now-pp.lastUsed >= upstreamIdleTime
 }
 
 // closeIdle closes the connections idle for longer than upstreamIdleTime
 // (all of them if all is true), for the janitor and Shutdown.
-func (pp *peerPool) closeIdle(now time.Time, all bool) {
+func (pp *peerPool) closeIdle(now time.Duration, all bool) {
 	pp.mu.Lock()
 	keep := pp.idle[:0]
 	for _, c := range pp.idle {
-		if all || now.Sub(c.idleSince) >= upstreamIdleTime {
+		if all || now-c.idleSince >= upstreamIdleTime {
 			_ = c.tc.Conn.Close()
 			continue
 		}

@@ -284,7 +284,7 @@ func TestUpstreamIdlePools(t *testing.T) {
 		t.Fatalf("closeIdlePools(true) left idle connections")
 	}
 	pp.mu.Lock()
-	pp.lastUsed = time.Now().Add(-2 * upstreamIdleTime)
+	pp.lastUsed = monoNow() - 2*upstreamIdleTime
 	pp.mu.Unlock()
 	p.closeIdlePools(false)
 	if n := len(*p.pools.Load()); n != 0 {
