@@ -33,9 +33,9 @@ func backend(t *testing.T, name string) (addr string) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Backend", name)
-		fmt.Fprintf(w, "%s %s %s xff=%s xrip=%s proto=%s host=%s rid=%t conn=%q te=%q",
+		fmt.Fprintf(w, "%s %s %s xff=%s xrip=%s proto=%s host=%s rid=%t conn=%q te=%q xs=%s",
 			name, r.Method, r.URL.RequestURI(), r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Real-Ip"),
-			r.Header.Get("X-Forwarded-Proto"), r.Host, r.Header.Get("X-Request-Id") != "", r.Header.Get("X-Custom-Hop"), r.Header.Get("Te"))
+			r.Header.Get("X-Forwarded-Proto"), r.Host, r.Header.Get("X-Request-Id") != "", r.Header.Get("X-Custom-Hop"), r.Header.Get("Te"), r.Header.Get("X-Scheme"))
 	}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
@@ -162,7 +162,7 @@ func TestRoutingAndHeaders(t *testing.T) {
 		}
 	}
 	_, body := get(t, base+"/", "shop.example.com", map[string]string{"X-Forwarded-For": "203.0.113.9", "Connection": "X-Custom-Hop", "X-Custom-Hop": "x"})
-	for _, want := range []string{"xff=203.0.113.9, 127.0.0.1", "xrip=127.0.0.1", "proto=http", "host=shop.example.com", "rid=true", `conn=""`} {
+	for _, want := range []string{"xff=203.0.113.9, 127.0.0.1", "xrip=127.0.0.1", "proto=http", "host=shop.example.com", "rid=true", `conn=""`, "xs=http"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("upstream saw %q; want %q", body, want)
 		}
