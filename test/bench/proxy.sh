@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The Go data plane (package proxy) against Debian's nginx with a plain
 # upstream block (issue 6), same run, same three loopback backends (a tiny
-# fasthttp static server on 127.0.0.2-4). Each proxy gets the same CPU
+# fasthttp static server on 127.0.0.2-4). nginx has a plain upstream block
+# (no Lua) and sets the request headers ingress-nginx's template sets (as
+# nginxcompat renders them and as the Go proxy sends them: X-Request-ID,
+# X-Real-IP, X-Forwarded-For/-Host/-Port/-Proto/-Scheme, X-Scheme), so both
+# send the backends the same request. Each proxy gets the same CPU
 # budget: pinned to CPU 1 (nginx: 1 worker; Go: GOMAXPROCS=1), wrk and the
 # backends pinned to CPU 0. wrk at 8 and 64 connections, keep-alive, the two
 # proxies alternated per round. Reports rps, p50, p99 and the ratio Go/nginx.
@@ -38,6 +42,10 @@ http {
 	fastcgi_temp_path $tmp/nginx/fastcgi;
 	uwsgi_temp_path $tmp/nginx/uwsgi;
 	scgi_temp_path $tmp/nginx/scgi;
+	map \$http_x_request_id \$req_id {
+		default \$http_x_request_id;
+		"" \$request_id;
+	}
 	upstream bench {
 		server 127.0.0.2:18181;
 		server 127.0.0.3:18181;
@@ -51,8 +59,14 @@ http {
 			proxy_http_version 1.1;
 			proxy_set_header Connection "";
 			proxy_set_header Host \$host;
-			proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+			proxy_set_header X-Request-ID \$req_id;
 			proxy_set_header X-Real-IP \$remote_addr;
+			proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+			proxy_set_header X-Forwarded-Host \$host;
+			proxy_set_header X-Forwarded-Port \$server_port;
+			proxy_set_header X-Forwarded-Proto \$scheme;
+			proxy_set_header X-Forwarded-Scheme \$scheme;
+			proxy_set_header X-Scheme \$scheme;
 			proxy_pass http://bench;
 		}
 	}
