@@ -44,7 +44,9 @@ func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	return p.serveSplit(ctx, ln, hs, func(c net.Conn) (net.Conn, bool, error) {
-		tc := tls.Server(c, cfg)
+		// Under TLS, as on the plain port, client deadlines are re-armed
+		// lazily (fasthttp and the HTTP/2 server move them per request).
+		tc := tls.Server(&lazyDeadlineConn{Conn: c, slack: p.clientSlack()}, cfg)
 		hctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
 		defer cancel()
 		if err := tc.HandshakeContext(hctx); err != nil {

@@ -153,7 +153,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// fasthttp moves the read deadline twice per request; re-arm it only
 	// when it lags by a sixteenth of the shorter client timeout.
-	ln = lazyDeadlineListener{Listener: ln, slack: min(p.cfg.ReadTimeout, p.cfg.IdleTimeout) / 16}
+	ln = lazyDeadlineListener{Listener: ln, slack: p.clientSlack()}
 	errc := make(chan error, 1)
 	go func() { errc <- p.server.Serve(ln) }()
 	select {
@@ -162,6 +162,12 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 		return p.server.Shutdown()
 	}
+}
+
+// clientSlack is how late a client connection's deadline may be left: a
+// sixteenth of the shorter of ReadTimeout and IdleTimeout.
+func (p *Proxy) clientSlack() time.Duration {
+	return min(p.cfg.ReadTimeout, p.cfg.IdleTimeout) / 16
 }
 
 // startJanitor starts, once, the goroutine that closes upstream
