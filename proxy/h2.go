@@ -46,7 +46,7 @@ func (p *Proxy) ServeTLS(ctx context.Context, ln net.Listener) error {
 	return p.serveSplit(ctx, ln, hs, func(c net.Conn) (net.Conn, bool, error) {
 		// Under TLS, as on the plain port, client deadlines are re-armed
 		// lazily (fasthttp and the HTTP/2 server move them per request).
-		tc := tls.Server(&lazyDeadlineConn{Conn: c, slack: p.clientSlack()}, cfg)
+		tc := tls.Server(&lazyDeadlineConn{Conn: c, lag: p.clientLag()}, cfg)
 		hctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
 		defer cancel()
 		if err := tc.HandshakeContext(hctx); err != nil {

@@ -151,9 +151,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	if p.cfg.H2C {
 		return p.serveH2C(ctx, ln)
 	}
-	// fasthttp moves the read deadline twice per request; re-arm it only
-	// when it lags by a sixteenth of the shorter client timeout.
-	ln = lazyDeadlineListener{Listener: ln, slack: p.clientSlack()}
+	// fasthttp moves the read deadline twice per request; the kernel timer
+	// is re-armed about once per timeout instead (clock.go).
+	ln = lazyDeadlineListener{Listener: ln, lag: p.clientLag()}
 	errc := make(chan error, 1)
 	go func() { errc <- p.server.Serve(ln) }()
 	select {
@@ -164,10 +164,12 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// clientSlack is how late a client connection's deadline may be left: a
-// sixteenth of the shorter of ReadTimeout and IdleTimeout.
-func (p *Proxy) clientSlack() time.Duration {
-	return min(p.cfg.ReadTimeout, p.cfg.IdleTimeout) / 16
+// clientLag is how far a client connection's armed deadline may lag the
+// one asked for (an early wake-up that re-arms, never an early timeout):
+// the longer of ReadTimeout and IdleTimeout, so fasthttp's alternation
+// between the two does not re-arm the timer per request.
+func (p *Proxy) clientLag() time.Duration {
+	return max(p.cfg.ReadTimeout, p.cfg.IdleTimeout)
 }
 
 // startJanitor starts, once, the goroutine that closes upstream

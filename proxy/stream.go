@@ -64,10 +64,11 @@ func timeoutsOf(loc *model.Location) timeouts {
 // timeoutConn is an upstream connection with nginx's proxy_send_timeout and
 // proxy_read_timeout: each Write and Read must make progress within its
 // timeout, however long a streamed body takes as a whole. fasthttp's
-// whole-request deadlines are ignored. A deadline is re-armed only when the
-// armed one lags by more than a sixteenth of its timeout (see clock.go), so
-// a read or write may time out up to that much early. Reads and writes may
-// run on two goroutines (an upgraded connection); each keeps its own field.
+// whole-request deadlines are ignored. The kernel deadline is re-armed
+// only when it would fire late or lags by more than a sixteenth of the
+// timeout; a read or write woken before its own deadline re-arms and goes
+// on (see clock.go), so the timeout is exact. Reads and writes may run on
+// two goroutines (an upgraded connection); each keeps its own fields.
 type timeoutConn struct {
 	net.Conn
 	read, write time.Duration
@@ -77,23 +78,49 @@ type timeoutConn struct {
 }
 
 func (c *timeoutConn) Read(b []byte) (int, error) {
-	if want := monoNow() + c.read; rearm(c.readArmed, want, c.read>>4) {
+	want := monoNow() + c.read
+	if needArm(c.readArmed, want, c.read>>4) {
 		if err := c.Conn.SetReadDeadline(monoTime(want)); err != nil {
 			return 0, err
 		}
 		c.readArmed = want
 	}
-	return c.Conn.Read(b)
+	for {
+		n, err := c.Conn.Read(b)
+		if err == nil || !isDeadline(err) || monoNow() >= want {
+			return n, err
+		}
+		// Woken by the armed deadline before this read's own.
+		if err := c.Conn.SetReadDeadline(monoTime(want)); err != nil {
+			return n, err
+		}
+		c.readArmed = want
+		if n > 0 {
+			return n, nil
+		}
+	}
 }
 
 func (c *timeoutConn) Write(b []byte) (int, error) {
-	if want := monoNow() + c.write; rearm(c.writeArmed, want, c.write>>4) {
+	want := monoNow() + c.write
+	if needArm(c.writeArmed, want, c.write>>4) {
 		if err := c.Conn.SetWriteDeadline(monoTime(want)); err != nil {
 			return 0, err
 		}
 		c.writeArmed = want
 	}
-	return c.Conn.Write(b)
+	written := 0
+	for {
+		n, err := c.Conn.Write(b[written:])
+		written += n
+		if err == nil || !isDeadline(err) || monoNow() >= want {
+			return written, err
+		}
+		if err := c.Conn.SetWriteDeadline(monoTime(want)); err != nil {
+			return written, err
+		}
+		c.writeArmed = want
+	}
 }
 
 func (c *timeoutConn) SetDeadline(time.Time) error      { return nil }
