@@ -165,17 +165,32 @@ type requestHeaders interface {
 // X-Real-IP in, X-Request-ID kept or made, X-Forwarded-Prefix. buf is
 // scratch space, returned for reuse.
 func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf []byte) []byte {
-	removeConnectionTokens(h.Peek("Connection"), h.Del)
-	teTrailers := tokenListHas(h.Peek("Te"), "trailers")
-	for _, name := range hopHeaders {
-		h.Del(name)
+	// Which of the headers looked at below the client sent, from one scan
+	// of the raw head when the view has it (fasthttp), so absent ones cost
+	// no lookup; otherwise every one is looked up.
+	seen := ^uint16(0)
+	if r, ok := h.(interface{ RawHeaders() []byte }); ok {
+		if raw := r.RawHeaders(); len(raw) > 0 {
+			seen = sentHeaders(raw)
+		}
+	}
+	if seen&(1<<hopConnection) != 0 {
+		removeConnectionTokens(h.Peek("Connection"), h.Del)
+	}
+	teTrailers := seen&(1<<hopTe) != 0 && tokenListHas(h.Peek("Te"), "trailers")
+	for i, name := range hopHeaders {
+		if seen&(1<<i) != 0 {
+			h.Del(name)
+		}
 	}
 	if teTrailers {
 		h.Set("Te", "trailers")
 	}
 	b := buf[:0]
-	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-		b = append(append(b, prior...), ", "...)
+	if seen&(1<<sentXForwardedFor) != 0 {
+		if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+			b = append(append(b, prior...), ", "...)
+		}
 	}
 	ipAt := len(b)
 	if f.remote.IsValid() {
@@ -195,7 +210,7 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
 		h.SetBytesV("X-Forwarded-Port", b)
 	}
-	if len(h.Peek("X-Request-ID")) == 0 {
+	if seen&(1<<sentXRequestID) == 0 || len(h.Peek("X-Request-ID")) == 0 {
 		var id [16]byte
 		_, _ = rand.Read(id[:])
 		b = hex.AppendEncode(b[:0], id[:])

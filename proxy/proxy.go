@@ -194,7 +194,68 @@ func (p *Proxy) startJanitor(ctx context.Context) {
 }
 
 // hopHeaders are removed when proxying (RFC 9110 §7.6.1).
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// Bits of sentHeaders' mask: hopHeaders by index, then two more.
+const (
+	hopConnection     = 0
+	hopTe             = 5
+	sentXForwardedFor = len(hopHeaders)
+	sentXRequestID    = len(hopHeaders) + 1
+)
+
+// equalFoldASCII reports whether b equals s, ASCII letters in either case.
+func equalFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// sentHeaders scans a raw request head (the request line may lead) and
+// returns a mask of the headers in it, by field name without regard to
+// case: bit i for hopHeaders[i], then X-Forwarded-For and X-Request-ID.
+func sentHeaders(raw []byte) uint16 {
+	var mask uint16
+	for len(raw) > 0 {
+		var line []byte
+		line, raw = cutByte(raw, '\n')
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			continue
+		}
+		name := bytes.TrimRight(line[:colon], " \t")
+		switch len(name) {
+		case 2, 7, 10, 16, 17, 18, 19:
+			for i, h := range hopHeaders {
+				if equalFoldASCII(name, h) {
+					mask |= 1 << i
+				}
+			}
+		case len("X-Forwarded-For"):
+			if equalFoldASCII(name, "X-Forwarded-For") {
+				mask |= 1 << sentXForwardedFor
+			}
+		case len("X-Request-ID"):
+			if equalFoldASCII(name, "X-Request-ID") {
+				mask |= 1 << sentXRequestID
+			}
+		}
+	}
+	return mask
+}
 
 // outcome is what one request did, for the metrics.
 type outcome struct {
