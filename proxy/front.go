@@ -1,10 +1,9 @@
 package proxy
 
 import (
-	"encoding/binary"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -157,7 +156,6 @@ type requestHeaders interface {
 	Peek(key string) []byte
 	Set(key, value string)
 	SetBytesV(key string, value []byte)
-	AddBytesV(key string, value []byte)
 	Del(key string)
 }
 
@@ -168,21 +166,12 @@ type requestHeaders interface {
 // scratch space, returned for reuse.
 func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf []byte) []byte {
 	// Which of the headers looked at below the client sent, from one scan
-	// of the raw head when the view has it (fasthttp): absent ones cost no
-	// lookup, and a header the client did not send is appended rather than
-	// set (no search for one to replace). Without a raw head every one is
-	// looked up and set.
-	seen := ^uint32(0)
+	// of the raw head when the view has it (fasthttp), so absent ones cost
+	// no lookup; otherwise every one is looked up.
+	seen := ^uint16(0)
 	if r, ok := h.(interface{ RawHeaders() []byte }); ok {
 		if raw := r.RawHeaders(); len(raw) > 0 {
 			seen = sentHeaders(raw)
-		}
-	}
-	put := func(bit int, key string, value []byte) {
-		if seen&(1<<bit) != 0 {
-			h.SetBytesV(key, value)
-		} else {
-			h.AddBytesV(key, value)
 		}
 	}
 	if seen&(1<<hopConnection) != 0 {
@@ -207,36 +196,31 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 	if f.remote.IsValid() {
 		b = f.remote.AppendTo(b)
 	}
-	put(sentXForwardedFor, "X-Forwarded-For", b)
-	put(sentXRealIP, "X-Real-IP", b[ipAt:])
-	proto := schemeHTTP
+	h.SetBytesV("X-Forwarded-For", b)
+	h.SetBytesV("X-Real-IP", b[ipAt:])
+	proto := "http"
 	if f.tls {
-		proto = schemeHTTPS
+		proto = "https"
 	}
-	put(sentXForwardedProto, "X-Forwarded-Proto", proto)
-	put(sentXForwardedScheme, "X-Forwarded-Scheme", proto)
-	put(sentXScheme, "X-Scheme", proto)
-	put(sentXForwardedHost, "X-Forwarded-Host", f.host)
+	h.Set("X-Forwarded-Proto", proto)
+	h.Set("X-Forwarded-Scheme", proto)
+	h.Set("X-Scheme", proto)
+	h.SetBytesV("X-Forwarded-Host", f.host)
 	if f.localPort > 0 {
 		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
-		put(sentXForwardedPort, "X-Forwarded-Port", b)
+		h.SetBytesV("X-Forwarded-Port", b)
 	}
 	if seen&(1<<sentXRequestID) == 0 || len(h.Peek("X-Request-ID")) == 0 {
-		// A request ID as nginx's $request_id: 16 random bytes in hex, for
-		// tracing, not secrecy (the runtime's ChaCha8 source).
-		b = binary.BigEndian.AppendUint64(b[:0], rand.Uint64())
-		b = binary.BigEndian.AppendUint64(b, rand.Uint64())
-		n := len(b)
-		b = hex.AppendEncode(b, b[:n])
-		put(sentXRequestID, "X-Request-ID", b[n:])
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		b = hex.AppendEncode(b[:0], id[:])
+		h.SetBytesV("X-Request-ID", b)
 	}
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
 	}
 	return b
 }
-
-var schemeHTTP, schemeHTTPS = []byte("http"), []byte("https")
 
 // viewBase answers the nginx variables a pick may read that do not depend
 // on the client's protocol; requestView (fasthttp) and h2View (net/http)

@@ -590,7 +590,6 @@ func (h netHeader) Peek(key string) []byte {
 
 func (h netHeader) Set(key, value string)              { http.Header(h).Set(key, value) }
 func (h netHeader) SetBytesV(key string, value []byte) { http.Header(h).Set(key, string(value)) }
-func (h netHeader) AddBytesV(key string, value []byte) { http.Header(h).Add(key, string(value)) }
 func (h netHeader) Del(key string)                     { http.Header(h).Del(key) }
 
 // h2View answers nginx variables from a net/http request for the

@@ -196,34 +196,12 @@ func (p *Proxy) startJanitor(ctx context.Context) {
 // hopHeaders are removed when proxying (RFC 9110 §7.6.1).
 var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// sentNames are the request headers forwardHeaders looks at: hopHeaders
-// by index, then the ones it sets. sentHeaders' mask has bit i for
-// sentNames[i].
-var sentNames = [...]string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"X-Forwarded-For", "X-Request-ID", "X-Real-IP", "X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Scheme", "X-Forwarded-Host", "X-Forwarded-Port", "X-Forwarded-Prefix",
-}
-
-// Bits of sentHeaders' mask, by name.
+// Bits of sentHeaders' mask: hopHeaders by index, then two more.
 const (
-	hopConnection = iota
-	_
-	_
-	_
-	_
-	hopTe
-	_
-	_
-	_
-	sentXForwardedFor
-	sentXRequestID
-	sentXRealIP
-	sentXForwardedProto
-	sentXForwardedScheme
-	sentXScheme
-	sentXForwardedHost
-	sentXForwardedPort
-	sentXForwardedPrefix
+	hopConnection     = 0
+	hopTe             = 5
+	sentXForwardedFor = len(hopHeaders)
+	sentXRequestID    = len(hopHeaders) + 1
 )
 
 // equalFoldASCII reports whether b equals s, ASCII letters in either case.
@@ -246,11 +224,11 @@ func equalFoldASCII(b []byte, s string) bool {
 	return true
 }
 
-// sentHeaders scans a raw request head (a request line may lead) and
-// returns the mask of the sentNames in it, by field name without regard to
-// case.
-func sentHeaders(raw []byte) uint32 {
-	var mask uint32
+// sentHeaders scans a raw request head (the request line may lead) and
+// returns a mask of the headers in it, by field name without regard to
+// case: bit i for hopHeaders[i], then X-Forwarded-For and X-Request-ID.
+func sentHeaders(raw []byte) uint16 {
+	var mask uint16
 	for len(raw) > 0 {
 		var line []byte
 		line, raw = cutByte(raw, '\n')
@@ -259,9 +237,20 @@ func sentHeaders(raw []byte) uint32 {
 			continue
 		}
 		name := bytes.TrimRight(line[:colon], " \t")
-		for i, n := range sentNames {
-			if equalFoldASCII(name, n) {
-				mask |= 1 << i
+		switch len(name) {
+		case 2, 7, 10, 16, 17, 18, 19:
+			for i, h := range hopHeaders {
+				if equalFoldASCII(name, h) {
+					mask |= 1 << i
+				}
+			}
+		case len("X-Forwarded-For"):
+			if equalFoldASCII(name, "X-Forwarded-For") {
+				mask |= 1 << sentXForwardedFor
+			}
+		case len("X-Request-ID"):
+			if equalFoldASCII(name, "X-Request-ID") {
+				mask |= 1 << sentXRequestID
 			}
 		}
 	}
