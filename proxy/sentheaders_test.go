@@ -111,3 +111,23 @@ func TestForwardHeadersScanMatchesLookups(t *testing.T) {
 		t.Errorf("X-Request-ID = %q; want the client's kept", got)
 	}
 }
+
+// A request without X-Request-ID gets 32 hex digits, new each time.
+func TestForwardHeadersRequestID(t *testing.T) {
+	ids := map[string]bool{}
+	for range 100 {
+		var h fasthttp.RequestHeader
+		if err := h.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))); err != nil {
+			t.Fatal(err)
+		}
+		forwardHeaders(&h, &clientFacts{host: []byte("a")}, &model.Location{}, nil)
+		id := string(h.Peek("X-Request-ID"))
+		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+			t.Fatalf("X-Request-ID %q; want 32 lower-case hex digits", id)
+		}
+		ids[id] = true
+	}
+	if len(ids) != 100 {
+		t.Errorf("%d distinct IDs in 100 requests", len(ids))
+	}
+}
