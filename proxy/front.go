@@ -157,8 +157,28 @@ type requestHeaders interface {
 	Peek(key string) []byte
 	Set(key, value string)
 	SetBytesV(key string, value []byte)
+	// SetCanonical sets a field whose name is already in fasthttp's
+	// canonical form (the hdr* names), skipping its normalisation.
+	SetCanonical(key, value []byte)
 	Del(key string)
 }
+
+// Names forwardHeaders sets, in fasthttp's canonical form (each word
+// capitalised, the rest lower case), so that SetCanonical replaces a field
+// the client sent under any case. On the wire they read as fasthttp writes
+// every field it normalised.
+var (
+	hdrXForwardedFor    = []byte("X-Forwarded-For")
+	hdrXRealIP          = []byte("X-Real-Ip")
+	hdrXForwardedProto  = []byte("X-Forwarded-Proto")
+	hdrXForwardedScheme = []byte("X-Forwarded-Scheme")
+	hdrXScheme          = []byte("X-Scheme")
+	hdrXForwardedHost   = []byte("X-Forwarded-Host")
+	hdrXForwardedPort   = []byte("X-Forwarded-Port")
+	hdrXRequestID       = []byte("X-Request-Id")
+
+	schemeHTTP, schemeHTTPS = []byte("http"), []byte("https")
+)
 
 // forwardHeaders rewrites request headers for the upstream as
 // ingress-nginx's location does: hop-by-hop headers out (RFC 9110 §7.6.1;
@@ -197,19 +217,19 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 	if f.remote.IsValid() {
 		b = f.remote.AppendTo(b)
 	}
-	h.SetBytesV("X-Forwarded-For", b)
-	h.SetBytesV("X-Real-IP", b[ipAt:])
-	proto := "http"
+	h.SetCanonical(hdrXForwardedFor, b)
+	h.SetCanonical(hdrXRealIP, b[ipAt:])
+	proto := schemeHTTP
 	if f.tls {
-		proto = "https"
+		proto = schemeHTTPS
 	}
-	h.Set("X-Forwarded-Proto", proto)
-	h.Set("X-Forwarded-Scheme", proto)
-	h.Set("X-Scheme", proto)
-	h.SetBytesV("X-Forwarded-Host", f.host)
+	h.SetCanonical(hdrXForwardedProto, proto)
+	h.SetCanonical(hdrXForwardedScheme, proto)
+	h.SetCanonical(hdrXScheme, proto)
+	h.SetCanonical(hdrXForwardedHost, f.host)
 	if f.localPort > 0 {
 		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
-		h.SetBytesV("X-Forwarded-Port", b)
+		h.SetCanonical(hdrXForwardedPort, b)
 	}
 	if seen&(1<<sentXRequestID) == 0 || len(h.Peek("X-Request-ID")) == 0 {
 		// A request ID as nginx's $request_id: 16 random bytes in hex, for
@@ -217,7 +237,7 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 		b = binary.BigEndian.AppendUint64(b[:0], rand.Uint64())
 		b = binary.BigEndian.AppendUint64(b, rand.Uint64())
 		b = hex.AppendEncode(b, b[:16])
-		h.SetBytesV("X-Request-ID", b[16:])
+		h.SetCanonical(hdrXRequestID, b[16:])
 	}
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)

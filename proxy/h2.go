@@ -590,6 +590,7 @@ func (h netHeader) Peek(key string) []byte {
 
 func (h netHeader) Set(key, value string)              { http.Header(h).Set(key, value) }
 func (h netHeader) SetBytesV(key string, value []byte) { http.Header(h).Set(key, string(value)) }
+func (h netHeader) SetCanonical(key, value []byte)     { http.Header(h).Set(string(key), string(value)) }
 func (h netHeader) Del(key string)                     { http.Header(h).Del(key) }
 
 // h2View answers nginx variables from a net/http request for the

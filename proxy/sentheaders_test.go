@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -129,5 +130,38 @@ func TestForwardHeadersRequestID(t *testing.T) {
 	}
 	if len(ids) != 100 {
 		t.Errorf("%d distinct IDs in 100 requests", len(ids))
+	}
+}
+
+// The names set through SetCanonical are fasthttp's canonical forms, so a
+// field the client sent in any case is replaced, not duplicated.
+func TestForwardHeadersReplaceClientFields(t *testing.T) {
+	for _, k := range [][]byte{hdrXForwardedFor, hdrXRealIP, hdrXForwardedProto, hdrXForwardedScheme, hdrXScheme, hdrXForwardedHost, hdrXForwardedPort, hdrXRequestID} {
+		var h fasthttp.RequestHeader
+		h.Set(strings.ToLower(string(k)), "v")
+		for key := range h.All() {
+			if string(key) != string(k) {
+				t.Errorf("fasthttp stores %q as %q; the hdr name must be its canonical form", k, key)
+			}
+		}
+	}
+	head := "GET / HTTP/1.1\r\nHost: a\r\nx-real-ip: 192.0.2.1\r\nX-FORWARDED-PROTO: spoof\r\nx-scheme: spoof\r\nX-Forwarded-Host: evil\r\nx-forwarded-port: 1\r\n\r\n"
+	var h fasthttp.RequestHeader
+	if err := h.Read(bufio.NewReader(strings.NewReader(head))); err != nil {
+		t.Fatal(err)
+	}
+	forwardHeaders(&h, &clientFacts{host: []byte("a"), remote: netip.MustParseAddr("127.0.0.9"), localPort: 80}, &model.Location{}, nil)
+	for name, want := range map[string]string{"X-Real-IP": "127.0.0.9", "X-Forwarded-Proto": "http", "X-Scheme": "http", "X-Forwarded-Host": "a", "X-Forwarded-Port": "80", "X-Forwarded-For": "127.0.0.9"} {
+		var n int
+		var got string
+		for k, v := range h.All() {
+			if strings.EqualFold(string(k), name) {
+				n++
+				got = string(v)
+			}
+		}
+		if n != 1 || got != want {
+			t.Errorf("%s: %d fields, last %q; want one, %q", name, n, got, want)
+		}
 	}
 }
