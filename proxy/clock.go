@@ -52,9 +52,35 @@ func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) 
 // the monoNow clock (0: none).
 type lazyDeadlineConn struct {
 	net.Conn
-	lag                   time.Duration
-	readWant, readArmed   atomic.Int64
-	writeWant, writeArmed atomic.Int64
+	lag         time.Duration
+	read, write lazyDeadline
+}
+
+// lazyDeadline is one direction's deadline: the one asked for and the one
+// armed, on the monoNow clock (0: none).
+type lazyDeadline struct{ want, armed atomic.Int64 }
+
+// set records t and reports whether the kernel deadline must be set to it.
+func (d *lazyDeadline) set(t time.Time, lag time.Duration) bool {
+	w := monoOf(t)
+	d.want.Store(w)
+	if !lazySet(d.armed.Load(), w, lag) {
+		return false
+	}
+	d.armed.Store(w)
+	return true
+}
+
+// early reports whether err is a deadline's that came before the one
+// asked for (the armed deadline woke the caller early), and if so the
+// deadline to arm before trying again.
+func (d *lazyDeadline) early(err error) (time.Time, bool) {
+	w := d.want.Load()
+	if err == nil || w == 0 || !isDeadline(err) || int64(monoNow()) >= w {
+		return time.Time{}, false
+	}
+	d.armed.Store(w)
+	return monoTime(time.Duration(w)), true
 }
 
 // monoOf is t on the monoNow clock; 0 for the zero time (none).
@@ -78,53 +104,37 @@ func lazySet(armed, want int64, lag time.Duration) bool {
 }
 
 func (c *lazyDeadlineConn) SetReadDeadline(t time.Time) error {
-	w := monoOf(t)
-	c.readWant.Store(w)
-	if !lazySet(c.readArmed.Load(), w, c.lag) {
+	if !c.read.set(t, c.lag) {
 		return nil
 	}
-	c.readArmed.Store(w)
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *lazyDeadlineConn) SetWriteDeadline(t time.Time) error {
-	w := monoOf(t)
-	c.writeWant.Store(w)
-	if !lazySet(c.writeArmed.Load(), w, c.lag) {
+	if !c.write.set(t, c.lag) {
 		return nil
 	}
-	c.writeArmed.Store(w)
 	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *lazyDeadlineConn) SetDeadline(t time.Time) error {
 	w := monoOf(t)
-	c.readWant.Store(w)
-	c.readArmed.Store(w)
-	c.writeWant.Store(w)
-	c.writeArmed.Store(w)
+	for _, d := range []*lazyDeadline{&c.read, &c.write} {
+		d.want.Store(w)
+		d.armed.Store(w)
+	}
 	return c.Conn.SetDeadline(t)
-}
-
-// early reports whether a deadline error came before want (0: none): the
-// armed deadline woke the caller early.
-func early(err error, want int64) bool {
-	return err != nil && want != 0 && isDeadline(err) && int64(monoNow()) < want
 }
 
 func (c *lazyDeadlineConn) Read(b []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(b)
-		want := c.readWant.Load()
-		if !early(err, want) {
+		t, ok := c.read.early(err)
+		if !ok {
 			return n, err
 		}
-		c.readArmed.Store(want)
-		if err := c.Conn.SetReadDeadline(monoTime(time.Duration(want))); err != nil {
+		if err := c.Conn.SetReadDeadline(t); err != nil || n > 0 {
 			return n, err
-		}
-		if n > 0 {
-			return n, nil
 		}
 	}
 }
@@ -134,12 +144,11 @@ func (c *lazyDeadlineConn) Write(b []byte) (int, error) {
 	for {
 		n, err := c.Conn.Write(b[written:])
 		written += n
-		want := c.writeWant.Load()
-		if !early(err, want) {
+		t, ok := c.write.early(err)
+		if !ok {
 			return written, err
 		}
-		c.writeArmed.Store(want)
-		if err := c.Conn.SetWriteDeadline(monoTime(time.Duration(want))); err != nil {
+		if err := c.Conn.SetWriteDeadline(t); err != nil {
 			return written, err
 		}
 	}

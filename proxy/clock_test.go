@@ -126,12 +126,12 @@ func TestLazyDeadlineConn(t *testing.T) {
 	if err := c.SetReadDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	armed := c.readArmed.Load()
+	armed := c.read.armed.Load()
 	const want = 300 * time.Millisecond
 	if err := c.SetReadDeadline(time.Now().Add(want)); err != nil {
 		t.Fatal(err)
 	}
-	if c.readArmed.Load() != armed {
+	if c.read.armed.Load() != armed {
 		t.Fatal("a later deadline within the lag was armed; want it remembered only")
 	}
 	took, err := timedRead(c)
@@ -146,7 +146,7 @@ func TestLazyDeadlineConn(t *testing.T) {
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if c.readArmed.Load() != 0 {
+	if c.read.armed.Load() != 0 {
 		t.Fatal("clearing the deadline was skipped")
 	}
 	go func() { time.Sleep(150 * time.Millisecond); _, _ = client.Write([]byte("y")) }()
@@ -162,7 +162,7 @@ func TestLazyDeadlineConn(t *testing.T) {
 	if err := c.SetReadDeadline(soon); err != nil {
 		t.Fatal(err)
 	}
-	if c.readArmed.Load() != monoOf(soon) {
+	if c.read.armed.Load() != monoOf(soon) {
 		t.Fatal("an earlier deadline was not armed")
 	}
 	if took, err := timedRead(c); !errors.Is(err, os.ErrDeadlineExceeded) || took > 5*time.Second {
