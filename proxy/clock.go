@@ -32,12 +32,6 @@ func monoNow() time.Duration { return time.Since(epoch) }
 // (compared through its monotonic reading).
 func monoTime(d time.Duration) time.Time { return epoch.Add(d) }
 
-// needArm reports whether the kernel deadline armed (0: none) must be moved
-// to want: it would fire after want, or more than lag before it.
-func needArm(armed, want, lag time.Duration) bool {
-	return armed == 0 || armed > want || want-armed > lag
-}
-
 // isDeadline reports whether err is a deadline's.
 func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
@@ -62,7 +56,12 @@ type lazyDeadline struct{ want, armed atomic.Int64 }
 
 // set records t and reports whether the kernel deadline must be set to it.
 func (d *lazyDeadline) set(t time.Time, lag time.Duration) bool {
-	w := monoOf(t)
+	return d.arm(monoOf(t), lag)
+}
+
+// arm records w (the monoNow clock; 0: none) as the deadline asked for and
+// reports whether the kernel deadline must be moved to it.
+func (d *lazyDeadline) arm(w int64, lag time.Duration) bool {
 	d.want.Store(w)
 	if !lazySet(d.armed.Load(), w, lag) {
 		return false
@@ -126,29 +125,37 @@ func (c *lazyDeadlineConn) SetDeadline(t time.Time) error {
 	return c.Conn.SetDeadline(t)
 }
 
-func (c *lazyDeadlineConn) Read(b []byte) (int, error) {
+func (c *lazyDeadlineConn) Read(b []byte) (int, error) { return c.read.readFrom(c.Conn, b) }
+
+func (c *lazyDeadlineConn) Write(b []byte) (int, error) { return c.write.writeTo(c.Conn, b) }
+
+// readFrom reads from c, whose read deadline d keeps: a read woken early by
+// the armed deadline re-arms the one asked for and reads on.
+func (d *lazyDeadline) readFrom(c net.Conn, b []byte) (int, error) {
 	for {
-		n, err := c.Conn.Read(b)
-		t, ok := c.read.early(err)
+		n, err := c.Read(b)
+		t, ok := d.early(err)
 		if !ok {
 			return n, err
 		}
-		if err := c.Conn.SetReadDeadline(t); err != nil || n > 0 {
+		if err := c.SetReadDeadline(t); err != nil || n > 0 {
 			return n, err
 		}
 	}
 }
 
-func (c *lazyDeadlineConn) Write(b []byte) (int, error) {
+// writeTo writes b to c, whose write deadline d keeps: a write woken early
+// re-arms the one asked for and writes the rest.
+func (d *lazyDeadline) writeTo(c net.Conn, b []byte) (int, error) {
 	written := 0
 	for {
-		n, err := c.Conn.Write(b[written:])
+		n, err := c.Write(b[written:])
 		written += n
-		t, ok := c.write.early(err)
+		t, ok := d.early(err)
 		if !ok {
 			return written, err
 		}
-		if err := c.Conn.SetWriteDeadline(t); err != nil {
+		if err := c.SetWriteDeadline(t); err != nil {
 			return written, err
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-func TestNeedArm(t *testing.T) {
+func TestDeadlineArm(t *testing.T) {
 	const s = time.Second
 	for _, tt := range []struct {
 		name        string
@@ -23,8 +23,10 @@ func TestNeedArm(t *testing.T) {
 		{"armed earlier beyond lag", 10 * s, 11*s + 1, true},
 		{"armed later: would fire late", 10 * s, 10*s - 1, true},
 	} {
-		if got := needArm(tt.armed, tt.want, s); got != tt.arm {
-			t.Errorf("%s: needArm(%v, %v) = %v; want %v", tt.name, tt.armed, tt.want, got, tt.arm)
+		var d lazyDeadline
+		d.armed.Store(int64(tt.armed))
+		if got := d.arm(int64(tt.want), s); got != tt.arm {
+			t.Errorf("%s: arm(%v) with %v armed = %v; want %v", tt.name, tt.want, tt.armed, got, tt.arm)
 		}
 	}
 }
@@ -91,12 +93,12 @@ func TestTimeoutConnReadTimeout(t *testing.T) {
 	if err := client.SetReadDeadline(monoTime(armed)); err != nil {
 		t.Fatal(err)
 	}
-	tc.readArmed = armed
+	tc.rd.armed.Store(int64(armed))
 	took, err := timedRead(tc)
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read from a silent peer: %v; want a deadline error", err)
 	}
-	if tc.readArmed == armed {
+	if tc.rd.armed.Load() == int64(armed) {
 		t.Error("the early deadline was not moved to the read's own")
 	}
 	if took < timeout-10*time.Millisecond || took > timeout+2*time.Second {

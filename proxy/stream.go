@@ -72,55 +72,26 @@ func timeoutsOf(loc *model.Location) timeouts {
 type timeoutConn struct {
 	net.Conn
 	read, write time.Duration
-	// readArmed, writeArmed: the armed deadlines on the monoNow clock; 0
-	// none yet.
-	readArmed, writeArmed time.Duration
+	// rd, wr: the deadlines asked for and armed (clock.go).
+	rd, wr lazyDeadline
 }
 
 func (c *timeoutConn) Read(b []byte) (int, error) {
-	want := monoNow() + c.read
-	if needArm(c.readArmed, want, c.read>>4) {
-		if err := c.Conn.SetReadDeadline(monoTime(want)); err != nil {
+	if w := int64(monoNow() + c.read); c.rd.arm(w, c.read>>4) {
+		if err := c.Conn.SetReadDeadline(monoTime(time.Duration(w))); err != nil {
 			return 0, err
 		}
-		c.readArmed = want
 	}
-	for {
-		n, err := c.Conn.Read(b)
-		if err == nil || !isDeadline(err) || monoNow() >= want {
-			return n, err
-		}
-		// Woken by the armed deadline before this read's own.
-		if err := c.Conn.SetReadDeadline(monoTime(want)); err != nil {
-			return n, err
-		}
-		c.readArmed = want
-		if n > 0 {
-			return n, nil
-		}
-	}
+	return c.rd.readFrom(c.Conn, b)
 }
 
 func (c *timeoutConn) Write(b []byte) (int, error) {
-	want := monoNow() + c.write
-	if needArm(c.writeArmed, want, c.write>>4) {
-		if err := c.Conn.SetWriteDeadline(monoTime(want)); err != nil {
+	if w := int64(monoNow() + c.write); c.wr.arm(w, c.write>>4) {
+		if err := c.Conn.SetWriteDeadline(monoTime(time.Duration(w))); err != nil {
 			return 0, err
 		}
-		c.writeArmed = want
 	}
-	written := 0
-	for {
-		n, err := c.Conn.Write(b[written:])
-		written += n
-		if err == nil || !isDeadline(err) || monoNow() >= want {
-			return written, err
-		}
-		if err := c.Conn.SetWriteDeadline(monoTime(want)); err != nil {
-			return written, err
-		}
-		c.writeArmed = want
-	}
+	return c.wr.writeTo(c.Conn, b)
 }
 
 func (c *timeoutConn) SetDeadline(time.Time) error      { return nil }
