@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"iter"
 	"net"
 	"net/netip"
 	"os"
@@ -229,29 +230,17 @@ func equalFoldASCII(b []byte, s string) bool {
 // case: bit i for hopHeaders[i], then X-Forwarded-For and X-Request-ID.
 func sentHeaders(raw []byte) uint16 {
 	var mask uint16
-	for len(raw) > 0 {
-		var line []byte
-		line, raw = cutByte(raw, '\n')
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			continue
+	for name := range rawFieldNames(raw) {
+		for i, h := range hopHeaders {
+			if equalFoldASCII(name, h) {
+				mask |= 1 << i
+			}
 		}
-		name := bytes.TrimRight(line[:colon], " \t")
-		switch len(name) {
-		case 2, 7, 10, 16, 17, 18, 19:
-			for i, h := range hopHeaders {
-				if equalFoldASCII(name, h) {
-					mask |= 1 << i
-				}
-			}
-		case len("X-Forwarded-For"):
-			if equalFoldASCII(name, "X-Forwarded-For") {
-				mask |= 1 << sentXForwardedFor
-			}
-		case len("X-Request-ID"):
-			if equalFoldASCII(name, "X-Request-ID") {
-				mask |= 1 << sentXRequestID
-			}
+		if equalFoldASCII(name, "X-Forwarded-For") {
+			mask |= 1 << sentXForwardedFor
+		}
+		if equalFoldASCII(name, "X-Request-ID") {
+			mask |= 1 << sentXRequestID
 		}
 	}
 	return mask
@@ -531,14 +520,26 @@ func removeConnectionTokens(conn []byte, del func(string)) {
 // hasRawHeader reports whether raw request headers have a field named
 // name (lower case).
 func hasRawHeader(raw []byte, name string) bool {
-	for len(raw) > 0 {
-		var line []byte
-		line, raw = cutByte(raw, '\n')
-		if k, _, ok := bytes.Cut(line, []byte(":")); ok && strings.EqualFold(string(bytes.TrimSpace(k)), name) {
+	for k := range rawFieldNames(raw) {
+		if strings.EqualFold(string(k), name) {
 			return true
 		}
 	}
 	return false
+}
+
+// rawFieldNames yields the field name (spaces trimmed) of each line of a
+// raw head that has a colon.
+func rawFieldNames(raw []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for len(raw) > 0 {
+			var line []byte
+			line, raw = cutByte(raw, '\n')
+			if k, _, ok := bytes.Cut(line, []byte(":")); ok && !yield(bytes.TrimSpace(k)) {
+				return
+			}
+		}
+	}
 }
 
 // cutByte splits v at the first sep: what comes before it, and what comes
