@@ -31,7 +31,7 @@ func workerPIDs(master int) []int {
 		if err != nil || pid == master {
 			continue
 		}
-		if parentPID(pid) == master && acceptingWorker(pid) {
+		if acceptingWorkerOf(master, pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -61,9 +61,12 @@ func parentPID(pid int) int {
 	return ppid
 }
 
-// acceptingWorker reports whether pid is an nginx worker that has not begun
-// its graceful shutdown, by its process title.
-func acceptingWorker(pid int) bool {
+// acceptingWorkerOf reports whether pid is a worker of master that has not
+// begun its graceful shutdown, by its parent and its process title.
+func acceptingWorkerOf(master, pid int) bool {
+	if parentPID(pid) != master {
+		return false
+	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
 		return false
@@ -79,7 +82,7 @@ func waitRetired(ctx context.Context, master int, old []int) error {
 	for {
 		left := 0
 		for _, pid := range old {
-			if parentPID(pid) == master && acceptingWorker(pid) {
+			if acceptingWorkerOf(master, pid) {
 				left++
 			}
 		}
