@@ -103,12 +103,7 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 		return
 	}
 	o.upstreamLength = resp.Header.ContentLength()
-	removeConnectionTokens(resp.Header.Peek("Connection"), resp.Header.Del)
-	for _, name := range hopHeaders {
-		if name != "Trailer" {
-			resp.Header.Del(name)
-		}
-	}
+	stripHopHeaders(&resp.Header, true, nil)
 	if pick.SetCookie != "" {
 		resp.Header.Add("Set-Cookie", pick.SetCookie)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,30 +364,38 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 
-	// The upstream request shares the client request's headers and URI and
-	// reads its body: whole when it fitted in BodyBufferBytes, else as a
-	// stream through a proxy-body-size limit.
-	out := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(out)
-	ctx.Request.Header.CopyTo(&out.Header)
-	ctx.Request.URI().CopyTo(out.URI())
-	out.UseHostHeader = true
+	// A body that fitted in BodyBufferBytes goes upstream as bytes and may
+	// be sent again; a longer or chunked one is streamed through a
+	// proxy-body-size limit.
 	lim := &st.lim
 	cl := ctx.Request.Header.ContentLength()
 	body := ctx.RequestBodyStream()
 	buffered := body == nil || (cl >= 0 && cl <= p.cfg.BodyBufferBytes)
-	switch {
-	case buffered:
-		out.SetBodyRaw(ctx.Request.Body())
-	default:
+	var out *fasthttp.Request
+	if buffered {
+		if body != nil && !readWholeBody(ctx, body, cl, &st.body) {
+			return
+		}
+		// The client's request is written upstream as it is. Request.Write
+		// rewrites its request line from the parsed URI (rewrite-target
+		// included); fastTry puts the client's back after each attempt, for
+		// the balancer's $request_uri on a retry and for the access log.
+		out = &ctx.Request
+		st.try.rawURI = append(st.try.rawURI[:0], ctx.Request.Header.RequestURI()...)
+	} else {
+		out = fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(out)
+		ctx.Request.Header.CopyTo(&out.Header)
+		ctx.Request.URI().CopyTo(out.URI())
 		*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
 		if lim.left <= 0 {
 			lim.left = -1
 		}
 		out.SetBodyStream(lim, cl)
 	}
+	out.UseHostHeader = true
 	r := replayOf(string(ctx.Method()), buffered)
-	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r}
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r, rawURI: st.try.rawURI}
 	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, r, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
@@ -400,12 +409,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		p.customError(&ctx.Response, rt, code, errorRequestOf(ctx), view, o)
 		return
 	}
-	removeConnectionTokens(ctx.Response.Header.Peek("Connection"), ctx.Response.Header.Del)
-	for _, h := range hopHeaders {
-		if h != "Trailer" { // announces trailers the body stream carries
-			ctx.Response.Header.Del(h)
-		}
-	}
+	// Trailer stays: it announces trailers the body stream carries.
+	st.buf = stripHopHeaders(&ctx.Response.Header, true, st.buf)
 	if pick.SetCookie != "" {
 		ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
 	}
@@ -438,10 +443,16 @@ type fastTry struct {
 	// the peer closed is replaced only for a body-buffered idempotent
 	// request.
 	replay replay
+	// rawURI, when out is the client's own request, is its request-target
+	// as the client sent it, put back after out was written.
+	rawURI []byte
 }
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
 	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
+	if t.rawURI != nil {
+		t.out.Header.SetRequestURIBytes(t.rawURI)
+	}
 	if err == nil && !t.lim.over {
 		return t.resp.StatusCode(), connect, nil
 	}
@@ -465,13 +476,38 @@ type reqState struct {
 	lim     limitReader
 	try     fastTry
 	buf     []byte
+	// body holds a request body read whole by readWholeBody; the client's
+	// request refers to it until the handler returns.
+	body []byte
 }
 
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 func (st *reqState) release() {
-	*st = reqState{buf: st.buf[:0]}
+	*st = reqState{buf: st.buf[:0], body: st.body[:0], try: fastTry{rawURI: st.try.rawURI[:0]}}
 	statePool.Put(st)
+}
+
+// readWholeBody reads the rest of a request body of known length cl
+// (fasthttp has read up to 8 KiB of it before the handler) into *buf and
+// makes it the request's body. A body the client does not deliver is
+// answered here: 408 when it stalled past ReadTimeout, 400 otherwise, and
+// the connection is closed; fasthttp's Request.Body would have sent the
+// upstream the error's text as the body instead.
+func readWholeBody(ctx *fasthttp.RequestCtx, body io.Reader, cl int, buf *[]byte) bool {
+	b := slices.Grow((*buf)[:0], cl)[:cl]
+	*buf = b
+	if _, err := io.ReadFull(body, b); err != nil {
+		status := fasthttp.StatusBadRequest
+		if isTimeout(err) {
+			status = fasthttp.StatusRequestTimeout
+		}
+		ctx.Error(statusText(status), status)
+		ctx.SetConnectionClose()
+		return false
+	}
+	ctx.Request.SetBodyRaw(b)
+	return true
 }
 
 // prepare rewrites the request for the upstream (forwardHeaders), then
@@ -502,6 +538,66 @@ func wildcardOrigin(pattern, origin string) bool {
 	}
 	i := strings.IndexByte(o, '.')
 	return i > 0 && o[i+1:] == rest
+}
+
+// stripHopHeaders removes from an upstream's response head the hop-by-hop
+// fields (but Trailer if keepTrailer) and the fields its Connection headers
+// name (RFC 9110 §7.6.1), in whatever case the upstream wrote them: its
+// field names are kept as sent, and fasthttp's Del matches them exactly. A
+// Connection: close is the upstream connection's own and is dropped too.
+// One pass finds them (most responses have none); scratch is reused for
+// the names found and returned.
+func stripHopHeaders(h *fasthttp.ResponseHeader, keepTrailer bool, scratch []byte) []byte {
+	if h.ConnectionClose() {
+		h.ResetConnectionClose()
+	}
+	// scratch holds the names to delete, then the Connection tokens, each
+	// ended by '\n' (never in a parsed field name or value).
+	names := scratch[:0]
+	var tokens []byte
+	for k, v := range h.All() {
+		if isHopField(k, keepTrailer) {
+			names = append(append(names, k...), '\n')
+		}
+		if equalFoldASCII(k, "Connection") {
+			for len(v) > 0 {
+				var tok []byte
+				tok, v = cutByte(v, ',')
+				if tok = bytes.TrimSpace(tok); len(tok) > 0 && !equalFoldASCII(tok, "close") && !equalFoldASCII(tok, "keep-alive") {
+					tokens = append(append(tokens, tok...), '\n')
+				}
+			}
+		}
+	}
+	if len(tokens) > 0 {
+		for k := range h.All() {
+			for rest := tokens; len(rest) > 0; {
+				var tok []byte
+				tok, rest = cutByte(rest, '\n')
+				if equalFoldASCII(k, string(tok)) && !isHopField(k, keepTrailer) {
+					names = append(append(names, k...), '\n')
+					break
+				}
+			}
+		}
+	}
+	for rest := names; len(rest) > 0; {
+		var name []byte
+		name, rest = cutByte(rest, '\n')
+		h.DelBytes(name)
+	}
+	return names[:0]
+}
+
+// isHopField reports whether a field name is one of hopHeaders, in any
+// case (Trailer not counted if keepTrailer).
+func isHopField(name []byte, keepTrailer bool) bool {
+	for _, h := range hopHeaders {
+		if equalFoldASCII(name, h) {
+			return !keepTrailer || h != "Trailer"
+		}
+	}
+	return false
 }
 
 // removeConnectionTokens deletes the headers a Connection header names

@@ -90,10 +90,7 @@ func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeout
 		resp.Header.Add("Set-Cookie", setCookie)
 	}
 	if status != fasthttp.StatusSwitchingProtocols {
-		removeConnectionTokens(resp.Header.Peek("Connection"), resp.Header.Del)
-		for _, h := range hopHeaders {
-			resp.Header.Del(h)
-		}
+		stripHopHeaders(&resp.Header, false, nil)
 		// A refusal is small: read it whole (up to 1 MiB), whatever its
 		// framing, and drop the connection dialled for it.
 		err := resp.ReadBody(br, 1<<20)
