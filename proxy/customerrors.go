@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"slices"
 	"strconv"
 
@@ -43,10 +44,15 @@ type errorRequest struct {
 	remote     string
 }
 
-func errorRequestOf(ctx *fasthttp.RequestCtx) *errorRequest {
-	h := &ctx.Request.Header
-	return &errorRequest{method: string(ctx.Method()), host: string(ctx.Host()), accept: string(h.Peek("Accept")),
-		requestURI: string(ctx.RequestURI()), requestID: string(h.Peek("X-Request-ID")), remote: string(h.Peek("X-Real-IP"))}
+// errorRequestOf is the error backend's view of ctx's request, whose
+// upstream got X-Request-ID id, from the client at remote.
+func errorRequestOf(ctx *fasthttp.RequestCtx, id []byte, remote netip.Addr) *errorRequest {
+	er := &errorRequest{method: string(ctx.Method()), host: string(ctx.Host()), accept: string(ctx.Request.Header.Peek("Accept")),
+		requestURI: string(ctx.RequestURI()), requestID: string(id)}
+	if remote.IsValid() {
+		er.remote = remote.String()
+	}
+	return er
 }
 
 // customError writes into resp the error backend's answer for code, asked
@@ -88,7 +94,7 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 	// The named location proxies with proxy_pass http:// and the
 	// location's timeouts and tries.
 	el := model.Location{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}
-	t := &fastTry{p: p, out: req, resp: resp, lim: &limitReader{left: -1}}
+	t := &fastTry{p: p, out: outbound{req: req}, resp: resp, lim: &limitReader{left: -1}}
 	var a balancer.Attempt
 	pick, err := p.attempts(backend, &el, view, &a, o, replayOf(er.method, true), t)
 	if err != nil {

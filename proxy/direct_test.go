@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -226,5 +227,28 @@ func TestStripHopHeadersAllocs(t *testing.T) {
 	var scratch []byte
 	if n := testing.AllocsPerRun(100, func() { scratch = stripHopHeaders(&h, true, scratch) }); n != 0 {
 		t.Errorf("stripHopHeaders: %v allocs; want 0", n)
+	}
+}
+
+// TestMadeRequestIDLogged: the X-Request-ID the proxy makes for a request
+// that came without one is the one the access log shows.
+func TestMadeRequestIDLogged(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.Header.Get("X-Request-Id"))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(srv.URL, "http://"))}},
+		Servers:  []model.Server{{Hostname: "id.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
+	}
+	var log lockedBuffer
+	p, _ := newProxy(t, cfg, Config{AccessLog: &log})
+	base := "http://" + serve(t, p.Serve)
+	_, id := get(t, base+"/", "id.test", nil)
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
+		t.Fatalf("upstream got X-Request-ID %q; want 32 hex digits", id)
+	}
+	if lines := log.lines(); len(lines) != 1 || !strings.HasSuffix(lines[0], " "+id) {
+		t.Errorf("access log %q; want it to end with %s", lines, id)
 	}
 }

@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -232,12 +229,9 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 		h.SetCanonical(hdrXForwardedPort, b)
 	}
 	if seen&(1<<sentXRequestID) == 0 || len(h.Peek("X-Request-ID")) == 0 {
-		// A request ID as nginx's $request_id: 16 random bytes in hex, for
-		// tracing, not secrecy (the runtime's ChaCha8 source, no syscall).
-		b = binary.BigEndian.AppendUint64(b[:0], rand.Uint64())
-		b = binary.BigEndian.AppendUint64(b, rand.Uint64())
-		b = hex.AppendEncode(b, b[:16])
-		h.SetCanonical(hdrXRequestID, b[16:])
+		var id requestID
+		id.make()
+		h.SetCanonical(hdrXRequestID, id.bytes())
 	}
 	if loc.XForwardedPrefix != "" {
 		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)

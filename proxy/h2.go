@@ -435,7 +435,7 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 		buffered = false
 	}
 	rp := replayOf(r.Method, buffered)
-	t := &fastTry{p: p, out: out, resp: resp, lim: lim, replay: rp}
+	t := &fastTry{p: p, out: outbound{req: out}, resp: resp, lim: lim, replay: rp}
 	var a balancer.Attempt
 	pick, err := p.attempts(loc.Backend, loc, view, &a, o, rp, t)
 	if err != nil {

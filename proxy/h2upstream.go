@@ -218,7 +218,7 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 	if rt.intercepts(resp.StatusCode) {
 		_ = resp.Body.Close()
 		guard.stop()
-		p.customError(&ctx.Response, rt, resp.StatusCode, errorRequestOf(ctx), view, o)
+		p.customError(&ctx.Response, rt, resp.StatusCode, errorRequestOf(ctx, o.requestID(&ctx.Request.Header), remoteAddr(ctx)), view, o)
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode)

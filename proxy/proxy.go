@@ -261,6 +261,18 @@ type outcome struct {
 	peer           string
 	upstreamStatus int
 	upstreamLength int
+	// id is the X-Request-ID the proxy made for the upstream, if it made
+	// one without setting it on the client's request (appendUpstreamHead).
+	id requestID
+}
+
+// requestID is the X-Request-ID the upstream got: the client's, or the one
+// the proxy made.
+func (o *outcome) requestID(h *fasthttp.RequestHeader) []byte {
+	if id := h.Peek("X-Request-ID"); len(id) > 0 {
+		return id
+	}
+	return o.id.bytes()
 }
 
 // ServeHTTP handles one request and records its metrics.
@@ -275,7 +287,7 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	took := time.Since(start)
 	req, resp := &ctx.Request, &ctx.Response
 	x := exchange{method: req.Header.Method(), requestURI: req.Header.RequestURI(), proto: req.Header.Protocol(),
-		referer: req.Header.Referer(), userAgent: req.Header.UserAgent(), requestID: req.Header.Peek("X-Request-ID"),
+		referer: req.Header.Referer(), userAgent: req.Header.UserAgent(), requestID: o.requestID(&req.Header),
 		status:    resp.StatusCode(),
 		bodySent:  bodyLen(resp.IsBodyStream(), resp.Header.ContentLength(), resp.Body),
 		reqLength: len(req.Header.RawHeaders()) + bodyLen(req.IsBodyStream(), req.Header.ContentLength(), req.Body)}
@@ -326,10 +338,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host()}
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		f.remote = ip.Unmap()
-	}
+	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host(), remote: remoteAddr(ctx)}
 	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
@@ -349,18 +358,18 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	upgrade := upgradeProtocol(&ctx.Request.Header)
-	st.buf = p.prepare(ctx, &f, loc, st.buf)
 	if rt.rewrite != nil {
 		if path, ok := rt.rewritten(ctx.Path()); ok {
 			ctx.Request.URI().SetPathBytes(path)
 		}
 	}
-	if upgrade != "" {
-		p.upgrade(ctx, loc, view, upgrade, o)
-		return
-	}
-	if h2Upstream(loc.BackendProtocol) {
-		p.fastToH2(ctx, rt, view, &st.attempt, o)
+	if upgrade != "" || h2Upstream(loc.BackendProtocol) {
+		st.buf = p.prepare(ctx, &f, loc, st.buf)
+		if upgrade != "" {
+			p.upgrade(ctx, loc, view, upgrade, o)
+		} else {
+			p.fastToH2(ctx, rt, view, &st.attempt, o)
+		}
 		return
 	}
 
@@ -371,31 +380,46 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	cl := ctx.Request.Header.ContentLength()
 	body := ctx.RequestBodyStream()
 	buffered := body == nil || (cl >= 0 && cl <= p.cfg.BodyBufferBytes)
-	var out *fasthttp.Request
+	out := outbound{headMethod: ctx.IsHead()}
 	if buffered {
 		if body != nil && !readWholeBody(ctx, body, cl, &st.body) {
 			return
 		}
-		// The client's request is written upstream as it is. Request.Write
-		// rewrites its request line from the parsed URI (rewrite-target
-		// included); fastTry puts the client's back after each attempt, for
-		// the balancer's $request_uri on a retry and for the access log.
-		out = &ctx.Request
-		st.try.rawURI = append(st.try.rawURI[:0], ctx.Request.Header.RequestURI()...)
+		out.body = ctx.Request.Body()
+		var ok bool
+		out.head, ok = appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id)
+		st.head = out.head
+		if !ok {
+			// The client's request, edited, is written upstream as it is.
+			// Request.Write rewrites its request line from the parsed URI
+			// (rewrite-target included); fastTry puts the client's back
+			// after each attempt, for the balancer's $request_uri on a retry
+			// and for the access log.
+			st.buf = p.prepare(ctx, &f, loc, st.buf)
+			out = outbound{req: &ctx.Request}
+			st.try.rawURI = append(st.try.rawURI[:0], ctx.Request.Header.RequestURI()...)
+		}
 	} else {
-		out = fasthttp.AcquireRequest()
-		defer fasthttp.ReleaseRequest(out)
-		ctx.Request.Header.CopyTo(&out.Header)
-		ctx.Request.URI().CopyTo(out.URI())
+		st.buf = p.prepare(ctx, &f, loc, st.buf)
+		out.req = fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(out.req)
+		ctx.Request.Header.CopyTo(&out.req.Header)
+		ctx.Request.URI().CopyTo(out.req.URI())
 		*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
 		if lim.left <= 0 {
 			lim.left = -1
 		}
-		out.SetBodyStream(lim, cl)
+		out.req.SetBodyStream(lim, cl)
 	}
-	out.UseHostHeader = true
+	if out.req != nil {
+		out.req.UseHostHeader = true
+	}
 	r := replayOf(string(ctx.Method()), buffered)
-	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r, rawURI: st.try.rawURI}
+	rawURI := st.try.rawURI
+	if out.req != &ctx.Request {
+		rawURI = nil
+	}
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r, rawURI: rawURI}
 	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, r, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
@@ -406,7 +430,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		// custom-http-errors: the upstream's answer is dropped unread.
 		code := ctx.Response.StatusCode()
 		ctx.Response.Reset()
-		p.customError(&ctx.Response, rt, code, errorRequestOf(ctx), view, o)
+		p.customError(&ctx.Response, rt, code, errorRequestOf(ctx, o.requestID(&ctx.Request.Header), f.remote), view, o)
 		return
 	}
 	// Trailer stays: it announces trailers the body stream carries.
@@ -417,6 +441,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if loc.CORS.Enabled {
 		corsHeaders(&ctx.Response.Header, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)
 	}
+}
+
+// remoteAddr is the client's address, unmapped; invalid when unknown.
+func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	return ip.Unmap()
 }
 
 // answerFast writes an answer the proxy gives itself.
@@ -436,7 +466,7 @@ func answerFast(ctx *fasthttp.RequestCtx, v verdict) {
 // through the peer's keep-alive pool.
 type fastTry struct {
 	p    *Proxy
-	out  *fasthttp.Request
+	out  outbound
 	resp *fasthttp.Response
 	lim  *limitReader
 	// replay says whether out may be sent again; a kept-alive connection
@@ -449,9 +479,9 @@ type fastTry struct {
 }
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
-	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
-	if t.rawURI != nil {
-		t.out.Header.SetRequestURIBytes(t.rawURI)
+	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
+	if t.rawURI != nil && !bytes.Equal(t.out.req.Header.RequestURI(), t.rawURI) {
+		t.out.req.Header.SetRequestURIBytes(t.rawURI)
 	}
 	if err == nil && !t.lim.over {
 		return t.resp.StatusCode(), connect, nil
@@ -479,12 +509,14 @@ type reqState struct {
 	// body holds a request body read whole by readWholeBody; the client's
 	// request refers to it until the handler returns.
 	body []byte
+	// head is the upstream request head appendUpstreamHead builds.
+	head []byte
 }
 
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 func (st *reqState) release() {
-	*st = reqState{buf: st.buf[:0], body: st.body[:0], try: fastTry{rawURI: st.try.rawURI[:0]}}
+	*st = reqState{buf: st.buf[:0], body: st.body[:0], head: st.head[:0], try: fastTry{rawURI: st.try.rawURI[:0]}}
 	statePool.Put(st)
 }
 

@@ -174,7 +174,7 @@ func (pp *peerPool) closeIdle(now time.Duration, all bool) {
 // it. replayable says out may be written again: a reused connection that
 // the peer had closed is then replaced by a new one, once, as nginx and
 // fasthttp do. connect is the connect time of the connection used.
-func roundTrip(pp *peerPool, t timeouts, out *fasthttp.Request, resp *fasthttp.Response, smallBody int, replayable bool) (connect time.Duration, err error) {
+func roundTrip(pp *peerPool, t timeouts, out *outbound, resp *fasthttp.Response, smallBody int, replayable bool) (connect time.Duration, err error) {
 	for attempt := 0; ; attempt++ {
 		c, took, reused, err := pp.get(t)
 		connect = took
@@ -201,15 +201,44 @@ func roundTrip(pp *peerPool, t timeouts, out *fasthttp.Request, resp *fasthttp.R
 	}
 }
 
-func writeRequest(c *upConn, out *fasthttp.Request) error {
-	if err := out.Write(c.bw); err != nil {
-		return err
+// outbound is a request as roundTrip sends it: a fasthttp request, or a
+// head and a body already in wire form (req nil).
+type outbound struct {
+	req        *fasthttp.Request
+	head, body []byte
+	// headMethod: the wire form's method is HEAD (its response has no body).
+	headMethod bool
+}
+
+func (o *outbound) isHead() bool {
+	if o.req != nil {
+		return o.req.Header.IsHead()
+	}
+	return o.headMethod
+}
+
+// closes reports whether the request asks the upstream to close the
+// connection (a wire-form head never does).
+func (o *outbound) closes() bool { return o.req != nil && o.req.Header.ConnectionClose() }
+
+func writeRequest(c *upConn, out *outbound) error {
+	if out.req != nil {
+		if err := out.req.Write(c.bw); err != nil {
+			return err
+		}
+	} else {
+		if _, err := c.bw.Write(out.head); err != nil {
+			return err
+		}
+		if _, err := c.bw.Write(out.body); err != nil {
+			return err
+		}
 	}
 	return c.bw.Flush()
 }
 
 // readResponse reads the response head and sets up the body.
-func readResponse(c *upConn, out *fasthttp.Request, resp *fasthttp.Response, smallBody int) error {
+func readResponse(c *upConn, out *outbound, resp *fasthttp.Response, smallBody int) error {
 	resp.Reset()
 	h := &resp.Header
 	h.DisableNormalizing()
@@ -227,9 +256,9 @@ func readResponse(c *upConn, out *fasthttp.Request, resp *fasthttp.Response, sma
 			return err
 		}
 	}
-	keep := !h.ConnectionClose() && !out.Header.ConnectionClose()
+	keep := !h.ConnectionClose() && !out.closes()
 	status := h.StatusCode()
-	if out.Header.IsHead() || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
+	if out.isHead() || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
 		resp.SkipBody = true
 		c.release(keep)
 		return nil

@@ -1,0 +1,285 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/valyala/fasthttp"
+)
+
+// The upstream request head of an HTTP/1.1 request whose body is buffered,
+// written straight from the client's raw head: its fields in the order and
+// case the client sent them, less the hop-by-hop ones (RFC 9110 §7.6.1;
+// "Te: trailers" kept) and those a Connection field names, less the ones
+// ingress-nginx's location replaces, then the replacements (forwardHeaders'
+// fields, the same values). The client's request is not edited, so a Pick
+// reads the client's own fields, as nginx's $http_* variables do. Building
+// the head costs one pass over the raw bytes; editing fasthttp's header
+// and having it serialise itself cost several lookups per field.
+
+// fieldKind is what appendUpstreamHead does with a client's field.
+type fieldKind uint8
+
+const (
+	fieldPass       fieldKind = iota // passed as sent
+	fieldDrop                        // never passed: hop-by-hop, framing, Host
+	fieldReplaced                    // passed unless the proxy sets its own
+	fieldForwarded                   // X-Forwarded-For: its first value is extended
+	fieldRequestID                   // X-Request-ID: passed if not empty
+	fieldTe                          // Te: only "trailers" survives
+	fieldConnection                  // Connection: dropped, and what it names
+)
+
+// kindOf is the kind of a field name, in any case.
+func kindOf(name []byte) fieldKind {
+	is := func(s string) bool { return equalFoldASCII(name, s) }
+	switch len(name) {
+	case 2:
+		if is("Te") {
+			return fieldTe
+		}
+	case 4:
+		if is("Host") {
+			return fieldDrop
+		}
+	case 7:
+		if is("Trailer") || is("Upgrade") {
+			return fieldDrop
+		}
+	case 8:
+		if is("X-Scheme") {
+			return fieldReplaced
+		}
+	case 9:
+		if is("X-Real-Ip") {
+			return fieldReplaced
+		}
+	case 10:
+		if is("Connection") {
+			return fieldConnection
+		}
+		if is("Keep-Alive") {
+			return fieldDrop
+		}
+	case 12:
+		if is("X-Request-Id") {
+			return fieldRequestID
+		}
+	case 14:
+		if is("Content-Length") {
+			return fieldDrop
+		}
+	case 15:
+		if is("X-Forwarded-For") {
+			return fieldForwarded
+		}
+	case 16:
+		if is("Proxy-Connection") {
+			return fieldDrop
+		}
+		if is("X-Forwarded-Host") || is("X-Forwarded-Port") {
+			return fieldReplaced
+		}
+	case 17:
+		if is("Transfer-Encoding") {
+			return fieldDrop
+		}
+		if is("X-Forwarded-Proto") {
+			return fieldReplaced
+		}
+	case 18:
+		if is("Proxy-Authenticate") {
+			return fieldDrop
+		}
+		if is("X-Forwarded-Scheme") || is("X-Forwarded-Prefix") {
+			return fieldReplaced
+		}
+	case 19:
+		if is("Proxy-Authorization") {
+			return fieldDrop
+		}
+	}
+	return fieldPass
+}
+
+// rawFields yields each field line of a raw head as name and value (both
+// trimmed), skipping the request line and lines without a colon. ok is
+// false when the head folds a line (obs-fold) or is not what fasthttp
+// parses; the caller then takes the slow path.
+func rawFields(raw []byte, yield func(name, value []byte)) (ok bool) {
+	for first := true; len(raw) > 0; first = false {
+		var line []byte
+		line, raw = cutByte(raw, '\n')
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			continue // the head's end
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return false
+		}
+		name, value, found := bytes.Cut(line, []byte(":"))
+		if !found {
+			if first {
+				continue // the request line
+			}
+			return false
+		}
+		yield(bytes.TrimSpace(name), bytes.TrimSpace(value))
+	}
+	return true
+}
+
+// appendUpstreamHead appends to dst the HTTP/1.1 head sent upstream for
+// the client's request h (its target uri, after rewrite-target) and a
+// buffered body of bodyLen bytes. When the client sent no X-Request-ID, one
+// is made (nginx's $request_id) and kept in id. It reports false, with
+// dst unchanged, when the raw head is not passed field by field: a folded
+// line (obs-fold), or a Connection field naming fields to drop (both rare;
+// forwardHeaders edits fasthttp's view instead).
+func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *clientFacts, loc *model.Location, bodyLen int, id *requestID) ([]byte, bool) {
+	raw := h.RawHeaders()
+	if len(raw) == 0 {
+		return dst, false
+	}
+	start := len(dst)
+	dst = append(dst, h.Method()...)
+	dst = append(dst, ' ')
+	dst = append(dst, uri...)
+	dst = append(dst, " HTTP/1.1\r\nHost: "...)
+	if loc.UpstreamVhost != "" {
+		dst = append(dst, loc.UpstreamVhost...)
+	} else {
+		dst = append(dst, h.Host()...)
+	}
+	dst = append(dst, "\r\n"...)
+	var priorXFF []byte
+	teTrailers, clientID, named := false, false, false
+	ok := rawFields(raw, func(name, value []byte) {
+		switch kindOf(name) {
+		case fieldPass:
+		case fieldConnection:
+			for len(value) > 0 {
+				var tok []byte
+				tok, value = cutByte(value, ',')
+				if tok = bytes.TrimSpace(tok); len(tok) > 0 && !equalFoldASCII(tok, "close") && !equalFoldASCII(tok, "keep-alive") {
+					named = true
+				}
+			}
+			return
+		case fieldForwarded:
+			if priorXFF == nil {
+				priorXFF = value
+			}
+			return
+		case fieldRequestID:
+			if len(value) == 0 {
+				return
+			}
+			clientID = true
+		case fieldTe:
+			teTrailers = teTrailers || tokenListHas(value, "trailers")
+			return
+		case fieldReplaced:
+			if !clientKeeps(name, f, loc) {
+				return
+			}
+		default:
+			return
+		}
+		dst = appendField(dst, name, value)
+	})
+	if !ok || named {
+		return dst[:start], false
+	}
+	if bodyLen > 0 || !(h.IsGet() || h.IsHead()) {
+		dst = append(dst, "Content-Length: "...)
+		dst = strconv.AppendInt(dst, int64(bodyLen), 10)
+		dst = append(dst, "\r\n"...)
+	}
+	if teTrailers {
+		dst = append(dst, "Te: trailers\r\n"...)
+	}
+	var ipBuf [64]byte
+	ip := ipBuf[:0]
+	if f.remote.IsValid() {
+		ip = f.remote.AppendTo(ip)
+	}
+	dst = append(dst, "X-Forwarded-For: "...)
+	if len(priorXFF) > 0 {
+		dst = append(append(dst, priorXFF...), ", "...)
+	}
+	dst = append(append(dst, ip...), "\r\n"...)
+	dst = appendField(dst, hdrXRealIP, ip)
+	proto := schemeHTTP
+	if f.tls {
+		proto = schemeHTTPS
+	}
+	dst = appendField(dst, hdrXForwardedProto, proto)
+	dst = appendField(dst, hdrXForwardedScheme, proto)
+	dst = appendField(dst, hdrXScheme, proto)
+	dst = appendField(dst, hdrXForwardedHost, f.host)
+	if f.localPort > 0 {
+		dst = append(dst, "X-Forwarded-Port: "...)
+		dst = strconv.AppendInt(dst, int64(f.localPort), 10)
+		dst = append(dst, "\r\n"...)
+	}
+	if !clientID {
+		id.make()
+		dst = appendField(dst, hdrXRequestID, id.bytes())
+	}
+	if loc.XForwardedPrefix != "" {
+		dst = append(dst, "X-Forwarded-Prefix: "...)
+		dst = append(dst, loc.XForwardedPrefix...)
+		dst = append(dst, "\r\n"...)
+	}
+	return append(dst, "\r\n"...), true
+}
+
+// clientKeeps reports whether a field the proxy may replace is passed as
+// the client sent it: X-Forwarded-Port when the local port is unknown,
+// X-Forwarded-Prefix when the location sets none.
+func clientKeeps(name []byte, f *clientFacts, loc *model.Location) bool {
+	switch {
+	case equalFoldASCII(name, "X-Forwarded-Port"):
+		return f.localPort <= 0
+	case equalFoldASCII(name, "X-Forwarded-Prefix"):
+		return loc.XForwardedPrefix == ""
+	}
+	return false
+}
+
+// appendField appends "name: value\r\n".
+func appendField(dst, name, value []byte) []byte {
+	dst = append(dst, name...)
+	dst = append(dst, ": "...)
+	dst = append(dst, value...)
+	return append(dst, "\r\n"...)
+}
+
+// requestID is a request ID the proxy made, as nginx's $request_id: 16
+// random bytes in hex, for tracing, not secrecy (the runtime's ChaCha8
+// source, no syscall).
+type requestID struct {
+	hex [32]byte
+	set bool
+}
+
+func (id *requestID) make() {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], rand.Uint64())
+	binary.BigEndian.PutUint64(b[8:], rand.Uint64())
+	hex.Encode(id.hex[:], b[:])
+	id.set = true
+}
+
+// bytes is the ID, nil if none was made.
+func (id *requestID) bytes() []byte {
+	if !id.set {
+		return nil
+	}
+	return id.hex[:]
+}
