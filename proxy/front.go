@@ -301,7 +301,9 @@ func (v *viewBase) headerKey(name string) ([]byte, bool) {
 type tryer interface {
 	// connect is how long the attempt took to connect (TCP and TLS; 0 on
 	// a kept-alive connection), as nginx's $upstream_connect_time.
-	try(pick *balancer.Pick, loc *model.Location) (status int, connect time.Duration, err error)
+	// start is when the attempt began (monoNow), the clock's reading to
+	// take as the present when it starts.
+	try(pick *balancer.Pick, loc *model.Location, start time.Duration) (status int, connect time.Duration, err error)
 	// discard drops the response of a successful try that is not used
 	// (proxy_next_upstream http_502 and the like), closing its body.
 	discard()
@@ -417,7 +419,7 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 		if s := loc.Proxy.NextUpstreamTimeoutSeconds; n == 1 && s > 0 {
 			deadline = start + time.Duration(s)*time.Second
 		}
-		status, connect, err := t.try(pick, loc)
+		status, connect, err := t.try(pick, loc, start)
 		end := monoNow()
 		elapsed := end - start
 		o.upstream += elapsed

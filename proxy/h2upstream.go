@@ -93,7 +93,7 @@ type h2Try struct {
 
 // try's connect time is 0: x/net's Transport dials inside RoundTrip and
 // keeps one connection per peer, so almost every attempt reuses one.
-func (t *h2Try) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
+func (t *h2Try) try(pick *balancer.Pick, loc *model.Location, _ time.Duration) (int, time.Duration, error) {
 	peer := pick.Peer
 	read := timeoutsOf(loc).read
 	ctx, cancel := context.WithCancelCause(t.ctx)

@@ -478,8 +478,8 @@ type fastTry struct {
 	rawURI []byte
 }
 
-func (t *fastTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
-	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
+func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Duration) (int, time.Duration, error) {
+	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
 	if t.rawURI != nil && !bytes.Equal(t.out.req.Header.RequestURI(), t.rawURI) {
 		t.out.req.Header.SetRequestURIBytes(t.rawURI)
 	}

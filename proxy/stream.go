@@ -67,17 +67,25 @@ func timeoutsOf(loc *model.Location) timeouts {
 // whole-request deadlines are ignored. The kernel deadline is re-armed
 // only when it would fire late or lags by more than a sixteenth of the
 // timeout; a read or write woken before its own deadline re-arms and goes
-// on (see clock.go), so the timeout is exact. Reads and writes may run on
+// on (see clock.go), so the timeout is exact. The first Write on a
+// connection taken from its pool counts from the attempt's start, the
+// clock reading the caller already took (microseconds earlier). Reads and writes may run on
 // two goroutines (an upgraded connection); each keeps its own fields.
 type timeoutConn struct {
 	net.Conn
 	read, write time.Duration
 	// rd, wr: the deadlines asked for and armed (clock.go).
 	rd, wr lazyDeadline
+	// now, when not 0, is the present (monoNow) for the next Write: the
+	// connection was just taken from its pool, and the caller had read the
+	// clock. readAt is when the last Read began (monoNow).
+	now, readAt time.Duration
 }
 
 func (c *timeoutConn) Read(b []byte) (int, error) {
-	if w := int64(monoNow() + c.read); c.rd.arm(w, c.read>>4) {
+	now := monoNow()
+	c.readAt = now
+	if w := int64(now + c.read); c.rd.arm(w, c.read>>4) {
 		if err := c.Conn.SetReadDeadline(monoTime(time.Duration(w))); err != nil {
 			return 0, err
 		}
@@ -86,7 +94,13 @@ func (c *timeoutConn) Read(b []byte) (int, error) {
 }
 
 func (c *timeoutConn) Write(b []byte) (int, error) {
-	if w := int64(monoNow() + c.write); c.wr.arm(w, c.write>>4) {
+	now := c.now
+	if now == 0 {
+		now = monoNow()
+	} else {
+		c.now = 0
+	}
+	if w := int64(now + c.write); c.wr.arm(w, c.write>>4) {
 		if err := c.Conn.SetWriteDeadline(monoTime(time.Duration(w))); err != nil {
 			return 0, err
 		}

@@ -44,7 +44,7 @@ type upgradeTry struct {
 	ctx *fasthttp.RequestCtx
 }
 
-func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location) (int, time.Duration, error) {
+func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location, _ time.Duration) (int, time.Duration, error) {
 	to := timeoutsOf(loc)
 	start := time.Now()
 	up, err := net.DialTimeout("tcp", pick.Peer, to.connect)

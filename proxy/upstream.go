@@ -67,9 +67,9 @@ type upConn struct {
 
 // get returns an idle connection (reused true) or dials a new one,
 // reporting how long the connection took to establish (TCP and TLS, 0 when
-// reused), as nginx's $upstream_connect_time.
-func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bool, err error) {
-	now := monoNow()
+// reused), as nginx's $upstream_connect_time. now is the present
+// (monoNow), read by the caller.
+func (pp *peerPool) get(t timeouts, now time.Duration) (c *upConn, connect time.Duration, reused bool, err error) {
 	pp.mu.Lock()
 	pp.active++
 	pp.lastUsed = now
@@ -79,7 +79,7 @@ func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bo
 		pp.idle = pp.idle[:len(pp.idle)-1]
 		if now-c.idleSince < upstreamIdleTime {
 			pp.mu.Unlock()
-			c.tc.read, c.tc.write = t.read, t.send
+			c.tc.read, c.tc.write, c.tc.now = t.read, t.send, now
 			return c, 0, true, nil
 		}
 		_ = c.tc.Conn.Close()
@@ -92,10 +92,11 @@ func (pp *peerPool) get(t timeouts) (c *upConn, connect time.Duration, reused bo
 		pp.mu.Unlock()
 		return nil, monoNow() - now, false, err
 	}
-	c = &upConn{tc: timeoutConn{Conn: conn, read: t.read, write: t.send}, pool: pp}
+	connected := monoNow()
+	c = &upConn{tc: timeoutConn{Conn: conn, read: t.read, write: t.send, now: connected}, pool: pp}
 	c.br = bufio.NewReaderSize(&c.tc, 4096)
 	c.bw = bufio.NewWriterSize(&c.tc, 4096)
-	return c, monoNow() - now, false, nil
+	return c, connected - now, false, nil
 }
 
 // dial connects to the peer within timeout, with TLS for backend-protocol
@@ -122,7 +123,12 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 // put returns c to its pool, or closes it when the pool is full.
 func (c *upConn) put() {
 	pp := c.pool
-	c.idleSince = monoNow()
+	// The response was read last: its read's clock reading is recent
+	// enough for an idle time counted in seconds.
+	c.idleSince = c.tc.readAt
+	if c.idleSince == 0 {
+		c.idleSince = monoNow()
+	}
 	pp.mu.Lock()
 	pp.active--
 	if len(pp.idle) < maxIdlePerPeer {
@@ -174,9 +180,12 @@ func (pp *peerPool) closeIdle(now time.Duration, all bool) {
 // it. replayable says out may be written again: a reused connection that
 // the peer had closed is then replaced by a new one, once, as nginx and
 // fasthttp do. connect is the connect time of the connection used.
-func roundTrip(pp *peerPool, t timeouts, out *outbound, resp *fasthttp.Response, smallBody int, replayable bool) (connect time.Duration, err error) {
+func roundTrip(pp *peerPool, t timeouts, now time.Duration, out *outbound, resp *fasthttp.Response, smallBody int, replayable bool) (connect time.Duration, err error) {
 	for attempt := 0; ; attempt++ {
-		c, took, reused, err := pp.get(t)
+		if attempt > 0 {
+			now = monoNow()
+		}
+		c, took, reused, err := pp.get(t, now)
 		connect = took
 		if err != nil {
 			return connect, err
