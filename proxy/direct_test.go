@@ -252,3 +252,73 @@ func TestMadeRequestIDLogged(t *testing.T) {
 		t.Errorf("access log %q; want it to end with %s", lines, id)
 	}
 }
+
+// varsPicker records, for each Pick, the $http_x_forwarded_for and
+// $http_x_request_id it read.
+type varsPicker struct {
+	*balancer.Registry
+
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *varsPicker) Pick(backend string, req balancer.Request, a *balancer.Attempt) (*balancer.Pick, error) {
+	xff, _ := req.Var("http_x_forwarded_for")
+	id, hasID := req.Var("http_x_request_id")
+	p.mu.Lock()
+	p.seen = append(p.seen, string(xff)+" id="+string(id)+" "+map[bool]string{true: "set", false: "unset"}[hasID])
+	p.mu.Unlock()
+	return p.Registry.Pick(backend, req, a)
+}
+
+// TestPickSeesClientFields: on every HTTP/1.1 path (body buffered, body
+// streamed, a head with a Connection-named field, an upgrade) a Pick reads
+// the client's fields as sent, as nginx's $http_* variables are, while the
+// upstream gets them edited (X-Forwarded-For extended, an X-Request-ID
+// made).
+func TestPickSeesClientFields(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, r.Header.Get("X-Forwarded-For")+" id="+r.Header.Get("X-Request-Id"))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(srv.URL, "http://"))}},
+		Servers:  []model.Server{{Hostname: "v.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(cfg.Backends); err != nil {
+		t.Fatal(err)
+	}
+	picker := &varsPicker{Registry: reg}
+	p, err := New(Config{Picker: picker, BodyBufferBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(cfg)
+	addr := serve(t, p.Serve)
+	const fields = "Host: v.test\r\nX-Forwarded-For: 198.51.100.1\r\nConnection: close\r\n"
+	for _, tc := range []struct{ name, raw string }{
+		{"buffered", "GET / HTTP/1.1\r\n" + fields + "\r\n"},
+		{"streamed", "POST / HTTP/1.1\r\n" + fields + "Content-Length: 2000\r\n\r\n" + strings.Repeat("x", 2000)},
+		{"connection-named field", "GET / HTTP/1.1\r\nHost: v.test\r\nX-Forwarded-For: 198.51.100.1\r\nConnection: X-Hop\r\nX-Hop: 1\r\n\r\n"},
+		{"upgrade", "GET / HTTP/1.1\r\nHost: v.test\r\nX-Forwarded-For: 198.51.100.1\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(picker.seen)
+			resp, ok := rawExchange(t, addr, []byte(tc.raw))
+			if !ok || firstStatus(resp) != "200" {
+				t.Fatalf("got %q; want 200", resp)
+			}
+			if !regexp.MustCompile(`198\.51\.100\.1, 127\.0\.0\.1 id=[0-9a-f]{32}$`).MatchString(resp) {
+				t.Errorf("upstream got %q; want X-Forwarded-For extended and a made X-Request-ID", resp)
+			}
+			picker.mu.Lock()
+			seen := picker.seen[before:]
+			picker.mu.Unlock()
+			if len(seen) != 1 || seen[0] != "198.51.100.1 id= unset" {
+				t.Errorf("Pick saw %q; want the client's X-Forwarded-For and no X-Request-ID", seen)
+			}
+		})
+	}
+}

@@ -341,7 +341,9 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		w.answer(v)
 		return
 	}
-	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r}
+	// The view keeps the client's fields as sent (nginx's $http_*);
+	// forwardHeaders edits r.Header for the upstream below.
+	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header.Clone()}
 	if loc.CORS.Enabled && r.Method == http.MethodOptions && corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), true) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Content-Length", "0")
@@ -597,7 +599,8 @@ func (h netHeader) Del(key string)                     { http.Header(h).Del(key)
 // balancer.
 type h2View struct {
 	viewBase
-	r *http.Request
+	r   *http.Request
+	hdr http.Header // the client's fields, before forwardHeaders
 }
 
 func (v *h2View) Var(name string) ([]byte, bool) {
@@ -611,7 +614,7 @@ func (v *h2View) Var(name string) ([]byte, bool) {
 		return []byte(v.r.URL.Path), true
 	}
 	if key, ok := v.headerKey(name); ok {
-		vals := v.r.Header.Values(string(key))
+		vals := v.hdr.Values(string(key))
 		if len(vals) == 0 {
 			return nil, false
 		}

@@ -165,7 +165,7 @@ func (bodyReader) Close() error                 { return nil }
 // fastToH2 proxies a request that arrived over HTTP/1.1 to an HTTP/2
 // upstream (H2C, or GRPC/GRPCS from a client that does not speak gRPC).
 // Response trailers do not reach an HTTP/1.1 client.
-func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Request, a *balancer.Attempt, o *outcome) {
+func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, f *clientFacts, view balancer.Request, a *balancer.Attempt, o *outcome) {
 	loc := &rt.loc
 	scheme := "http"
 	if loc.BackendProtocol == model.ProtocolGRPCS {
@@ -179,14 +179,19 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, view balancer.Requ
 		answerFast(ctx, verdict{status: fasthttp.StatusBadRequest})
 		return
 	}
-	for k, v := range ctx.Request.Header.All() {
+	// The fields sent are a copy of the client's, edited for the upstream.
+	sent := new(fasthttp.RequestHeader)
+	ctx.Request.Header.CopyTo(sent)
+	prepareHeader(sent, f, loc, nil)
+	o.id.keep(&ctx.Request.Header, sent)
+	for k, v := range sent.All() {
 		switch string(k) {
 		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
 			continue
 		}
 		out.Header.Add(string(k), string(v))
 	}
-	out.Host = string(ctx.Request.Header.Host())
+	out.Host = string(sent.Host())
 	lim := &limitReader{left: -1}
 	cl := ctx.Request.Header.ContentLength()
 	// A body read once cannot be sent again (the transport consumes it).

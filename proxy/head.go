@@ -276,6 +276,18 @@ func (id *requestID) make() {
 	id.set = true
 }
 
+// keep records the X-Request-ID forwardHeaders made in edited, a copy of
+// the client's header, when the client sent none.
+func (id *requestID) keep(client, edited *fasthttp.RequestHeader) {
+	if len(client.Peek("X-Request-ID")) > 0 {
+		return
+	}
+	if v := edited.Peek("X-Request-ID"); len(v) == len(id.hex) {
+		copy(id.hex[:], v)
+		id.set = true
+	}
+}
+
 // bytes is the ID, nil if none was made.
 func (id *requestID) bytes() []byte {
 	if !id.set {

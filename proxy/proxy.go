@@ -363,13 +363,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			ctx.Request.URI().SetPathBytes(path)
 		}
 	}
-	if upgrade != "" || h2Upstream(loc.BackendProtocol) {
-		st.buf = p.prepare(ctx, &f, loc, st.buf)
-		if upgrade != "" {
-			p.upgrade(ctx, loc, view, upgrade, o)
-		} else {
-			p.fastToH2(ctx, rt, view, &st.attempt, o)
-		}
+	if upgrade != "" {
+		p.upgrade(ctx, loc, &f, view, upgrade, o)
+		return
+	}
+	if h2Upstream(loc.BackendProtocol) {
+		p.fastToH2(ctx, rt, &f, view, &st.attempt, o)
 		return
 	}
 
@@ -387,39 +386,31 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		}
 		out.body = ctx.Request.Body()
 		var ok bool
-		out.head, ok = appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id)
-		st.head = out.head
-		if !ok {
-			// The client's request, edited, is written upstream as it is.
-			// Request.Write rewrites its request line from the parsed URI
-			// (rewrite-target included); fastTry puts the client's back
-			// after each attempt, for the balancer's $request_uri on a retry
-			// and for the access log.
-			st.buf = p.prepare(ctx, &f, loc, st.buf)
-			out = outbound{req: &ctx.Request}
-			st.try.rawURI = append(st.try.rawURI[:0], ctx.Request.Header.RequestURI()...)
+		var head []byte
+		head, ok = appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id)
+		st.head = head
+		if ok {
+			out.head = head
 		}
-	} else {
-		st.buf = p.prepare(ctx, &f, loc, st.buf)
+	}
+	if out.head == nil {
+		// A copy of the client's request, edited by forwardHeaders: for a
+		// streamed body, and for the rare head appendUpstreamHead declines.
 		out.req = fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(out.req)
-		ctx.Request.Header.CopyTo(&out.req.Header)
-		ctx.Request.URI().CopyTo(out.req.URI())
-		*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
-		if lim.left <= 0 {
-			lim.left = -1
+		st.buf = p.prepareCopy(ctx, out.req, &f, loc, st.buf, &o.id)
+		if buffered {
+			out.req.SetBodyRaw(out.body)
+		} else {
+			*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
+			if lim.left <= 0 {
+				lim.left = -1
+			}
+			out.req.SetBodyStream(lim, cl)
 		}
-		out.req.SetBodyStream(lim, cl)
-	}
-	if out.req != nil {
-		out.req.UseHostHeader = true
 	}
 	r := replayOf(string(ctx.Method()), buffered)
-	rawURI := st.try.rawURI
-	if out.req != &ctx.Request {
-		rawURI = nil
-	}
-	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r, rawURI: rawURI}
+	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r}
 	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, r, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
@@ -473,16 +464,10 @@ type fastTry struct {
 	// the peer closed is replaced only for a body-buffered idempotent
 	// request.
 	replay replay
-	// rawURI, when out is the client's own request, is its request-target
-	// as the client sent it, put back after out was written.
-	rawURI []byte
 }
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Duration) (int, time.Duration, error) {
 	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
-	if t.rawURI != nil && !bytes.Equal(t.out.req.Header.RequestURI(), t.rawURI) {
-		t.out.req.Header.SetRequestURIBytes(t.rawURI)
-	}
 	if err == nil && !t.lim.over {
 		return t.resp.StatusCode(), connect, nil
 	}
@@ -516,7 +501,7 @@ type reqState struct {
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 func (st *reqState) release() {
-	*st = reqState{buf: st.buf[:0], body: st.body[:0], head: st.head[:0], try: fastTry{rawURI: st.try.rawURI[:0]}}
+	*st = reqState{buf: st.buf[:0], body: st.body[:0], head: st.head[:0], }
 	statePool.Put(st)
 }
 
@@ -542,21 +527,27 @@ func readWholeBody(ctx *fasthttp.RequestCtx, body io.Reader, cl int, buf *[]byte
 	return true
 }
 
-// prepare rewrites the request for the upstream (forwardHeaders), then
-// what only fasthttp needs: the Host for upstream-vhost and the scheme.
-func (p *Proxy) prepare(ctx *fasthttp.RequestCtx, f *clientFacts, loc *model.Location, buf []byte) []byte {
-	h := &ctx.Request.Header
+// prepareCopy makes out a copy of ctx's request (its URI after
+// rewrite-target) edited for the upstream: forwardHeaders, the Host for
+// upstream-vhost. The client's request is left as it came, for the
+// balancer's view (nginx's $http_* are the client's fields) and the access
+// log; an X-Request-ID made here is kept in id. buf is scratch space,
+// returned for reuse.
+func (p *Proxy) prepareCopy(ctx *fasthttp.RequestCtx, out *fasthttp.Request, f *clientFacts, loc *model.Location, buf []byte, id *requestID) []byte {
+	ctx.Request.Header.CopyTo(&out.Header)
+	ctx.Request.URI().CopyTo(out.URI())
+	out.UseHostHeader = true
+	b := prepareHeader(&out.Header, f, loc, buf)
+	id.keep(&ctx.Request.Header, &out.Header)
+	return b
+}
+
+// prepareHeader edits a copy of the client's header for the upstream:
+// forwardHeaders, then the Host for upstream-vhost.
+func prepareHeader(h *fasthttp.RequestHeader, f *clientFacts, loc *model.Location, buf []byte) []byte {
 	b := forwardHeaders(h, f, loc, buf)
 	if loc.UpstreamVhost != "" {
 		h.SetHost(loc.UpstreamVhost)
-	}
-	// The upstream is spoken to as backend-protocol says, whatever the
-	// client used; fasthttp's HostClient refuses a request whose scheme
-	// differs from its own.
-	if loc.BackendProtocol == model.ProtocolHTTPS || loc.BackendProtocol == model.ProtocolGRPCS {
-		ctx.Request.URI().SetScheme("https")
-	} else {
-		ctx.Request.URI().SetScheme("http")
 	}
 	return b
 }

@@ -28,20 +28,27 @@ func upgradeProtocol(h *fasthttp.RequestHeader) string {
 // connection, relays the 101 and copies bytes both ways until both sides
 // are done. Any other answer is relayed as a normal response. Only a failed
 // dial moves on to another peer: nothing was written yet.
-func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, view *requestView, protocol string, o *outcome) {
-	h := &ctx.Request.Header
+func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, f *clientFacts, view *requestView, protocol string, o *outcome) {
+	// The head sent is a copy of the client's, edited for the upstream.
+	h := new(fasthttp.RequestHeader)
+	ctx.Request.Header.CopyTo(h)
+	prepareHeader(h, f, loc, nil)
+	o.id.keep(&ctx.Request.Header, h)
 	h.Set("Connection", "upgrade")
 	h.Set("Upgrade", protocol)
+	h.SetContentLength(0)
+	h.SetRequestURIBytes(ctx.Request.URI().RequestURI()) // after rewrite-target
 	var a balancer.Attempt
-	if _, err := p.attempts(loc.Backend, loc, view, &a, o, replay{}, &upgradeTry{p: p, ctx: ctx}); err != nil {
+	if _, err := p.attempts(loc.Backend, loc, view, &a, o, replay{}, &upgradeTry{p: p, ctx: ctx, head: h}); err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
 	}
 }
 
 // upgradeTry is one attempt of an upgrade: a dial, then switchProtocols.
 type upgradeTry struct {
-	p   *Proxy
-	ctx *fasthttp.RequestCtx
+	p    *Proxy
+	ctx  *fasthttp.RequestCtx
+	head *fasthttp.RequestHeader // what is sent upstream
 }
 
 func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location, _ time.Duration) (int, time.Duration, error) {
@@ -52,7 +59,7 @@ func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location, _ time.Durati
 	if err != nil {
 		return 0, connect, fmt.Errorf("dial upstream: %w", err)
 	}
-	status, err := t.p.switchProtocols(t.ctx, up, to, pick.SetCookie)
+	status, err := t.p.switchProtocols(t.ctx, t.head, up, to, pick.SetCookie)
 	if err != nil {
 		_ = up.Close()
 		t.ctx.Response.Reset()
@@ -64,17 +71,15 @@ func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location, _ time.Durati
 // discard is never called: an upgrade is not sent twice (replay{}).
 func (t *upgradeTry) discard() { t.ctx.Response.Reset() }
 
-// switchProtocols writes the request to up and reads the answer. On 101 it
-// arranges the hijack that owns up from then on; otherwise the answer
-// becomes ctx's response and up is closed.
-func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeouts, setCookie string) (int, error) {
+// switchProtocols writes the request head to up and reads the answer. On
+// 101 it arranges the hijack that owns up from then on; otherwise the
+// answer becomes ctx's response and up is closed.
+func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, head *fasthttp.RequestHeader, up net.Conn, t timeouts, setCookie string) (int, error) {
 	// Every read and write on up from here on, the relay's included, must
 	// make progress within proxy-read/send-timeout.
 	up = &timeoutConn{Conn: up, read: t.read, write: t.send}
 	w := bufio.NewWriter(up)
-	ctx.Request.Header.SetContentLength(0)
-	ctx.Request.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI()) // after rewrite-target
-	if err := ctx.Request.Header.Write(w); err != nil {
+	if err := head.Write(w); err != nil {
 		return 0, fmt.Errorf("write upgrade request: %w", err)
 	}
 	if err := w.Flush(); err != nil {
@@ -103,11 +108,11 @@ func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, up net.Conn, t timeout
 	// The 101 goes to the client as the upstream sent it (its Connection
 	// and Upgrade headers are the point of it), written by the hijack
 	// handler rather than by fasthttp.
-	head := append([]byte(nil), resp.Header.Header()...)
+	answer := append([]byte(nil), resp.Header.Header()...)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(client net.Conn) {
 		defer up.Close()
-		if _, err := client.Write(head); err != nil {
+		if _, err := client.Write(answer); err != nil {
 			return
 		}
 		relayUpgraded(client, up, br)
