@@ -501,7 +501,7 @@ type reqState struct {
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 func (st *reqState) release() {
-	*st = reqState{buf: st.buf[:0], body: st.body[:0], head: st.head[:0], }
+	*st = reqState{buf: st.buf[:0], body: st.body[:0], head: st.head[:0]}
 	statePool.Put(st)
 }
 
