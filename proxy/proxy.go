@@ -385,9 +385,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			return
 		}
 		out.body = ctx.Request.Body()
-		var ok bool
-		var head []byte
-		head, ok = appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id)
+		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id)
 		st.head = head
 		if ok {
 			out.head = head
