@@ -5,7 +5,8 @@
 # be compared, while rounds a few seconds apart can. Same setup as
 # test/bench/proxy.sh (three fasthttp backends and wrk pinned to CPU 0;
 # nginx with 1 worker and each Go proxy with GOMAXPROCS=1 pinned to CPU 1),
-# wrk at 64 connections. Per round and proxy it prints rps and the serving
+# wrk at 64 connections (CONNS=n for another number). Per round and proxy
+# it prints rps and the serving
 # process's CPU (user + system) per request; then the medians, and the
 # median per-round ratios B/A and B/nginx.
 # Usage: test/bench/proxy-ab.sh REV_A REV_B [seconds] [rounds]
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 REV_A REV_B [seconds] [rounds]" >&2; exit 2; }
-reva="$1" revb="$2" secs="${3:-3}" rounds="${4:-10}"
+reva="$1" revb="$2" secs="${3:-3}" rounds="${4:-10}" conns="${CONNS:-64}"
 tmp="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -106,12 +107,12 @@ ngworker=$(pgrep -P "$ngpid" | head -1)
 one() {
 	local t0 t1 n
 	t0=$(awk '{print $14 + $15}' "/proc/$2/stat")
-	n=$(taskset -c 0 wrk -t2 -c64 -d"${secs}s" -H 'Host: bench.local' "http://127.0.0.1:$1/" | awk '/requests in/ { print $1 }')
+	n=$(taskset -c 0 wrk -t2 -c"$conns" -d"${secs}s" -H 'Host: bench.local' "http://127.0.0.1:$1/" | awk '/requests in/ { print $1 }')
 	t1=$(awk '{print $14 + $15}' "/proc/$2/stat")
 	awk -v n="$n" -v s="$secs" -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%d %.2f\n", n / s, (t1 - t0) * 1e6 / hz / n }'
 }
 
-echo "# $(date -u +%FT%TZ), A=$reva ($(git rev-parse --short "$reva" 2>/dev/null || echo worktree)), B=$revb ($(git rev-parse --short "$revb" 2>/dev/null || echo worktree)), ${secs}s per run, $rounds rounds, 64 connections"
+echo "# $(date -u +%FT%TZ), A=$reva ($(git rev-parse --short "$reva" 2>/dev/null || echo worktree)), B=$revb ($(git rev-parse --short "$revb" 2>/dev/null || echo worktree)), ${secs}s per run, $rounds rounds, $conns connections"
 printf '| round | nginx rps | nginx us/req | A rps | A us/req | B rps | B us/req | B/A rps | B/nginx rps |\n'
 printf '|---|---|---|---|---|---|---|---|---|\n'
 out="$tmp/rounds"
