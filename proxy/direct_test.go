@@ -17,6 +17,14 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// oneHost serves host's "/" (Prefix) from a backend of the given peers.
+func oneHost(host string, peers ...string) *model.Configuration {
+	return &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(peers...)}},
+		Servers:  []model.Server{{Hostname: host, Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
+	}
+}
+
 // uriPicker records the $request_uri each Pick saw.
 type uriPicker struct {
 	*balancer.Registry
@@ -105,10 +113,7 @@ func TestRewriteKeepsClientRequest(t *testing.T) {
 func TestRequestBodyNotDelivered(t *testing.T) {
 	var be seenBackend
 	addr := be.start(t)
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(addr)}},
-		Servers:  []model.Server{{Hostname: "b.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
+	cfg := oneHost("b.test", addr)
 	p, _ := newProxy(t, cfg, Config{ReadTimeout: 300 * time.Millisecond})
 	proxyAddr := serve(t, p.Serve)
 	head := "POST /upload HTTP/1.1\r\nHost: b.test\r\nContent-Length: 20000\r\n\r\n"
@@ -190,10 +195,7 @@ func rawUpstream(t *testing.T, resp string) string {
 func TestResponseHopFields(t *testing.T) {
 	up := rawUpstream(t, "HTTP/1.1 200 OK\r\nconnection: X-Foo, close\r\nkeep-alive: timeout=5\r\nx-foo: 1\r\nX-Bar: 2\r\n"+
 		"PROXY-CONNECTION: x\r\nupgrade: h2c\r\nContent-Length: 2\r\n\r\nok")
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "up", Endpoints: endpoints(up)}},
-		Servers:  []model.Server{{Hostname: "h.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "up")}}},
-	}
+	cfg := oneHost("h.test", up)
 	p, _ := newProxy(t, cfg, Config{})
 	c := dialTest(t, serve(t, p.Serve))
 	br := bufio.NewReader(c)
@@ -237,10 +239,7 @@ func TestMadeRequestIDLogged(t *testing.T) {
 		_, _ = io.WriteString(w, r.Header.Get("X-Request-Id"))
 	}))
 	t.Cleanup(srv.Close)
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(srv.URL, "http://"))}},
-		Servers:  []model.Server{{Hostname: "id.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
+	cfg := oneHost("id.test", strings.TrimPrefix(srv.URL, "http://"))
 	var log lockedBuffer
 	p, _ := newProxy(t, cfg, Config{AccessLog: &log})
 	base := "http://" + serve(t, p.Serve)
@@ -282,10 +281,7 @@ func TestPickSeesClientFields(t *testing.T) {
 		_, _ = io.WriteString(w, r.Header.Get("X-Forwarded-For")+" id="+r.Header.Get("X-Request-Id"))
 	}))
 	t.Cleanup(srv.Close)
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(srv.URL, "http://"))}},
-		Servers:  []model.Server{{Hostname: "v.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
+	cfg := oneHost("v.test", strings.TrimPrefix(srv.URL, "http://"))
 	reg := balancer.NewRegistry(balancer.Config{})
 	if err := reg.Sync(cfg.Backends); err != nil {
 		t.Fatal(err)

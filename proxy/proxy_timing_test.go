@@ -38,10 +38,7 @@ func benchConfig(b *testing.B) *model.Configuration {
 	be := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }}
 	go func() { _ = be.Serve(beLn) }()
 	b.Cleanup(func() { _ = be.Shutdown() })
-	return &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(beLn.Addr().String())}},
-		Servers:  []model.Server{{Hostname: "bench.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
+	return oneHost("bench.example.com", beLn.Addr().String())
 }
 
 func benchProxy(b *testing.B, pc Config) {

@@ -76,10 +76,7 @@ func firstStatus(resp string) string {
 func TestRequestSmuggling(t *testing.T) {
 	var be seenBackend
 	addr := be.start(t)
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(addr)}},
-		Servers:  []model.Server{{Hostname: "s.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
+	cfg := oneHost("s.test", addr)
 	p, _ := newProxy(t, cfg, Config{})
 	proxyAddr := serve(t, p.Serve)
 	const smuggled = "GET /smuggled HTTP/1.1\r\nHost: s.test\r\n\r\n"
@@ -128,10 +125,7 @@ func TestRequestSmuggling(t *testing.T) {
 func TestOversizedHeaders(t *testing.T) {
 	var be seenBackend
 	addr := be.start(t)
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(addr)}},
-		Servers:  []model.Server{{Hostname: "big.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
-	}
+	cfg := oneHost("big.test", addr)
 	p, _ := newProxy(t, cfg, Config{MaxHeaderBytes: 4 << 10})
 	plain, secure := serve(t, p.Serve), serve(t, p.ServeTLS)
 	big := strings.Repeat("x", 8<<10)

@@ -13,6 +13,8 @@
 #   REV_A, REV_B: git revisions (a commit, a branch, HEAD; "." is the work tree)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=test/bench/lib/proxy-nginx.sh
+. test/bench/lib/proxy-nginx.sh
 [ $# -ge 2 ] || { echo "usage: $0 REV_A REV_B [seconds] [rounds]" >&2; exit 2; }
 reva="$1" revb="$2" secs="${3:-3}" rounds="${4:-10}" conns="${CONNS:-64}"
 tmp="$(mktemp -d)"
@@ -41,50 +43,7 @@ build "$revb" "$tmp/b"
 backends="127.0.0.2:18281,127.0.0.3:18281,127.0.0.4:18281"
 taskset -c 0 "$tmp/a" backend -listen "$backends" &
 pids+=($!)
-mkdir -p "$tmp/nginx/logs"
-cat >"$tmp/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-error_log $tmp/nginx/logs/error.log warn;
-pid $tmp/nginx/nginx.pid;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	client_body_temp_path $tmp/nginx/body;
-	proxy_temp_path $tmp/nginx/proxy;
-	fastcgi_temp_path $tmp/nginx/fastcgi;
-	uwsgi_temp_path $tmp/nginx/uwsgi;
-	scgi_temp_path $tmp/nginx/scgi;
-	map \$http_x_request_id \$req_id {
-		default \$http_x_request_id;
-		"" \$request_id;
-	}
-	upstream bench {
-		server 127.0.0.2:18281;
-		server 127.0.0.3:18281;
-		server 127.0.0.4:18281;
-		keepalive 128;
-	}
-	server {
-		listen 127.0.0.1:18280;
-		server_name bench.local;
-		location / {
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_set_header Host \$host;
-			proxy_set_header X-Request-ID \$req_id;
-			proxy_set_header X-Real-IP \$remote_addr;
-			proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-			proxy_set_header X-Forwarded-Host \$host;
-			proxy_set_header X-Forwarded-Port \$server_port;
-			proxy_set_header X-Forwarded-Proto \$scheme;
-			proxy_set_header X-Forwarded-Scheme \$scheme;
-			proxy_set_header X-Scheme \$scheme;
-			proxy_pass http://bench;
-		}
-	}
-}
-CONF
+bench_nginx_conf "$tmp/nginx" 18280 18281
 taskset -c 1 /usr/sbin/nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
 pids+=($!)
 ngpid=$!
@@ -94,13 +53,7 @@ apid=$!
 GOMAXPROCS=1 taskset -c 1 "$tmp/b" proxy -listen 127.0.0.1:18291 -backends "$backends" -host bench.local &
 pids+=($!)
 bpid=$!
-for port in 18280 18290 18291; do
-	for _ in $(seq 100); do
-		curl -sf -o /dev/null -H 'Host: bench.local' "http://127.0.0.1:$port/" && break
-		sleep 0.1 # polling the listener; there is nothing to wait on
-	done
-	curl -sf -o /dev/null -H 'Host: bench.local' "http://127.0.0.1:$port/"
-done
+bench_wait_ports 18280 18290 18291
 ngworker=$(pgrep -P "$ngpid" | head -1)
 
 # one <port> <pid>: prints "rps cpu_us_per_request" of one wrk run.

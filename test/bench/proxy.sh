@@ -15,6 +15,8 @@
 # Usage: test/bench/proxy.sh [seconds] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=test/bench/lib/proxy-nginx.sh
+. test/bench/lib/proxy-nginx.sh
 secs="${1:-10}"
 rounds="${2:-2}"
 tmp="$(mktemp -d)"
@@ -31,50 +33,7 @@ backends="127.0.0.2:18181,127.0.0.3:18181,127.0.0.4:18181"
 taskset -c 0 "$tmp/pbench" backend -listen "$backends" &
 pids+=($!)
 
-mkdir -p "$tmp/nginx/logs"
-cat >"$tmp/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-error_log $tmp/nginx/logs/error.log warn;
-pid $tmp/nginx/nginx.pid;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	client_body_temp_path $tmp/nginx/body;
-	proxy_temp_path $tmp/nginx/proxy;
-	fastcgi_temp_path $tmp/nginx/fastcgi;
-	uwsgi_temp_path $tmp/nginx/uwsgi;
-	scgi_temp_path $tmp/nginx/scgi;
-	map \$http_x_request_id \$req_id {
-		default \$http_x_request_id;
-		"" \$request_id;
-	}
-	upstream bench {
-		server 127.0.0.2:18181;
-		server 127.0.0.3:18181;
-		server 127.0.0.4:18181;
-		keepalive 128;
-	}
-	server {
-		listen 127.0.0.1:18180;
-		server_name bench.local;
-		location / {
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_set_header Host \$host;
-			proxy_set_header X-Request-ID \$req_id;
-			proxy_set_header X-Real-IP \$remote_addr;
-			proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-			proxy_set_header X-Forwarded-Host \$host;
-			proxy_set_header X-Forwarded-Port \$server_port;
-			proxy_set_header X-Forwarded-Proto \$scheme;
-			proxy_set_header X-Forwarded-Scheme \$scheme;
-			proxy_set_header X-Scheme \$scheme;
-			proxy_pass http://bench;
-		}
-	}
-}
-CONF
+bench_nginx_conf "$tmp/nginx" 18180 18181
 taskset -c 1 /usr/sbin/nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" &
 pids+=($!)
 ngpid=$!
@@ -87,13 +46,7 @@ GOMAXPROCS=1 taskset -c 1 "$tmp/pbench" floor -listen 127.0.0.1:18191 -backends 
 pids+=($!)
 floorpid=$!
 
-for port in 18180 18190 18191; do
-	for _ in $(seq 100); do
-		curl -sf -o /dev/null -H 'Host: bench.local' "http://127.0.0.1:$port/" && break
-		sleep 0.1 # polling the listener; there is nothing to wait on
-	done
-	curl -sf -o /dev/null -H 'Host: bench.local' "http://127.0.0.1:$port/"
-done
+bench_wait_ports 18180 18190 18191
 
 # run <port> <conns>: prints "rps p50_us p99_us"
 run() {
