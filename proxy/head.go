@@ -106,29 +106,24 @@ func kindOf(name []byte) fieldKind {
 	return fieldPass
 }
 
-// rawFields yields each field line of a raw head as name and value (both
-// trimmed), skipping the request line and lines without a colon. ok is
-// false when the head folds a line (obs-fold) or is not what fasthttp
-// parses; the caller then takes the slow path.
+// rawFields yields each field of a raw head (fasthttp's RawHeaders: the
+// fields, without the request line) as name and value, the value trimmed.
+// ok is false, and the caller takes the slow path, when a line is folded
+// (obs-fold), has no colon, or has a blank in its name: fasthttp would have
+// refused or rewritten it, and it is not passed on as sent.
 func rawFields(raw []byte, yield func(name, value []byte)) (ok bool) {
-	for first := true; len(raw) > 0; first = false {
+	for len(raw) > 0 {
 		var line []byte
 		line, raw = cutByte(raw, '\n')
 		line = bytes.TrimSuffix(line, []byte("\r"))
 		if len(line) == 0 {
 			continue // the head's end
 		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return false
-		}
 		name, value, found := bytes.Cut(line, []byte(":"))
-		if !found {
-			if first {
-				continue // the request line
-			}
+		if !found || len(name) == 0 || bytes.ContainsAny(name, " \t") {
 			return false
 		}
-		yield(bytes.TrimSpace(name), bytes.TrimSpace(value))
+		yield(name, bytes.TrimSpace(value))
 	}
 	return true
 }
