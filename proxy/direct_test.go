@@ -318,3 +318,44 @@ func TestPickSeesClientFields(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamFieldsNginxHides: the upstream response fields nginx's proxy
+// module hides (proxy_hide_header's defaults) do not reach the client on
+// either front end: its own Date replaces the upstream's, the upstream's
+// Server is not passed, nor X-Pad or X-Accel-*; and a response sent
+// without a Content-Type gets none.
+func TestUpstreamFieldsNginxHides(t *testing.T) {
+	const oldDate = "Tue, 01 Jan 2000 00:00:00 GMT"
+	up := rawUpstream(t, "HTTP/1.1 200 OK\r\nDate: "+oldDate+"\r\nserver: upstream/1.0\r\nX-Accel-Redirect: /internal\r\nX-Pad: avoid browser bug\r\n"+
+		"X-Kept: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	cfg := oneHost("h.test", up)
+	check := func(t *testing.T, h http.Header, body string) {
+		t.Helper()
+		if body != "ok" || h.Get("X-Kept") != "1" {
+			t.Errorf("got %q %v; want ok and X-Kept", body, h)
+		}
+		if d := h.Get("Date"); d == "" || d == oldDate {
+			t.Errorf("Date %q; want the proxy's own", d)
+		}
+		if s := h.Get("Server"); s != "" && s != "switchyard" {
+			t.Errorf("Server %q; want none or the proxy's", s)
+		}
+		for _, name := range []string{"X-Accel-Redirect", "X-Pad", "Content-Type"} {
+			if v, ok := h[name]; ok {
+				t.Errorf("%s: %q reached the client", name, v)
+			}
+		}
+	}
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		p, _ := newProxy(t, cfg, Config{})
+		resp, body := get(t, "http://"+serve(t, p.Serve)+"/", "h.test", nil)
+		check(t, resp.Header, body)
+	})
+	t.Run("HTTP/2", func(t *testing.T) {
+		resp, body := h2Do(t, h2Client(t), http.MethodGet, h2Proxy(t, cfg, Config{})+"/", "h.test", nil, nil)
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("got %s; want HTTP/2", resp.Proto)
+		}
+		check(t, resp.Header, body)
+	})
+}

@@ -465,10 +465,13 @@ func copyFastResponse(w *h2Writer, resp *fasthttp.Response, setCookie string) {
 	conn := resp.Header.Peek("Connection")
 	for k, v := range resp.Header.All() {
 		name := http.CanonicalHeaderKey(string(k))
-		if isHopHeader(name) || (len(conn) > 0 && tokenListHas(conn, name)) {
+		if isHopHeader(name) || nginxHides(name) || (len(conn) > 0 && tokenListHas(conn, name)) {
 			continue
 		}
 		h.Add(name, string(v))
+	}
+	if len(resp.Header.ContentType()) == 0 {
+		h["Content-Type"] = nil // none sent: net/http must not sniff one
 	}
 	if setCookie != "" {
 		h.Add("Set-Cookie", setCookie)
@@ -556,6 +559,9 @@ func (p *Proxy) h2ToH2(w *h2Writer, r *http.Request, rt *route, view balancer.Re
 	h := w.Header()
 	for k, vv := range upstreamHeaders(resp.Header) {
 		h[k] = append(h[k], vv...)
+	}
+	if _, sent := resp.Header["Content-Type"]; !sent {
+		h["Content-Type"] = nil // none sent: net/http must not sniff one
 	}
 	if resp.ContentLength >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))

@@ -293,13 +293,14 @@ func (s *stopOnClose) Close() error {
 }
 
 // upstreamHeaders yields an upstream response's end-to-end headers: the
-// hop-by-hop ones, those its Connection header names, and Content-Length
-// and Trailer (each front end frames the body itself) are left out.
+// hop-by-hop ones, those its Connection header names, those nginx hides,
+// and Content-Length and Trailer (each front end frames the body itself)
+// are left out.
 func upstreamHeaders(h http.Header) func(yield func(string, []string) bool) {
 	return func(yield func(string, []string) bool) {
 		conn := h.Values("Connection")
 		for k, vv := range h {
-			if isHopHeader(k) || k == "Content-Length" || connectionNames(conn, k) {
+			if isHopHeader(k) || nginxHides(k) || k == "Content-Length" || connectionNames(conn, k) {
 				continue
 			}
 			if !yield(k, vv) {

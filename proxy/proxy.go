@@ -130,8 +130,11 @@ func New(cfg Config) (*Proxy, error) {
 		DisablePreParseMultipartForm:  true,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultServerHeader:         true,
-		NoDefaultDate:                 false,
-		CloseOnShutdown:               true,
+		// A proxied response without a Content-Type goes out without one,
+		// as nginx sends it; the proxy's own answers set theirs.
+		NoDefaultContentType: true,
+		NoDefaultDate:        false,
+		CloseOnShutdown:      true,
 	}
 	return p, nil
 }
@@ -207,7 +210,7 @@ const (
 )
 
 // equalFoldASCII reports whether b equals s, ASCII letters in either case.
-func equalFoldASCII(b []byte, s string) bool {
+func equalFoldASCII[T string | []byte](b T, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
@@ -562,8 +565,9 @@ func wildcardOrigin(pattern, origin string) bool {
 }
 
 // stripHopHeaders removes from an upstream's response head the hop-by-hop
-// fields (but Trailer if keepTrailer) and the fields its Connection headers
-// name (RFC 9110 §7.6.1), in whatever case the upstream wrote them: its
+// fields (but Trailer if keepTrailer), the fields its Connection headers
+// name (RFC 9110 §7.6.1) and those nginx hides (nginxHides), in whatever
+// case the upstream wrote them: its
 // field names are kept as sent, and fasthttp's Del matches them exactly. A
 // Connection: close is the upstream connection's own and is dropped too.
 // One pass finds them (most responses have none); scratch is reused for
@@ -577,7 +581,7 @@ func stripHopHeaders(h *fasthttp.ResponseHeader, keepTrailer bool, scratch []byt
 	names := scratch[:0]
 	var tokens []byte
 	for k, v := range h.All() {
-		if isHopField(k, keepTrailer) {
+		if isHopField(k, keepTrailer) || nginxHides(k) {
 			names = append(append(names, k...), '\n')
 		}
 		if equalFoldASCII(k, "Connection") {
@@ -608,6 +612,22 @@ func stripHopHeaders(h *fasthttp.ResponseHeader, keepTrailer bool, scratch []byt
 		h.DelBytes(name)
 	}
 	return names[:0]
+}
+
+// nginxHidden are the upstream response fields nginx's proxy module does
+// not pass to the client (proxy_hide_header's defaults): nginx sends its
+// own Date and Server, and acts on the X-Accel ones itself.
+var nginxHidden = [...]string{"Date", "Server", "X-Pad", "X-Accel-Expires", "X-Accel-Redirect", "X-Accel-Limit-Rate", "X-Accel-Buffering", "X-Accel-Charset"}
+
+// nginxHides reports whether nginx hides an upstream response field of
+// this name (any case) from the client.
+func nginxHides[T string | []byte](name T) bool {
+	for _, h := range nginxHidden {
+		if equalFoldASCII(name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // isHopField reports whether a field name is one of hopHeaders, in any

@@ -260,6 +260,9 @@ func readResponse(c *upConn, out *outbound, resp *fasthttp.Response, smallBody i
 	resp.Reset()
 	h := &resp.Header
 	h.DisableNormalizing()
+	// No Content-Type made up for an upstream that sent none (Reset
+	// cleared the server's NoDefaultContentType).
+	h.SetNoDefaultContentType(true)
 	if err := h.Read(c.br); err != nil {
 		c.close()
 		return err
