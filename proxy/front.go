@@ -173,6 +173,7 @@ var (
 	hdrXForwardedHost   = []byte("X-Forwarded-Host")
 	hdrXForwardedPort   = []byte("X-Forwarded-Port")
 	hdrXRequestID       = []byte("X-Request-Id")
+	hdrXForwardedPrefix = []byte("X-Forwarded-Prefix")
 
 	schemeHTTP, schemeHTTPS = []byte("http"), []byte("https")
 )
@@ -180,8 +181,8 @@ var (
 // forwardHeaders rewrites request headers for the upstream as
 // ingress-nginx's location does: hop-by-hop headers out (RFC 9110 §7.6.1;
 // "Te: trailers" kept), X-Forwarded-For/-Proto/-Scheme/-Host/-Port and
-// X-Real-IP in, X-Request-ID kept or made, X-Forwarded-Prefix. buf is
-// scratch space, returned for reuse.
+// X-Real-IP in (forwardedFields), X-Request-ID kept or made,
+// X-Forwarded-Prefix. buf is scratch space, returned for reuse.
 func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf []byte) []byte {
 	// Which of the headers looked at below the client sent, from one scan
 	// of the raw head when the view has it (fasthttp), so absent ones cost
@@ -204,37 +205,52 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 	if teTrailers {
 		h.Set("Te", "trailers")
 	}
-	b := buf[:0]
+	var prior []byte
 	if seen&(1<<sentXForwardedFor) != 0 {
-		if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-			b = append(append(b, prior...), ", "...)
-		}
+		prior = h.Peek("X-Forwarded-For")
 	}
-	ipAt := len(b)
-	if f.remote.IsValid() {
-		b = f.remote.AppendTo(b)
-	}
-	h.SetCanonical(hdrXForwardedFor, b)
-	h.SetCanonical(hdrXRealIP, b[ipAt:])
-	proto := schemeHTTP
-	if f.tls {
-		proto = schemeHTTPS
-	}
-	h.SetCanonical(hdrXForwardedProto, proto)
-	h.SetCanonical(hdrXForwardedScheme, proto)
-	h.SetCanonical(hdrXScheme, proto)
-	h.SetCanonical(hdrXForwardedHost, f.host)
-	if f.localPort > 0 {
-		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
-		h.SetCanonical(hdrXForwardedPort, b)
-	}
+	b := forwardedFields(f, loc, prior, buf, h.SetCanonical)
 	if seen&(1<<sentXRequestID) == 0 || len(h.Peek("X-Request-ID")) == 0 {
 		var id requestID
 		id.make()
 		h.SetCanonical(hdrXRequestID, id.bytes())
 	}
+	return b
+}
+
+// forwardedFields calls set with each field ingress-nginx's location sets
+// from the client's facts: X-Forwarded-For (prior, the client's first one,
+// extended by the client's address), X-Real-Ip, X-Forwarded-Proto and
+// -Scheme, X-Scheme, X-Forwarded-Host, X-Forwarded-Port when the local port
+// is known, X-Forwarded-Prefix when the location sets one. X-Request-ID is
+// left to the caller (the client's is kept). A value is valid only during
+// its call; buf is scratch space, returned for reuse.
+func forwardedFields(f *clientFacts, loc *model.Location, prior, buf []byte, set func(name, value []byte)) []byte {
+	b := buf[:0]
+	if len(prior) > 0 {
+		b = append(append(b, prior...), ", "...)
+	}
+	ipAt := len(b)
+	if f.remote.IsValid() {
+		b = f.remote.AppendTo(b)
+	}
+	set(hdrXForwardedFor, b)
+	set(hdrXRealIP, b[ipAt:])
+	proto := schemeHTTP
+	if f.tls {
+		proto = schemeHTTPS
+	}
+	set(hdrXForwardedProto, proto)
+	set(hdrXForwardedScheme, proto)
+	set(hdrXScheme, proto)
+	set(hdrXForwardedHost, f.host)
+	if f.localPort > 0 {
+		b = strconv.AppendInt(b[:0], int64(f.localPort), 10)
+		set(hdrXForwardedPort, b)
+	}
 	if loc.XForwardedPrefix != "" {
-		h.Set("X-Forwarded-Prefix", loc.XForwardedPrefix)
+		b = append(b[:0], loc.XForwardedPrefix...)
+		set(hdrXForwardedPrefix, b)
 	}
 	return b
 }

@@ -34,7 +34,10 @@ const (
 	fieldConnection                  // Connection: dropped, and what it names
 )
 
-// kindOf is the kind of a field name, in any case.
+// kindOf is the kind of a field name, in any case. It switches on the
+// length rather than looping over hopHeaders and forwardedFields' names
+// (this runs for every field of every request); TestKindOf holds it to
+// both.
 func kindOf(name []byte) fieldKind {
 	is := func(s string) bool { return equalFoldASCII(name, s) }
 	switch len(name) {
@@ -131,11 +134,12 @@ func rawFields(raw []byte, yield func(name, value []byte)) (ok bool) {
 // appendUpstreamHead appends to dst the HTTP/1.1 head sent upstream for
 // the client's request h (its target uri, after rewrite-target) and a
 // buffered body of bodyLen bytes. When the client sent no X-Request-ID, one
-// is made (nginx's $request_id) and kept in id. It reports false, with
-// dst unchanged, when the raw head is not passed field by field: a folded
-// line (obs-fold), or a Connection field naming fields to drop (both rare;
-// forwardHeaders edits fasthttp's view instead).
-func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *clientFacts, loc *model.Location, bodyLen int, id *requestID) ([]byte, bool) {
+// is made (nginx's $request_id) and kept in id; scratch is forwardedFields'
+// scratch space. It reports false, with dst unchanged, when the raw head is
+// not passed field by field: a line rawFields refuses, or a Connection field
+// naming fields to drop (both rare; forwardHeaders then edits a copy of
+// fasthttp's view instead).
+func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *clientFacts, loc *model.Location, bodyLen int, id *requestID, scratch *[]byte) ([]byte, bool) {
 	raw := h.RawHeaders()
 	if len(raw) == 0 {
 		return dst, false
@@ -198,38 +202,12 @@ func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *cl
 	if teTrailers {
 		dst = append(dst, "Te: trailers\r\n"...)
 	}
-	var ipBuf [64]byte
-	ip := ipBuf[:0]
-	if f.remote.IsValid() {
-		ip = f.remote.AppendTo(ip)
-	}
-	dst = append(dst, "X-Forwarded-For: "...)
-	if len(priorXFF) > 0 {
-		dst = append(append(dst, priorXFF...), ", "...)
-	}
-	dst = append(append(dst, ip...), "\r\n"...)
-	dst = appendField(dst, hdrXRealIP, ip)
-	proto := schemeHTTP
-	if f.tls {
-		proto = schemeHTTPS
-	}
-	dst = appendField(dst, hdrXForwardedProto, proto)
-	dst = appendField(dst, hdrXForwardedScheme, proto)
-	dst = appendField(dst, hdrXScheme, proto)
-	dst = appendField(dst, hdrXForwardedHost, f.host)
-	if f.localPort > 0 {
-		dst = append(dst, "X-Forwarded-Port: "...)
-		dst = strconv.AppendInt(dst, int64(f.localPort), 10)
-		dst = append(dst, "\r\n"...)
-	}
+	*scratch = forwardedFields(f, loc, priorXFF, *scratch, func(name, value []byte) {
+		dst = appendField(dst, name, value)
+	})
 	if !clientID {
 		id.make()
 		dst = appendField(dst, hdrXRequestID, id.bytes())
-	}
-	if loc.XForwardedPrefix != "" {
-		dst = append(dst, "X-Forwarded-Prefix: "...)
-		dst = append(dst, loc.XForwardedPrefix...)
-		dst = append(dst, "\r\n"...)
 	}
 	return append(dst, "\r\n"...), true
 }

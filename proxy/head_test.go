@@ -25,7 +25,7 @@ func upstreamHeads(t *testing.T, raw string, f *clientFacts, loc *model.Location
 	}
 	body := append([]byte(nil), req.Body()...)
 	var id requestID
-	head, ok := appendUpstreamHead(nil, &req.Header, req.URI().RequestURI(), f, loc, len(body), &id)
+	head, ok := appendUpstreamHead(nil, &req.Header, req.URI().RequestURI(), f, loc, len(body), &id, new([]byte))
 	if ok {
 		var err error
 		if fast, err = http.ReadRequest(bufio.NewReader(bytes.NewReader(append(head, body...)))); err != nil {
@@ -136,7 +136,7 @@ func TestUpstreamHead(t *testing.T) {
 			continue
 		}
 		var id requestID
-		if _, ok := appendUpstreamHead(nil, &req.Header, []byte("/"), &headFacts, &model.Location{}, 0, &id); ok {
+		if _, ok := appendUpstreamHead(nil, &req.Header, []byte("/"), &headFacts, &model.Location{}, 0, &id, new([]byte)); ok {
 			t.Errorf("appendUpstreamHead took %q; want it declined", raw)
 		}
 	}
@@ -163,4 +163,28 @@ func FuzzUpstreamHead(f *testing.F) {
 		}
 		sameUpstreamRequest(t, raw, slow, fast)
 	})
+}
+
+// TestKindOf: kindOf's switch knows every name hopHeaders and
+// forwardedFields know, in any case, and passes other fields.
+func TestKindOf(t *testing.T) {
+	want := map[string]fieldKind{"Connection": fieldConnection, "Te": fieldTe, "X-Forwarded-For": fieldForwarded,
+		"X-Request-Id": fieldRequestID, "Host": fieldDrop, "Content-Length": fieldDrop, "User-Agent": fieldPass, "X-Forwarded": fieldPass}
+	for _, h := range hopHeaders {
+		if _, ok := want[h]; !ok {
+			want[h] = fieldDrop
+		}
+	}
+	forwardedFields(&headFacts, &model.Location{XForwardedPrefix: "/p"}, nil, nil, func(name, _ []byte) {
+		if _, ok := want[string(name)]; !ok {
+			want[string(name)] = fieldReplaced
+		}
+	})
+	for name, k := range want {
+		for _, n := range []string{name, strings.ToLower(name), strings.ToUpper(name)} {
+			if got := kindOf([]byte(n)); got != k {
+				t.Errorf("kindOf(%q) = %d; want %d", n, got, k)
+			}
+		}
+	}
 }

@@ -388,7 +388,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			return
 		}
 		out.body = ctx.Request.Body()
-		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id)
+		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id, &st.buf)
 		st.head = head
 		if ok {
 			out.head = head
@@ -399,7 +399,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		// streamed body, and for the rare head appendUpstreamHead declines.
 		out.req = fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(out.req)
-		st.buf = p.prepareCopy(ctx, out.req, &f, loc, st.buf, &o.id)
+		st.buf = prepareCopy(ctx, out.req, &f, loc, st.buf, &o.id)
 		if buffered {
 			out.req.SetBodyRaw(out.body)
 		} else {
@@ -534,7 +534,7 @@ func readWholeBody(ctx *fasthttp.RequestCtx, body io.Reader, cl int, buf *[]byte
 // balancer's view (nginx's $http_* are the client's fields) and the access
 // log; an X-Request-ID made here is kept in id. buf is scratch space,
 // returned for reuse.
-func (p *Proxy) prepareCopy(ctx *fasthttp.RequestCtx, out *fasthttp.Request, f *clientFacts, loc *model.Location, buf []byte, id *requestID) []byte {
+func prepareCopy(ctx *fasthttp.RequestCtx, out *fasthttp.Request, f *clientFacts, loc *model.Location, buf []byte, id *requestID) []byte {
 	ctx.Request.Header.CopyTo(&out.Header)
 	ctx.Request.URI().CopyTo(out.URI())
 	out.UseHostHeader = true
