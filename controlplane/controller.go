@@ -501,12 +501,16 @@ func (c *Controller) recordRejections(errs []model.ObjectError) {
 func (c *Controller) recordErrors(errs []model.ObjectError) {
 	seen := make(map[string]bool, len(errs))
 	for _, e := range errs {
-		key := e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "/" + e.Object.UID + "|" + e.Field + "|" + e.Message
+		key := e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "/" + e.Object.UID + "|" + e.Field + "|" + e.Reason + "|" + e.Message
 		seen[key] = true
 		if c.emitted[key] {
 			continue
 		}
-		klog.InfoS("invalid object", "kind", e.Object.Kind, "namespace", e.Object.Namespace, "name", e.Object.Name, "field", e.Field, "problem", e.Message)
+		reason := e.Reason
+		if reason == "" {
+			reason = "InvalidConfiguration"
+		}
+		klog.InfoS("object not served as written", "reason", reason, "kind", e.Object.Kind, "namespace", e.Object.Namespace, "name", e.Object.Name, "field", e.Field, "problem", e.Message)
 		ref := &corev1.ObjectReference{Kind: e.Object.Kind, Namespace: e.Object.Namespace, Name: e.Object.Name, UID: types.UID(e.Object.UID)}
 		switch e.Object.Kind {
 		case "Ingress":
@@ -518,7 +522,7 @@ func (c *Controller) recordErrors(errs []model.ObjectError) {
 		if e.Field != "" {
 			msg = e.Field + ": " + msg
 		}
-		c.recorder.Event(ref, corev1.EventTypeWarning, "InvalidConfiguration", msg)
+		c.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
 	}
 	c.emitted = seen
 }

@@ -271,24 +271,30 @@ type locationV struct {
 	Modifier, Path                  string
 	Namespace, IngressName, Service string
 	Backend                         string
-	Allow                           []string
-	SSLRedirect                     bool
-	AppRoot                         string
-	RedirectURL                     string
-	RedirectCode                    int
-	CORS                            *corsV
-	BodySize                        string
-	ConnectTimeout, SendTimeout     int
-	ReadTimeout                     int
-	Buffering                       bool
-	NextUpstream                    string
-	NextUpstreamTries               int
-	NextUpstreamTimeout             int
-	UpstreamVhost                   string
-	XForwardedPrefix                string
-	RewriteRegex, RewriteTarget     string
-	GRPC                            bool
-	Scheme                          string
+	// Denied renders the location as "return 503" only: an access setting
+	// that cannot be carried out, or a value this renderer refuses (fail
+	// closed, as ingress-nginx's denied locations).
+	Denied bool
+	// Deny and Allow are nginx access rules: deny lines first, then allow
+	// lines and "deny all".
+	Deny, Allow                 []string
+	SSLRedirect                 bool
+	AppRoot                     string
+	RedirectURL                 string
+	RedirectCode                int
+	CORS                        *corsV
+	BodySize                    string
+	ConnectTimeout, SendTimeout int
+	ReadTimeout                 int
+	Buffering                   bool
+	NextUpstream                string
+	NextUpstreamTries           int
+	NextUpstreamTimeout         int
+	UpstreamVhost               string
+	XForwardedPrefix            string
+	RewriteRegex, RewriteTarget string
+	GRPC                        bool
+	Scheme                      string
 	// CustomErrors are upstream status codes answered by ErrorBackend
 	// (custom-http-errors); ErrorSlot numbers that backend among the
 	// server's error backends, for the named location's name.
@@ -511,9 +517,16 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	for i := range s.Locations {
 		l := &s.Locations[i]
 		lv, err := locationView(l, sv.TLS != "", g)
-		if err != nil {
+		switch {
+		case err != nil && lv == nil:
 			bad(l.Ingress, "spec.rules.http.paths", "server %q path %q: %v; location left out", s.Hostname, l.Path, err)
 			continue
+		case err != nil:
+			// The path is sound but a setting is not: the location answers
+			// 503 rather than leave its requests to a shorter, maybe less
+			// protected, location.
+			bad(l.Ingress, "spec.rules.http.paths", "server %q path %q: %v; the location answers 503 (fail closed)", s.Hostname, l.Path, err)
+			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
 		}
 		key := lv.Modifier + lv.Path
 		if seen[key] {
@@ -557,13 +570,19 @@ func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error
 		}
 	}
 	lv.Namespace, lv.IngressName, lv.Service = l.Ingress.Namespace, l.Ingress.Name, l.Service
-	for _, c := range l.AllowSourceRanges {
-		if pfx, err := netip.ParsePrefix(c); err == nil {
-			lv.Allow = append(lv.Allow, pfx.String())
-		} else if a, err := netip.ParseAddr(c); err == nil {
-			lv.Allow = append(lv.Allow, a.String())
-		} else {
-			return nil, fmt.Errorf("source range %q is not a CIDR", c)
+	if l.Denied != nil {
+		lv.Denied = true
+		return lv, nil
+	}
+	for _, r := range []struct {
+		dst *[]string
+		src []netip.Prefix
+	}{{&lv.Deny, l.DenySourceRanges}, {&lv.Allow, l.AllowSourceRanges}} {
+		for _, p := range r.src {
+			if !p.IsValid() {
+				return lv, fmt.Errorf("source range %v is not a CIDR", p)
+			}
+			*r.dst = append(*r.dst, p.Masked().String())
 		}
 	}
 	if len(l.CustomHTTPErrors) > 0 {

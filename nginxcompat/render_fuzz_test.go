@@ -1,6 +1,7 @@
 package nginxcompat
 
 import (
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -44,8 +45,11 @@ func FuzzRender(f *testing.F) {
 			UpstreamVhost: vhost, XForwardedPrefix: path,
 			CORS: model.CORS{Enabled: origin != "", AllowOrigin: []string{origin}},
 		}
-		if cidr != "" {
-			loc.AllowSourceRanges = []string{cidr}
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			loc.AllowSourceRanges = []netip.Prefix{p}
+		} else if cidr != "" {
+			// A prefix that is not valid: the location must fail closed.
+			loc.AllowSourceRanges = []netip.Prefix{{}}
 		}
 		cfg := &model.Configuration{
 			Servers: []model.Server{
@@ -112,6 +116,17 @@ func FuzzRender(f *testing.F) {
 			return
 		}
 		l := mine[0]
+		returns503 := false
+		for _, d := range l.Block {
+			returns503 = returns503 || (d.Name == "return" && len(d.Args) == 1 && d.Args[0] == "503")
+		}
+		failedClosed := false
+		for _, e := range r.Errors {
+			failedClosed = failedClosed || strings.Contains(e.Message, "fail closed")
+		}
+		if failedClosed != returns503 {
+			t.Fatalf("errors %v but return 503 is %v", r.Errors, returns503)
+		}
 		wantPath := path
 		if regex {
 			wantPath = "^" + path

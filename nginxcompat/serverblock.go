@@ -127,6 +127,15 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	if l.Backend == model.DefaultBackendName && !v.G.AccessLogDefaultBackend {
 		b.WriteString("\n            access_log off;")
 	}
+	if l.Denied {
+		b.WriteString("\n            return 503;\n        }")
+		return
+	}
+	for _, d := range l.Deny {
+		b.WriteString("\n            deny ")
+		b.WriteString(d)
+		b.WriteByte(';')
+	}
 	for _, a := range l.Allow {
 		b.WriteString("\n            allow ")
 		b.WriteString(a)

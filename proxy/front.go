@@ -34,14 +34,20 @@ type verdict struct {
 }
 
 // check applies what a location decides before anything goes upstream, in
-// ingress-nginx's order: whitelist-source-range, ssl-redirect,
+// ingress-nginx's order: a denied location's 503 (nginx's rewrite phase, so
+// before everything else), denylist- and whitelist-source-range, ssl-redirect,
 // permanent/temporal-redirect, app-root, proxy-body-size against a
 // declared length. host is lower case without the port; contentLength is
 // negative when unknown.
 func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, path []byte, contentLength int64) verdict {
 	loc := &rt.loc
-	if !f.remote.IsValid() || !rt.allowed(f.remote) {
-		// whitelist-source-range: nginx "deny all" after the allow list.
+	if loc.Denied != nil {
+		// An access setting that cannot be carried out: fail closed.
+		return verdict{status: 503}
+	}
+	if !f.remote.IsValid() || !loc.SourceAllowed(f.remote) {
+		// denylist-source-range, then whitelist-source-range and nginx's
+		// "deny all" after it.
 		return verdict{status: 403}
 	}
 	if !f.tls && (loc.Rewrite.ForceSSLRedirect || (loc.Rewrite.SSLRedirect && vh.tls)) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func h2Proxy(t *testing.T, cfg *model.Configuration, pc Config) string {
 func TestHTTP2FrontEnd(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	denied := loc("/", model.PathTypePrefix, "a")
-	denied.AllowSourceRanges = []string{"10.0.0.0/8"}
+	denied.AllowSourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	moved := loc("/", model.PathTypePrefix, "a")
 	moved.Redirect = model.Redirect{URL: "https://new.example.com/", Code: 301}
 	root := loc("/", model.PathTypePrefix, "a")

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,21 +263,36 @@ func TestRouteSwapUnderLoad(t *testing.T) {
 	}
 }
 
-// whitelist-source-range, permanent-redirect and app-root, as ingress-nginx
-// writes them into nginx.conf.
+// whitelist- and denylist-source-range, a denied (fail-closed) location,
+// permanent-redirect and app-root, as ingress-nginx writes them into
+// nginx.conf.
 func TestAccessAndRedirects(t *testing.T) {
 	a := backend(t, "a")
 	allowLoopback := loc("/", model.PathTypePrefix, "a")
-	allowLoopback.AllowSourceRanges = []string{"127.0.0.0/8"}
+	allowLoopback.AllowSourceRanges = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	denyLoopback := loc("/", model.PathTypePrefix, "a")
-	denyLoopback.AllowSourceRanges = []string{"10.0.0.0/8", "192.0.2.7"}
+	denyLoopback.AllowSourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32")}
 	redirect := loc("/", model.PathTypePrefix, "a")
 	redirect.Redirect = model.Redirect{URL: "https://new.example.com/landing", Code: 308}
 	appRoot := loc("/", model.PathTypePrefix, "a")
 	appRoot.Rewrite.AppRoot = "/app"
+	// denylist-source-range: checked before the allow list.
+	blocked := loc("/", model.PathTypePrefix, "a")
+	blocked.DenySourceRanges = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	blocked.AllowSourceRanges = allowLoopback.AllowSourceRanges
+	otherBlocked := loc("/", model.PathTypePrefix, "a")
+	otherBlocked.DenySourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	// A denied location answers 503 before anything else, redirects included.
+	failClosed := loc("/", model.PathTypePrefix, "a")
+	failClosed.Denied = &model.Denial{Field: "nginx.ingress.kubernetes.io/auth-url", Reason: "not supported"}
+	failClosed.Redirect = redirect.Redirect
+	failClosed.AllowSourceRanges = denyLoopback.AllowSourceRanges
 	cfg := &model.Configuration{
 		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers: []model.Server{
+			{Hostname: "blocked.test", Locations: []model.Location{blocked}},
+			{Hostname: "other-blocked.test", Locations: []model.Location{otherBlocked}},
+			{Hostname: "closed.test", Locations: []model.Location{failClosed}},
 			{Hostname: "allowed.test", Locations: []model.Location{allowLoopback}},
 			{Hostname: "denied.test", Locations: []model.Location{denyLoopback}},
 			{Hostname: "moved.test", Locations: []model.Location{redirect}},
@@ -292,6 +308,9 @@ func TestAccessAndRedirects(t *testing.T) {
 	}{
 		{"allowed.test", "/", 200, ""},
 		{"denied.test", "/", 403, ""},
+		{"blocked.test", "/", 403, ""},
+		{"other-blocked.test", "/", 200, ""},
+		{"closed.test", "/", 503, ""},
 		{"moved.test", "/any/path", 308, "https://new.example.com/landing"},
 		{"root.test", "/", 302, "http://root.test/app"},
 		{"root.test", "/app", 200, ""},

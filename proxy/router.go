@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net/netip"
 	"regexp"
 	"sort"
 	"strings"
@@ -41,8 +40,6 @@ type vhost struct {
 type route struct {
 	loc model.Location
 	re  *regexp.Regexp
-	// allow is whitelist-source-range, parsed; empty allows every client.
-	allow []netip.Prefix
 	// rewrite matches the location path for rewrite-target (nginx
 	// `rewrite "(?i)<path>" <target> break;`); nil without a target.
 	rewrite *regexp.Regexp
@@ -78,37 +75,6 @@ func nginxTemplate(t string) string {
 	return b.String()
 }
 
-// allowed reports whether a client address may use the route.
-func (r *route) allowed(ip netip.Addr) bool {
-	if len(r.allow) == 0 {
-		return true
-	}
-	ip = ip.Unmap()
-	for _, p := range r.allow {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
-}
-
-// parseRanges turns validated CIDRs or bare IPs into prefixes. An entry that
-// does not parse is kept as a prefix that matches nothing, so a bad list
-// fails closed.
-func parseRanges(ranges []string) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(ranges))
-	for _, r := range ranges {
-		if p, err := netip.ParsePrefix(r); err == nil {
-			out = append(out, p.Masked())
-		} else if a, err := netip.ParseAddr(r); err == nil {
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-		} else {
-			out = append(out, netip.Prefix{})
-		}
-	}
-	return out
-}
-
 // newTable builds the routing table. Locations whose regex does not compile
 // are skipped (the builder already validated them).
 func newTable(cfg *model.Configuration) *table {
@@ -120,7 +86,7 @@ func newTable(cfg *model.Configuration) *table {
 		s := &cfg.Servers[i]
 		vh := &vhost{name: s.Hostname, exact: map[string]*route{}, tls: s.TLS != nil}
 		for _, loc := range s.Locations {
-			r := &route{loc: loc, allow: parseRanges(loc.AllowSourceRanges)}
+			r := &route{loc: loc}
 			if loc.Rewrite.Target != "" {
 				if re, err := regexp.Compile("(?i)" + loc.Path); err == nil {
 					r.rewrite = re

@@ -302,13 +302,21 @@ func snapshot(ctrl *controlplane.Controller, reg *balancer.Registry) statuspage.
 		for _, srv := range cfg.Servers {
 			out := statuspage.Server{Host: srv.Hostname, TLS: srv.TLS != nil}
 			for _, l := range srv.Locations {
-				out.Paths = append(out.Paths, statuspage.Path{Path: l.Path, PathType: string(l.PathType), Backend: l.Backend})
+				p := statuspage.Path{Path: l.Path, PathType: string(l.PathType), Backend: l.Backend}
+				if l.Denied != nil {
+					p.Denied = l.Denied.Field
+				}
+				out.Paths = append(out.Paths, p)
 			}
 			s.Servers = append(s.Servers, out)
 		}
 		for _, e := range cfg.Errors {
 			obj := e.Object.Kind + " " + e.Object.Namespace + "/" + e.Object.Name
-			s.Errors = append(s.Errors, statuspage.ObjError{Object: obj, Field: e.Field, Message: e.Message})
+			reason := e.Reason
+			if reason == "" {
+				reason = "InvalidConfiguration"
+			}
+			s.Errors = append(s.Errors, statuspage.ObjError{Object: obj, Reason: reason, Field: e.Field, Message: e.Message})
 		}
 	}
 	for _, b := range reg.Backends() {

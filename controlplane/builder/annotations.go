@@ -2,12 +2,14 @@ package builder
 
 import (
 	"fmt"
-	"net"
+	"net/netip"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 // annotationPrefix is ingress-nginx's annotation prefix.
@@ -53,14 +55,22 @@ type annotations struct {
 	nextUpstreamTries     *int
 	nextUpstreamTimeout   *int
 	buffering             *bool
-	allowSourceRanges     []string
-	cors                  corsAnnotations
-	customHTTPErrors      []int
-	defaultBackend        string
-	xForwardedPrefix      string
-	serverAliases         []string
-	upstreamVhost         string
-	sslPassthrough        bool
+	// allowSourceRanges and denySourceRanges are nil when the annotation
+	// is absent (the ConfigMap's default applies).
+	allowSourceRanges []netip.Prefix
+	denySourceRanges  []netip.Prefix
+	// denied is the first access-control annotation that cannot be
+	// carried out: the Ingress's locations answer 503.
+	denied *model.Denial
+	// globalAuth is enable-global-auth (true unless "false").
+	globalAuth       bool
+	cors             corsAnnotations
+	customHTTPErrors []int
+	defaultBackend   string
+	xForwardedPrefix string
+	serverAliases    []string
+	upstreamVhost    string
+	sslPassthrough   bool
 }
 
 type corsAnnotations struct {
@@ -73,9 +83,11 @@ type corsAnnotations struct {
 	maxAge           int
 }
 
-// annotationError is one rejected annotation.
+// annotationError is one rejected, refused or unsupported annotation; msg
+// says what happens to it and reason is the Event reason (empty means
+// InvalidConfiguration).
 type annotationError struct {
-	key, msg string
+	key, msg, reason string
 }
 
 var (
@@ -85,7 +97,6 @@ var (
 	reCookiePath = regexp.MustCompile(`^/[A-Za-z0-9\-._~!&()*+,=:@/%]*$`)
 	reDomain     = regexp.MustCompile(`^\.?([A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9\-]{0,61}[A-Za-z0-9])?$`)
 	reHeaderVal  = regexp.MustCompile(`^[\x20-\x7e]*$`)
-	snippetKeys  = []string{"configuration-snippet", "server-snippet", "auth-snippet", "stream-snippet", "modsecurity-snippet"}
 )
 
 // parseAnnotations validates the annotations Switchyard understands.
@@ -97,7 +108,16 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		return v, ok
 	}
 	bad := func(name, format string, args ...any) {
-		errs = append(errs, annotationError{key: annotationPrefix + name, msg: fmt.Sprintf(format, args...)})
+		msg := fmt.Sprintf(format, args...)
+		if e, ok := catalogueByName[name]; ok && e.Access {
+			// An access setting whose value is invalid is not dropped:
+			// the Ingress fails closed.
+			a.deny(name, msg)
+			errs = append(errs, annotationError{key: annotationPrefix + name, reason: model.ReasonFailedClosed,
+				msg: msg + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
+			return
+		}
+		errs = append(errs, annotationError{key: annotationPrefix + name, msg: msg + "; the annotation is ignored"})
 	}
 	boolean := func(name string) bool {
 		v, ok := get(name)
@@ -135,11 +155,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		return v
 	}
 
-	for _, k := range snippetKeys {
-		if _, ok := get(k); ok {
-			bad(k, "snippet annotations are not supported")
-		}
-	}
+	errs = append(errs, a.classify(raw)...)
 
 	if v, ok := get("load-balance"); ok {
 		if !isAlgorithm(v) {
@@ -249,8 +265,74 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 	}
 	a.useRegex = boolean("use-regex")
+	a.globalAuth = true
+	if _, ok := get("enable-global-auth"); ok {
+		a.globalAuth = boolean("enable-global-auth")
+	}
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs
+}
+
+// deny makes the Ingress fail closed, keeping the first reason.
+func (a *annotations) deny(name, reason string) {
+	if a.denied == nil {
+		a.denied = &model.Denial{Field: annotationPrefix + name, Reason: reason}
+	}
+}
+
+// classify accounts for every annotation under the prefix against the
+// catalogue: snippets are refused, unsupported ones reported, and an
+// access-control annotation that is refused or unsupported makes the
+// Ingress fail closed. Keys are visited in order so messages are stable.
+func (a *annotations) classify(raw map[string]string) []annotationError {
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		if strings.HasPrefix(k, annotationPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var errs []annotationError
+	for _, k := range keys {
+		name := strings.TrimPrefix(k, annotationPrefix)
+		e, known := catalogueByName[name]
+		switch {
+		case !known:
+			errs = append(errs, annotationError{key: k, reason: model.ReasonUnsupported,
+				msg: "not an annotation ingress-nginx v1.15.1 knows; ignored"})
+		case e.Support == Refused && e.Access:
+			a.deny(name, "snippet annotations are refused")
+			errs = append(errs, annotationError{key: k, reason: model.ReasonFailedClosed,
+				msg: "snippet annotations are refused; it configures access control, so every path of this Ingress answers 503 (fail closed)"})
+		case e.Support == Refused:
+			errs = append(errs, annotationError{key: k, msg: "snippet annotations are refused; the rest of the Ingress is served without it"})
+		case e.Support == Unsupported && e.Access:
+			a.deny(name, "not supported by Switchyard")
+			errs = append(errs, annotationError{key: k, reason: model.ReasonFailedClosed,
+				msg: "access control Switchyard does not support yet; every path of this Ingress answers 503 rather than serve unprotected (fail closed)"})
+		case e.Support == Unsupported:
+			errs = append(errs, annotationError{key: k, reason: model.ReasonUnsupported,
+				msg: "not supported by Switchyard; ignored (see docs/migrating-from-ingress-nginx.md)"})
+		}
+	}
+	return errs
+}
+
+// parseSourceRanges reads a comma-separated list of CIDRs or addresses, as
+// whitelist-source-range and its kin take them.
+func parseSourceRanges(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, r := range strings.Split(v, ",") {
+		r = strings.TrimSpace(r)
+		if p, err := netip.ParsePrefix(r); err == nil {
+			out = append(out, p.Masked())
+		} else if ip, err := netip.ParseAddr(r); err == nil && ip.Zone() == "" {
+			out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+		} else {
+			return nil, fmt.Errorf("%q is not a comma-separated list of CIDRs", v)
+		}
+	}
+	return out, nil
 }
 
 func isAlgorithm(name string) bool {
@@ -330,27 +412,20 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 	}
 	parseProxyAnnotations(a, get, bad, integer)
 	for _, key := range []string{"whitelist-source-range", "allowlist-source-range"} {
-		v, ok := get(key)
-		if !ok {
-			continue
-		}
-		var ranges []string
-		valid := true
-		for _, r := range strings.Split(v, ",") {
-			r = strings.TrimSpace(r)
-			if _, n, err := net.ParseCIDR(r); err == nil {
-				ranges = append(ranges, n.String())
-			} else if ip := net.ParseIP(r); ip != nil {
-				ranges = append(ranges, ip.String())
+		if v, ok := get(key); ok {
+			if ranges, err := parseSourceRanges(v); err != nil {
+				bad(key, "%v", err)
 			} else {
-				valid = false
+				a.allowSourceRanges = ranges
 			}
 		}
-		if !valid {
-			bad(key, "%q is not a comma-separated list of CIDRs", v)
-			continue
+	}
+	if v, ok := get("denylist-source-range"); ok {
+		if ranges, err := parseSourceRanges(v); err != nil {
+			bad("denylist-source-range", "%v", err)
+		} else {
+			a.denySourceRanges = ranges
 		}
-		a.allowSourceRanges = ranges
 	}
 	if a.cors.enabled = boolean("enable-cors"); a.cors.enabled {
 		a.cors.allowOrigin = []string{"*"}

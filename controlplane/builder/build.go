@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,6 +124,24 @@ type builder struct {
 	servers  map[string]*model.Server                // by hostname
 	anns     map[*networkingv1.Ingress]annotations   // parsed once
 	affinity map[string]bool                         // backends whose affinity type is set
+	access   globalAccess                            // the ConfigMap's access settings
+}
+
+// globalAccess holds the controller ConfigMap's access-control keys.
+type globalAccess struct {
+	// allow and deny are whitelist-source-range and denylist-source-range:
+	// the defaults of the annotations of the same names.
+	allow, deny []netip.Prefix
+	// block is block-cidrs: refused on every location, the default
+	// server's included.
+	block []netip.Prefix
+	// denied fails every Ingress location closed: a key Switchyard cannot
+	// carry out, or whose value is invalid.
+	denied *model.Denial
+	// authDenied is global-auth-url, not supported yet: it fails closed
+	// every Ingress location but those of Ingresses that opt out of global
+	// authentication with enable-global-auth: "false".
+	authDenied *model.Denial
 }
 
 // Build translates in into a Configuration. Problems with single objects are
@@ -172,7 +191,12 @@ func Build(in Input, opt Options) *model.Configuration {
 	for _, ing := range ours {
 		a, errs := parseAnnotations(ing.Annotations)
 		for _, e := range errs {
-			b.objErr(ing, e.key, e.msg+"; the annotation is ignored")
+			if a.canary && e.reason == model.ReasonFailedClosed {
+				// A canary's paths are served by its primary's locations,
+				// under the primary's access settings (as ingress-nginx).
+				e.reason, e.msg = model.ReasonUnsupported, "not applied on a canary Ingress: the primary Ingress's access settings govern these paths"
+			}
+			b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ingressRef(ing), Field: e.key, Message: e.msg, Reason: e.reason})
 		}
 		b.anns[ing] = a
 	}
@@ -195,9 +219,13 @@ func Build(in Input, opt Options) *model.Configuration {
 	return b.cfg
 }
 
+func ingressRef(ing *networkingv1.Ingress) model.ObjectRef {
+	return model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)}
+}
+
 func (b *builder) objErr(ing *networkingv1.Ingress, field, msg string) {
 	b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{
-		Object: model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)},
+		Object: ingressRef(ing),
 		Field:  field, Message: msg,
 	})
 }
@@ -279,6 +307,7 @@ func (b *builder) global() {
 		if px.buffering != nil {
 			g.Proxy.Buffering = *px.buffering
 		}
+		b.globalAccess(cm, ref)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":
@@ -307,8 +336,72 @@ func (b *builder) defaultServer() {
 	b.servers[model.CatchAllHost] = &model.Server{Hostname: model.CatchAllHost, Locations: []model.Location{{
 		Path: "/", PathType: model.PathTypePrefix, Backend: def.Name, IsDefaultBackend: true,
 		BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy,
-		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect},
+		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect}, DenySourceRanges: b.access.block,
 	}}}
+}
+
+// globalAccess reads the ConfigMap's access-control keys. The allow, deny
+// and block lists are carried out; a key that grants or restricts access and
+// is not supported, or an invalid list, fails every Ingress location closed.
+func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef) {
+	ac := &b.access
+	failClosed := func(key, msg string) {
+		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Reason: model.ReasonFailedClosed,
+			Message: msg + "; every Ingress path answers 503 until it is fixed (fail closed)"})
+		d := &model.Denial{Field: "ConfigMap " + ref.Namespace + "/" + ref.Name + ": " + key, Reason: msg}
+		switch {
+		case key == "global-auth-url":
+			ac.authDenied = d
+		case ac.denied == nil:
+			ac.denied = d
+		}
+	}
+	for _, l := range []struct {
+		key string
+		dst *[]netip.Prefix
+	}{{"whitelist-source-range", &ac.allow}, {"denylist-source-range", &ac.deny}, {"block-cidrs", &ac.block}} {
+		v := strings.TrimSpace(cm.Data[l.key])
+		if v == "" {
+			continue
+		}
+		ranges, err := parseSourceRanges(v)
+		if err != nil {
+			failClosed(l.key, err.Error())
+			continue
+		}
+		*l.dst = ranges
+	}
+	for _, key := range []string{"global-auth-url", "block-user-agents", "block-referers", "modsecurity-snippet"} {
+		if strings.TrimSpace(cm.Data[key]) != "" {
+			failClosed(key, "access control Switchyard does not support yet")
+		}
+	}
+}
+
+// applyAccess sets a location's deny and allow lists and its denial from the
+// Ingress's annotations over the ConfigMap's defaults.
+func (b *builder) applyAccess(loc *model.Location, a annotations) {
+	ac := &b.access
+	loc.AllowSourceRanges = ac.allow
+	if a.allowSourceRanges != nil {
+		loc.AllowSourceRanges = a.allowSourceRanges
+	}
+	deny := ac.deny
+	if a.denySourceRanges != nil {
+		deny = a.denySourceRanges
+	}
+	loc.DenySourceRanges = append(append([]netip.Prefix(nil), ac.block...), deny...)
+	if len(loc.DenySourceRanges) == 0 {
+		loc.DenySourceRanges = nil
+	}
+	switch {
+	case a.denied != nil:
+		loc.Denied = a.denied
+	case ac.denied != nil:
+		loc.Denied = ac.denied
+	case ac.authDenied != nil && a.globalAuth:
+		loc.Denied = ac.authDenied
+	}
 }
 
 // ingress adds the servers, locations and backends of one non-canary Ingress.
@@ -459,7 +552,7 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	if a.buffering != nil {
 		px.Buffering = *a.buffering
 	}
-	loc.AllowSourceRanges = a.allowSourceRanges
+	b.applyAccess(loc, a)
 	if a.cors.enabled {
 		loc.CORS = model.CORS{Enabled: true, AllowOrigin: a.cors.allowOrigin, AllowMethods: a.cors.allowMethods,
 			AllowHeaders: a.cors.allowHeaders, ExposeHeaders: a.cors.exposeHeaders,

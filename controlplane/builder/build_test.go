@@ -263,7 +263,9 @@ func FuzzLocationAnnotations(f *testing.F) {
 			a.cors.allowMethods, a.cors.allowHeaders, a.cors.exposeHeaders, a.defaultBackend, a.backendProtocol}
 		vals = append(vals, a.serverAliases...)
 		vals = append(vals, a.cors.allowOrigin...)
-		vals = append(vals, a.allowSourceRanges...)
+		for _, p := range append(a.allowSourceRanges, a.denySourceRanges...) {
+			vals = append(vals, p.String())
+		}
 		vals = append(vals, a.nextUpstream...)
 		for _, v := range vals {
 			if strings.ContainsAny(v, "\x00\r\n\t;\"'`{}\\") || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

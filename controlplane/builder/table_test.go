@@ -108,7 +108,8 @@ func TestCanaryDefaultBackend(t *testing.T) {
 }
 
 // Every annotation with an invalid value is reported under its own key and
-// ignored: the parsed result equals the one without that annotation.
+// ignored: the parsed result equals the one without that annotation. (Access
+// annotations are the exception: TestAccessAnnotationsFailClosed.)
 func TestInvalidAnnotationValues(t *testing.T) {
 	bad := map[string]string{
 		"load-balance": "random", "upstream-hash-by": "$a;b", "upstream-hash-by-subset": "yes please",
@@ -123,7 +124,7 @@ func TestInvalidAnnotationValues(t *testing.T) {
 		"permanent-redirect-code": "200", "temporal-redirect": "http://a.example.com/\"x", "proxy-connect-timeout": "5s",
 		"proxy-send-timeout": "0", "proxy-read-timeout": "forever", "proxy-body-size": "1t",
 		"proxy-next-upstream": "error; rm", "proxy-next-upstream-tries": "many", "proxy-next-upstream-timeout": "-1",
-		"proxy-buffering": "true", "whitelist-source-range": "10.0.0.0/33", "allowlist-source-range": "anywhere",
+		"proxy-buffering": "true",
 		"cors-allow-origin": "evil\"", "cors-allow-methods": "GET;", "cors-allow-headers": "X{}", "cors-expose-headers": "a\nb",
 		"cors-allow-credentials": "si", "cors-max-age": "old", "custom-http-errors": "200,abc", "default-backend": "Bad_Name",
 		"x-forwarded-prefix": "/a\"b", "server-alias": "bad host", "upstream-vhost": "a b", "configuration-snippet": "return 200;",

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"net/netip"
+
 	"github.com/switchyard-proxy/switchyard/balancer"
 )
 
@@ -71,7 +73,21 @@ type ObjectError struct {
 	Field string `json:"field,omitempty"`
 	// Message says what is wrong, for a human.
 	Message string `json:"message"`
+	// Reason is the reason of the Warning Event attached to the object:
+	// ReasonFailedClosed, ReasonUnsupported, or empty for
+	// "InvalidConfiguration".
+	Reason string `json:"reason,omitempty"`
 }
+
+// Event reasons of ObjectError.
+const (
+	// ReasonFailedClosed: an access-control setting Switchyard cannot carry
+	// out, or whose value is invalid; the locations it covers answer 503.
+	ReasonFailedClosed = "FailedClosed"
+	// ReasonUnsupported: an annotation or key Switchyard does not carry
+	// out; it is ignored.
+	ReasonUnsupported = "UnsupportedAnnotation"
+)
 
 // Server is one virtual host.
 type Server struct {
@@ -145,9 +161,21 @@ type Location struct {
 	Rewrite         Rewrite         `json:"rewrite"`
 	Redirect        Redirect        `json:"redirect"`
 	Proxy           Proxy           `json:"proxy"`
-	// AllowSourceRanges are CIDRs from whitelist-source-range /
-	// allowlist-source-range; empty allows everyone.
-	AllowSourceRanges []string `json:"allowSourceRanges,omitempty"`
+	// Denied, when set, makes every data plane answer 503 to every request
+	// of this location without going upstream, before any other check
+	// (ingress-nginx's denied locations): an access-control annotation or
+	// ConfigMap key Switchyard cannot carry out, or one whose value is
+	// invalid, fails closed.
+	Denied *Denial `json:"denied,omitempty"`
+	// DenySourceRanges are the clients refused with 403: the
+	// denylist-source-range annotation (or the ConfigMap's default) and the
+	// ConfigMap's block-cidrs. Checked before AllowSourceRanges.
+	DenySourceRanges []netip.Prefix `json:"denySourceRanges,omitempty"`
+	// AllowSourceRanges are the only clients let through, others get 403:
+	// whitelist-source-range / allowlist-source-range (or the ConfigMap's
+	// default). Empty allows everyone. A bare address is a full-length
+	// prefix.
+	AllowSourceRanges []netip.Prefix `json:"allowSourceRanges,omitempty"`
 	CORS              CORS     `json:"cors"`
 	// CustomHTTPErrors are upstream status codes replaced by the default
 	// backend's answer.
@@ -156,6 +184,35 @@ type Location struct {
 	UpstreamVhost string `json:"upstreamVhost,omitempty"`
 	// XForwardedPrefix sets X-Forwarded-Prefix upstream.
 	XForwardedPrefix string `json:"xForwardedPrefix,omitempty"`
+}
+
+// Denial says why a location fails closed.
+type Denial struct {
+	// Field is the annotation or ConfigMap key at fault, prefix included.
+	Field string `json:"field"`
+	// Reason says why, for a human.
+	Reason string `json:"reason"`
+}
+
+// SourceAllowed reports whether a client address passes the location's deny
+// and allow lists, as nginx's deny lines followed by allow lines and a final
+// "deny all" when there is an allow list.
+func (l *Location) SourceAllowed(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range l.DenySourceRanges {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	if len(l.AllowSourceRanges) == 0 {
+		return true
+	}
+	for _, p := range l.AllowSourceRanges {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // BackendProtocol is the backend-protocol annotation.

@@ -33,6 +33,9 @@ type Path struct {
 	Path     string `json:"path"`
 	PathType string `json:"pathType"`
 	Backend  string `json:"backend"`
+	// Denied names the setting that makes the path answer 503 (fail
+	// closed); empty when it serves.
+	Denied string `json:"denied,omitempty"`
 }
 
 // Backend is one balancer backend.
@@ -58,7 +61,10 @@ type Endpoint struct {
 
 // ObjError is one problem with one Kubernetes object.
 type ObjError struct {
-	Object  string `json:"object"`
+	Object string `json:"object"`
+	// Reason is the Warning Event's reason: InvalidConfiguration,
+	// FailedClosed or UnsupportedAnnotation.
+	Reason  string `json:"reason"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
 }

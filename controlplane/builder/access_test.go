@@ -1,0 +1,253 @@
+package builder
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Every access annotation Switchyard cannot carry out, and every invalid
+// value of one it can, makes the Ingress fail closed with one FailedClosed
+// error naming the key; every other unsupported or unknown annotation is
+// reported and changes nothing else.
+func TestAccessAnnotationsFailClosed(t *testing.T) {
+	base, errs := parseAnnotations(nil)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	type tc struct {
+		key, value string
+		failClosed bool
+		reason     string
+	}
+	var cases []tc
+	for _, e := range Catalogue {
+		switch {
+		case e.Access && (e.Support == Unsupported || e.Support == Refused):
+			cases = append(cases, tc{e.Name, "x", true, model.ReasonFailedClosed})
+		case e.Support == Unsupported:
+			cases = append(cases, tc{e.Name, "x", false, model.ReasonUnsupported})
+		}
+	}
+	cases = append(cases,
+		tc{"whitelist-source-range", "10.0.0.0/33", true, model.ReasonFailedClosed},
+		tc{"allowlist-source-range", "anywhere", true, model.ReasonFailedClosed},
+		tc{"denylist-source-range", "10.0.0.1, nope", true, model.ReasonFailedClosed},
+		tc{"denylist-source-range", "fe80::1%eth0", true, model.ReasonFailedClosed},
+		tc{"enable-global-auth", "maybe", true, model.ReasonFailedClosed},
+		tc{"no-such-annotation", "x", false, model.ReasonUnsupported},
+		tc{"configuration-snippet", "return 200;", false, ""},
+	)
+	seen := map[string]bool{}
+	for _, c := range cases {
+		name := c.key + "=" + c.value
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		t.Run(name, func(t *testing.T) {
+			a, errs := parseAnnotations(map[string]string{annotationPrefix + c.key: c.value})
+			if len(errs) != 1 || errs[0].key != annotationPrefix+c.key || errs[0].reason != c.reason {
+				t.Fatalf("errors = %+v; want one %q naming %s", errs, c.reason, c.key)
+			}
+			if c.failClosed {
+				if a.denied == nil || a.denied.Field != annotationPrefix+c.key {
+					t.Fatalf("denied = %+v; want the location denied by %s", a.denied, c.key)
+				}
+				if !strings.Contains(errs[0].msg, "503") {
+					t.Errorf("message %q does not say the paths answer 503", errs[0].msg)
+				}
+				a.denied = nil
+			}
+			a.globalAuth = base.globalAuth // an invalid enable-global-auth reads as false
+			if diff := cmp.Diff(base, a, cmp.AllowUnexported(annotations{}, corsAnnotations{})); diff != "" {
+				t.Errorf("the annotation changed more than the denial (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSourceRangeAnnotations(t *testing.T) {
+	a, errs := parseAnnotations(map[string]string{
+		annotationPrefix + "whitelist-source-range": "10.0.0.0/8, 192.168.1.7,::ffff:10.1.2.3",
+		annotationPrefix + "denylist-source-range":  "10.1.0.0/16 ,2001:db8::/32",
+	})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	p := netip.MustParsePrefix
+	if diff := cmp.Diff([]netip.Prefix{p("10.0.0.0/8"), p("192.168.1.7/32"), p("10.1.2.3/32")}, a.allowSourceRanges, cmp.Comparer(func(x, y netip.Prefix) bool { return x == y })); diff != "" {
+		t.Errorf("allow (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]netip.Prefix{p("10.1.0.0/16"), p("2001:db8::/32")}, a.denySourceRanges, cmp.Comparer(func(x, y netip.Prefix) bool { return x == y })); diff != "" {
+		t.Errorf("deny (-want +got):\n%s", diff)
+	}
+	loc := model.Location{AllowSourceRanges: a.allowSourceRanges, DenySourceRanges: a.denySourceRanges}
+	for addr, want := range map[string]bool{
+		"10.0.0.1": true, "10.1.0.1": false, "192.168.1.7": true, "192.168.1.8": false,
+		"::ffff:10.0.0.1": true, "::ffff:10.1.0.1": false, "2001:db8::1": false, "127.0.0.1": false,
+	} {
+		if got := loc.SourceAllowed(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("SourceAllowed(%s) = %v; want %v", addr, got, want)
+		}
+	}
+	if !(&model.Location{DenySourceRanges: a.denySourceRanges}).SourceAllowed(netip.MustParseAddr("127.0.0.1")) {
+		t.Error("a deny list alone must let other clients through")
+	}
+}
+
+// accessInput is two Ingresses on their own hosts (one optionally a canary
+// of the other's host) and a ConfigMap.
+func accessInput(protected, other map[string]string, cm map[string]string) Input {
+	class := "switchyard"
+	mk := func(name, host string, created int64, ann map[string]string) *networkingv1.Ingress {
+		return &networkingv1.Ingress{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann, CreationTimestamp: metav1.Unix(created, 0)},
+			Spec: networkingv1.IngressSpec{IngressClassName: &class,
+				DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Name: "http"}}},
+				Rules: []networkingv1.IngressRule{{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+					Paths: []networkingv1.HTTPIngressPath{
+						{Path: "/", PathType: ptr(networkingv1.PathTypePrefix), Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Name: "http"}}}},
+						{Path: "/api", PathType: ptr(networkingv1.PathTypeExact), Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Name: "http"}}}},
+					}}}}}},
+		}
+	}
+	svc, es := svcWithSlice("ns", "web", ep("10.0.0.1", nil, nil, nil))
+	in := Input{
+		IngressClasses: []*networkingv1.IngressClass{{ObjectMeta: metav1.ObjectMeta{Name: class},
+			Spec: networkingv1.IngressClassSpec{Controller: DefaultControllerClass}}},
+		Services:       []*corev1.Service{svc},
+		EndpointSlices: []*discoveryv1.EndpointSlice{es},
+		Ingresses:      []*networkingv1.Ingress{mk("protected", "p.example.com", 1, protected), mk("other", "o.example.com", 2, other)},
+	}
+	if cm != nil {
+		in.ConfigMap = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "sys", Name: "switchyard"}, Data: cm}
+	}
+	return in
+}
+
+// deniedBy returns, per host, the Denied field of each location ("" when the
+// location serves).
+func deniedBy(cfg *model.Configuration) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range cfg.Servers {
+		for _, l := range s.Locations {
+			f := ""
+			if l.Denied != nil {
+				f = l.Denied.Field
+			}
+			out[s.Hostname] = append(out[s.Hostname], f)
+		}
+	}
+	return out
+}
+
+func TestBuildFailsClosed(t *testing.T) {
+	const authURL = annotationPrefix + "auth-url"
+	const cmAuth = "ConfigMap sys/switchyard: global-auth-url"
+	tests := []struct {
+		name             string
+		protected, other map[string]string
+		cm               map[string]string
+		want             map[string][]string
+		reasons          []string // Event reasons of cfg.Errors, in order
+	}{
+		{
+			name:      "auth-url denies every location of its Ingress, its default backend included",
+			protected: map[string]string{authURL: "http://auth.example.com/oauth2/auth"},
+			want:      map[string][]string{"_": {authURL}, "p.example.com": {authURL, authURL}, "o.example.com": {"", ""}},
+			reasons:   []string{model.ReasonFailedClosed},
+		},
+		{
+			name:      "an access annotation on a canary is reported, the primary governs",
+			protected: nil,
+			other: map[string]string{annotationPrefix + "canary": "true", annotationPrefix + "canary-weight": "10",
+				annotationPrefix + "limit-rps": "1"},
+			want:    map[string][]string{"_": {""}, "p.example.com": {"", ""}},
+			reasons: []string{model.ReasonUnsupported},
+		},
+		{
+			name:      "global-auth-url denies every Ingress but the one that opts out",
+			protected: map[string]string{annotationPrefix + "enable-global-auth": "false"},
+			cm:        map[string]string{"global-auth-url": "http://auth.example.com/"},
+			want:      map[string][]string{"_": {""}, "p.example.com": {"", ""}, "o.example.com": {cmAuth, cmAuth}},
+			reasons:   []string{model.ReasonFailedClosed},
+		},
+		{
+			name:      "block-user-agents denies every Ingress, enable-global-auth or not",
+			protected: map[string]string{annotationPrefix + "enable-global-auth": "false"},
+			cm:        map[string]string{"block-user-agents": "~*curl"},
+			want: map[string][]string{"_": {"ConfigMap sys/switchyard: block-user-agents"},
+				"p.example.com": {"ConfigMap sys/switchyard: block-user-agents", "ConfigMap sys/switchyard: block-user-agents"},
+				"o.example.com": {"ConfigMap sys/switchyard: block-user-agents", "ConfigMap sys/switchyard: block-user-agents"}},
+			reasons: []string{model.ReasonFailedClosed},
+		},
+		{
+			name:    "an invalid ConfigMap allow list denies every Ingress",
+			cm:      map[string]string{"whitelist-source-range": "10.0.0.0/8,nope"},
+			want:    map[string][]string{"_": {"ConfigMap sys/switchyard: whitelist-source-range"}, "p.example.com": {"ConfigMap sys/switchyard: whitelist-source-range", "ConfigMap sys/switchyard: whitelist-source-range"}, "o.example.com": {"ConfigMap sys/switchyard: whitelist-source-range", "ConfigMap sys/switchyard: whitelist-source-range"}},
+			reasons: []string{model.ReasonFailedClosed},
+		},
+		{
+			name:    "a refused auth-snippet denies, a configuration-snippet does not",
+			other:   map[string]string{annotationPrefix + "auth-snippet": "return 200;", annotationPrefix + "configuration-snippet": "return 200;"},
+			want:    map[string][]string{"_": {""}, "p.example.com": {"", ""}, "o.example.com": {annotationPrefix + "auth-snippet", annotationPrefix + "auth-snippet"}},
+			reasons: []string{model.ReasonFailedClosed, ""},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Build(accessInput(tt.protected, tt.other, tt.cm), Options{})
+			if diff := cmp.Diff(tt.want, deniedBy(cfg)); diff != "" {
+				t.Errorf("denied locations per host (-want +got):\n%s", diff)
+			}
+			var reasons []string
+			for _, e := range cfg.Errors {
+				reasons = append(reasons, e.Reason)
+			}
+			if diff := cmp.Diff(tt.reasons, reasons); diff != "" {
+				t.Errorf("error reasons (-want +got):\n%s\nerrors: %+v", diff, cfg.Errors)
+			}
+		})
+	}
+}
+
+// The ConfigMap's allow and deny lists are the annotations' defaults, and
+// block-cidrs is refused everywhere, the default server included.
+func TestConfigMapSourceRanges(t *testing.T) {
+	cfg := Build(accessInput(
+		map[string]string{annotationPrefix + "whitelist-source-range": "192.168.0.0/16", annotationPrefix + "denylist-source-range": "192.168.9.0/24"},
+		nil,
+		map[string]string{"whitelist-source-range": "10.0.0.0/8", "denylist-source-range": "10.9.0.0/16", "block-cidrs": "203.0.113.0/24"}), Options{})
+	if len(cfg.Errors) != 0 {
+		t.Fatalf("errors: %+v", cfg.Errors)
+	}
+	got := map[string][2]string{}
+	for _, s := range cfg.Servers {
+		l := s.Locations[0]
+		got[s.Hostname] = [2]string{fmtPrefixes(l.DenySourceRanges), fmtPrefixes(l.AllowSourceRanges)}
+	}
+	want := map[string][2]string{
+		"_":             {"203.0.113.0/24 192.168.9.0/24", "192.168.0.0/16"}, // the protected Ingress's default backend
+		"p.example.com": {"203.0.113.0/24 192.168.9.0/24", "192.168.0.0/16"},
+		"o.example.com": {"203.0.113.0/24 10.9.0.0/16", "10.0.0.0/8"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("deny and allow lists per host (-want +got):\n%s", diff)
+	}
+}
+
+func fmtPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, " ")
+}

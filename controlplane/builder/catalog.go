@@ -1,0 +1,241 @@
+package builder
+
+// Support says what Switchyard does with one annotation ingress-nginx
+// v1.15.1 knows.
+type Support uint8
+
+// The support classes. Every annotation is in exactly one.
+const (
+	// Supported: read with ingress-nginx's meaning and grammar.
+	Supported Support = iota + 1
+	// Partial: read, with a difference the entry's Note states.
+	Partial
+	// Refused: raw nginx configuration (snippets); a Warning Event, and the
+	// rest of the Ingress is served without it.
+	Refused
+	// Unsupported: not carried out. A Warning Event names it; when the
+	// annotation grants or restricts access (Access), every location of the
+	// Ingress answers 503 instead (fail closed).
+	Unsupported
+)
+
+func (s Support) String() string {
+	switch s {
+	case Supported:
+		return "supported"
+	case Partial:
+		return "partial"
+	case Refused:
+		return "refused"
+	case Unsupported:
+		return "not supported"
+	}
+	return "unknown"
+}
+
+// AnnotationGroup is the section of the migration guide an annotation is
+// listed under.
+type AnnotationGroup string
+
+// The groups, in the order the migration guide lists them.
+const (
+	GroupBalancing AnnotationGroup = "Balancing, affinity, canary"
+	GroupRouting   AnnotationGroup = "Routing, redirects, rewrites"
+	GroupProxy     AnnotationGroup = "Proxying, timeouts, buffers, upstream TLS"
+	GroupAccess    AnnotationGroup = "Access control (fail closed when not supported)"
+	GroupHeaders   AnnotationGroup = "Headers, CORS, error pages, TLS to clients"
+	GroupOther     AnnotationGroup = "Logging, tracing, WAF, snippets, other"
+)
+
+// AnnotationGroups lists the groups in the migration guide's order.
+var AnnotationGroups = []AnnotationGroup{GroupBalancing, GroupRouting, GroupProxy, GroupAccess, GroupHeaders, GroupOther}
+
+// AnnotationInfo is one row of the catalogue.
+type AnnotationInfo struct {
+	// Name is the annotation without its prefix, e.g. "auth-url".
+	Name  string
+	Group AnnotationGroup
+	// Support is what Switchyard does with it.
+	Support Support
+	// Access is true when the annotation grants or restricts access to
+	// the location: left unsupported, it makes the Ingress fail closed.
+	Access bool
+	// GoPlane and NginxPlane say what each data plane does with it; empty
+	// means "yes" for Supported and Partial, "no" otherwise.
+	GoPlane, NginxPlane string
+	// Note says what differs from ingress-nginx, or why it is refused.
+	Note string
+}
+
+// Catalogue is every annotation ingress-nginx v1.15.1 reads (its annotation
+// parsers and its annotations documentation), classified. The migration
+// guide's annotation table is generated from it (TestAnnotationTableInDocs).
+var Catalogue = []AnnotationInfo{
+	// Balancing, affinity, canary: the balancer, the same for both planes.
+	{Name: "load-balance", Group: GroupBalancing, Support: Partial, Note: "`round_robin`, `ewma`, `chash`, `chashsubset`, `sticky_balanced`, `sticky_persistent`, plus `least_request` and `peak_ewma` (docs/compatibility.md); an unknown value is reported and ignored"},
+	{Name: "upstream-hash-by", Group: GroupBalancing, Support: Partial, Note: "with `load-balance: chash` and no `upstream-hash-by`, `$request_uri` is hashed instead of the literal `nil`; edits apply without recreating the Ingress; letters, digits and `-_${}` only"},
+	{Name: "upstream-hash-by-subset", Group: GroupBalancing, Support: Supported},
+	{Name: "upstream-hash-by-subset-size", Group: GroupBalancing, Support: Supported, Note: "1-1000, default 3"},
+	{Name: "affinity", Group: GroupBalancing, Support: Supported, Note: "`cookie` only, as ingress-nginx"},
+	{Name: "affinity-mode", Group: GroupBalancing, Support: Supported, Note: "`balanced` or `persistent`"},
+	{Name: "affinity-canary-behavior", Group: GroupBalancing, Support: Supported, Note: "`sticky` or `legacy`"},
+	{Name: "session-cookie-name", Group: GroupBalancing, Support: Supported, Note: "cookies byte-identical to ingress-nginx's"},
+	{Name: "session-cookie-path", Group: GroupBalancing, Support: Supported},
+	{Name: "session-cookie-domain", Group: GroupBalancing, Support: Supported},
+	{Name: "session-cookie-samesite", Group: GroupBalancing, Support: Supported, Note: "takes effect only as exactly `Strict`, `Lax` or `None`, as ingress-nginx"},
+	{Name: "session-cookie-conditional-samesite-none", Group: GroupBalancing, Support: Supported},
+	{Name: "session-cookie-change-on-failure", Group: GroupBalancing, Support: Supported},
+	{Name: "session-cookie-secure", Group: GroupBalancing, Support: Supported},
+	{Name: "session-cookie-expires", Group: GroupBalancing, Support: Partial, Note: "whole seconds within bounds only; ingress-nginx accepts `0abc` and then fails every request"},
+	{Name: "session-cookie-max-age", Group: GroupBalancing, Support: Partial, Note: "as `session-cookie-expires`"},
+	{Name: "canary", Group: GroupBalancing, Support: Supported, Note: "affinity → header → cookie → weight, as ingress-nginx"},
+	{Name: "canary-by-header", Group: GroupBalancing, Support: Supported},
+	{Name: "canary-by-header-value", Group: GroupBalancing, Support: Supported},
+	{Name: "canary-by-header-pattern", Group: GroupBalancing, Support: Partial, Note: "RE2 (Go `regexp`) instead of PCRE; a pattern RE2 refuses is reported"},
+	{Name: "canary-by-cookie", Group: GroupBalancing, Support: Supported},
+	{Name: "canary-weight", Group: GroupBalancing, Support: Supported},
+	{Name: "canary-weight-total", Group: GroupBalancing, Support: Supported},
+
+	// Routing, redirects, rewrites.
+	{Name: "use-regex", Group: GroupRouting, Support: Partial, Note: "paths are RE2, matched case-insensitively (nginx `~*`); PCRE-only syntax is refused"},
+	{Name: "server-alias", Group: GroupRouting, Support: Supported},
+	{Name: "rewrite-target", Group: GroupRouting, Support: Supported, Note: "captures `$1`…; `${` refused"},
+	{Name: "app-root", Group: GroupRouting, Support: Supported},
+	{Name: "permanent-redirect", Group: GroupRouting, Support: Supported, Note: "http(s) URLs only"},
+	{Name: "permanent-redirect-code", Group: GroupRouting, Support: Supported},
+	{Name: "temporal-redirect", Group: GroupRouting, Support: Supported, Note: "http(s) URLs only"},
+	{Name: "temporal-redirect-code", Group: GroupRouting, Support: Unsupported, Note: "temporal redirects answer 302"},
+	{Name: "ssl-redirect", Group: GroupRouting, Support: Supported, Note: "`http-redirect-code`, 308 by default"},
+	{Name: "force-ssl-redirect", Group: GroupRouting, Support: Supported},
+	{Name: "preserve-trailing-slash", Group: GroupRouting, Support: Partial, Note: "only the ssl-redirect's trailing slash is affected"},
+	{Name: "from-to-www-redirect", Group: GroupRouting, Support: Unsupported},
+	{Name: "use-port-in-redirects", Group: GroupRouting, Support: Unsupported},
+	{Name: "relative-redirects", Group: GroupRouting, Support: Unsupported},
+	{Name: "ssl-passthrough", Group: GroupRouting, Support: Supported, Note: "with `--enable-ssl-passthrough` (SNI routing in `tcpproxy/`)"},
+	{Name: "default-backend", Group: GroupRouting, Support: Partial, GoPlane: "partly: the backend custom-http-errors asks", NginxPlane: "partly: the backend custom-http-errors asks", Note: "an unmatched request gets the built-in `default backend - 404`"},
+	{Name: "service-upstream", Group: GroupRouting, Support: Unsupported},
+
+	// Proxying.
+	{Name: "backend-protocol", Group: GroupProxy, Support: Supported, Note: "`HTTP`, `HTTPS`, `GRPC`, `GRPCS`, `H2C`; `AJP`, `FCGI` refused; upstream certificates are not verified, as nginx's default"},
+	{Name: "upstream-vhost", Group: GroupProxy, Support: Supported},
+	{Name: "x-forwarded-prefix", Group: GroupProxy, Support: Supported},
+	{Name: "proxy-body-size", Group: GroupProxy, Support: Supported, Note: "413; `0` means unlimited"},
+	{Name: "proxy-connect-timeout", Group: GroupProxy, Support: Supported},
+	{Name: "proxy-send-timeout", Group: GroupProxy, Support: Supported},
+	{Name: "proxy-read-timeout", Group: GroupProxy, Support: Supported},
+	{Name: "proxy-next-upstream", Group: GroupProxy, Support: Supported},
+	{Name: "proxy-next-upstream-tries", Group: GroupProxy, Support: Partial, GoPlane: "yes, but `0` means 3 (unlimited in nginx)", Note: "0-100"},
+	{Name: "proxy-next-upstream-timeout", Group: GroupProxy, Support: Supported},
+	{Name: "proxy-buffering", Group: GroupProxy, Support: Partial, GoPlane: "no: bodies are always streamed"},
+	{Name: "proxy-buffer-size", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-buffers-number", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-busy-buffers-size", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-max-temp-file-size", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-request-buffering", Group: GroupProxy, Support: Unsupported},
+	{Name: "client-body-buffer-size", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-http-version", Group: GroupProxy, Support: Unsupported, Note: "HTTP/1.1 upstream always"},
+	{Name: "proxy-cookie-domain", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-cookie-path", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-redirect-from", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-redirect-to", Group: GroupProxy, Support: Unsupported},
+	{Name: "connection-proxy-header", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-ssl-secret", Group: GroupProxy, Support: Unsupported, Note: "upstream TLS is not verified and sends no client certificate"},
+	{Name: "proxy-ssl-verify", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-ssl-verify-depth", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-ssl-name", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-ssl-server-name", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-ssl-protocols", Group: GroupProxy, Support: Unsupported},
+	{Name: "proxy-ssl-ciphers", Group: GroupProxy, Support: Unsupported},
+	{Name: "mirror-target", Group: GroupProxy, Support: Unsupported},
+	{Name: "mirror-request-body", Group: GroupProxy, Support: Unsupported},
+	{Name: "mirror-host", Group: GroupProxy, Support: Unsupported},
+	{Name: "fastcgi-index", Group: GroupProxy, Support: Unsupported},
+	{Name: "fastcgi-params-configmap", Group: GroupProxy, Support: Unsupported},
+
+	// Access control: what is not carried out fails closed.
+	{Name: "whitelist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "403 for other clients, checked against the connection's address; an invalid list fails closed (503)"},
+	{Name: "allowlist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "as `whitelist-source-range`"},
+	{Name: "denylist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "403 for the listed clients, checked before the allow list, as nginx's `deny` lines come first; an invalid list fails closed (503)"},
+	{Name: "auth-type", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-secret", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-secret-type", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-realm", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-url", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-method", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-signin", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-signin-redirect-param", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-response-headers", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-request-redirect", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-cache-key", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-cache-duration", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-keepalive", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-keepalive-requests", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-keepalive-share-vars", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-keepalive-timeout", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-proxy-set-headers", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-always-set-cookie", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "enable-global-auth", Group: GroupAccess, Support: Supported, Access: true, Note: "`false` exempts the Ingress from the ConfigMap's `global-auth-url` (which fails closed while external authentication is not supported)"},
+	{Name: "satisfy", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-tls-secret", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-tls-verify-client", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-tls-verify-depth", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-tls-error-page", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-tls-pass-certificate-to-upstream", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-tls-match-cn", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-rps", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-rpm", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-connections", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-burst-multiplier", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-whitelist", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-allowlist", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-rate", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-rate-after", Group: GroupAccess, Support: Unsupported, Access: true},
+
+	// Headers, CORS, error pages, client TLS.
+	{Name: "enable-cors", Group: GroupHeaders, Support: Partial, NginxPlane: "yes, but with several `cors-allow-origin` origins only the first is sent", Note: "preflight 204, headers for allowed origins, `https://*.domain` wildcards"},
+	{Name: "cors-allow-origin", Group: GroupHeaders, Support: Partial, NginxPlane: "first origin only"},
+	{Name: "cors-allow-methods", Group: GroupHeaders, Support: Supported},
+	{Name: "cors-allow-headers", Group: GroupHeaders, Support: Supported},
+	{Name: "cors-expose-headers", Group: GroupHeaders, Support: Supported},
+	{Name: "cors-allow-credentials", Group: GroupHeaders, Support: Supported},
+	{Name: "cors-max-age", Group: GroupHeaders, Support: Supported},
+	{Name: "custom-http-errors", Group: GroupHeaders, Support: Partial, NginxPlane: "yes, without X-Service-Port", Note: "the default backend (or `default-backend`'s Service) answers the listed codes, with X-Code, X-Format, X-Original-URI ..."},
+	{Name: "disable-proxy-intercept-errors", Group: GroupHeaders, Support: Unsupported},
+	{Name: "custom-headers", Group: GroupHeaders, Support: Unsupported},
+	{Name: "ssl-ciphers", Group: GroupHeaders, Support: Unsupported},
+	{Name: "ssl-prefer-server-ciphers", Group: GroupHeaders, Support: Unsupported},
+	{Name: "http2-push-preload", Group: GroupHeaders, Support: Unsupported, Note: "documented by ingress-nginx, no longer read by it"},
+
+	// Logging, tracing, snippets, other.
+	{Name: "enable-modsecurity", Group: GroupOther, Support: Unsupported, Note: "the WAF is not run. ingress-nginx's ModSecurity only detects (`SecRuleEngine DetectionOnly`) unless a `modsecurity-snippet` turns blocking on, and that snippet fails closed"},
+	{Name: "enable-owasp-core-rules", Group: GroupOther, Support: Unsupported, Note: "as `enable-modsecurity`"},
+	{Name: "modsecurity-transaction-id", Group: GroupOther, Support: Unsupported},
+	{Name: "enable-access-log", Group: GroupOther, Support: Unsupported},
+	{Name: "enable-rewrite-log", Group: GroupOther, Support: Unsupported},
+	{Name: "enable-opentelemetry", Group: GroupOther, Support: Unsupported},
+	{Name: "opentelemetry-trust-incoming-span", Group: GroupOther, Support: Unsupported},
+	{Name: "opentelemetry-operation-name", Group: GroupOther, Support: Unsupported},
+	{Name: "configuration-snippet", Group: GroupOther, Support: Refused, Note: "raw nginx configuration was the way in for ingress-nginx's injection CVEs"},
+	{Name: "server-snippet", Group: GroupOther, Support: Refused, Note: "as `configuration-snippet`"},
+	{Name: "auth-snippet", Group: GroupOther, Support: Refused, Access: true, Note: "as `configuration-snippet`; it is auth configuration, so the Ingress fails closed"},
+	{Name: "stream-snippet", Group: GroupOther, Support: Refused, Note: "as `configuration-snippet`"},
+	{Name: "modsecurity-snippet", Group: GroupOther, Support: Refused, Access: true, Note: "as `configuration-snippet`; it configures the WAF, so the Ingress fails closed"},
+}
+
+// catalogueByName indexes Catalogue.
+var catalogueByName = func() map[string]*AnnotationInfo {
+	m := make(map[string]*AnnotationInfo, len(Catalogue))
+	for i := range Catalogue {
+		m[Catalogue[i].Name] = &Catalogue[i]
+	}
+	return m
+}()
+
+// LookupAnnotation returns the catalogue entry of an annotation name
+// without its prefix.
+func LookupAnnotation(name string) (AnnotationInfo, bool) {
+	if e, ok := catalogueByName[name]; ok {
+		return *e, true
+	}
+	return AnnotationInfo{}, false
+}
