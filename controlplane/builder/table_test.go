@@ -124,7 +124,7 @@ func TestInvalidAnnotationValues(t *testing.T) {
 		"permanent-redirect-code": "200", "temporal-redirect": "http://a.example.com/\"x", "proxy-connect-timeout": "5s",
 		"proxy-send-timeout": "0", "proxy-read-timeout": "forever", "proxy-body-size": "1t",
 		"proxy-next-upstream": "error; rm", "proxy-next-upstream-tries": "many", "proxy-next-upstream-timeout": "-1",
-		"proxy-buffering": "true",
+		"proxy-buffering":   "true",
 		"cors-allow-origin": "evil\"", "cors-allow-methods": "GET;", "cors-allow-headers": "X{}", "cors-expose-headers": "a\nb",
 		"cors-allow-credentials": "si", "cors-max-age": "old", "custom-http-errors": "200,abc", "default-backend": "Bad_Name",
 		"x-forwarded-prefix": "/a\"b", "server-alias": "bad host", "upstream-vhost": "a b", "configuration-snippet": "return 200;",

@@ -176,7 +176,7 @@ type Location struct {
 	// default). Empty allows everyone. A bare address is a full-length
 	// prefix.
 	AllowSourceRanges []netip.Prefix `json:"allowSourceRanges,omitempty"`
-	CORS              CORS     `json:"cors"`
+	CORS              CORS           `json:"cors"`
 	// CustomHTTPErrors are upstream status codes replaced by the default
 	// backend's answer.
 	CustomHTTPErrors []int `json:"customHTTPErrors,omitempty"`
