@@ -244,6 +244,54 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 }
 
+// TestClusterFailsClosed: an Ingress gains an access annotation Switchyard
+// cannot carry out; through the real API server, its locations become
+// denied (503 on both planes) with a FailedClosed Warning Event naming the
+// annotation, and removing it serves the Ingress again.
+func TestClusterFailsClosed(t *testing.T) {
+	c := k8s.Shared(t)
+	admin, ns := clusterObjects(t, c)
+	updates, _, _ := clusterController(t, c, ns, Config{})
+	ctx := context.Background()
+	denied := func(cfg *model.Configuration) []string {
+		var out []string
+		for _, s := range cfg.Servers {
+			for _, l := range s.Locations {
+				if l.Denied != nil {
+					out = append(out, s.Hostname+l.Path+" "+l.Denied.Field)
+				}
+			}
+		}
+		return out
+	}
+	next(t, updates, func(u update) bool { return len(u.cfg.Servers) == 2 && len(denied(u.cfg)) == 0 })
+	ing, err := admin.NetworkingV1().Ingresses(ns).Get(ctx, "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ing.Annotations = map[string]string{"nginx.ingress.kubernetes.io/auth-url": "http://auth.example.com/oauth2/auth"}
+	if _, err := admin.NetworkingV1().Ingresses(ns).Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u := next(t, updates, func(u update) bool { return len(denied(u.cfg)) > 0 })
+	if got, want := denied(u.cfg), []string{"echo.example.com/ nginx.ingress.kubernetes.io/auth-url"}; !cmp.Equal(got, want) {
+		t.Errorf("denied locations %q; want %q", got, want)
+	}
+	if !u.change.Reload {
+		t.Errorf("change %+v: a denial changes the structure (nginx reloads)", u.change)
+	}
+	waitEvent(t, admin, ns, "echo", "FailedClosed nginx.ingress.kubernetes.io/auth-url: ")
+	ing, err = admin.NetworkingV1().Ingresses(ns).Get(ctx, "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ing.Annotations = nil
+	if _, err := admin.NetworkingV1().Ingresses(ns).Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, updates, func(u update) bool { return len(denied(u.cfg)) == 0 })
+}
+
 // TestClusterOneLeaderWritesStatus: two controllers with the controller
 // identity campaign for one Lease; only the leader's addresses reach the
 // Ingress status, and the other takes over when the leader stops.
@@ -349,7 +397,7 @@ func waitEvent(t *testing.T, client kubernetes.Interface, ns, object, contains s
 	defer w.Stop()
 	// The Event may predate the watch: look at what exists, then watch.
 	match := func(e *corev1.Event) bool {
-		return e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == object && strings.Contains(e.Message, contains)
+		return e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == object && strings.Contains(e.Reason+" "+e.Message, contains)
 	}
 	evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
