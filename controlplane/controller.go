@@ -56,6 +56,12 @@ func (f SinkFunc) Update(ctx context.Context, cfg *model.Configuration, change C
 
 var _ Sink = SinkFunc(nil)
 
+// secretSelector picks the Secrets an Ingress can name: TLS certificates,
+// auth-secret credentials (usually Opaque) and CA bundles. Helm release
+// records and service-account tokens, which are many and large, are left to
+// the API server.
+const secretSelector = "type!=" + "helm.sh/release.v1" + ",type!=" + string(corev1.SecretTypeServiceAccountToken)
+
 // SyncEvent describes one completed sync, for status pages and metrics.
 type SyncEvent struct {
 	Time     time.Time
@@ -217,7 +223,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg:     cfg,
 		factory: informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, opts...),
 		secrets: informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.ResyncPeriod, append(opts,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "type=" + string(corev1.SecretTypeTLS) }))...),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = secretSelector }))...),
 		dirty:   make(chan struct{}, 1),
 		ready:   make(chan struct{}),
 		emitted: map[string]bool{},
