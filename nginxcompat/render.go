@@ -86,6 +86,27 @@ type RenderConfig struct {
 	// falls back to round robin over the last peer list; zero keeps the
 	// shim's default, 50 ms.
 	PickTimeout time.Duration
+	// Resolvers are the name servers nginx asks for host names known only
+	// at request time (an auth-url's), as ingress-nginx's resolver
+	// directive; empty writes none, and such names then fail (the auth
+	// subrequest answers 500: closed). ResolvConfResolvers reads them.
+	Resolvers []netip.Addr
+}
+
+// ResolvConfResolvers returns the nameserver addresses of a resolv.conf
+// (/etc/resolv.conf, as ingress-nginx reads them); lines that are not an
+// address are skipped.
+func ResolvConfResolvers(data []byte) []netip.Addr {
+	var out []netip.Addr
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Zone() == "" {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
 }
 
 func (c RenderConfig) withDefaults() RenderConfig {
@@ -148,6 +169,13 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		RequestMetrics: rc.RequestMetrics,
 		MetricsPerHost: rc.MetricsPerHost,
 		PickTimeout:    strconv.FormatFloat(rc.PickTimeout.Seconds(), 'f', -1, 64),
+	}
+	for _, a := range rc.Resolvers {
+		if a.Is6() {
+			v.Resolvers = append(v.Resolvers, "["+a.String()+"]")
+		} else if a.IsValid() {
+			v.Resolvers = append(v.Resolvers, a.String())
+		}
 	}
 	v.G, v.Errors = globals(&cfg.Global)
 	if v.G.HSTS {
@@ -247,11 +275,13 @@ type view struct {
 	RequestMetrics bool
 	MetricsPerHost bool
 	PickTimeout    string // seconds; "0" keeps the shim's default
-	ServersSlot    string
-	G              globalView
-	HSTSValue      string
-	Servers        []*serverV
-	Errors         []model.ObjectError
+	// Resolvers are the resolver directive's addresses, IPv6 bracketed.
+	Resolvers   []string
+	ServersSlot string
+	G           globalView
+	HSTSValue   string
+	Servers     []*serverV
+	Errors      []model.ObjectError
 }
 
 type serverV struct {
@@ -277,7 +307,9 @@ type locationV struct {
 	Denied bool
 	// Deny and Allow are nginx access rules: deny lines first, then allow
 	// lines and "deny all".
-	Deny, Allow                 []string
+	Deny, Allow []string
+	// Auth is the location's external authentication; nil without.
+	Auth                        *authV
 	SSLRedirect                 bool
 	AppRoot                     string
 	RedirectURL                 string
@@ -584,6 +616,13 @@ func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error
 			}
 			*r.dst = append(*r.dst, p.Masked().String())
 		}
+	}
+	if l.ExternalAuth != nil {
+		av, err := externalAuthView(l, p, g)
+		if err != nil {
+			return lv, err
+		}
+		lv.Auth = av
 	}
 	if len(l.CustomHTTPErrors) > 0 {
 		eb := l.CustomDefaultBackend

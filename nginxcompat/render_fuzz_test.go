@@ -157,3 +157,120 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRenderAuth renders arbitrary external-authentication values, as a
+// typed model that skipped the builder's checks could carry them: the file
+// must parse and hold only directives the template writes; a value the
+// renderer refuses makes the location fail closed (return 503, an error);
+// and the auth location's variables are only the documented ones.
+func FuzzRenderAuth(f *testing.F) {
+	f.Add("http://10.0.0.9:4180/oauth2/auth", "https://a.example/start?rd=", "X-Auth-Request-User", "/after", "GET", true)
+	f.Add("http://a\";return 200;#", "x;}", "X\"Y", "/a b", "EVIL", false)
+	f.Add("http://$remote_addr/", "${host", "X-A", "", "", true)
+	f.Add("http://a/${http_cookie}", "", "", "$request_body", "POST", false)
+	f.Fuzz(func(t *testing.T, url, signin, header, redirect, method string, useVar bool) {
+		u := model.URLTemplate{{Literal: url}}
+		if useVar {
+			u = append(u, model.URLPart{Var: model.VarEscapedRequestURI})
+		}
+		ea := &model.ExternalAuth{URL: u, Host: model.URLTemplate{{Var: model.VarHost}}, Method: method, RequestRedirect: redirect}
+		if signin != "" {
+			ea.SigninURL = model.URLTemplate{{Literal: signin}, {Var: model.URLVar(header)}}
+		}
+		if header != "" {
+			ea.ResponseHeaders = []string{header}
+		}
+		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be", ExternalAuth: ea,
+			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}}
+		cfg := &model.Configuration{Servers: []model.Server{
+			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
+			{Hostname: "h.example", Locations: []model.Location{loc}},
+		}}
+		r, err := Render(cfg, goldenRenderConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := parseNginxConf(string(r.Conf))
+		if err != nil {
+			t.Fatalf("rendered file does not parse: %v\n%s", err, r.Conf)
+		}
+		got := map[string]int{}
+		shapes(ds, "", got)
+		allowed := allowedShapes()
+		for k := range got {
+			if _, ok := allowed[k]; !ok {
+				t.Fatalf("directive %s is not one the template writes\n%s", k, r.Conf)
+			}
+		}
+		var mine []*directive
+		walk(ds, func(d, parent *directive) {
+			if d.Name == "server" {
+				for _, x := range d.Block {
+					if x.Name == "server_name" && len(x.Args) == 1 && x.Args[0] == "h.example" {
+						mine = d.Block
+					}
+				}
+			}
+		})
+		authLocations, denied := 0, false
+		walk(mine, func(d, parent *directive) {
+			if d.Name == "location" && len(d.Args) == 2 && d.Args[0] == "=" && strings.HasPrefix(d.Args[1], "/_external-auth-") {
+				authLocations++
+			}
+			if d.Name == "return" && len(d.Args) == 1 && d.Args[0] == "503" {
+				denied = true
+			}
+			for _, a := range d.Args {
+				for _, v := range varsIn(a) {
+					if !knownVariable(v) {
+						t.Fatalf("%s %q uses $%s", d.Name, d.Args, v)
+					}
+				}
+			}
+		})
+		if denied == (authLocations > 0) || denied != (len(r.Errors) > 0) {
+			t.Fatalf("denied %v, %d auth locations, errors %v", denied, authLocations, r.Errors)
+		}
+	})
+}
+
+// varsIn lists the variables an nginx argument references ($name or
+// ${name}).
+func varsIn(a string) []string {
+	var out []string
+	for i := 0; i < len(a); i++ {
+		if a[i] != '$' {
+			continue
+		}
+		j := i + 1
+		brace := j < len(a) && a[j] == '{'
+		if brace {
+			j++
+		}
+		k := j
+		for k < len(a) && (a[k] == '_' || a[k] >= 'a' && a[k] <= 'z' || a[k] >= 'A' && a[k] <= 'Z' || a[k] >= '0' && a[k] <= '9') {
+			k++
+		}
+		out = append(out, a[j:k])
+		i = k
+	}
+	return out
+}
+
+// knownVariable: the variables the template itself uses, and the auth URLs'
+// documented ones.
+func knownVariable(v string) bool {
+	for _, u := range model.URLVars {
+		if string(u) == v {
+			return true
+		}
+	}
+	switch v {
+	case "req_id", "request_uri", "pass_access_scheme", "scheme", "http_host", "request_method", "remote_addr",
+		"full_x_forwarded_for", "target", "auth_cookie", "upstream_http_set_cookie", "namespace", "ingress_name",
+		"service_name", "proxy_upstream_name", "proxy_alternative_upstream_name", "balancer_ewma_score", "location_path",
+		"best_http_host", "http_upgrade", "connection_upgrade", "pass_server_port", "literal_dollar", "escaped_request_uri", "host", "":
+		return true
+	}
+	return strings.HasPrefix(v, "authHeader") || strings.HasPrefix(v, "upstream_http_")
+}

@@ -79,6 +79,9 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		}
 	}
 	for _, l := range sv.Locations {
+		if l.Auth != nil {
+			writeAuthLocations(b, v, l)
+		}
 		writeLocation(b, v, l)
 	}
 	for _, p := range pages {
@@ -143,6 +146,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	}
 	if len(l.Allow) > 0 {
 		b.WriteString("\n            deny all;")
+	}
+	if l.Auth != nil {
+		writeAuthRequest(b, l.Auth)
 	}
 	if l.SSLRedirect {
 		b.WriteString("\n            if ($scheme = http) {\n                return ")

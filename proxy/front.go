@@ -31,6 +31,9 @@ type clientFacts struct {
 type verdict struct {
 	status   int
 	location string // Location of a redirect
+	// wwwAuthenticate and setCookie, when set, go into the answer's
+	// fields of those names (external authentication).
+	wwwAuthenticate, setCookie string
 }
 
 // check applies what a location decides before anything goes upstream, in
@@ -85,12 +88,16 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 // error pages name them.
 func statusText(code int) string {
 	switch code {
+	case 401:
+		return "401 Authorization Required"
 	case 403:
 		return "403 Forbidden"
 	case 404:
 		return "404 Not Found"
 	case 413:
 		return "413 Request Entity Too Large"
+	case 500:
+		return "500 Internal Server Error"
 	case 503:
 		return "503 Service Temporarily Unavailable"
 	case 504:
@@ -187,9 +194,10 @@ var (
 // forwardHeaders rewrites request headers for the upstream as
 // ingress-nginx's location does: hop-by-hop headers out (RFC 9110 §7.6.1;
 // "Te: trailers" kept), X-Forwarded-For/-Proto/-Scheme/-Host/-Port and
-// X-Real-IP in (forwardedFields), X-Request-ID kept or made,
-// X-Forwarded-Prefix. buf is scratch space, returned for reuse.
-func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf []byte) []byte {
+// X-Real-IP in (forwardedFields), X-Request-ID kept, or taken from id
+// (made there first if id holds none yet), X-Forwarded-Prefix. buf is
+// scratch space, returned for reuse.
+func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf []byte, id *requestID) []byte {
 	// Which of the headers looked at below the client sent, from one scan
 	// of the raw head when the view has it (fasthttp), so absent ones cost
 	// no lookup; otherwise every one is looked up.
@@ -217,8 +225,9 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 	}
 	b := forwardedFields(f, loc, prior, buf, h.SetCanonical)
 	if seen&(1<<sentXRequestID) == 0 || len(h.Peek("X-Request-ID")) == 0 {
-		var id requestID
-		id.make()
+		if !id.set {
+			id.make()
+		}
 		h.SetCanonical(hdrXRequestID, id.bytes())
 	}
 	return b

@@ -279,6 +279,12 @@ func (w *h2Writer) Flush() {
 
 // answer writes an answer the proxy gives itself.
 func (w *h2Writer) answer(v verdict) {
+	if v.wwwAuthenticate != "" {
+		w.Header().Set("WWW-Authenticate", v.wwwAuthenticate)
+	}
+	if v.setCookie != "" {
+		w.Header().Add("Set-Cookie", v.setCookie)
+	}
 	if v.location != "" {
 		w.Header().Set("Location", v.location)
 		w.WriteHeader(v.status)
@@ -341,6 +347,27 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		w.answer(v)
 		return
 	}
+	if ea := loc.ExternalAuth; ea != nil {
+		id := []byte(r.Header.Get("X-Request-ID"))
+		if len(id) == 0 {
+			o.id.make()
+			id = o.id.bytes()
+		}
+		ar := authRequest{f: &f, host: host, method: r.Method, requestURI: r.RequestURI, requestID: id,
+			fields: func(fn func(name, value string)) {
+				for k, vs := range r.Header {
+					for _, v := range vs {
+						fn(k, v)
+					}
+				}
+			}}
+		v, pass := p.auth.check(r.Context(), ea, &ar)
+		if v.status != 0 {
+			w.answer(v)
+			return
+		}
+		o.auth = pass
+	}
 	// The view keeps the client's fields as sent (nginx's $http_*);
 	// forwardHeaders edits r.Header for the upstream below.
 	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header.Clone()}
@@ -351,7 +378,8 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	er := &errorRequest{method: r.Method, host: r.Host, accept: r.Header.Get("Accept"), requestURI: r.RequestURI}
-	forwardHeaders(netHeader(r.Header), &f, loc, nil)
+	forwardHeaders(netHeader(r.Header), &f, loc, nil, &o.id)
+	o.auth.apply(netHeader(r.Header))
 	er.requestID, er.remote = r.Header.Get("X-Request-ID"), r.Header.Get("X-Real-IP")
 	if rt.rewrite != nil {
 		if p, ok := rt.rewritten(upath); ok {
@@ -453,6 +481,9 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	}
 	if loc.CORS.Enabled {
 		corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), false)
+	}
+	if c := o.auth.cookieFor(resp.StatusCode()); c != "" {
+		resp.Header.Add("Set-Cookie", c)
 	}
 	copyFastResponse(w, resp, pick.SetCookie)
 }
@@ -568,6 +599,9 @@ func (p *Proxy) h2ToH2(w *h2Writer, r *http.Request, rt *route, view balancer.Re
 	}
 	if pick.SetCookie != "" {
 		h.Add("Set-Cookie", pick.SetCookie)
+	}
+	if c := o.auth.cookieFor(resp.StatusCode); c != "" {
+		h.Add("Set-Cookie", c)
 	}
 	if loc.CORS.Enabled {
 		corsHeaders(h, &loc.CORS, r.Header.Get("Origin"), false)

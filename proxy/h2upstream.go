@@ -182,8 +182,7 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, f *clientFacts, vi
 	// The fields sent are a copy of the client's, edited for the upstream.
 	sent := new(fasthttp.RequestHeader)
 	ctx.Request.Header.CopyTo(sent)
-	prepareHeader(sent, f, loc, nil)
-	o.id.keep(&ctx.Request.Header, sent)
+	prepareHeader(sent, f, loc, nil, o)
 	for k, v := range sent.All() {
 		switch string(k) {
 		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
@@ -235,6 +234,9 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, f *clientFacts, vi
 	}
 	if pick.SetCookie != "" {
 		h.Add("Set-Cookie", pick.SetCookie)
+	}
+	if c := o.auth.cookieFor(resp.StatusCode); c != "" {
+		h.Add("Set-Cookie", c)
 	}
 	if loc.CORS.Enabled {
 		corsHeaders(h, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)

@@ -133,8 +133,8 @@ func rawFields(raw []byte, yield func(name, value []byte)) (ok bool) {
 
 // appendUpstreamHead appends to dst the HTTP/1.1 head sent upstream for
 // the client's request h (its target uri, after rewrite-target) and a
-// buffered body of bodyLen bytes. When the client sent no X-Request-ID, one
-// is made (nginx's $request_id) and kept in id; scratch is forwardedFields'
+// buffered body of bodyLen bytes. When the client sent no X-Request-ID, id's
+// is sent, made first (nginx's $request_id) when id holds none; scratch is forwardedFields'
 // scratch space. It reports false, with dst unchanged, when the raw head is
 // not passed field by field: a line rawFields refuses, or a Connection field
 // naming fields to drop (both rare; forwardHeaders then edits a copy of
@@ -206,7 +206,9 @@ func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *cl
 		dst = appendField(dst, name, value)
 	})
 	if !clientID {
-		id.make()
+		if !id.set {
+			id.make()
+		}
 		dst = appendField(dst, hdrXRequestID, id.bytes())
 	}
 	return append(dst, "\r\n"...), true
@@ -247,18 +249,6 @@ func (id *requestID) make() {
 	binary.BigEndian.PutUint64(b[8:], rand.Uint64())
 	hex.Encode(id.hex[:], b[:])
 	id.set = true
-}
-
-// keep records the X-Request-ID forwardHeaders made in edited, a copy of
-// the client's header, when the client sent none.
-func (id *requestID) keep(client, edited *fasthttp.RequestHeader) {
-	if len(client.Peek("X-Request-ID")) > 0 {
-		return
-	}
-	if v := edited.Peek("X-Request-ID"); len(v) == len(id.hex) {
-		copy(id.hex[:], v)
-		id.set = true
-	}
 }
 
 // bytes is the ID, nil if none was made.

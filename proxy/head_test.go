@@ -32,7 +32,7 @@ func upstreamHeads(t *testing.T, raw string, f *clientFacts, loc *model.Location
 			t.Fatalf("appendUpstreamHead wrote a head net/http refuses (%v):\n%s", err, head)
 		}
 	}
-	forwardHeaders(&req.Header, f, loc, nil)
+	forwardHeaders(&req.Header, f, loc, nil, &id)
 	if loc.UpstreamVhost != "" {
 		req.Header.SetHost(loc.UpstreamVhost)
 	}

@@ -81,6 +81,7 @@ type Proxy struct {
 	// janitor closes idle upstream connections; the first Serve starts it.
 	janitor sync.Once
 	h2      h2Transports // HTTP/2 upstreams
+	auth    *authClient  // external authentication
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -107,7 +108,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, certs: certs}
+	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient()}
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
 		if err != nil {
@@ -143,6 +144,7 @@ func New(cfg Config) (*Proxy, error) {
 // they started with.
 func (p *Proxy) Update(cfg *model.Configuration) {
 	p.certs.update(cfg)
+	p.auth.setTimeouts(cfg.Global.Proxy)
 	p.routes.Store(newTable(cfg))
 	if p.metrics != nil {
 		p.metrics.reset() // its keys are the old table's locations
@@ -264,9 +266,12 @@ type outcome struct {
 	peer           string
 	upstreamStatus int
 	upstreamLength int
-	// id is the X-Request-ID the proxy made for the upstream, if it made
-	// one without setting it on the client's request (appendUpstreamHead).
+	// id is the X-Request-ID the proxy made for the upstream and the
+	// authentication service, if the client sent none.
 	id requestID
+	// auth is what external authentication passes upstream and back; nil
+	// without.
+	auth *authPass
 }
 
 // requestID is the X-Request-ID the upstream got: the client's, or the one
@@ -349,6 +354,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		answerFast(ctx, v)
 		return
 	}
+	if loc.ExternalAuth != nil && !p.authorize(ctx, loc.ExternalAuth, &f, host, o) {
+		return
+	}
 	st := statePool.Get().(*reqState)
 	defer st.release()
 	st.view = requestView{ctx: ctx, viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}}
@@ -388,10 +396,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			return
 		}
 		out.body = ctx.Request.Body()
-		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id, &st.buf)
-		st.head = head
-		if ok {
-			out.head = head
+		if o.auth == nil || len(o.auth.headers) == 0 {
+			head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id, &st.buf)
+			st.head = head
+			if ok {
+				out.head = head
+			}
 		}
 	}
 	if out.head == nil {
@@ -399,7 +409,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		// streamed body, and for the rare head appendUpstreamHead declines.
 		out.req = fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(out.req)
-		st.buf = prepareCopy(ctx, out.req, &f, loc, st.buf, &o.id)
+		st.buf = prepareCopy(ctx, out.req, &f, loc, st.buf, o)
 		if buffered {
 			out.req.SetBodyRaw(out.body)
 		} else {
@@ -430,9 +440,34 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if pick.SetCookie != "" {
 		ctx.Response.Header.Add("Set-Cookie", pick.SetCookie)
 	}
+	if c := o.auth.cookieFor(ctx.Response.StatusCode()); c != "" {
+		ctx.Response.Header.Add("Set-Cookie", c)
+	}
 	if loc.CORS.Enabled {
 		corsHeaders(&ctx.Response.Header, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)
 	}
+}
+
+// authorize runs external authentication for an HTTP/1.1 request: false
+// when it answered the client itself. The X-Request-ID the service gets is
+// the one the upstream will get.
+func (p *Proxy) authorize(ctx *fasthttp.RequestCtx, ea *model.ExternalAuth, f *clientFacts, host []byte, o *outcome) bool {
+	id := ctx.Request.Header.Peek("X-Request-ID")
+	if len(id) == 0 {
+		o.id.make()
+		id = o.id.bytes()
+	}
+	ar := authRequest{f: f, host: host, method: string(ctx.Method()), requestURI: string(ctx.RequestURI()), requestID: id,
+		fields: func(fn func(name, value string)) {
+			ctx.Request.Header.VisitAll(func(k, v []byte) { fn(string(k), string(v)) })
+		}}
+	v, pass := p.auth.check(ctx, ea, &ar)
+	if v.status != 0 {
+		answerFast(ctx, v)
+		return false
+	}
+	o.auth = pass
+	return true
 }
 
 // remoteAddr is the client's address, unmapped; invalid when unknown.
@@ -450,7 +485,13 @@ func answerFast(ctx *fasthttp.RequestCtx, v verdict) {
 		ctx.Response.Header.Set("Location", v.location)
 		ctx.SetStatusCode(v.status)
 	default:
-		ctx.Error(statusText(v.status), v.status)
+		ctx.Error(statusText(v.status), v.status) // resets the header
+	}
+	if v.wwwAuthenticate != "" {
+		ctx.Response.Header.Set("WWW-Authenticate", v.wwwAuthenticate)
+	}
+	if v.setCookie != "" {
+		ctx.Response.Header.Add("Set-Cookie", v.setCookie)
 	}
 }
 
@@ -534,22 +575,22 @@ func readWholeBody(ctx *fasthttp.RequestCtx, body io.Reader, cl int, buf *[]byte
 // balancer's view (nginx's $http_* are the client's fields) and the access
 // log; an X-Request-ID made here is kept in id. buf is scratch space,
 // returned for reuse.
-func prepareCopy(ctx *fasthttp.RequestCtx, out *fasthttp.Request, f *clientFacts, loc *model.Location, buf []byte, id *requestID) []byte {
+func prepareCopy(ctx *fasthttp.RequestCtx, out *fasthttp.Request, f *clientFacts, loc *model.Location, buf []byte, o *outcome) []byte {
 	ctx.Request.Header.CopyTo(&out.Header)
 	ctx.Request.URI().CopyTo(out.URI())
 	out.UseHostHeader = true
-	b := prepareHeader(&out.Header, f, loc, buf)
-	id.keep(&ctx.Request.Header, &out.Header)
-	return b
+	return prepareHeader(&out.Header, f, loc, buf, o)
 }
 
 // prepareHeader edits a copy of the client's header for the upstream:
-// forwardHeaders, then the Host for upstream-vhost.
-func prepareHeader(h *fasthttp.RequestHeader, f *clientFacts, loc *model.Location, buf []byte) []byte {
-	b := forwardHeaders(h, f, loc, buf)
+// forwardHeaders (an X-Request-ID made is kept in o), the Host for
+// upstream-vhost, and the fields external authentication passes.
+func prepareHeader(h *fasthttp.RequestHeader, f *clientFacts, loc *model.Location, buf []byte, o *outcome) []byte {
+	b := forwardHeaders(h, f, loc, buf, &o.id)
 	if loc.UpstreamVhost != "" {
 		h.SetHost(loc.UpstreamVhost)
 	}
+	o.auth.apply(h)
 	return b
 }
 

@@ -98,8 +98,9 @@ func TestForwardHeadersScanMatchesLookups(t *testing.T) {
 	}
 	f := &clientFacts{host: []byte("a")}
 	loc := &model.Location{}
-	forwardHeaders(&fh, f, loc, nil)
-	forwardHeaders(netHeader(nh), f, loc, nil)
+	var id requestID
+	forwardHeaders(&fh, f, loc, nil, &id)
+	forwardHeaders(netHeader(nh), f, loc, nil, &id)
 	for _, name := range []string{"Connection", "X-Hop", "Proxy-Authorization", "Keep-Alive", "Te", "X-Forwarded-For", "X-Request-Id"} {
 		if got, want := string(fh.Peek(name)), nh.Get(name); got != want {
 			t.Errorf("%s: fasthttp view %q, net/http view %q", name, got, want)
@@ -121,7 +122,7 @@ func TestForwardHeadersRequestID(t *testing.T) {
 		if err := h.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))); err != nil {
 			t.Fatal(err)
 		}
-		forwardHeaders(&h, &clientFacts{host: []byte("a")}, &model.Location{}, nil)
+		forwardHeaders(&h, &clientFacts{host: []byte("a")}, &model.Location{}, nil, new(requestID))
 		id := string(h.Peek("X-Request-ID"))
 		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 			t.Fatalf("X-Request-ID %q; want 32 lower-case hex digits", id)
@@ -150,7 +151,7 @@ func TestForwardHeadersReplaceClientFields(t *testing.T) {
 	if err := h.Read(bufio.NewReader(strings.NewReader(head))); err != nil {
 		t.Fatal(err)
 	}
-	forwardHeaders(&h, &clientFacts{host: []byte("a"), remote: netip.MustParseAddr("127.0.0.9"), localPort: 80}, &model.Location{}, nil)
+	forwardHeaders(&h, &clientFacts{host: []byte("a"), remote: netip.MustParseAddr("127.0.0.9"), localPort: 80}, &model.Location{}, nil, new(requestID))
 	for name, want := range map[string]string{"X-Real-IP": "127.0.0.9", "X-Forwarded-Proto": "http", "X-Scheme": "http", "X-Forwarded-Host": "a", "X-Forwarded-Port": "80", "X-Forwarded-For": "127.0.0.9"} {
 		var n int
 		var got string

@@ -32,8 +32,7 @@ func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, f *client
 	// The head sent is a copy of the client's, edited for the upstream.
 	h := new(fasthttp.RequestHeader)
 	ctx.Request.Header.CopyTo(h)
-	prepareHeader(h, f, loc, nil)
-	o.id.keep(&ctx.Request.Header, h)
+	prepareHeader(h, f, loc, nil, o)
 	h.Set("Connection", "upgrade")
 	h.Set("Upgrade", protocol)
 	h.SetContentLength(0)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,6 +111,7 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 			RequestMetrics:       true,
 			PickTimeout:          opts.PickTimeout,
 			MetricsPerHost:       opts.MetricsPerHost,
+			Resolvers:            systemResolvers(),
 		},
 		Backends:   api,
 		Registerer: registerer,
@@ -174,4 +176,14 @@ func (p *nginxPlane) close() {
 // does not pass through (--enable-ssl-passthrough).
 func passthroughFallback(opts controllerOptions) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.SSLPassthroughProxyPort))
+}
+
+// systemResolvers are /etc/resolv.conf's name servers, for host names nginx
+// resolves at request time (an auth-url's); none when it cannot be read.
+func systemResolvers() []netip.Addr {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	return nginxcompat.ResolvConfResolvers(b)
 }

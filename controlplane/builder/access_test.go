@@ -43,6 +43,14 @@ func TestAccessAnnotationsFailClosed(t *testing.T) {
 		tc{"denylist-source-range", "fe80::1%eth0", true, model.ReasonFailedClosed},
 		tc{"enable-global-auth", "maybe", true, model.ReasonFailedClosed},
 		tc{"no-such-annotation", "x", false, model.ReasonUnsupported},
+		tc{"auth-url", "x", true, model.ReasonFailedClosed},
+		tc{"auth-url", "ftp://auth.example.com/", true, model.ReasonFailedClosed},
+		tc{"auth-url", "http://$remote_addr/", true, model.ReasonFailedClosed},
+		tc{"auth-url", "http://auth.example.com/a b", true, model.ReasonFailedClosed},
+		tc{"auth-url", `http://auth.example.com/";return 200;"`, true, model.ReasonFailedClosed},
+		tc{"auth-url", "http://auth.example.com/${host", true, model.ReasonFailedClosed},
+		tc{"auth-method", "GET", false, model.ReasonUnsupported}, // without auth-url
+		tc{"auth-signin", "https://x/", false, model.ReasonUnsupported},
 		tc{"configuration-snippet", "return 200;", false, ""},
 	)
 	seen := map[string]bool{}
@@ -150,7 +158,7 @@ func deniedBy(cfg *model.Configuration) map[string][]string {
 }
 
 func TestBuildFailsClosed(t *testing.T) {
-	const authURL = annotationPrefix + "auth-url"
+	const limitRPS = annotationPrefix + "limit-rps"
 	const cmAuth = "ConfigMap sys/switchyard: global-auth-url"
 	tests := []struct {
 		name             string
@@ -160,9 +168,9 @@ func TestBuildFailsClosed(t *testing.T) {
 		reasons          []string // Event reasons of cfg.Errors, in order
 	}{
 		{
-			name:      "auth-url denies every location of its Ingress, its default backend included",
-			protected: map[string]string{authURL: "http://auth.example.com/oauth2/auth"},
-			want:      map[string][]string{"_": {authURL}, "p.example.com": {authURL, authURL}, "o.example.com": {"", ""}},
+			name:      "limit-rps denies every location of its Ingress, its default backend included",
+			protected: map[string]string{limitRPS: "10"},
+			want:      map[string][]string{"_": {limitRPS}, "p.example.com": {limitRPS, limitRPS}, "o.example.com": {"", ""}},
 			reasons:   []string{model.ReasonFailedClosed},
 		},
 		{

@@ -63,7 +63,9 @@ type annotations struct {
 	// carried out: the Ingress's locations answer 503.
 	denied *model.Denial
 	// globalAuth is enable-global-auth (true unless "false").
-	globalAuth       bool
+	globalAuth bool
+	// externalAuth is auth-url and its kin; nil without auth-url.
+	externalAuth     *model.ExternalAuth
 	cors             corsAnnotations
 	customHTTPErrors []int
 	defaultBackend   string
@@ -269,6 +271,10 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 	if _, ok := get("enable-global-auth"); ok {
 		a.globalAuth = boolean("enable-global-auth")
 	}
+	warn := func(name, msg string) {
+		errs = append(errs, annotationError{key: annotationPrefix + name, reason: model.ReasonUnsupported, msg: msg})
+	}
+	a.externalAuth = parseExternalAuth(get, bad, warn, boolean)
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs
 }

@@ -394,6 +394,7 @@ func (b *builder) applyAccess(loc *model.Location, a annotations) {
 	if len(loc.DenySourceRanges) == 0 {
 		loc.DenySourceRanges = nil
 	}
+	loc.ExternalAuth = a.externalAuth
 	switch {
 	case a.denied != nil:
 		loc.Denied = a.denied

@@ -99,7 +99,8 @@ func TestCatalogue(t *testing.T) {
 		if e.Support < Supported || e.Support > Unsupported {
 			t.Errorf("%s: no support class", e.Name)
 		}
-		access := strings.HasPrefix(e.Name, "auth-") || strings.HasPrefix(e.Name, "limit-") ||
+		perf := strings.HasPrefix(e.Name, "auth-cache-") || strings.HasPrefix(e.Name, "auth-keepalive")
+		access := (strings.HasPrefix(e.Name, "auth-") && !perf) || strings.HasPrefix(e.Name, "limit-") ||
 			strings.HasSuffix(e.Name, "-source-range") || e.Name == "satisfy" || e.Name == "enable-global-auth" ||
 			e.Name == "modsecurity-snippet"
 		if access != e.Access {

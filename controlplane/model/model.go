@@ -176,7 +176,10 @@ type Location struct {
 	// default). Empty allows everyone. A bare address is a full-length
 	// prefix.
 	AllowSourceRanges []netip.Prefix `json:"allowSourceRanges,omitempty"`
-	CORS              CORS           `json:"cors"`
+	// ExternalAuth, when set, asks an authentication service about every
+	// request before it goes upstream (auth-url), after the source lists.
+	ExternalAuth *ExternalAuth `json:"externalAuth,omitempty"`
+	CORS         CORS          `json:"cors"`
 	// CustomHTTPErrors are upstream status codes replaced by the default
 	// backend's answer.
 	CustomHTTPErrors []int `json:"customHTTPErrors,omitempty"`
@@ -214,6 +217,65 @@ func (l *Location) SourceAllowed(ip netip.Addr) bool {
 	}
 	return false
 }
+
+// ExternalAuth is auth-url and its kin, as nginx's auth_request runs them in
+// ingress-nginx's template: a subrequest without the body, with the client's
+// fields and X-Original-URL, X-Original-Method, X-Auth-Request-Redirect,
+// X-Sent-From, X-Real-IP, X-Forwarded-For and X-Request-ID; 2xx lets the
+// request through with ResponseHeaders copied upstream, 401 answers 401 (or
+// redirects to SigninURL), 403 answers 403, anything else 500.
+type ExternalAuth struct {
+	// URL is auth-url: an http(s) URL whose text may hold the variables of
+	// URLTemplate.
+	URL URLTemplate `json:"url"`
+	// Host is the Host field sent to the service: the URL's host without
+	// its port (ingress-nginx sends the host name only).
+	Host URLTemplate `json:"host"`
+	// Method is auth-method; empty sends the client's method, as nginx's
+	// subrequest does. When set, X-Original-URI and X-Scheme are sent too.
+	Method string `json:"method,omitempty"`
+	// SigninURL is auth-signin with the redirect parameter appended as
+	// ingress-nginx appends it (auth-signin-redirect-param, "rd" by
+	// default); empty answers a 401 of the service with 401.
+	SigninURL URLTemplate `json:"signinURL,omitempty"`
+	// ResponseHeaders are auth-response-headers: each is taken from the
+	// service's answer and set on the upstream request, replacing what the
+	// client sent (removed when the service sent none).
+	ResponseHeaders []string `json:"responseHeaders,omitempty"`
+	// RequestRedirect is auth-request-redirect, sent as
+	// X-Auth-Request-Redirect; empty sends the request URI.
+	RequestRedirect string `json:"requestRedirect,omitempty"`
+	// AlwaysSetCookie is auth-always-set-cookie: the service's Set-Cookie
+	// reaches the client whatever the status, not only on 2xx and 3xx.
+	AlwaysSetCookie bool `json:"alwaysSetCookie,omitempty"`
+}
+
+// URLTemplate is a URL as text and nginx variables, validated: Literal parts
+// hold only URL characters (no blank, quote, ';', '{', '}', '$' or backslash).
+type URLTemplate []URLPart
+
+// URLPart is literal text, or one variable when Var is set.
+type URLPart struct {
+	Literal string `json:"literal,omitempty"`
+	Var     URLVar `json:"var,omitempty"`
+}
+
+// URLVar is an nginx variable a URLTemplate may use.
+type URLVar string
+
+// The variables of a URLTemplate, with nginx's meaning.
+const (
+	VarHost              URLVar = "host"                // the request's host, lower case, no port
+	VarHTTPHost          URLVar = "http_host"           // the Host field as sent
+	VarBestHTTPHost      URLVar = "best_http_host"      // ingress-nginx's: the Host field, else the server name
+	VarScheme            URLVar = "scheme"              // http or https
+	VarPassAccessScheme  URLVar = "pass_access_scheme"  // ingress-nginx's: the scheme (X-Forwarded-Proto with use-forwarded-headers)
+	VarRequestURI        URLVar = "request_uri"         // the request target as sent
+	VarEscapedRequestURI URLVar = "escaped_request_uri" // request_uri escaped as a URI component
+)
+
+// URLVars lists the variables a URLTemplate may use.
+var URLVars = []URLVar{VarHost, VarHTTPHost, VarBestHTTPHost, VarScheme, VarPassAccessScheme, VarRequestURI, VarEscapedRequestURI}
 
 // BackendProtocol is the backend-protocol annotation.
 type BackendProtocol string

@@ -1,0 +1,201 @@
+package nginxcompat
+
+import (
+	"bytes"
+	"crypto/sha1" // #nosec G505 -- a location name, as ingress-nginx's, not a secret
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// authV is a location's external authentication, ready to write: every
+// string passed the checks of externalAuthView.
+type authV struct {
+	// Location is the internal location the subrequest goes to,
+	// "/_external-auth-<base64url(path)>-<pathType>", as ingress-nginx
+	// names it.
+	Location string
+	// URL, Host and Signin are nginx strings: literal URL text and
+	// ${variable} references.
+	URL, Host, Signin string
+	// SigninLocation is the named location that redirects to Signin.
+	SigninLocation string
+	Method         string
+	// RequestRedirect is X-Auth-Request-Redirect's value; $request_uri by
+	// default.
+	RequestRedirect string
+	// Headers are auth-response-headers with the nginx variable each is
+	// read from ($upstream_http_<lower name, '-' as '_'>).
+	Headers         []authHeaderV
+	AlwaysSetCookie bool
+	// EscapedURI says a string uses $escaped_request_uri, which the
+	// location then defines.
+	EscapedURI bool
+	// ConnectTimeout, SendTimeout and ReadTimeout are the ConfigMap's, as
+	// the auth location inherits them from the http block in ingress-nginx.
+	ConnectTimeout, SendTimeout, ReadTimeout int
+}
+
+type authHeaderV struct {
+	Name, Var string
+}
+
+var (
+	reAuthLiteral = regexp.MustCompile(`^[A-Za-z0-9\-._~:/?#\[\]@!&()*+,=%]*$`)
+	reAuthHeader  = regexp.MustCompile(`^[A-Za-z0-9\-_]+$`)
+	authMethods   = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true,
+		"DELETE": true, "CONNECT": true, "OPTIONS": true, "TRACE": true}
+)
+
+// nginxURL writes a URLTemplate as an nginx string: literal text checked
+// again here (quote keeps it one argument; no '$' may slip in) and each
+// variable as ${name}.
+func nginxURL(t model.URLTemplate) (s string, escaped bool, err error) {
+	var b strings.Builder
+	for _, p := range t {
+		if p.Var == "" {
+			if !reAuthLiteral.MatchString(p.Literal) {
+				return "", false, fmt.Errorf("URL text %q", p.Literal)
+			}
+			b.WriteString(p.Literal)
+			continue
+		}
+		known := false
+		for _, v := range model.URLVars {
+			known = known || v == p.Var
+		}
+		if !known {
+			return "", false, fmt.Errorf("URL variable %q", p.Var)
+		}
+		escaped = escaped || p.Var == model.VarEscapedRequestURI
+		b.WriteString("${" + string(p.Var) + "}")
+	}
+	return b.String(), escaped, nil
+}
+
+// externalAuthView checks a location's ExternalAuth and makes its authV.
+func externalAuthView(l *model.Location, path string, g *globalView) (*authV, error) {
+	ea := l.ExternalAuth
+	av := &authV{Method: ea.Method, AlwaysSetCookie: ea.AlwaysSetCookie, RequestRedirect: "$request_uri",
+		ConnectTimeout: g.Proxy.ConnectTimeoutSeconds, SendTimeout: g.Proxy.SendTimeoutSeconds, ReadTimeout: g.Proxy.ReadTimeoutSeconds}
+	pt := string(l.PathType)
+	if pt == "" {
+		pt = "default"
+	}
+	if !reK8sName.MatchString(strings.ToLower(pt)) {
+		return nil, fmt.Errorf("path type %q", pt)
+	}
+	av.Location = "/_external-auth-" + base64.RawURLEncoding.EncodeToString([]byte(path)) + "-" + pt
+	var err error
+	var esc bool
+	if av.URL, esc, err = nginxURL(ea.URL); err != nil || av.URL == "" {
+		return nil, fmt.Errorf("auth-url: %v", err)
+	}
+	av.EscapedURI = esc
+	if av.Host, esc, err = nginxURL(ea.Host); err != nil || av.Host == "" {
+		return nil, fmt.Errorf("auth-url host: %v", err)
+	}
+	av.EscapedURI = av.EscapedURI || esc
+	if len(ea.SigninURL) > 0 {
+		if av.Signin, esc, err = nginxURL(ea.SigninURL); err != nil {
+			return nil, fmt.Errorf("auth-signin: %v", err)
+		}
+		av.EscapedURI = av.EscapedURI || esc
+		h := sha1.Sum([]byte(path + av.Signin)) // #nosec G401
+		av.SigninLocation = "@" + hex.EncodeToString(h[:])
+	}
+	if ea.Method != "" && !authMethods[ea.Method] {
+		return nil, fmt.Errorf("auth-method %q", ea.Method)
+	}
+	if ea.RequestRedirect != "" {
+		if !reAuthLiteral.MatchString(ea.RequestRedirect) {
+			return nil, fmt.Errorf("auth-request-redirect %q", ea.RequestRedirect)
+		}
+		av.RequestRedirect = quote(ea.RequestRedirect)
+	}
+	for _, h := range ea.ResponseHeaders {
+		if !reAuthHeader.MatchString(h) {
+			return nil, fmt.Errorf("auth-response-headers %q", h)
+		}
+		av.Headers = append(av.Headers, authHeaderV{Name: h, Var: "upstream_http_" + strings.ReplaceAll(strings.ToLower(h), "-", "_")})
+	}
+	return av, nil
+}
+
+// writeAuthLocations writes the internal location the auth subrequest goes
+// to and, with auth-signin, the named location that redirects there, as
+// ingress-nginx's template does (without its cache, keepalive upstream and
+// snippet parts).
+func writeAuthLocations(b *bytes.Buffer, v *view, l *locationV) {
+	a := l.Auth
+	b.WriteString("\n        location = ")
+	b.WriteString(a.Location)
+	b.WriteString(" {\n            internal;\n            access_log off;\n            proxy_intercept_errors off;\n            proxy_pass_request_body off;\n            proxy_set_header Content-Length \"\";\n            proxy_set_header X-Forwarded-Proto \"\";\n            proxy_set_header X-Request-ID $req_id;")
+	if a.Method != "" {
+		b.WriteString("\n            proxy_method ")
+		b.WriteString(a.Method)
+		b.WriteString(";\n            proxy_set_header X-Original-URI $request_uri;\n            proxy_set_header X-Scheme $pass_access_scheme;")
+	}
+	b.WriteString("\n            proxy_set_header Host ")
+	b.WriteString(quote(a.Host))
+	b.WriteString(";\n            proxy_set_header X-Original-URL $scheme://$http_host$request_uri;\n            proxy_set_header X-Original-Method $request_method;\n            proxy_set_header X-Sent-From \"nginx-ingress-controller\";\n            proxy_set_header X-Real-IP $remote_addr;")
+	if v.G.UseForwardedHeaders && v.G.ComputeFullForwardedFor {
+		b.WriteString("\n            proxy_set_header X-Forwarded-For $full_x_forwarded_for;")
+	} else {
+		b.WriteString("\n            proxy_set_header X-Forwarded-For $remote_addr;")
+	}
+	b.WriteString("\n            proxy_set_header X-Auth-Request-Redirect ")
+	b.WriteString(a.RequestRedirect)
+	b.WriteString(";\n            proxy_buffering off;\n            proxy_ssl_server_name on;\n            proxy_pass_request_headers on;\n            proxy_connect_timeout ")
+	writeInt(b, a.ConnectTimeout)
+	b.WriteString("s;\n            proxy_send_timeout ")
+	writeInt(b, a.SendTimeout)
+	b.WriteString("s;\n            proxy_read_timeout ")
+	writeInt(b, a.ReadTimeout)
+	b.WriteString("s;\n            proxy_http_version 1.1;\n            set $target ")
+	b.WriteString(quote(a.URL))
+	b.WriteString(";\n            proxy_pass $target;\n        }")
+	if a.SigninLocation != "" {
+		b.WriteString("\n        location ")
+		b.WriteString(a.SigninLocation)
+		b.WriteString(" {\n            internal;\n            add_header Set-Cookie $auth_cookie;\n            return 302 ")
+		b.WriteString(quote(a.Signin))
+		b.WriteString(";\n        }")
+	}
+}
+
+// writeAuthRequest writes, inside the protected location, what asks the
+// subrequest and applies its answer.
+func writeAuthRequest(b *bytes.Buffer, a *authV) {
+	if a.EscapedURI {
+		// ingress-nginx's set_escape_uri, with the Lua module at hand.
+		b.WriteString("\n            set_by_lua_block $escaped_request_uri {\n                return ngx.escape_uri(ngx.var.request_uri)\n            }")
+	}
+	b.WriteString("\n            auth_request ")
+	b.WriteString(a.Location)
+	b.WriteString(";\n            auth_request_set $auth_cookie $upstream_http_set_cookie;\n            add_header Set-Cookie $auth_cookie")
+	if a.AlwaysSetCookie {
+		b.WriteString(" always")
+	}
+	b.WriteByte(';')
+	for i, h := range a.Headers {
+		b.WriteString("\n            auth_request_set $authHeader")
+		writeInt(b, i)
+		b.WriteString(" $")
+		b.WriteString(h.Var)
+		b.WriteString(";\n            proxy_set_header ")
+		b.WriteString(quote(h.Name))
+		b.WriteString(" $authHeader")
+		writeInt(b, i)
+		b.WriteByte(';')
+	}
+	if a.SigninLocation != "" {
+		b.WriteString("\n            error_page 401 = ")
+		b.WriteString(a.SigninLocation)
+		b.WriteByte(';')
+	}
+}

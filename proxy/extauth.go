@@ -1,0 +1,248 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// External authentication (auth-url), as nginx's auth_request runs it in
+// ingress-nginx's template: a GET (or auth-method) without the body, with the
+// client's fields and the ones the template sets; 2xx lets the request
+// through, 401 answers 401 (or redirects to auth-signin), 403 answers 403,
+// and any other status, or a service that cannot be reached in time, 500.
+
+// authClient asks authentication services over pooled connections. Its
+// timeouts are the ConfigMap's proxy timeouts, as the auth location
+// inherits them in ingress-nginx; the one deadline of an exchange is the
+// connect plus the read timeout.
+type authClient struct {
+	connect, read atomic.Int64 // time.Duration
+	tr            *http.Transport
+}
+
+func newAuthClient() *authClient {
+	c := &authClient{}
+	c.connect.Store(int64(5 * time.Second))
+	c.read.Store(int64(60 * time.Second))
+	c.tr = &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: time.Duration(c.connect.Load())}
+			return d.DialContext(ctx, network, addr)
+		},
+		// nginx's proxy_ssl_verify is off by default and
+		// proxy_ssl_server_name on in the auth location.
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, // #nosec G402 -- as ingress-nginx's auth location
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true, // the client's Accept-Encoding only
+		ForceAttemptHTTP2:   false,
+	}
+	return c
+}
+
+// setTimeouts takes the ConfigMap's proxy timeouts (seconds; zero keeps
+// nginx's defaults of 5 s and 60 s).
+func (c *authClient) setTimeouts(p model.Proxy) {
+	if p.ConnectTimeoutSeconds > 0 {
+		c.connect.Store(int64(time.Duration(p.ConnectTimeoutSeconds) * time.Second))
+	}
+	if p.ReadTimeoutSeconds > 0 {
+		c.read.Store(int64(time.Duration(p.ReadTimeoutSeconds) * time.Second))
+	}
+}
+
+// authRequest is what external authentication reads of a client request.
+type authRequest struct {
+	f *clientFacts
+	// host is the request's host, lower case, without the port.
+	host       []byte
+	method     string
+	requestURI string
+	requestID  []byte
+	// fields calls fn with each of the client's header fields, as sent.
+	fields func(fn func(name, value string))
+}
+
+// authPass is what a request that passed authentication carries upstream
+// and back: the service's Set-Cookie and the auth-response-headers fields.
+type authPass struct {
+	cookie string
+	always bool
+	// headers are name, value pairs; an empty value removes the client's
+	// field of that name.
+	headers [][2]string
+}
+
+// apply sets the auth-response-headers fields on the upstream request.
+func (a *authPass) apply(h requestHeaders) {
+	if a == nil {
+		return
+	}
+	for _, kv := range a.headers {
+		h.Del(kv[0])
+		if kv[1] != "" {
+			h.Set(kv[0], kv[1])
+		}
+	}
+}
+
+// cookieFor is the service's Set-Cookie for a response of status code, as
+// nginx's "add_header Set-Cookie $auth_cookie" adds it: only to 2xx and 3xx
+// answers of add_header's list unless auth-always-set-cookie.
+func (a *authPass) cookieFor(code int) string {
+	if a == nil || a.cookie == "" {
+		return ""
+	}
+	if a.always {
+		return a.cookie
+	}
+	switch code {
+	case 200, 201, 204, 206, 301, 302, 303, 304, 307, 308:
+		return a.cookie
+	}
+	return ""
+}
+
+// authDropped are the client's fields the auth location does not pass:
+// nginx proxy's own defaults and the ones ingress-nginx's template sets.
+var authDropped = map[string]bool{
+	"Host": true, "Connection": true, "Content-Length": true, "Transfer-Encoding": true, "Te": true,
+	"Keep-Alive": true, "Expect": true, "Upgrade": true, "X-Forwarded-Proto": true, "X-Request-Id": true,
+	"X-Original-Url": true, "X-Original-Method": true, "X-Sent-From": true, "X-Real-Ip": true,
+	"X-Forwarded-For": true, "X-Auth-Request-Redirect": true, "Proxy-Connection": true,
+}
+
+// check asks the service about one request. It returns the answer to give
+// the client, or status 0 with what passes upstream.
+func (c *authClient) check(ctx context.Context, ea *model.ExternalAuth, r *authRequest) (verdict, *authPass) {
+	target := expandURL(nil, ea.URL, r)
+	method := http.MethodGet
+	if ea.Method != "" {
+		method = ea.Method
+	}
+	timeout := time.Duration(c.connect.Load() + c.read.Load())
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, string(target), nil)
+	if err != nil {
+		return verdict{status: 500}, nil
+	}
+	req.Host = string(expandURL(nil, ea.Host, r))
+	h := req.Header
+	r.fields(func(name, value string) {
+		name = http.CanonicalHeaderKey(name)
+		if authDropped[name] || (ea.Method != "" && (name == "X-Original-Uri" || name == "X-Scheme")) {
+			return
+		}
+		h[name] = append(h[name], value)
+	})
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // net/http would add its own
+	}
+	scheme := "http"
+	if r.f.tls {
+		scheme = "https"
+	}
+	h.Set("X-Request-ID", string(r.requestID))
+	if ea.Method != "" {
+		h.Set("X-Original-URI", r.requestURI)
+		h.Set("X-Scheme", scheme)
+	}
+	h.Set("X-Original-URL", scheme+"://"+string(r.f.host)+r.requestURI)
+	h.Set("X-Original-Method", r.method)
+	h.Set("X-Sent-From", "nginx-ingress-controller")
+	remote := ""
+	if r.f.remote.IsValid() {
+		remote = r.f.remote.String()
+	}
+	h.Set("X-Real-IP", remote)
+	h.Set("X-Forwarded-For", remote)
+	if ea.RequestRedirect != "" {
+		h.Set("X-Auth-Request-Redirect", ea.RequestRedirect)
+	} else {
+		h.Set("X-Auth-Request-Redirect", r.requestURI)
+	}
+	resp, err := c.tr.RoundTrip(req)
+	if err != nil {
+		return verdict{status: 500}, nil
+	}
+	// Only the head matters, as for nginx's header-only subrequest; a
+	// short body is drained so the connection can be kept.
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	_ = resp.Body.Close()
+	pass := &authPass{always: ea.AlwaysSetCookie}
+	if v := resp.Header.Values("Set-Cookie"); len(v) > 0 {
+		pass.cookie = v[0] // $upstream_http_set_cookie: the first one
+	}
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		for _, name := range ea.ResponseHeaders {
+			pass.headers = append(pass.headers, [2]string{name, resp.Header.Get(name)})
+		}
+		return verdict{}, pass
+	case code == http.StatusUnauthorized && len(ea.SigninURL) > 0:
+		// error_page 401 = @signin: a 302 whose add_header Set-Cookie
+		// applies (302 is in its list); nginx keeps the service's
+		// WWW-Authenticate, which auth_request copied, on it.
+		return verdict{status: http.StatusFound, location: string(expandURL(nil, ea.SigninURL, r)),
+			wwwAuthenticate: resp.Header.Get("WWW-Authenticate"), setCookie: pass.cookie}, nil
+	case code == http.StatusUnauthorized:
+		return verdict{status: code, wwwAuthenticate: resp.Header.Get("WWW-Authenticate"), setCookie: pass.cookieFor(code)}, nil
+	case code == http.StatusForbidden:
+		return verdict{status: code, setCookie: pass.cookieFor(code)}, nil
+	}
+	return verdict{status: 500, setCookie: pass.cookieFor(500)}, nil
+}
+
+// expandURL appends t to dst with its variables' values for r, as nginx
+// would expand them.
+func expandURL(dst []byte, t model.URLTemplate, r *authRequest) []byte {
+	for _, p := range t {
+		switch p.Var {
+		case "":
+			dst = append(dst, p.Literal...)
+		case model.VarHost:
+			dst = append(dst, r.host...)
+		case model.VarHTTPHost, model.VarBestHTTPHost:
+			// $best_http_host is $http_host unless use-forwarded-headers
+			// (X-Forwarded-Host), which this data plane does not apply yet.
+			dst = append(dst, r.f.host...)
+		case model.VarScheme, model.VarPassAccessScheme:
+			if r.f.tls {
+				dst = append(dst, "https"...)
+			} else {
+				dst = append(dst, "http"...)
+			}
+		case model.VarRequestURI:
+			dst = append(dst, r.requestURI...)
+		case model.VarEscapedRequestURI:
+			dst = appendEscapedURIComponent(dst, r.requestURI)
+		}
+	}
+	return dst
+}
+
+// appendEscapedURIComponent escapes s as ngx.escape_uri does (a URI
+// component) in Debian's nginx Lua module: every byte but ALPHA, DIGIT and
+// "-._~!'()*" as %XX, upper case (measured against it in
+// TestControllerAccessControl).
+func appendEscapedURIComponent(dst []byte, s string) []byte {
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("-._~!'()*", c) >= 0 {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
+	}
+	return dst
+}
