@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -198,4 +199,86 @@ func writeAuthRequest(b *bytes.Buffer, a *authV) {
 		b.WriteString(a.SigninLocation)
 		b.WriteByte(';')
 	}
+}
+
+// clientAuthV is a server's client certificate authentication, ready to
+// write.
+type clientAuthV struct {
+	// File is the CA bundle's file in CertDir, named by its content.
+	File      string
+	Verify    string
+	Depth     int
+	ErrorPage string
+	MatchCN   string
+	Pass      bool
+}
+
+var (
+	reMatchCN   = regexp.MustCompile(`^[A-Za-z0-9=,.\-_*+?^$()|\[\]:/@]+$`)
+	reErrorPage = regexp.MustCompile(`^((https?://)?[A-Za-z0-9\-.]+(:\d+)?)?(/[A-Za-z0-9\-_.]+)*/?$`)
+)
+
+// clientCAFile is where a CA bundle is written: named by its content, so a
+// new bundle never overwrites one a running nginx would read again.
+func clientCAFile(dir, pem string) string {
+	h := sha1.Sum([]byte(pem)) // #nosec G401 -- a file name
+	return filepath.Join(dir, "client-ca-"+hex.EncodeToString(h[:10])+".crt")
+}
+
+// clientAuthView checks a server's ClientAuth.
+func clientAuthView(ca *model.ClientAuth, certDir string) (*clientAuthV, error) {
+	switch ca.Verify {
+	case model.VerifyOn, model.VerifyOptional, model.VerifyOptionalNoCA:
+	default:
+		return nil, fmt.Errorf("auth-tls-verify-client %q", ca.Verify)
+	}
+	if ca.Depth < 1 || ca.Depth > 100 {
+		return nil, fmt.Errorf("auth-tls-verify-depth %d", ca.Depth)
+	}
+	if ca.ErrorPage != "" && !reErrorPage.MatchString(ca.ErrorPage) {
+		return nil, fmt.Errorf("auth-tls-error-page %q", ca.ErrorPage)
+	}
+	if ca.MatchCN != "" {
+		if _, err := regexp.Compile(ca.MatchCN); err != nil || !reMatchCN.MatchString(ca.MatchCN) {
+			return nil, fmt.Errorf("auth-tls-match-cn %q", ca.MatchCN)
+		}
+	}
+	if !strings.HasPrefix(ca.CA, "-----BEGIN CERTIFICATE-----") {
+		return nil, fmt.Errorf("auth-tls-secret: the CA is not PEM")
+	}
+	return &clientAuthV{File: clientCAFile(certDir, ca.CA), Verify: string(ca.Verify), Depth: ca.Depth,
+		ErrorPage: ca.ErrorPage, MatchCN: ca.MatchCN, Pass: ca.PassCertificate}, nil
+}
+
+// writeClientAuth writes a TLS server's ssl_verify_client part, as
+// ingress-nginx's server block.
+func writeClientAuth(b *bytes.Buffer, c *clientAuthV) {
+	b.WriteString("\n        ssl_client_certificate ")
+	b.WriteString(quote(c.File))
+	b.WriteString(";\n        ssl_verify_client ")
+	b.WriteString(c.Verify)
+	b.WriteString(";\n        ssl_verify_depth ")
+	writeInt(b, c.Depth)
+	b.WriteByte(';')
+	if c.ErrorPage != "" {
+		b.WriteString("\n        error_page 495 496 = ")
+		b.WriteString(quote(c.ErrorPage))
+		b.WriteByte(';')
+	}
+	if c.MatchCN != "" {
+		b.WriteString("\n        if ($ssl_client_s_dn !~ ")
+		b.WriteString(quote(c.MatchCN))
+		b.WriteString(" ) {\n            return 403 \"client certificate unauthorized\";\n        }")
+	}
+}
+
+// writeClientAuthHeaders writes, in a location of such a server, the
+// fields ingress-nginx sends upstream about the client's certificate, and
+// refuses plain HTTP (which no certificate protects).
+func writeClientAuthHeaders(b *bytes.Buffer, c *clientAuthV) {
+	b.WriteString("\n            if ($scheme = http) {\n                return 403;\n            }")
+	if c.Pass {
+		b.WriteString("\n            proxy_set_header ssl-client-cert $ssl_client_escaped_cert;")
+	}
+	b.WriteString("\n            proxy_set_header ssl-client-verify $ssl_client_verify;\n            proxy_set_header ssl-client-subject-dn $ssl_client_s_dn;\n            proxy_set_header ssl-client-issuer-dn $ssl_client_i_dn;")
 }

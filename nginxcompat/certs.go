@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
@@ -108,6 +109,39 @@ func RemoveStaleCertificates(dir string, certs map[string]model.Certificate) err
 		if !e.IsDir() && filepath.Ext(e.Name()) == ".pem" && !keep[e.Name()] {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 				return fmt.Errorf("remove stale certificate: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// WriteClientCAs writes the CA bundles a rendered file names (mode 0600,
+// atomically; an existing file is not rewritten): nginx's master reads them
+// when it loads the file.
+func WriteClientCAs(cas map[string]string) error {
+	for path, pem := range cas {
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := writeFileAtomic(path, []byte(pem), 0o600); err != nil {
+			return fmt.Errorf("write client CA bundle: %w", err)
+		}
+	}
+	return nil
+}
+
+// RemoveStaleClientCAs deletes the CA bundles in dir that cas no longer
+// names; call it after nginx loaded a file that uses only cas.
+func RemoveStaleClientCAs(dir string, cas map[string]string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list client CA bundles: %w", err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if _, keep := cas[p]; !keep && !e.IsDir() && strings.HasPrefix(e.Name(), "client-ca-") && filepath.Ext(e.Name()) == ".crt" {
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("remove stale client CA bundle: %w", err)
 			}
 		}
 	}

@@ -290,12 +290,18 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 	if err := WriteCertificates(c.cfg.Render.CertDir, cfg.Certificates); err != nil {
 		return err
 	}
+	if err := WriteClientCAs(r.ClientCAs); err != nil {
+		return err
+	}
 	if err := c.install(ctx, r); err != nil {
 		c.errorsTotal.Inc()
 		c.lastOK.Set(0)
 		return err
 	}
 	if err := RemoveStaleCertificates(c.cfg.Render.CertDir, cfg.Certificates); err != nil {
+		c.cfg.Logf("nginxcompat: %v", err)
+	}
+	if err := RemoveStaleClientCAs(c.cfg.Render.CertDir, r.ClientCAs); err != nil {
 		c.cfg.Logf("nginxcompat: %v", err)
 	}
 	return nil

@@ -141,6 +141,10 @@ type Rendered struct {
 	// Errors are the servers, locations and ConfigMap keys left out (or
 	// defaulted) because a value failed its grammar; the rest is rendered.
 	Errors []model.ObjectError
+	// ClientCAs are the CA bundles of client certificate authentication,
+	// by the file the rendered configuration names; WriteClientCAs writes
+	// them before nginx loads it.
+	ClientCAs map[string]string
 }
 
 // Render renders nginx.conf from cfg. Every value reaching the file passes a
@@ -188,12 +192,16 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 	}
 	seenHost := map[string]bool{}
+	cas := map[string]string{}
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
 		sv, errs := serverView(cfg, s, rc, &v.G)
 		v.Errors = append(v.Errors, errs...)
 		if sv == nil {
 			continue
+		}
+		if sv.ClientAuth != nil {
+			cas[sv.ClientAuth.File] = s.ClientAuth.CA
 		}
 		dup := false
 		for _, n := range sv.Names {
@@ -245,7 +253,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 	if i := bytes.Index(conf, []byte(checksumPlaceholder)); i >= 0 {
 		copy(conf[i:], hexsum) // same length: no second 30 MB copy
 	}
-	return &Rendered{Conf: conf, Checksum: hexsum, Errors: v.Errors}, nil
+	return &Rendered{Conf: conf, Checksum: hexsum, Errors: v.Errors, ClientCAs: cas}, nil
 }
 
 // bytesPerLocation is the rendered size per location of the last render, the
@@ -289,6 +297,8 @@ type serverV struct {
 	Default   bool
 	TLS       string // certificate file, empty without TLS
 	Locations []*locationV
+	// ClientAuth is the server's auth-tls-*; nil without.
+	ClientAuth *clientAuthV
 }
 
 type corsV struct {
@@ -308,6 +318,10 @@ type locationV struct {
 	// Deny and Allow are nginx access rules: deny lines first, then allow
 	// lines and "deny all".
 	Deny, Allow []string
+	// ClientAuth is its server's client certificate authentication: the
+	// location sends ingress-nginx's ssl-client-* fields and refuses plain
+	// HTTP. Nil without.
+	ClientAuth *clientAuthV
 	// Auth is the location's external authentication; nil without.
 	Auth                        *authV
 	SSLRedirect                 bool
@@ -545,10 +559,26 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 			bad(firstIngress(s), "spec.tls", "server %q: certificate %q is missing or has a bad UID; served without TLS", s.Hostname, uid)
 		}
 	}
+	denyAll := false
+	if s.ClientAuth != nil {
+		cav, err := clientAuthView(s.ClientAuth, rc.CertDir)
+		if err != nil {
+			bad(firstIngress(s), "nginx.ingress.kubernetes.io/auth-tls-secret", "server %q: %v; its locations answer 503 (fail closed)", s.Hostname, err)
+			denyAll = true
+		} else {
+			sv.ClientAuth = cav
+		}
+	}
 	seen := map[string]bool{}
 	for i := range s.Locations {
 		l := &s.Locations[i]
 		lv, err := locationView(l, sv.TLS != "", g)
+		if err == nil && denyAll {
+			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
+		}
+		if err == nil && sv.ClientAuth != nil && !lv.Denied {
+			lv.ClientAuth = sv.ClientAuth
+		}
 		switch {
 		case err != nil && lv == nil:
 			bad(l.Ingress, "spec.rules.http.paths", "server %q path %q: %v; location left out", s.Hostname, l.Path, err)

@@ -13,7 +13,7 @@ import (
 // golden cases that switch every feature on.
 var allowedShapes = sync.OnceValue(func() map[string]int {
 	m := map[string]int{}
-	for _, c := range []string{"annotations", "tls", "basic"} {
+	for _, c := range []string{"annotations", "tls", "basic", "clientauth"} {
 		cfg := loadCase(nil, "testdata/render/"+c+".json")
 		r, err := Render(cfg, goldenRenderConfig)
 		if err != nil {

@@ -81,13 +81,23 @@ func testDirs(t testing.TB, dir, luaDir string) RenderConfig {
 	}
 }
 
-// nginxTest runs the real `nginx -t` on conf, writing cfg's certificates.
+// nginxTest runs the real `nginx -t` on conf, writing cfg's certificates
+// and client CA bundles.
 func nginxTest(t testing.TB, nginx string, rc RenderConfig, cfg *model.Configuration, conf []byte) error {
 	t.Helper()
 	if err := PrepareDirs(rc); err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteCertificates(rc.CertDir, cfg.Certificates); err != nil {
+		t.Fatal(err)
+	}
+	cas := map[string]string{}
+	for _, s := range cfg.Servers {
+		if s.ClientAuth != nil {
+			cas[clientCAFile(rc.CertDir, s.ClientAuth.CA)] = s.ClientAuth.CA
+		}
+	}
+	if err := WriteClientCAs(cas); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Dir(rc.PIDFile)

@@ -44,6 +44,9 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		b.WriteString(";\n        ssl_certificate_key ")
 		b.WriteString(quote(sv.TLS))
 		b.WriteByte(';')
+		if sv.ClientAuth != nil {
+			writeClientAuth(b, sv.ClientAuth)
+		}
 		if v.G.HSTS {
 			b.WriteString("\n        add_header Strict-Transport-Security ")
 			b.WriteString(quote(v.HSTSValue))
@@ -154,6 +157,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 		b.WriteString("\n            if ($scheme = http) {\n                return ")
 		writeInt(b, v.G.HTTPRedirectCode)
 		b.WriteString(" https://$host$request_uri;\n            }")
+	}
+	if l.ClientAuth != nil {
+		writeClientAuthHeaders(b, l.ClientAuth)
 	}
 	if l.AppRoot != "" {
 		b.WriteString("\n            if ($uri = /) {\n                return 302 ")

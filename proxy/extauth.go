@@ -224,21 +224,28 @@ func expandURL(dst []byte, t model.URLTemplate, r *authRequest) []byte {
 		case model.VarRequestURI:
 			dst = append(dst, r.requestURI...)
 		case model.VarEscapedRequestURI:
-			dst = appendEscapedURIComponent(dst, r.requestURI)
+			dst = appendEscaped(dst, r.requestURI, luaUnescaped)
 		}
 	}
 	return dst
 }
 
-// appendEscapedURIComponent escapes s as ngx.escape_uri does (a URI
-// component) in Debian's nginx Lua module: every byte but ALPHA, DIGIT and
-// "-._~!'()*" as %XX, upper case (measured against it in
-// TestControllerAccessControl).
-func appendEscapedURIComponent(dst []byte, s string) []byte {
+// The bytes besides ALPHA and DIGIT that an escaping keeps: Debian's nginx
+// Lua module's ngx.escape_uri (measured against it in
+// TestControllerAccessControl), and nginx's own URI-component escaping
+// ($ssl_client_escaped_cert).
+const (
+	luaUnescaped   = "-._~!'()*"
+	nginxUnescaped = "-._~"
+)
+
+// appendEscaped appends s with every byte but ALPHA, DIGIT and those in
+// keep as %XX, upper case.
+func appendEscaped(dst []byte, s, keep string) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("-._~!'()*", c) >= 0 {
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte(keep, c) >= 0 {
 			dst = append(dst, c)
 			continue
 		}

@@ -34,6 +34,8 @@ type verdict struct {
 	// wwwAuthenticate and setCookie, when set, go into the answer's
 	// fields of those names (external authentication).
 	wwwAuthenticate, setCookie string
+	// body replaces statusText's body when set.
+	body string
 }
 
 // check applies what a location decides before anything goes upstream, in
@@ -53,6 +55,10 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 		// "deny all" after it.
 		return verdict{status: 403}
 	}
+	if vh.failClosed {
+		// Its client certificate authentication cannot be carried out.
+		return verdict{status: 503}
+	}
 	if !f.tls && (loc.Rewrite.ForceSSLRedirect || (loc.Rewrite.SSLRedirect && vh.tls)) {
 		// ssl-redirect / force-ssl-redirect (lua_ingress.rewrite): to
 		// https://<host without port><request_uri>, http-redirect-code.
@@ -61,6 +67,11 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 			uri = strings.TrimSuffix(uri, "/") // one trailing slash, as lua_ingress
 		}
 		return verdict{status: t.redirectCode, location: "https://" + string(host) + uri}
+	}
+	if vh.clientAuth != nil && !f.tls {
+		// No certificate protects plain HTTP (after ssl-redirect, as the
+		// location's `if` in nginx.conf).
+		return verdict{status: 403}
 	}
 	if loc.Redirect.URL != "" {
 		// permanent-redirect / temporal-redirect: nginx "return <code> <url>",
@@ -96,6 +107,8 @@ func statusText(code int) string {
 		return "404 Not Found"
 	case 413:
 		return "413 Request Entity Too Large"
+	case 421:
+		return "421 Misdirected Request"
 	case 500:
 		return "500 Internal Server Error"
 	case 503:

@@ -292,6 +292,10 @@ func (w *h2Writer) answer(v verdict) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(v.status)
+	if v.body != "" {
+		_, _ = io.WriteString(w, v.body)
+		return
+	}
 	_, _ = io.WriteString(w, statusText(v.status))
 }
 
@@ -327,6 +331,14 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	vh, rt := tbl.lookup(host, upath)
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
+	}
+	if vh != nil && vh.clientAuth != nil {
+		a := vh.clientAuth.check(r.TLS, host)
+		if a.v.status != 0 {
+			w.answer(a.v)
+			return
+		}
+		o.addUpstreamFields(a.fields)
 	}
 	if rt == nil || rt.loc.IsDefaultBackend {
 		resp := fasthttp.AcquireResponse()
@@ -366,7 +378,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 			w.answer(v)
 			return
 		}
-		o.auth = pass
+		o.setAuth(pass)
 	}
 	// The view keeps the client's fields as sent (nginx's $http_*);
 	// forwardHeaders edits r.Header for the upstream below.

@@ -274,6 +274,27 @@ type outcome struct {
 	auth *authPass
 }
 
+// setAuth keeps what external authentication passes, after the fields of
+// the client certificate check.
+func (o *outcome) setAuth(pass *authPass) {
+	if o.auth != nil {
+		pass.headers = append(o.auth.headers, pass.headers...)
+	}
+	o.auth = pass
+}
+
+// addUpstreamFields adds fields the upstream request carries in place of
+// any the client sent under those names.
+func (o *outcome) addUpstreamFields(fields [][2]string) {
+	if len(fields) == 0 {
+		return
+	}
+	if o.auth == nil {
+		o.auth = &authPass{}
+	}
+	o.auth.headers = append(o.auth.headers, fields...)
+}
+
 // requestID is the X-Request-ID the upstream got: the client's, or the one
 // the proxy made.
 func (o *outcome) requestID(h *fasthttp.RequestHeader) []byte {
@@ -340,6 +361,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	vh, rt := tbl.lookup(host, ctx.Path())
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
+	}
+	if vh != nil && vh.clientAuth != nil {
+		// Before anything of the server's, as nginx checks the
+		// certificate right after the request head.
+		a := vh.clientAuth.check(ctx.TLSConnectionState(), host)
+		if a.v.status != 0 {
+			answerFast(ctx, a.v)
+			return
+		}
+		o.addUpstreamFields(a.fields)
 	}
 	if rt == nil || rt.loc.IsDefaultBackend {
 		defaultBackend(ctx)
@@ -466,7 +497,7 @@ func (p *Proxy) authorize(ctx *fasthttp.RequestCtx, ea *model.ExternalAuth, f *c
 		answerFast(ctx, v)
 		return false
 	}
-	o.auth = pass
+	o.setAuth(pass)
 	return true
 }
 
@@ -484,6 +515,8 @@ func answerFast(ctx *fasthttp.RequestCtx, v verdict) {
 	case v.location != "":
 		ctx.Response.Header.Set("Location", v.location)
 		ctx.SetStatusCode(v.status)
+	case v.body != "":
+		ctx.Error(v.body, v.status)
 	default:
 		ctx.Error(statusText(v.status), v.status) // resets the header
 	}

@@ -34,6 +34,10 @@ type vhost struct {
 	exact  map[string]*route
 	regex  []*route // in configuration order
 	prefix []*route // longest path first
+	// clientAuth is the server's auth-tls-*; nil without. failClosed is
+	// set when it could not be parsed: every location answers 503.
+	clientAuth *clientAuth
+	failClosed bool
 }
 
 // route is one location.
@@ -85,6 +89,10 @@ func newTable(cfg *model.Configuration) *table {
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
 		vh := &vhost{name: s.Hostname, exact: map[string]*route{}, tls: s.TLS != nil}
+		if s.ClientAuth != nil {
+			vh.clientAuth = newClientAuth(s.ClientAuth)
+			vh.failClosed = vh.clientAuth == nil
+		}
 		for _, loc := range s.Locations {
 			r := &route{loc: loc}
 			if loc.Rewrite.Target != "" {

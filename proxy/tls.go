@@ -22,6 +22,9 @@ import (
 type certTable struct {
 	byHost   map[string]*tls.Certificate
 	fallback *tls.Certificate
+	// clientCAs are the CA pools of the servers with client certificate
+	// authentication, by name: their handshakes ask for a certificate.
+	clientCAs map[string]*x509.CertPool
 }
 
 // certStore holds the current certTable and answers tls.Config's
@@ -54,11 +57,19 @@ func (s *certStore) update(cfg *model.Configuration) {
 		}
 		parsed[uid] = &pair
 	}
-	t := &certTable{byHost: map[string]*tls.Certificate{}, fallback: s.fake}
+	t := &certTable{byHost: map[string]*tls.Certificate{}, fallback: s.fake, clientCAs: map[string]*x509.CertPool{}}
 	if c := parsed[cfg.DefaultCertificate]; c != nil {
 		t.fallback = c
 	}
 	for _, srv := range cfg.Servers {
+		if srv.ClientAuth != nil {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM([]byte(srv.ClientAuth.CA))
+			t.clientCAs[srv.Hostname] = pool
+			for _, a := range srv.Aliases {
+				t.clientCAs[a] = pool
+			}
+		}
 		if srv.TLS == nil {
 			continue
 		}
@@ -90,9 +101,33 @@ func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 	return t.fallback, nil
 }
 
-// tlsConfig is the listener configuration: TLS 1.2+, certificates by SNI.
+// tlsConfig is the listener configuration: TLS 1.2+, certificates by SNI,
+// and a client certificate asked for (never required by the handshake:
+// each request is checked, as nginx checks it) by the servers with client
+// certificate authentication.
 func (s *certStore) tlsConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.getCertificate}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.getCertificate}
+	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		t := s.table.Load()
+		if len(t.clientCAs) == 0 {
+			return nil, nil
+		}
+		name := strings.TrimSuffix(strings.ToLower(hello.ServerName), ".")
+		pool := t.clientCAs[name]
+		if pool == nil {
+			if i := strings.IndexByte(name, '.'); i > 0 {
+				pool = t.clientCAs["*"+name[i:]]
+			}
+		}
+		if pool == nil {
+			return nil, nil
+		}
+		c := base.Clone()
+		c.GetConfigForClient = nil
+		c.ClientAuth, c.ClientCAs = tls.RequestClientCert, pool
+		return c, nil
+	}
+	return base
 }
 
 func selfSigned(cn string) (*tls.Certificate, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/test/harness"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -258,4 +259,57 @@ func fmtPrefixes(ps []netip.Prefix) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, " ")
+}
+
+// auth-tls-secret: the CA Secret is looked up and validated; the first
+// Ingress of a host that sets it gives the server its client
+// authentication; a missing, foreign, malformed or CRL-holding Secret fails
+// the Ingress closed.
+func TestBuildClientAuth(t *testing.T) {
+	caPEM, _ := harness.SelfSignedPEM(t, "ca.example")
+	secret := func(name string, data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: data}
+	}
+	const key = annotationPrefix + "auth-tls-secret"
+	for _, tc := range []struct {
+		name, ref string
+		secret    *corev1.Secret
+		denied    bool
+	}{
+		{"valid", "ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), false},
+		{"valid, namespaced", "ns/ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), false},
+		{"missing", "ca", nil, true},
+		{"another namespace", "other/ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), true},
+		{"not PEM", "ca", secret("ca", map[string][]byte{"ca.crt": []byte("hello")}), true},
+		{"a key, not a certificate", "ca", secret("ca", map[string][]byte{"ca.crt": []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")}), true},
+		{"with a CRL", "ca", secret("ca", map[string][]byte{"ca.crt": caPEM, "ca.crl": []byte("x")}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := accessInput(map[string]string{key: tc.ref, annotationPrefix + "auth-tls-verify-client": "optional",
+				annotationPrefix + "auth-tls-match-cn": "CN=(alice|bob)"}, nil, nil)
+			if tc.secret != nil {
+				in.Secrets = []*corev1.Secret{tc.secret}
+			}
+			cfg := Build(in, Options{})
+			for _, s := range cfg.Servers {
+				switch s.Hostname {
+				case "p.example.com":
+					if tc.denied {
+						if s.ClientAuth != nil || s.Locations[0].Denied == nil || s.Locations[0].Denied.Field != key {
+							t.Errorf("ClientAuth %+v, denied %+v; want the Ingress denied by %s", s.ClientAuth, s.Locations[0].Denied, key)
+						}
+						continue
+					}
+					ca := s.ClientAuth
+					if ca == nil || ca.CA != string(caPEM) || ca.Verify != model.VerifyOptional || ca.Depth != 1 || ca.MatchCN != "CN=(alice|bob)" || s.Locations[0].Denied != nil {
+						t.Errorf("ClientAuth %+v, denied %+v", ca, s.Locations[0].Denied)
+					}
+				case "o.example.com":
+					if s.ClientAuth != nil {
+						t.Errorf("another host got client authentication")
+					}
+				}
+			}
+		})
+	}
 }

@@ -65,7 +65,11 @@ type annotations struct {
 	// globalAuth is enable-global-auth (true unless "false").
 	globalAuth bool
 	// externalAuth is auth-url and its kin; nil without auth-url.
-	externalAuth     *model.ExternalAuth
+	externalAuth *model.ExternalAuth
+	// clientAuthAnn is auth-tls-* before the Secret is looked up, and
+	// clientAuth the result; nil without auth-tls-secret.
+	clientAuthAnn    *clientAuthAnnotations
+	clientAuth       *model.ClientAuth
 	cors             corsAnnotations
 	customHTTPErrors []int
 	defaultBackend   string
@@ -275,6 +279,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		errs = append(errs, annotationError{key: annotationPrefix + name, reason: model.ReasonUnsupported, msg: msg})
 	}
 	a.externalAuth = parseExternalAuth(get, bad, warn, boolean)
+	a.clientAuthAnn = parseClientAuth(get, bad, warn, boolean, integer)
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs
 }

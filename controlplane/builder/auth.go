@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -8,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 var (
@@ -255,4 +258,135 @@ func parseExternalAuth(get func(string) (string, bool), bad func(string, string,
 	}
 	ea.AlwaysSetCookie = boolean("auth-always-set-cookie")
 	return ea
+}
+
+var (
+	// reErrorPage is auth-tls-error-page, as ingress-nginx's redirectRegex
+	// without its named-location form.
+	reErrorPage = regexp.MustCompile(`^((https?://)?[A-Za-z0-9\-.]+(:\d+)?)?(/[A-Za-z0-9\-_.]+)*/?$`)
+	// reMatchCN is what auth-tls-match-cn may hold: a pattern RE2 and PCRE
+	// read alike (no backslash, quote, brace or blank).
+	reMatchCN = regexp.MustCompile(`^[A-Za-z0-9=,.\-_*+?^$()|\[\]:/@]+$`)
+)
+
+// clientAuthAnnotations are the auth-tls-* values before the Secret is
+// looked up.
+type clientAuthAnnotations struct {
+	secret    string
+	verify    model.ClientVerify
+	depth     int
+	errorPage string
+	pass      bool
+	matchCN   string
+}
+
+var clientAuthKin = []string{"auth-tls-verify-client", "auth-tls-verify-depth", "auth-tls-error-page",
+	"auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn"}
+
+// parseClientAuth reads auth-tls-secret and its kin; nil without the
+// secret (each kin present is then reported as having no effect) or with
+// auth-tls-verify-client: off. Errors fail the Ingress closed.
+func parseClientAuth(get func(string) (string, bool), bad func(string, string, ...any), warn func(string, string),
+	boolean func(string) bool, integer func(string, int, int) (int, bool)) *clientAuthAnnotations {
+	secret, ok := get("auth-tls-secret")
+	if !ok {
+		for _, k := range clientAuthKin {
+			if _, ok := get(k); ok {
+				warn(k, "has no effect without auth-tls-secret (as in ingress-nginx); ignored")
+			}
+		}
+		return nil
+	}
+	c := &clientAuthAnnotations{secret: strings.TrimSpace(secret), verify: model.VerifyOn, depth: 1}
+	if v, ok := get("auth-tls-verify-client"); ok {
+		switch v {
+		case "on", "optional", "optional_no_ca":
+			c.verify = model.ClientVerify(v)
+		case "off":
+			c.verify = ""
+		default:
+			bad("auth-tls-verify-client", "%q is not on, off, optional or optional_no_ca", v)
+			return nil
+		}
+	}
+	if n, ok := integer("auth-tls-verify-depth", 1, 100); ok {
+		c.depth = n
+	} else if _, present := get("auth-tls-verify-depth"); present {
+		return nil // integer reported it
+	}
+	if v, ok := get("auth-tls-error-page"); ok {
+		if v == "" || !reErrorPage.MatchString(v) {
+			bad("auth-tls-error-page", "%q is not a URL or path", v)
+			return nil
+		}
+		c.errorPage = v
+	}
+	c.pass = boolean("auth-tls-pass-certificate-to-upstream")
+	if v, ok := get("auth-tls-match-cn"); ok {
+		// CVE-2025-1097 came through this field: it reaches nginx.conf
+		// only as a pattern of these characters that RE2 compiles.
+		if _, err := regexp.Compile(v); err != nil || !reMatchCN.MatchString(v) {
+			bad("auth-tls-match-cn", "%q is not a regular expression of letters, digits and = , . - _ * + ? ^ $ ( ) | [ ] : / @", v)
+			return nil
+		}
+		c.matchCN = v
+	}
+	if c.verify == "" {
+		return nil
+	}
+	return c
+}
+
+// clientAuth looks up the CA Secret of auth-tls-secret for ing: in the
+// Ingress's namespace (a Secret of another namespace is refused, as
+// ingress-nginx refuses it by default), holding a PEM bundle of
+// certificates under ca.crt and no ca.crl (certificate revocation lists are
+// not supported yet, so a Secret with one fails closed).
+func (b *builder) clientAuth(ing *networkingv1.Ingress, c *clientAuthAnnotations) (*model.ClientAuth, error) {
+	ns, name, found := strings.Cut(c.secret, "/")
+	if !found {
+		ns, name = ing.Namespace, c.secret
+	}
+	if ns != ing.Namespace {
+		return nil, fmt.Errorf("Secret %s/%s is in another namespace, which is not allowed", ns, name)
+	}
+	sec := b.secrets[ns+"/"+name]
+	if sec == nil {
+		return nil, fmt.Errorf("Secret %s/%s does not exist", ns, name)
+	}
+	if _, ok := sec.Data["ca.crl"]; ok {
+		return nil, fmt.Errorf("Secret %s/%s holds ca.crl: certificate revocation lists are not supported yet", ns, name)
+	}
+	ca := sec.Data["ca.crt"]
+	if err := validCABundle(ca); err != nil {
+		return nil, fmt.Errorf("Secret %s/%s: ca.crt %v", ns, name, err)
+	}
+	return &model.ClientAuth{
+		Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
+		CA:     string(ca), Verify: c.verify, Depth: c.depth, ErrorPage: c.errorPage, PassCertificate: c.pass, MatchCN: c.matchCN,
+	}, nil
+}
+
+// validCABundle accepts PEM CERTIFICATE blocks that parse, at least one, and
+// nothing else but blank space between them.
+func validCABundle(data []byte) error {
+	n := 0
+	for {
+		var blk *pem.Block
+		blk, data = pem.Decode(data)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			return fmt.Errorf("holds a %s block", blk.Type)
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			return fmt.Errorf("holds a certificate that does not parse: %v", err)
+		}
+		n++
+	}
+	if n == 0 || len(strings.TrimSpace(string(data))) != 0 {
+		return fmt.Errorf("is not a PEM bundle of certificates")
+	}
+	return nil
 }

@@ -91,3 +91,25 @@ func TestExternalAuthInvalidKinFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// auth-tls-*: with auth-tls-secret, an invalid kin fails the Ingress closed
+// (auth-tls-match-cn is the field of CVE-2025-1097).
+func TestClientAuthInvalidKinFailsClosed(t *testing.T) {
+	for k, v := range map[string]string{
+		"auth-tls-verify-client": "sometimes", "auth-tls-verify-depth": "deep", "auth-tls-error-page": "javascript:alert(1)",
+		"auth-tls-pass-certificate-to-upstream": "maybe", "auth-tls-match-cn": `CN=a"; return 200; "`,
+	} {
+		t.Run(k, func(t *testing.T) {
+			a, errs := parseAnnotations(map[string]string{annotationPrefix + "auth-tls-secret": "ns/ca", annotationPrefix + k: v})
+			if a.denied == nil || a.denied.Field != annotationPrefix+k || len(errs) != 1 || errs[0].reason != model.ReasonFailedClosed {
+				t.Errorf("denied %+v, errors %+v; want denied by %s", a.denied, errs, k)
+			}
+		})
+	}
+	for _, cn := range []string{`CN=a\d`, "CN={1}", "(", "CN=a b"} {
+		a, _ := parseAnnotations(map[string]string{annotationPrefix + "auth-tls-secret": "ca", annotationPrefix + "auth-tls-match-cn": cn})
+		if a.denied == nil {
+			t.Errorf("auth-tls-match-cn %q accepted", cn)
+		}
+	}
+}

@@ -190,6 +190,15 @@ func Build(in Input, opt Options) *model.Configuration {
 	})
 	for _, ing := range ours {
 		a, errs := parseAnnotations(ing.Annotations)
+		if a.clientAuthAnn != nil {
+			ca, err := b.clientAuth(ing, a.clientAuthAnn)
+			if err != nil {
+				a.deny("auth-tls-secret", err.Error())
+				errs = append(errs, annotationError{key: annotationPrefix + "auth-tls-secret", reason: model.ReasonFailedClosed,
+					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
+			}
+			a.clientAuth = ca
+		}
 		for _, e := range errs {
 			if a.canary && e.reason == model.ReasonFailedClosed {
 				// A canary's paths are served by its primary's locations,
@@ -427,6 +436,11 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 		}
 		if len(srv.Aliases) == 0 && len(a.serverAliases) > 0 && host != model.CatchAllHost {
 			srv.Aliases = a.serverAliases
+		}
+		if a.clientAuth != nil && srv.ClientAuth == nil && host != model.CatchAllHost {
+			// Server-level, as ssl_verify_client: the oldest Ingress of
+			// the host that sets it decides.
+			srv.ClientAuth = a.clientAuth
 		}
 		if a.sslPassthrough && host != model.CatchAllHost {
 			srv.SSLPassthrough = true

@@ -98,6 +98,9 @@ type Server struct {
 	Aliases []string `json:"aliases,omitempty"`
 	// TLS is set when a certificate covers this host.
 	TLS *ServerTLS `json:"tls,omitempty"`
+	// ClientAuth, when set, is auth-tls-*: TLS clients are asked for a
+	// certificate verified against its CA before any location runs.
+	ClientAuth *ClientAuth `json:"clientAuth,omitempty"`
 	// SSLPassthrough sends this host's TLS connections to the backend
 	// unterminated (tcpproxy); Locations are then not used for HTTPS.
 	SSLPassthrough bool `json:"sslPassthrough,omitempty"`
@@ -105,6 +108,47 @@ type Server struct {
 	// the first match in this order wins in the Go router too.
 	Locations []Location `json:"locations"`
 }
+
+// ClientAuth is client certificate authentication (auth-tls-secret and its
+// kin), as nginx's ssl_verify_client runs it in ingress-nginx's server
+// block: a request over TLS without a certificate gets 400 "No required SSL
+// certificate was sent", one with a certificate that does not verify gets
+// 400 "The SSL certificate error" (or a 302 to ErrorPage for both), and a
+// subject that does not match MatchCN gets 403. A plain-HTTP request to the
+// host is refused with 403 unless ssl-redirect sends it to HTTPS (ingress-
+// nginx would serve it: docs/compatibility.md).
+type ClientAuth struct {
+	// Secret is the auth-tls-secret Secret; CA its ca.crt, one or more PEM
+	// certificates, validated.
+	Secret ObjectRef `json:"secret"`
+	CA     string    `json:"ca"`
+	// Verify is auth-tls-verify-client: VerifyOn, VerifyOptional or
+	// VerifyOptionalNoCA ("off" makes no ClientAuth).
+	Verify ClientVerify `json:"verify"`
+	// Depth is auth-tls-verify-depth: how many intermediate certificates
+	// may stand between the client's and the CA's (nginx's
+	// ssl_verify_depth; 1 by default).
+	Depth int `json:"depth"`
+	// ErrorPage is auth-tls-error-page: an http(s) URL or path that
+	// clients failing verification are redirected to (302).
+	ErrorPage string `json:"errorPage,omitempty"`
+	// PassCertificate is auth-tls-pass-certificate-to-upstream: the
+	// client's certificate, URL-escaped PEM, goes upstream as ssl-client-cert.
+	PassCertificate bool `json:"passCertificate,omitempty"`
+	// MatchCN is auth-tls-match-cn: a regular expression (RE2, and PCRE
+	// alike: no backslash, quote or brace) the subject DN must match.
+	MatchCN string `json:"matchCN,omitempty"`
+}
+
+// ClientVerify is auth-tls-verify-client.
+type ClientVerify string
+
+// The verification modes, with nginx's names.
+const (
+	VerifyOn           ClientVerify = "on"
+	VerifyOptional     ClientVerify = "optional"
+	VerifyOptionalNoCA ClientVerify = "optional_no_ca"
+)
 
 // ServerTLS refers to a certificate in Configuration.Certificates.
 type ServerTLS struct {

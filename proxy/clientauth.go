@@ -1,0 +1,144 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// Client certificate authentication (auth-tls-*), as nginx's
+// ssl_verify_client runs it in ingress-nginx's server block: the handshake
+// asks for a certificate (and never fails for want of one); each request is
+// then answered 400 when the certificate is missing or does not verify, as
+// nginx answers after reading the request head.
+
+// clientAuth is a server's ClientAuth, parsed once per Configuration.
+type clientAuth struct {
+	cfg   *model.ClientAuth
+	pool  *x509.CertPool
+	match *regexp.Regexp // auth-tls-match-cn; nil without
+}
+
+func newClientAuth(ca *model.ClientAuth) *clientAuth {
+	c := &clientAuth{cfg: ca, pool: x509.NewCertPool()}
+	if !c.pool.AppendCertsFromPEM([]byte(ca.CA)) {
+		return nil // the builder validated it; nil fails the server closed
+	}
+	if ca.MatchCN != "" {
+		re, err := regexp.Compile(ca.MatchCN)
+		if err != nil {
+			return nil
+		}
+		c.match = re
+	}
+	return c
+}
+
+// certAnswer is what the certificate check decided for one request.
+type certAnswer struct {
+	v verdict
+	// fields are the ssl-client-* fields sent upstream.
+	fields [][2]string
+}
+
+// check verifies the client's certificate for a request to a server with
+// client authentication. state is nil for plain HTTP; host is the request's
+// host, lower case without the port.
+func (c *clientAuth) check(state *tls.ConnectionState, host []byte) certAnswer {
+	if state == nil {
+		// No certificate protects plain HTTP: auth-tls-match-cn refuses it
+		// in the server's rewrite phase, as nginx's `if`; otherwise the
+		// location refuses it after its redirects (refusePlain).
+		if c.match != nil {
+			return certAnswer{v: verdict{status: 403, body: "client certificate unauthorized"}}
+		}
+		return certAnswer{}
+	}
+	if sni := strings.TrimSuffix(strings.ToLower(state.ServerName), "."); sni != string(host) {
+		// The handshake was another server's, which may not have asked for
+		// a certificate: nginx answers 421.
+		return certAnswer{v: verdict{status: 421}}
+	}
+	verify, subject, issuer := "NONE", "", ""
+	var leaf *x509.Certificate
+	if len(state.PeerCertificates) > 0 {
+		leaf = state.PeerCertificates[0]
+		subject, issuer = leaf.Subject.String(), leaf.Issuer.String()
+		verify = "SUCCESS"
+		if err := c.verify(state.PeerCertificates); err != nil {
+			verify = "FAILED:" + err.Error()
+		}
+	}
+	fail := ""
+	switch {
+	case verify == "NONE" && c.cfg.Verify == model.VerifyOn:
+		fail = "No required SSL certificate was sent"
+	case strings.HasPrefix(verify, "FAILED:") && c.cfg.Verify != model.VerifyOptionalNoCA:
+		fail = "The SSL certificate error"
+	}
+	if fail != "" {
+		if c.cfg.ErrorPage != "" {
+			return certAnswer{v: verdict{status: 302, location: c.cfg.ErrorPage}}
+		}
+		return certAnswer{v: verdict{status: 400, body: "400 " + fail}}
+	}
+	if c.match != nil && !c.match.MatchString(subject) {
+		return certAnswer{v: verdict{status: 403, body: "client certificate unauthorized"}}
+	}
+	a := certAnswer{fields: make([][2]string, 0, 4)}
+	if c.cfg.PassCertificate && leaf != nil {
+		p := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
+		a.fields = append(a.fields, [2]string{"ssl-client-cert", string(appendEscaped(nil, string(p), nginxUnescaped))})
+	}
+	a.fields = append(a.fields, [2]string{"ssl-client-verify", verify}, [2]string{"ssl-client-subject-dn", subject},
+		[2]string{"ssl-client-issuer-dn", issuer})
+	return a
+}
+
+// verify checks chain (the client's certificate first) against the CA
+// bundle within ssl_verify_depth, and names a failure as OpenSSL's
+// X509_verify_cert_error_string does for the common cases.
+func (c *clientAuth) verify(chain []*x509.Certificate) error {
+	inter := x509.NewCertPool()
+	for _, cert := range chain[1:] {
+		inter.AddCert(cert)
+	}
+	leaf := chain[0]
+	now := time.Now()
+	if now.After(leaf.NotAfter) {
+		return errors.New("certificate has expired")
+	}
+	if now.Before(leaf.NotBefore) {
+		return errors.New("certificate is not yet valid")
+	}
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: c.pool, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil {
+		var ua x509.UnknownAuthorityError
+		if errors.As(err, &ua) {
+			switch {
+			case len(chain) == 1 && leaf.CheckSignatureFrom(leaf) == nil:
+				return errors.New("self-signed certificate")
+			case len(chain) == 1:
+				// OpenSSL's X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE
+				// (measured in TestControllerClientCertificates).
+				return errors.New("unable to verify the first certificate")
+			}
+			return errors.New("unable to get local issuer certificate")
+		}
+		return errors.New("certificate verify failed")
+	}
+	for _, ch := range chains {
+		// ssl_verify_depth N: at most N certificates above the client's.
+		if len(ch)-1 <= c.cfg.Depth {
+			return nil
+		}
+	}
+	return errors.New("certificate chain too long")
+}
