@@ -149,6 +149,16 @@ func TestExternalAuth(t *testing.T) {
 			}
 		})
 	}
+	// Without a cache, one round trip to the service per request, no more.
+	before := len(auth.Seen())
+	for range 10 {
+		if resp, _ := do("GET", "plain.test", "/", map[string]string{"Cookie": "_oauth2_proxy=alice"}); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := len(auth.Seen()) - before; n != 10 {
+		t.Errorf("10 requests asked the service %d times", n)
+	}
 	// auth-method: the service is asked with it, and told the URI and scheme.
 	do("GET", "always.test", "/x", map[string]string{"Cookie": "_oauth2_proxy=alice"})
 	if s := auth.Last(); s.Method != "POST" || s.Header.Get("X-Original-Uri") != "/x" || s.Header.Get("X-Scheme") != "http" ||
