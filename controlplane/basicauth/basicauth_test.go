@@ -14,7 +14,6 @@ import (
 	"github.com/switchyard-proxy/switchyard/test/harness"
 )
 
-
 // users.htpasswd's users; the password of each is "pw-<user>".
 var users = []string{"md5", "apr1", "sha256", "sha512", "sha512rounds", "sha", "ssha", "plain", "bcrypt"}
 
@@ -164,7 +163,6 @@ http {
 		}
 	}
 }
-
 
 // FuzzParse: Parse never panics; what it accepts writes back as a file that
 // reads back to the same credentials, holding no control character.
