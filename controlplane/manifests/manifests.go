@@ -325,6 +325,16 @@ func decode(data []byte) (map[key]runtime.Object, error) {
 			ns = "default"
 			m.SetNamespace(ns)
 		}
+		if sec, ok := obj.(*corev1.Secret); ok && len(sec.StringData) > 0 {
+			// As the API server stores it: stringData over data.
+			if sec.Data == nil {
+				sec.Data = map[string][]byte{}
+			}
+			for k, v := range sec.StringData {
+				sec.Data[k] = []byte(v)
+			}
+			sec.StringData = nil
+		}
 		k := key{gvr: gvr, namespace: ns, name: m.GetName()}
 		if _, dup := out[k]; dup {
 			return nil, fmt.Errorf("document %d: %s %s/%s appears twice", i, gvk.Kind, ns, m.GetName())

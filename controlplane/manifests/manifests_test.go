@@ -199,3 +199,25 @@ func TestRunFollowsFileChanges(t *testing.T) {
 }
 
 var getOpts = metav1.GetOptions{}
+
+// A Secret's stringData is stored into data, as the API server stores it.
+func TestLoadSecretStringData(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "secret.yaml", `apiVersion: v1
+kind: Secret
+metadata: {name: staff, namespace: demo}
+data: {kept: a2VwdA==, over: b2xk}
+stringData: {auth: "alice:{PLAIN}pw\n", over: new}
+`)
+	s, err := Load(Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := s.Client().CoreV1().Secrets("demo").Get(context.Background(), "staff", getOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(sec.Data["auth"]) != "alice:{PLAIN}pw\n" || string(sec.Data["kept"]) != "kept" || string(sec.Data["over"]) != "new" || len(sec.StringData) != 0 {
+		t.Errorf("data %q, stringData %q", sec.Data, sec.StringData)
+	}
+}
