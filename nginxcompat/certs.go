@@ -3,9 +3,12 @@ package nginxcompat
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -142,6 +145,86 @@ func RemoveStaleClientCAs(dir string, cas map[string]string) error {
 		if _, keep := cas[p]; !keep && !e.IsDir() && strings.HasPrefix(e.Name(), "client-ca-") && filepath.Ext(e.Name()) == ".crt" {
 			if err := os.Remove(p); err != nil {
 				return fmt.Errorf("remove stale client CA bundle: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// WriteAuthFiles writes the basic-authentication files a rendered file
+// names into their directory (made 0750), each 0640 and, when this process
+// is root, of the group nginx's workers run as (nogroup, nginx's default
+// user being nobody), since workers read them per request; an existing file
+// is not rewritten. Files the map no longer names are removed by
+// RemoveStaleAuthFiles.
+func WriteAuthFiles(dir string, files map[string][]byte) error {
+	if len(files) == 0 {
+		return nil
+	}
+	gid := -1
+	if os.Geteuid() == 0 {
+		g, err := user.LookupGroup("nogroup")
+		if err != nil {
+			return fmt.Errorf("basic authentication files: the workers' group: %w", err)
+		}
+		if gid, err = strconv.Atoi(g.Gid); err != nil {
+			return fmt.Errorf("basic authentication files: group id %q", g.Gid)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create basic authentication dir: %w", err)
+	}
+	if gid >= 0 {
+		if err := os.Chown(dir, 0, gid); err != nil {
+			return fmt.Errorf("basic authentication dir: %w", err)
+		}
+	}
+	for path, data := range files {
+		if filepath.Dir(path) != filepath.Clean(dir) {
+			return fmt.Errorf("basic authentication file %s is not in %s", path, dir)
+		}
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := writeFileAtomicOwned(path, data, 0o640, gid); err != nil {
+			return fmt.Errorf("write basic authentication file: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeFileAtomicOwned is writeFileAtomic with the file's group set (when
+// gid >= 0) before it is renamed into place.
+func writeFileAtomicOwned(dst string, data []byte, mode os.FileMode, gid int) error {
+	if gid < 0 {
+		return writeFileAtomic(dst, data, mode)
+	}
+	tmp := dst + ".tmp"
+	if err := writeFileAtomic(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chown(tmp, 0, gid); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// RemoveStaleAuthFiles deletes the .htpasswd files in dir that files no
+// longer names; call it after nginx loaded a file that uses only those.
+func RemoveStaleAuthFiles(dir string, files map[string][]byte) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list basic authentication files: %w", err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if _, keep := files[p]; !keep && !e.IsDir() && filepath.Ext(e.Name()) == ".htpasswd" {
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("remove stale basic authentication file: %w", err)
 			}
 		}
 	}

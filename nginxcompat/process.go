@@ -293,6 +293,9 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 	if err := WriteClientCAs(r.ClientCAs); err != nil {
 		return err
 	}
+	if err := WriteAuthFiles(c.cfg.Render.AuthDir, r.AuthFiles); err != nil {
+		return err
+	}
 	if err := c.install(ctx, r); err != nil {
 		c.errorsTotal.Inc()
 		c.lastOK.Set(0)
@@ -302,6 +305,9 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 		c.cfg.Logf("nginxcompat: %v", err)
 	}
 	if err := RemoveStaleClientCAs(c.cfg.Render.CertDir, r.ClientCAs); err != nil {
+		c.cfg.Logf("nginxcompat: %v", err)
+	}
+	if err := RemoveStaleAuthFiles(c.cfg.Render.AuthDir, r.AuthFiles); err != nil {
 		c.cfg.Logf("nginxcompat: %v", err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -86,6 +87,9 @@ type RenderConfig struct {
 	// falls back to round robin over the last peer list; zero keeps the
 	// shim's default, 50 ms.
 	PickTimeout time.Duration
+	// AuthDir holds the basic-authentication files WriteAuthFiles writes.
+	// Default "/etc/switchyard/auth".
+	AuthDir string
 	// Resolvers are the name servers nginx asks for host names known only
 	// at request time (an auth-url's), as ingress-nginx's resolver
 	// directive; empty writes none, and such names then fail (the auth
@@ -117,6 +121,7 @@ func (c RenderConfig) withDefaults() RenderConfig {
 	}
 	def(&c.LuaDir, "/usr/share/switchyard/lua")
 	def(&c.CertDir, "/etc/switchyard/certs")
+	def(&c.AuthDir, "/etc/switchyard/auth")
 	def(&c.TempDir, "/var/lib/switchyard/nginx")
 	def(&c.PIDFile, "/run/switchyard-nginx.pid")
 	def(&c.ErrorLog, "stderr")
@@ -145,6 +150,9 @@ type Rendered struct {
 	// by the file the rendered configuration names; WriteClientCAs writes
 	// them before nginx loads it.
 	ClientCAs map[string]string
+	// AuthFiles are the basic-authentication files, by the file the
+	// rendered configuration names; WriteAuthFiles writes them.
+	AuthFiles map[string][]byte
 }
 
 // Render renders nginx.conf from cfg. Every value reaching the file passes a
@@ -193,6 +201,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 	}
 	seenHost := map[string]bool{}
 	cas := map[string]string{}
+	authFiles := map[string][]byte{}
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
 		sv, errs := serverView(cfg, s, rc, &v.G)
@@ -202,6 +211,11 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 		if sv.ClientAuth != nil {
 			cas[sv.ClientAuth.File] = s.ClientAuth.CA
+		}
+		for _, lv := range sv.Locations {
+			if lv.BasicFile != "" {
+				authFiles[lv.BasicFile] = lv.basicData
+			}
 		}
 		dup := false
 		for _, n := range sv.Names {
@@ -253,7 +267,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 	if i := bytes.Index(conf, []byte(checksumPlaceholder)); i >= 0 {
 		copy(conf[i:], hexsum) // same length: no second 30 MB copy
 	}
-	return &Rendered{Conf: conf, Checksum: hexsum, Errors: v.Errors, ClientCAs: cas}, nil
+	return &Rendered{Conf: conf, Checksum: hexsum, Errors: v.Errors, ClientCAs: cas, AuthFiles: authFiles}, nil
 }
 
 // bytesPerLocation is the rendered size per location of the last render, the
@@ -322,6 +336,10 @@ type locationV struct {
 	// location sends ingress-nginx's ssl-client-* fields and refuses plain
 	// HTTP. Nil without.
 	ClientAuth *clientAuthV
+	// BasicRealm and BasicFile are auth_basic's; BasicFile is empty
+	// without basic authentication. basicData is the file's content.
+	BasicRealm, BasicFile string
+	basicData             []byte
 	// Auth is the location's external authentication; nil without.
 	Auth                        *authV
 	SSLRedirect                 bool
@@ -489,7 +507,7 @@ var nextUpstreamWords = map[string]bool{
 }
 
 func checkRenderConfig(rc RenderConfig) error {
-	for name, p := range map[string]string{"LuaDir": rc.LuaDir, "CertDir": rc.CertDir, "TempDir": rc.TempDir, "PIDFile": rc.PIDFile} {
+	for name, p := range map[string]string{"LuaDir": rc.LuaDir, "CertDir": rc.CertDir, "AuthDir": rc.AuthDir, "TempDir": rc.TempDir, "PIDFile": rc.PIDFile} {
 		if !reFilePath.MatchString(p) {
 			return fmt.Errorf("nginxcompat: RenderConfig.%s %q: want an absolute path of [A-Za-z0-9/._+-]", name, p)
 		}
@@ -572,7 +590,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	seen := map[string]bool{}
 	for i := range s.Locations {
 		l := &s.Locations[i]
-		lv, err := locationView(l, sv.TLS != "", g)
+		lv, err := locationView(l, sv.TLS != "", g, rc.AuthDir)
 		if err == nil && denyAll {
 			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
 		}
@@ -601,7 +619,10 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	return sv, errs
 }
 
-func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error) {
+// reRealm is auth-realm's grammar.
+var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
+
+func locationView(l *model.Location, tls bool, g *globalView, authDir string) (*locationV, error) {
 	p := l.Path
 	if p == "" {
 		p = "/"
@@ -646,6 +667,13 @@ func locationView(l *model.Location, tls bool, g *globalView) (*locationV, error
 			}
 			*r.dst = append(*r.dst, p.Masked().String())
 		}
+	}
+	if ba := l.BasicAuth; ba != nil {
+		if !reRealm.MatchString(ba.Realm) || ba.Credentials == nil || len(ba.Credentials.File()) == 0 {
+			return lv, fmt.Errorf("basic authentication: realm %q or credentials", ba.Realm)
+		}
+		lv.BasicRealm, lv.basicData = ba.Realm, ba.Credentials.File()
+		lv.BasicFile = filepath.Join(authDir, ba.Credentials.Digest()+".htpasswd")
 	}
 	if l.ExternalAuth != nil {
 		av, err := externalAuthView(l, p, g)

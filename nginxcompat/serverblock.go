@@ -150,6 +150,13 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	if len(l.Allow) > 0 {
 		b.WriteString("\n            deny all;")
 	}
+	if l.BasicFile != "" {
+		b.WriteString("\n            auth_basic ")
+		b.WriteString(quote(l.BasicRealm))
+		b.WriteString(";\n            auth_basic_user_file ")
+		b.WriteString(quote(l.BasicFile))
+		b.WriteByte(';')
+	}
 	if l.Auth != nil {
 		writeAuthRequest(b, l.Auth)
 	}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"net/netip"
 	"strconv"
@@ -24,6 +26,9 @@ type clientFacts struct {
 	// host is the Host header (or :authority) as sent, port included.
 	host      []byte
 	localPort int
+	// authorization is the Authorization field, read only for a location
+	// with basic authentication.
+	authorization []byte
 }
 
 // verdict is an answer given without going upstream; status 0 lets the
@@ -92,7 +97,32 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 		// before anything goes upstream (nginx client_max_body_size).
 		return verdict{status: 413}
 	}
+	if ba := loc.BasicAuth; ba != nil && !basicAuthorized(ba, f.authorization) {
+		// auth_basic, in nginx's access phase after the source lists.
+		return verdict{status: 401, wwwAuthenticate: `Basic realm="` + ba.Realm + `"`}
+	}
 	return verdict{}
+}
+
+// basicAuthorized reports whether an Authorization field carries a user and
+// password the credentials accept, read as nginx reads it: "Basic" in any
+// case, blanks, then base64 of "user:password".
+func basicAuthorized(ba *model.BasicAuth, header []byte) bool {
+	const scheme = "basic "
+	if len(header) < len(scheme) || !equalFoldASCII(header[:len(scheme)], scheme) {
+		return false
+	}
+	enc := bytes.TrimLeft(header[len(scheme):], " ")
+	var buf [512]byte
+	if base64.StdEncoding.DecodedLen(len(enc)) > len(buf) {
+		return false
+	}
+	n, err := base64.StdEncoding.Decode(buf[:], enc)
+	if err != nil {
+		return false
+	}
+	user, pass, ok := bytes.Cut(buf[:n], []byte{':'})
+	return ok && ba.Credentials.Verify(string(user), string(pass))
 }
 
 // statusText is the body of an answer the proxy gives itself, as nginx's

@@ -355,6 +355,9 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if ta, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
+	if loc.BasicAuth != nil {
+		f.authorization = []byte(r.Header.Get("Authorization"))
+	}
 	if v := tbl.check(vh, rt, &f, host, []byte(r.RequestURI), upath, r.ContentLength); v.status != 0 {
 		w.answer(v)
 		return

@@ -381,6 +381,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
+	if loc.BasicAuth != nil {
+		f.authorization = ctx.Request.Header.Peek("Authorization")
+	}
 	if v := tbl.check(vh, rt, &f, host, ctx.RequestURI(), ctx.Path(), int64(ctx.Request.Header.ContentLength())); v.status != 0 {
 		answerFast(ctx, v)
 		return

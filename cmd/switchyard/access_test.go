@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -57,7 +58,14 @@ func testAccessControl(t *testing.T, plane string) {
 		localBackendYAML("challenged", "challenged.example", port, ann("auth-url", "http://"+auth.Addr+"/oauth2/auth"), "") +
 		localBackendYAML("denied", "denied.example", port, ann("denylist-source-range", "127.0.0.5"), "") +
 		localBackendYAML("limited", "limited.example", port, ann("limit-rps", "1"), "") +
-		localBackendYAML("open", "open.example", port, "", "")
+		localBackendYAML("open", "open.example", port, "", "") +
+		localBackendYAML("basic", "basic.example", port, ann("auth-type", "basic", "auth-secret", "staff", "auth-realm", "Staff only"), "") +
+		localBackendYAML("basicmap", "basicmap.example", port, ann("auth-type", "basic", "auth-secret", "demo/staff-map", "auth-secret-type", "auth-map"), "") +
+		localBackendYAML("basicbad", "basicbad.example", port, ann("auth-type", "basic", "auth-secret", "no-such-secret"), "") +
+		// Hashes from `openssl passwd -apr1 s3cret` and `-6 hunter2`.
+		"---\napiVersion: v1\nkind: Secret\nmetadata: {name: staff, namespace: demo}\nstringData:\n  auth: |\n" +
+		"    alice:$apr1$3hXyQ5kD$sEciFuwqpwDltMxiURchG1\n    bob:$6$Jx2Qm0a0aG5DpG1c$VaEwUuEc1NmjvqbYpY4wqTBocWBqXbpLjkVjqGEMyu0ixs2aaehfqnTA7U/06djvoRQOb4.eqrYpcrsGWITgs1\n" +
+		"---\napiVersion: v1\nkind: Secret\nmetadata: {name: staff-map, namespace: demo}\nstringData:\n  carol: \"{PLAIN}open-sesame\"\n"
 	if err := os.WriteFile(filepath.Join(dir, "40-access.yaml"), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +128,15 @@ func testAccessControl(t *testing.T, plane string) {
 		{"deny list", "denied.example", "/", "127.0.0.5", nil, answer{status: 403}},
 		{"not on the deny list", "denied.example", "/", "127.0.0.1", nil, answer{status: 200, body: `app GET / user="" groups=""`}},
 		{"limit-rps not supported: fail closed", "limited.example", "/", "127.0.0.1", nil, answer{status: 503}},
+		{"basic: no credentials", "basic.example", "/", "127.0.0.1", nil, answer{status: 401, www: `Basic realm="Staff only"`}},
+		{"basic: apr1 password", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("alice", "s3cret")}, answer{status: 200, body: `app GET / user="" groups=""`}},
+		{"basic: sha512-crypt password", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("bob", "hunter2")}, answer{status: 200, body: `app GET / user="" groups=""`}},
+		{"basic: wrong password", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("alice", "hunter2")}, answer{status: 401, www: `Basic realm="Staff only"`}},
+		{"basic: scheme in lower case", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": "basic " + strings.TrimPrefix(basicAuth("alice", "s3cret"), "Basic ")}, answer{status: 200, body: `app GET / user="" groups=""`}},
+		{"basic: not base64", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": "Basic !!!"}, answer{status: 401, www: `Basic realm="Staff only"`}},
+		{"basic auth-map", "basicmap.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("carol", "open-sesame")}, answer{status: 200, body: `app GET / user="" groups=""`}},
+		{"basic auth-map, no realm", "basicmap.example", "/", "127.0.0.1", nil, answer{status: 401, www: `Basic realm=""`}},
+		{"basic, missing Secret: fail closed", "basicbad.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("alice", "s3cret")}, answer{status: 503}},
 		{"unprotected Ingress keeps serving", "open.example", "/", "127.0.0.1", nil, answer{status: 200, body: `app GET / user="" groups=""`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,4 +161,8 @@ func testAccessControl(t *testing.T, plane string) {
 			t.Errorf("%s does not name the fail-closed annotation:\n%.2000s", path, b)
 		}
 	}
+}
+
+func basicAuth(user, pw string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pw))
 }

@@ -96,6 +96,7 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 		Render: nginxcompat.RenderConfig{
 			LuaDir:      opts.LuaDir,
 			CertDir:     filepath.Join(dir, "certs"),
+			AuthDir:     filepath.Join(dir, "auth"),
 			TempDir:     filepath.Join(dir, "tmp"),
 			PIDFile:     filepath.Join(dir, "nginx.pid"),
 			HTTPListen:  listen(opts.HTTPPort),

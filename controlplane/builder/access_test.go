@@ -313,3 +313,56 @@ func TestBuildClientAuth(t *testing.T) {
 		})
 	}
 }
+
+// auth-type: basic: the credentials Secret is looked up and every line
+// validated; a missing Secret, a bad line, another namespace or digest
+// authentication fail the Ingress closed.
+func TestBuildBasicAuth(t *testing.T) {
+	file := []byte("alice:{PLAIN}pw\n")
+	secret := func(data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "users"}, Data: data}
+	}
+	for _, tc := range []struct {
+		name   string
+		ann    map[string]string
+		secret *corev1.Secret
+		denied string
+	}{
+		{"auth-file", map[string]string{"auth-type": "basic", "auth-secret": "users", "auth-realm": "Staff only"}, secret(map[string][]byte{"auth": file}), ""},
+		{"auth-map", map[string]string{"auth-type": "basic", "auth-secret": "ns/users", "auth-secret-type": "auth-map"}, secret(map[string][]byte{"alice": []byte("{PLAIN}pw")}), ""},
+		{"missing Secret", map[string]string{"auth-type": "basic", "auth-secret": "users"}, nil, "auth-secret"},
+		{"no auth key", map[string]string{"auth-type": "basic", "auth-secret": "users"}, secret(map[string][]byte{"htpasswd": file}), "auth-secret"},
+		{"a line without a hash", map[string]string{"auth-type": "basic", "auth-secret": "users"}, secret(map[string][]byte{"auth": []byte("alice:{PLAIN}pw\nbob\n")}), "auth-secret"},
+		{"another namespace", map[string]string{"auth-type": "basic", "auth-secret": "other/users"}, secret(map[string][]byte{"auth": file}), "auth-secret"},
+		{"digest", map[string]string{"auth-type": "digest", "auth-secret": "users"}, secret(map[string][]byte{"auth": file}), "auth-type"},
+		{"no auth-secret", map[string]string{"auth-type": "basic"}, nil, "auth-type"},
+		{"bad realm", map[string]string{"auth-type": "basic", "auth-secret": "users", "auth-realm": `a" x`}, secret(map[string][]byte{"auth": file}), "auth-realm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := map[string]string{}
+			for k, v := range tc.ann {
+				ann[annotationPrefix+k] = v
+			}
+			in := accessInput(ann, nil, nil)
+			if tc.secret != nil {
+				in.Secrets = []*corev1.Secret{tc.secret}
+			}
+			cfg := Build(in, Options{})
+			for _, s := range cfg.Servers {
+				if s.Hostname != "p.example.com" {
+					continue
+				}
+				l := s.Locations[0]
+				if tc.denied != "" {
+					if l.Denied == nil || l.Denied.Field != annotationPrefix+tc.denied || l.BasicAuth != nil {
+						t.Errorf("denied %+v, basic auth %+v; want denied by %s", l.Denied, l.BasicAuth, tc.denied)
+					}
+					continue
+				}
+				if l.Denied != nil || l.BasicAuth == nil || !l.BasicAuth.Credentials.Verify("alice", "pw") || l.BasicAuth.Realm != tc.ann["auth-realm"] {
+					t.Errorf("denied %+v, basic auth %+v", l.Denied, l.BasicAuth)
+				}
+			}
+		})
+	}
+}

@@ -68,8 +68,12 @@ type annotations struct {
 	externalAuth *model.ExternalAuth
 	// clientAuthAnn is auth-tls-* before the Secret is looked up, and
 	// clientAuth the result; nil without auth-tls-secret.
-	clientAuthAnn    *clientAuthAnnotations
-	clientAuth       *model.ClientAuth
+	clientAuthAnn *clientAuthAnnotations
+	clientAuth    *model.ClientAuth
+	// basicAuthAnn is auth-type: basic before the Secret is looked up,
+	// and basicAuth the result; nil without auth-type.
+	basicAuthAnn     *basicAuthAnnotations
+	basicAuth        *model.BasicAuth
 	cors             corsAnnotations
 	customHTTPErrors []int
 	defaultBackend   string
@@ -280,6 +284,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 	}
 	a.externalAuth = parseExternalAuth(get, bad, warn, boolean)
 	a.clientAuthAnn = parseClientAuth(get, bad, warn, boolean, integer)
+	a.basicAuthAnn = parseBasicAuth(get, bad, warn)
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	networkingv1 "k8s.io/api/networking/v1"
 )
@@ -389,4 +390,94 @@ func validCABundle(data []byte) error {
 		return fmt.Errorf("is not a PEM bundle of certificates")
 	}
 	return nil
+}
+
+// reRealm is auth-realm, as ingress-nginx's CharsWithSpace.
+var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
+
+// basicAuthAnnotations are auth-type: basic's values before the Secret is
+// looked up.
+type basicAuthAnnotations struct {
+	secret, secretType, realm string
+}
+
+var basicAuthKin = []string{"auth-secret", "auth-secret-type", "auth-realm"}
+
+// parseBasicAuth reads auth-type and its kin; nil without auth-type (each
+// kin present is then reported as having no effect). Digest authentication
+// and invalid values fail the Ingress closed.
+func parseBasicAuth(get func(string) (string, bool), bad func(string, string, ...any), warn func(string, string)) *basicAuthAnnotations {
+	typ, ok := get("auth-type")
+	if !ok {
+		for _, k := range basicAuthKin {
+			if _, ok := get(k); ok {
+				warn(k, "has no effect without auth-type (as in ingress-nginx); ignored")
+			}
+		}
+		return nil
+	}
+	switch typ {
+	case "basic":
+	case "digest":
+		bad("auth-type", "digest authentication is not supported yet")
+		return nil
+	default:
+		bad("auth-type", "%q is not basic or digest", typ)
+		return nil
+	}
+	c := &basicAuthAnnotations{secretType: "auth-file"}
+	secret, ok := get("auth-secret")
+	if !ok || strings.TrimSpace(secret) == "" {
+		bad("auth-type", "auth-secret is missing")
+		return nil
+	}
+	c.secret = strings.TrimSpace(secret)
+	if v, ok := get("auth-secret-type"); ok {
+		if v != "auth-file" && v != "auth-map" {
+			bad("auth-secret-type", "%q is not auth-file or auth-map", v)
+			return nil
+		}
+		c.secretType = v
+	}
+	if v, ok := get("auth-realm"); ok {
+		if !reRealm.MatchString(v) {
+			bad("auth-realm", "%q may only hold letters, digits, blanks and - . _ ~ / :", v)
+			return nil
+		}
+		c.realm = v
+	}
+	return c
+}
+
+// basicAuth looks up the credentials Secret of auth-secret for ing: in the
+// Ingress's namespace, its "auth" key an htpasswd file (auth-file) or each
+// key a user (auth-map), every line valid.
+func (b *builder) basicAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) (*model.BasicAuth, error) {
+	ns, name, found := strings.Cut(c.secret, "/")
+	if !found {
+		ns, name = ing.Namespace, c.secret
+	}
+	if ns != ing.Namespace {
+		return nil, fmt.Errorf("Secret %s/%s is in another namespace, which is not allowed", ns, name)
+	}
+	sec := b.secrets[ns+"/"+name]
+	if sec == nil {
+		return nil, fmt.Errorf("Secret %s/%s does not exist", ns, name)
+	}
+	var creds *basicauth.Credentials
+	var err error
+	if c.secretType == "auth-map" {
+		creds, err = basicauth.ParseMap(sec.Data)
+	} else {
+		data, ok := sec.Data["auth"]
+		if !ok {
+			return nil, fmt.Errorf("Secret %s/%s has no key auth", ns, name)
+		}
+		creds, err = basicauth.Parse(data)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s/%s: %v", ns, name, err)
+	}
+	return &model.BasicAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
+		Credentials: creds}, nil
 }

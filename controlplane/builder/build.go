@@ -199,6 +199,15 @@ func Build(in Input, opt Options) *model.Configuration {
 			}
 			a.clientAuth = ca
 		}
+		if a.basicAuthAnn != nil {
+			ba, err := b.basicAuth(ing, a.basicAuthAnn)
+			if err != nil {
+				a.deny("auth-secret", err.Error())
+				errs = append(errs, annotationError{key: annotationPrefix + "auth-secret", reason: model.ReasonFailedClosed,
+					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
+			}
+			a.basicAuth = ba
+		}
 		for _, e := range errs {
 			if a.canary && e.reason == model.ReasonFailedClosed {
 				// A canary's paths are served by its primary's locations,
@@ -404,6 +413,7 @@ func (b *builder) applyAccess(loc *model.Location, a annotations) {
 		loc.DenySourceRanges = nil
 	}
 	loc.ExternalAuth = a.externalAuth
+	loc.BasicAuth = a.basicAuth
 	switch {
 	case a.denied != nil:
 		loc.Denied = a.denied

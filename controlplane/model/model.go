@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
 )
 
 // Configuration is one complete, immutable snapshot of what the cluster asks
@@ -220,6 +221,9 @@ type Location struct {
 	// default). Empty allows everyone. A bare address is a full-length
 	// prefix.
 	AllowSourceRanges []netip.Prefix `json:"allowSourceRanges,omitempty"`
+	// BasicAuth, when set, lets through only requests with a user and
+	// password its credentials accept (auth-type: basic).
+	BasicAuth *BasicAuth `json:"basicAuth,omitempty"`
 	// ExternalAuth, when set, asks an authentication service about every
 	// request before it goes upstream (auth-url), after the source lists.
 	ExternalAuth *ExternalAuth `json:"externalAuth,omitempty"`
@@ -260,6 +264,20 @@ func (l *Location) SourceAllowed(ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// BasicAuth is auth-type: basic with auth-secret, auth-secret-type and
+// auth-realm, as nginx's auth_basic runs it: a request without a user and
+// password the credentials accept gets 401 with
+// `WWW-Authenticate: Basic realm="<Realm>"`.
+type BasicAuth struct {
+	// Realm is auth-realm: letters, digits, blanks and - . _ ~ / : only.
+	Realm string `json:"realm"`
+	// Secret is the auth-secret Secret the credentials came from.
+	Secret ObjectRef `json:"secret"`
+	// Credentials are its users and password hashes, validated (in JSON:
+	// their number and digest only).
+	Credentials *basicauth.Credentials `json:"credentials"`
 }
 
 // ExternalAuth is auth-url and its kin, as nginx's auth_request runs them in
