@@ -325,6 +325,9 @@ type locationV struct {
 	Modifier, Path                  string
 	Namespace, IngressName, Service string
 	Backend                         string
+	// LocationPath is the Ingress path $location_path names, when Path was
+	// changed from it (a Prefix path's trailing slash); empty: Path.
+	LocationPath string
 	// Denied renders the location as "return 503" only: an access setting
 	// that cannot be carried out, or a value this renderer refuses (fail
 	// closed, as ingress-nginx's denied locations).
@@ -607,6 +610,19 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 			// protected, location.
 			bad(l.Ingress, "spec.rules.http.paths", "server %q path %q: %v; the location answers 503 (fail closed)", s.Hostname, l.Path, err)
 			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
+		}
+		if l.PathType == model.PathTypePrefix && !l.Regex && lv.Modifier == "" && !strings.HasSuffix(lv.Path, "/") {
+			// As ingress-nginx: Prefix /p is "= /p" plus "/p/", so that
+			// /px is not matched (element-wise prefix); an Exact /p of
+			// the server comes first and keeps its own location.
+			exact := *lv
+			exact.Modifier, exact.LocationPath = "= ", lv.Path
+			if !seen["= "+lv.Path] {
+				seen["= "+lv.Path] = true
+				sv.Locations = append(sv.Locations, &exact)
+			}
+			lv.LocationPath = lv.Path
+			lv.Path += "/"
 		}
 		key := lv.Modifier + lv.Path
 		if seen[key] {

@@ -81,8 +81,11 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 			}
 		}
 	}
+	written := map[*authV]bool{}
 	for _, l := range sv.Locations {
-		if l.Auth != nil {
+		if l.Auth != nil && !written[l.Auth] {
+			// Once per auth: a Prefix path's two locations share it.
+			written[l.Auth] = true
 			writeAuthLocations(b, v, l)
 		}
 		writeLocation(b, v, l)
@@ -128,7 +131,11 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	b.WriteString(";\n            set $proxy_upstream_name ")
 	b.WriteString(quote(l.Backend))
 	b.WriteString(";\n            set $proxy_alternative_upstream_name \"\";\n            set $balancer_ewma_score -1;\n            set $location_path ")
-	b.WriteString(quote(escapeDollar(l.Path)))
+	lp := l.LocationPath
+	if lp == "" {
+		lp = l.Path
+	}
+	b.WriteString(quote(escapeDollar(lp)))
 	b.WriteByte(';')
 	if l.Backend == model.DefaultBackendName && !v.G.AccessLogDefaultBackend {
 		b.WriteString("\n            access_log off;")
