@@ -1,0 +1,90 @@
+package crossplane
+
+import "encoding/base64"
+
+func basic(user, pw string) map[string]string {
+	return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pw))}
+}
+
+// Access control: nothing ingress-nginx would protect is served open.
+var _ = register(
+	Row{
+		Name: "fail closed: an access annotation Switchyard cannot carry out",
+		Manifests: `{{service "a" "closed" "demo"}}{{service "b" "open" "demo"}}` +
+			ingress("closed", "closed.test", "closed", []string{"/", "/api"}, "limit-rps", "1") +
+			ingress("satisfy", "satisfy.test", "closed", root, "satisfy", "any") +
+			ingress("badlist", "badlist.test", "closed", root, "whitelist-source-range", "10.0.0.0/33") +
+			ingress("authsnippet", "authsnippet.test", "closed", root, "auth-snippet", "return 200;") +
+			ingress("open", "open.test", "open", root),
+		Requests: []Request{
+			{Name: "limit-rps", Host: "closed.test", Path: "/", Want: Want{Status: 503}},
+			{Name: "limit-rps, another path", Host: "closed.test", Path: "/api/x", Want: Want{Status: 503}},
+			{Name: "satisfy", Host: "satisfy.test", Path: "/", Want: Want{Status: 503}},
+			{Name: "an invalid allow list", Host: "badlist.test", Path: "/", Want: Want{Status: 503}},
+			{Name: "auth-snippet", Host: "authsnippet.test", Path: "/", Want: Want{Status: 503}},
+			{Name: "other Ingresses keep serving", Host: "open.test", Path: "/", Want: Want{Status: 200, Backend: "b"}},
+		},
+	},
+	Row{
+		Name: "source ranges",
+		Manifests: `{{service "a" "ranges" "demo"}}` +
+			ingress("allow", "allow.test", "ranges", root, "whitelist-source-range", "127.0.0.1/32, 127.0.0.8") +
+			ingress("deny", "deny.test", "ranges", root, "denylist-source-range", "127.0.0.5") +
+			ingress("both", "both.test", "ranges", root, "allowlist-source-range", "127.0.0.0/24", "denylist-source-range", "127.0.0.6"),
+		Requests: []Request{
+			{Name: "allowed", Host: "allow.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "allowed, bare address", Host: "allow.test", Path: "/", From: "127.0.0.8", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "not allowed", Host: "allow.test", Path: "/", From: "127.0.0.9", Want: Want{Status: 403}},
+			{Name: "denied", Host: "deny.test", Path: "/", From: "127.0.0.5", Want: Want{Status: 403}},
+			{Name: "not denied", Host: "deny.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "deny before allow", Host: "both.test", Path: "/", From: "127.0.0.6", Want: Want{Status: 403}},
+			{Name: "allowed, not denied", Host: "both.test", Path: "/", From: "127.0.0.7", Want: Want{Status: 200, Backend: "a"}},
+		},
+	},
+	Row{
+		Name: "basic authentication",
+		Manifests: `{{service "a" "basic" "demo"}}` +
+			ingress("basic", "basic.test", "basic", root, "auth-type", "basic", "auth-secret", "staff", "auth-realm", "Staff only") +
+			ingress("basic-digest", "digest.test", "basic", root, "auth-type", "digest", "auth-secret", "staff") +
+			ingress("basic-missing", "nosecret.test", "basic", root, "auth-type", "basic", "auth-secret", "nothing-here") + `
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: staff, namespace: demo}
+stringData:
+  auth: |
+    # openssl passwd -apr1 -salt 3hXyQ5kD s3cret
+    alice:$apr1$3hXyQ5kD$sEciFuwqpwDltMxiURchG1
+`,
+		Requests: []Request{
+			{Name: "no credentials", Host: "basic.test", Path: "/", Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Basic realm="Staff only"`}}},
+			{Name: "right password", Host: "basic.test", Path: "/", Header: basic("alice", "s3cret"), Want: Want{Status: 200, Backend: "a"}},
+			{Name: "wrong password", Host: "basic.test", Path: "/", Header: basic("alice", "S3cret"), Want: Want{Status: 401}},
+			{Name: "unknown user", Host: "basic.test", Path: "/", Header: basic("bob", "s3cret"), Want: Want{Status: 401}},
+			{Name: "digest: fail closed", Host: "digest.test", Path: "/", Header: basic("alice", "s3cret"), Want: Want{Status: 503}},
+			{Name: "missing Secret: fail closed", Host: "nosecret.test", Path: "/", Header: basic("alice", "s3cret"), Want: Want{Status: 503}},
+		},
+	},
+	Row{
+		Name: "external authentication (oauth2-proxy's contract)",
+		Manifests: `{{service "a" "ext" "demo"}}` +
+			ingress("ext", "ext.test", "ext", root, "auth-url", "{{authURL}}",
+				"auth-signin", "http://$host/oauth2/start?rd=$escaped_request_uri",
+				"auth-response-headers", "X-Auth-Request-User, X-Auth-Request-Groups") +
+			ingress("ext401", "ext401.test", "ext", root, "auth-url", "{{authURL}}") +
+			ingress("extbad", "extbad.test", "ext", root, "auth-url", "http://$remote_addr/auth"),
+		Requests: []Request{
+			{Name: "signed in", Host: "ext.test", Path: "/in?x=1",
+				Header: map[string]string{"Cookie": "_oauth2_proxy=alice", "X-Auth-Request-User": "root", "X-Auth-Request-Groups": "admins"},
+				Want: Want{Status: 200, Backend: "a", URI: "/in?x=1", Header: map[string]string{"Set-Cookie": "_oauth2_proxy=alice; Path=/; HttpOnly; Secure"},
+					Sent: map[string]string{"X-Auth-Request-User": "alice", "X-Auth-Request-Groups": "", "Cookie": "_oauth2_proxy=alice"}}},
+			{Name: "no session: sign in", Host: "ext.test", Path: "/a?b=c",
+				Want: Want{Status: 302, Header: map[string]string{"Location": "http://ext.test/oauth2/start?rd=%2Fa%3Fb%3Dc"}}},
+			{Name: "no session: 401", Host: "ext401.test", Path: "/",
+				Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Bearer realm="oauth2-proxy"`}}},
+			{Name: "forbidden", Host: "ext401.test", Path: "/", Header: map[string]string{"Cookie": "_oauth2_proxy=mallory"}, Want: Want{Status: 403}},
+			{Name: "service error", Host: "ext401.test", Path: "/", Header: map[string]string{"Cookie": "_oauth2_proxy=broken"}, Want: Want{Status: 500}},
+			{Name: "an undocumented variable: fail closed", Host: "extbad.test", Path: "/", Want: Want{Status: 503}},
+		},
+	},
+)

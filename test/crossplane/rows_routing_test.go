@@ -1,0 +1,105 @@
+package crossplane
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ingress writes an Ingress of class switchyard in namespace demo routing
+// host's paths ("/p" Prefix, "=/p" Exact) to Service svc port http, with
+// the nginx.ingress.kubernetes.io/ annotations given as key, value pairs.
+func ingress(name, host, svc string, paths []string, ann ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: %s\n  namespace: demo\n", name)
+	if len(ann) > 0 {
+		b.WriteString("  annotations:\n")
+		m := map[string]string{}
+		for i := 0; i+1 < len(ann); i += 2 {
+			m[ann[i]] = ann[i+1]
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "    nginx.ingress.kubernetes.io/%s: %q\n", k, m[k])
+		}
+	}
+	fmt.Fprintf(&b, "spec:\n  ingressClassName: switchyard\n  rules:\n  - host: %s\n    http:\n      paths:\n", host)
+	for _, p := range paths {
+		pt := "Prefix"
+		if strings.HasPrefix(p, "=") {
+			p, pt = p[1:], "Exact"
+		}
+		fmt.Fprintf(&b, "      - {path: %q, pathType: %s, backend: {service: {name: %s, port: {name: http}}}}\n", p, pt, svc)
+	}
+	return b.String()
+}
+
+var root = []string{"/"}
+
+var _ = register(
+	Row{
+		Name:      "sentinel",
+		Manifests: `{{service "a" "sentinel" "demo"}}` + ingress("sentinel", "sentinel.test", "sentinel", root),
+		Requests:  []Request{{Host: "sentinel.test", Path: "/", Want: Want{Status: 200, Backend: "a"}}},
+	},
+	Row{
+		Name: "host and path routing",
+		Manifests: `{{service "a" "route-a" "demo"}}{{service "b" "route-b" "demo"}}` +
+			ingress("route-a", "route.test", "route-a", []string{"/", "=/exact"}) + ingress("route-b", "route.test", "route-b", []string{"/api"}),
+		Requests: []Request{
+			{Name: "prefix", Host: "route.test", Path: "/api/v1?x=1", Want: Want{Status: 200, Backend: "b", URI: "/api/v1?x=1"}},
+			{Name: "prefix is element-wise", Host: "route.test", Path: "/apix", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "exact", Host: "route.test", Path: "/exact", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "unknown host: default backend", Host: "nobody.test", Path: "/", Want: Want{Status: 404}},
+		},
+	},
+	Row{
+		Name: "forwarded fields",
+		Manifests: `{{service "a" "fwd" "demo"}}` + ingress("fwd", "fwd.test", "fwd", root,
+			"upstream-vhost", "internal.example", "x-forwarded-prefix", "/pre"),
+		Requests: []Request{{Host: "fwd.test", Path: "/p", From: "127.0.0.7", Header: map[string]string{"X-Request-ID": "rid-7"},
+			Want: Want{Status: 200, Backend: "a", Sent: map[string]string{
+				"X-Forwarded-For": "127.0.0.7", "X-Real-Ip": "127.0.0.7", "X-Forwarded-Proto": "http",
+				"X-Forwarded-Host": "fwd.test", "X-Forwarded-Prefix": "/pre", "X-Request-Id": "rid-7"}}}},
+	},
+	Row{
+		Name: "redirects",
+		Manifests: `{{service "a" "redir" "demo"}}` + ingress("moved", "moved.test", "redir", root,
+			"permanent-redirect", "https://new.example.com/", "permanent-redirect-code", "308") +
+			ingress("temp", "temp.test", "redir", root, "temporal-redirect", "https://tmp.example.com/x"),
+		Requests: []Request{
+			{Name: "permanent", Host: "moved.test", Path: "/a", Want: Want{Status: 308, Header: map[string]string{"Location": "https://new.example.com/"}}},
+			{Name: "temporal", Host: "temp.test", Path: "/a", Want: Want{Status: 302, Header: map[string]string{"Location": "https://tmp.example.com/x"}}},
+		},
+	},
+	Row{
+		Name: "rewrite-target with captures",
+		Manifests: `{{service "a" "rw" "demo"}}` + strings.Replace(ingress("rw", "rw.test", "rw", []string{"/api(/|$)(.*)"},
+			"rewrite-target", "/$2", "use-regex", "true"), "pathType: Prefix", "pathType: ImplementationSpecific", 1),
+		Requests: []Request{{Host: "rw.test", Path: "/api/users?q=1", Want: Want{Status: 200, Backend: "a", URI: "/users?q=1"}}},
+	},
+	Row{
+		Name:      "proxy-body-size",
+		Manifests: `{{service "a" "small" "demo"}}` + ingress("small", "small.test", "small", root, "proxy-body-size", "10"),
+		Requests: []Request{{Method: "POST", Host: "small.test", Path: "/", Header: map[string]string{"Content-Length": "0"},
+			Want: Want{Status: 200, Backend: "a"}}},
+	},
+	Row{
+		Name: "canary by header",
+		Manifests: `{{service "a" "main" "demo"}}{{service "b" "canary" "demo"}}` + ingress("main", "canary.test", "main", root) +
+			ingress("canary", "canary.test", "canary", root, "canary", "true", "canary-by-header", "X-Canary"),
+		Requests: []Request{
+			{Name: "always", Host: "canary.test", Path: "/", Header: map[string]string{"X-Canary": "always"}, Want: Want{Status: 200, Backend: "b"}},
+			{Name: "never", Host: "canary.test", Path: "/", Header: map[string]string{"X-Canary": "never"}, Want: Want{Status: 200, Backend: "a"}},
+		},
+	},
+	Row{
+		Name:      "a refused snippet: the rest of the Ingress serves",
+		Manifests: `{{service "a" "snip" "demo"}}` + ingress("snip", "snip.test", "snip", root, "configuration-snippet", "return 200 'x';"),
+		Requests:  []Request{{Host: "snip.test", Path: "/", Want: Want{Status: 200, Backend: "a"}}},
+	},
+)

@@ -1,0 +1,389 @@
+package crossplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/test/harness"
+)
+
+// Row is one scenario: manifests and the requests that must be answered.
+type Row struct {
+	Name      string
+	Manifests string
+	Requests  []Request
+	// Planes limits the row to these data planes ("go", "nginx"); empty
+	// means both. PlaneNote says why the other cannot serve it.
+	Planes    []string
+	PlaneNote string
+}
+
+// Request is one request of a row and the answer it must get.
+type Request struct {
+	Name   string
+	Method string // GET when empty
+	Host   string
+	Path   string
+	Header map[string]string
+	// From is the client's source address, 127.0.0.1 when empty (other
+	// loopback addresses reach the data plane too).
+	From string
+	// HTTPS sends the request over TLS with Host as SNI.
+	HTTPS bool
+	Want  Want
+}
+
+// Want is the expected answer.
+type Want struct {
+	Status int
+	// Header are response fields that must have these values; "" means
+	// the field must be absent.
+	Header map[string]string
+	// Backend is the echo backend that must have answered; "" means none
+	// did.
+	Backend string
+	// URI is the request URI the backend got; empty: not checked.
+	URI string
+	// Sent are request fields the backend must have got; "" means absent.
+	Sent map[string]string
+}
+
+var (
+	rowsMu sync.Mutex
+	rows   []Row
+)
+
+// register adds rows to the table (use it as `var _ = register(...)`).
+func register(r ...Row) bool {
+	rowsMu.Lock()
+	defer rowsMu.Unlock()
+	rows = append(rows, r...)
+	return true
+}
+
+// echo is what a backend says of the request it got.
+type echo struct {
+	Backend string              `json:"backend"`
+	Method  string              `json:"method"`
+	URI     string              `json:"uri"`
+	Host    string              `json:"host"`
+	Header  map[string][]string `json:"header"`
+}
+
+// backendNames are the echo backends rows may name, each on its own
+// loopback address.
+var backendNames = []string{"a", "b", "c"}
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "switchyard-crossplane")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "switchyard")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/switchyard")
+	build.Dir = "../.."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build switchyard:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is what a plane's run of the table shares: backends, the auth
+// service, the controller.
+type env struct {
+	backends map[string]string // name -> host:port
+	auth     *harness.AuthServer
+	http     string
+	https    string
+}
+
+func startBackends(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i, name := range backendNames {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := name
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header})
+		})}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		out[name] = ln.Addr().String()
+	}
+	return out
+}
+
+// manifests renders every row into dir, one file per row.
+func (e *env) manifests(t *testing.T, dir string) {
+	t.Helper()
+	funcs := template.FuncMap{
+		"backend": func(n string) string { h, _, _ := net.SplitHostPort(e.backends[n]); return h },
+		"port":    func(n string) string { _, p, _ := net.SplitHostPort(e.backends[n]); return p },
+		"authURL": func() string { return e.auth.URL() + "/oauth2/auth" },
+		"service": func(n, svc, ns string) string {
+			h, p, _ := net.SplitHostPort(e.backends[n])
+			return fmt.Sprintf(`---
+apiVersion: v1
+kind: Service
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  ports:
+  - {name: http, port: 80, targetPort: %[4]s}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: %[1]s-1
+  namespace: %[2]s
+  labels: {kubernetes.io/service-name: %[1]s}
+addressType: IPv4
+ports:
+- {name: http, port: %[4]s, protocol: TCP}
+endpoints:
+- addresses: ["%[3]s"]
+  conditions: {ready: true}
+`, svc, ns, h, p)
+		},
+	}
+	class := "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: switchyard}\nspec: {controller: switchyard.dev/ingress-controller}\n"
+	if err := os.WriteFile(filepath.Join(dir, "00-class.yaml"), []byte(class), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		tpl, err := template.New(r.Name).Funcs(funcs).Parse(r.Manifests)
+		if err != nil {
+			t.Fatalf("row %s: %v", r.Name, err)
+		}
+		var b bytes.Buffer
+		if err := tpl.Execute(&b, nil); err != nil {
+			t.Fatalf("row %s: %v", r.Name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("row-%03d.yaml", i)), b.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startController runs the binary on plane with the rows' manifests.
+func (e *env) startController(t *testing.T, plane string) {
+	t.Helper()
+	dir := t.TempDir()
+	e.manifests(t, dir)
+	httpPort, httpsPort := harness.FreePort(t, "127.0.0.1"), harness.FreePort(t, "127.0.0.1")
+	status := harness.FreePort(t, "127.0.0.1")
+	args := []string{"controller", "--manifests", dir, "--http-port", strconv.Itoa(httpPort), "--https-port", strconv.Itoa(httpsPort),
+		"--status-port", strconv.Itoa(status), "--listen-address", "127.0.0.1", "--data-plane", plane}
+	if plane == "nginx" {
+		args = append(args, nginxArgs(t)...)
+	}
+	p := harness.StartProcess(t, harness.Cmd{Name: "switchyard-" + plane, Path: binary, Args: args})
+	e.http = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))
+	e.https = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpsPort))
+	harness.WaitFor(t, 30*time.Second, "switchyard /readyz", p, harness.HTTPReady("http://127.0.0.1:"+strconv.Itoa(status)+"/readyz", 200, nil, nil))
+	// Every row is in the one configuration loaded at start: once the
+	// sentinel row serves, all do.
+	harness.WaitFor(t, 30*time.Second, "the sentinel row", p, func(ctx context.Context) (bool, error) {
+		code, _, _ := e.do(ctx, Request{Host: "sentinel.test", Path: "/"})
+		return code == 200, nil
+	})
+}
+
+// nginxArgs are the flags of the nginx data plane: Debian's nginx with the
+// repository's Lua shim, in a directory nginx's workers (nobody) can
+// traverse.
+func nginxArgs(t *testing.T) []string {
+	t.Helper()
+	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
+		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("nginx workers switch to nobody: run as root (CI does)")
+	}
+	dir, err := os.MkdirTemp("", "switchyard-crossplane-nginx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lua, err := filepath.Abs("../../lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--nginx-status-port", strconv.Itoa(harness.FreePort(t, "127.0.0.1")), "--nginx-dir", dir,
+		"--lua-dir", lua, "--pick-timeout", "2s"}
+}
+
+// do sends one request and returns the status, the response header and
+// the backend's account (nil when no echo backend answered).
+func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo) {
+	from := r.From
+	if from == "" {
+		from = "127.0.0.1"
+	}
+	addr, scheme := e.http, "http"
+	if r.HTTPS {
+		addr, scheme = e.https, "https"
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, addr)
+	}, TLSClientConfig: &tls.Config{ServerName: r.Host, InsecureSkipVerify: true}} //nolint:gosec // the data plane's test certificates
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+r.Host+r.Path, nil)
+	if err != nil {
+		return 0, nil, nil
+	}
+	for k, v := range r.Header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var ec echo
+	if json.Unmarshal(body, &ec) != nil || ec.Backend == "" {
+		return resp.StatusCode, resp.Header, nil
+	}
+	return resp.StatusCode, resp.Header, &ec
+}
+
+// answer is what a request got, for comparing the planes.
+type answer struct {
+	Status  int
+	Header  map[string]string
+	Backend string
+	URI     string
+	Sent    map[string]string
+}
+
+// check compares got with want and returns the answer in comparable form.
+func check(t *testing.T, r Request, code int, h http.Header, ec *echo) answer {
+	t.Helper()
+	a := answer{Status: code, Header: map[string]string{}, Sent: map[string]string{}}
+	for k := range r.Want.Header {
+		a.Header[k] = h.Get(k)
+	}
+	if ec != nil {
+		a.Backend, a.URI = ec.Backend, ec.URI
+		for k := range r.Want.Sent {
+			a.Sent[k] = http.Header(ec.Header).Get(k)
+		}
+	}
+	w := r.Want
+	if code != w.Status {
+		t.Errorf("status %d; want %d", code, w.Status)
+	}
+	for k, v := range w.Header {
+		if a.Header[k] != v {
+			t.Errorf("response %s: %q; want %q", k, a.Header[k], v)
+		}
+	}
+	if a.Backend != w.Backend {
+		t.Errorf("backend %q; want %q", a.Backend, w.Backend)
+	}
+	if w.URI != "" && a.URI != w.URI {
+		t.Errorf("backend got URI %q; want %q", a.URI, w.URI)
+	}
+	for k, v := range w.Sent {
+		if a.Sent[k] != v {
+			t.Errorf("backend got %s: %q; want %q", k, a.Sent[k], v)
+		}
+	}
+	return a
+}
+
+func onPlane(r Row, plane string) bool {
+	if len(r.Planes) == 0 {
+		return true
+	}
+	for _, p := range r.Planes {
+		if p == plane {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBehaviour runs the table on both data planes and compares them.
+func TestBehaviour(t *testing.T) {
+	results := map[string]map[string]answer{} // plane -> row/request -> answer
+	for _, plane := range []string{"go", "nginx"} {
+		results[plane] = map[string]answer{}
+		t.Run(plane, func(t *testing.T) {
+			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"})}
+			e.startController(t, plane)
+			ctx := context.Background()
+			for _, r := range rows {
+				if !onPlane(r, plane) {
+					continue
+				}
+				t.Run(r.Name, func(t *testing.T) {
+					for i, req := range r.Requests {
+						name := req.Name
+						if name == "" {
+							name = strconv.Itoa(i)
+						}
+						t.Run(name, func(t *testing.T) {
+							code, h, ec := e.do(ctx, req)
+							results[plane][r.Name+"/"+name] = check(t, req, code, h, ec)
+						})
+					}
+				})
+			}
+		})
+	}
+	// The planes must agree on everything either was checked for.
+	var keys []string
+	for k := range results["go"] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		n, ok := results["nginx"][k]
+		if !ok {
+			continue
+		}
+		if g := results["go"][k]; fmt.Sprint(g) != fmt.Sprint(n) {
+			t.Errorf("%s: the planes differ:\n   go: %+v\nnginx: %+v", k, g, n)
+		}
+	}
+	if len(keys) == 0 {
+		t.Error("no row ran")
+	}
+}
