@@ -1,6 +1,9 @@
 package crossplane
 
-import "encoding/base64"
+import (
+	"encoding/base64"
+	"strings"
+)
 
 func basic(user, pw string) map[string]string {
 	return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pw))}
@@ -88,3 +91,27 @@ stringData:
 		},
 	},
 )
+
+var _ = register(Row{
+	Name: "client certificates",
+	Manifests: `{{service "a" "mtls" "demo"}}{{tlsSecret "mtls-tls" "mtls.test"}}{{tlsSecret "mtlscn-tls" "mtlscn.test"}}{{caSecret "client-ca"}}` +
+		ingressTLS(ingress("mtls", "mtls.test", "mtls", root, "auth-tls-secret", "client-ca"), "mtls.test", "mtls-tls") +
+		ingressTLS(ingress("mtlscn", "mtlscn.test", "mtls", root, "auth-tls-secret", "demo/client-ca",
+			"auth-tls-match-cn", "CN=alice", "auth-tls-verify-client", "optional"), "mtlscn.test", "mtlscn-tls"),
+	Requests: []Request{
+		{Name: "the CA's certificate", Host: "mtls.test", Path: "/", HTTPS: true, ClientCert: "alice",
+			Want: Want{Status: 200, Backend: "a", Sent: map[string]string{"Ssl-Client-Verify": "SUCCESS", "Ssl-Client-Subject-Dn": "CN=alice,O=Switchyard Test",
+				"Ssl-Client-Issuer-Dn": "CN=Suite CA,O=Switchyard Test", "Ssl-Client-Cert": ""}}},
+		{Name: "no certificate", Host: "mtls.test", Path: "/", HTTPS: true, Want: Want{Status: 400}},
+		{Name: "a stranger's certificate", Host: "mtls.test", Path: "/", HTTPS: true, ClientCert: "stranger", Want: Want{Status: 400}},
+		{Name: "plain HTTP: redirected", Host: "mtls.test", Path: "/x", Want: Want{Status: 308, Header: map[string]string{"Location": "https://mtls.test/x"}}},
+		{Name: "match-cn", Host: "mtlscn.test", Path: "/", HTTPS: true, ClientCert: "alice", Want: Want{Status: 200, Backend: "a"}},
+		{Name: "match-cn refuses bob", Host: "mtlscn.test", Path: "/", HTTPS: true, ClientCert: "bob", Want: Want{Status: 403}},
+		{Name: "match-cn refuses no certificate", Host: "mtlscn.test", Path: "/", HTTPS: true, Want: Want{Status: 403}},
+	},
+})
+
+// ingressTLS adds a tls section for host with Secret secret to an ingress().
+func ingressTLS(ing, host, secret string) string {
+	return strings.Replace(ing, "spec:\n", "spec:\n  tls:\n  - {hosts: ["+host+"], secretName: "+secret+"}\n", 1)
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,9 +44,12 @@ type Request struct {
 	// From is the client's source address, 127.0.0.1 when empty (other
 	// loopback addresses reach the data plane too).
 	From string
-	// HTTPS sends the request over TLS with Host as SNI.
-	HTTPS bool
-	Want  Want
+	// HTTPS sends the request over TLS with Host as SNI; ClientCert names
+	// the client certificate sent ("alice" or "bob" from the suite's CA,
+	// "stranger" from another), none when empty.
+	HTTPS      bool
+	ClientCert string
+	Want       Want
 }
 
 // Want is the expected answer.
@@ -89,7 +93,12 @@ type echo struct {
 // loopback address.
 var backendNames = []string{"a", "b", "c"}
 
-var binary string
+var (
+	binary string
+	// suiteCA signs alice's and bob's client certificates.
+	suiteCA     *harness.CA
+	clientCerts map[string]tls.Certificate
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "switchyard-crossplane")
@@ -115,6 +124,8 @@ func TestMain(m *testing.M) {
 type env struct {
 	backends map[string]string // name -> host:port
 	auth     *harness.AuthServer
+	ca       *harness.CA
+	certs    map[string]tls.Certificate
 	http     string
 	https    string
 }
@@ -146,6 +157,17 @@ func (e *env) manifests(t *testing.T, dir string) {
 		"backend": func(n string) string { h, _, _ := net.SplitHostPort(e.backends[n]); return h },
 		"port":    func(n string) string { _, p, _ := net.SplitHostPort(e.backends[n]); return p },
 		"authURL": func() string { return e.auth.URL() + "/oauth2/auth" },
+		// tlsSecret is a kubernetes.io/tls Secret for host in demo.
+		"tlsSecret": func(name, host string) string {
+			c, k := harness.SelfSignedPEM(t, host)
+			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: %s\n  tls.key: %s\n",
+				name, base64.StdEncoding.EncodeToString(c), base64.StdEncoding.EncodeToString(k))
+		},
+		// caSecret holds the suite's client CA as ca.crt, in demo.
+		"caSecret": func(name string) string {
+			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n",
+				name, base64.StdEncoding.EncodeToString(e.ca.PEM))
+		},
 		"service": func(n, svc, ns string) string {
 			h, p, _ := net.SplitHostPort(e.backends[n])
 			return fmt.Sprintf(`---
@@ -256,6 +278,10 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo) {
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return dialer.DialContext(ctx, network, addr)
 	}, TLSClientConfig: &tls.Config{ServerName: r.Host, InsecureSkipVerify: true}} //nolint:gosec // the data plane's test certificates
+	if r.ClientCert != "" {
+		c := e.certs[r.ClientCert]
+		tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &c, nil }
+	}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -342,11 +368,27 @@ func onPlane(r Row, plane string) bool {
 
 // TestBehaviour runs the table on both data planes and compares them.
 func TestBehaviour(t *testing.T) {
+	suiteCA = harness.NewCA(t, "Suite CA")
+	stranger := harness.NewCA(t, "Stranger CA")
+	clientCerts = map[string]tls.Certificate{}
+	for name, ca := range map[string]*harness.CA{"alice": suiteCA, "bob": suiteCA, "stranger": stranger} {
+		cn := name
+		if name == "stranger" {
+			cn = "alice"
+		}
+		c, k := ca.ClientCert(t, cn)
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientCerts[name] = pair
+	}
 	results := map[string]map[string]answer{} // plane -> row/request -> answer
 	for _, plane := range []string{"go", "nginx"} {
 		results[plane] = map[string]answer{}
 		t.Run(plane, func(t *testing.T) {
-			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"})}
+			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"}),
+				ca: suiteCA, certs: clientCerts}
 			e.startController(t, plane)
 			ctx := context.Background()
 			for _, r := range rows {
