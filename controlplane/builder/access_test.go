@@ -160,7 +160,7 @@ func deniedBy(cfg *model.Configuration) map[string][]string {
 
 func TestBuildFailsClosed(t *testing.T) {
 	const limitRPS = annotationPrefix + "limit-rps"
-	const cmAuth = "ConfigMap sys/switchyard: global-auth-url"
+	const cmSnippet = "ConfigMap sys/switchyard: global-auth-snippet"
 	tests := []struct {
 		name             string
 		protected, other map[string]string
@@ -183,10 +183,9 @@ func TestBuildFailsClosed(t *testing.T) {
 			reasons: []string{model.ReasonUnsupported},
 		},
 		{
-			name:      "global-auth-url denies every Ingress but the one that opts out",
-			protected: map[string]string{annotationPrefix + "enable-global-auth": "false"},
-			cm:        map[string]string{"global-auth-url": "http://auth.example.com/"},
-			want:      map[string][]string{"_": {""}, "p.example.com": {"", ""}, "o.example.com": {cmAuth, cmAuth}},
+			name:      "global-auth-snippet is refused: every Ingress fails closed",
+			cm:        map[string]string{"global-auth-url": "http://auth.example.com/", "global-auth-snippet": "return 200;"},
+			want:      map[string][]string{"_": {cmSnippet}, "p.example.com": {cmSnippet, cmSnippet}, "o.example.com": {cmSnippet, cmSnippet}},
 			reasons:   []string{model.ReasonFailedClosed},
 		},
 		{
@@ -364,5 +363,48 @@ func TestBuildBasicAuth(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// global-auth-url is the external authentication of every Ingress location
+// without its own auth-url, but those of Ingresses that opt out and those
+// under no-auth-locations.
+func TestBuildGlobalAuth(t *testing.T) {
+	own := "http://own.example.com/auth"
+	cfg := Build(accessInput(map[string]string{annotationPrefix + "enable-global-auth": "false"},
+		map[string]string{annotationPrefix + "auth-url": own},
+		map[string]string{"global-auth-url": "http://global.example.com/auth", "global-auth-signin": "https://login.example.com/start",
+			"global-auth-response-headers": "X-User", "no-auth-locations": "/.well-known/acme-challenge, /api"}), Options{})
+	if len(cfg.Errors) != 0 {
+		t.Fatalf("errors: %+v", cfg.Errors)
+	}
+	got := map[string]string{}
+	for _, s := range cfg.Servers {
+		for _, l := range s.Locations {
+			u := ""
+			if l.ExternalAuth != nil {
+				u = l.ExternalAuth.URL[0].Literal
+				if l.ExternalAuth.URL[0].Literal == "http://global.example.com/auth" && (len(l.ExternalAuth.SigninURL) == 0 || l.ExternalAuth.ResponseHeaders[0] != "X-User") {
+					t.Errorf("global auth without its signin or headers: %+v", l.ExternalAuth)
+				}
+			}
+			got[s.Hostname+l.Path] = u
+		}
+	}
+	want := map[string]string{"_/": "", "p.example.com/": "", "p.example.com/api": "", "o.example.com/": own, "o.example.com/api": ""}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("auth URL per location (-want +got):\n%s", diff)
+	}
+	cfg = Build(accessInput(nil, nil, map[string]string{"global-auth-url": "http://global.example.com/auth"}), Options{})
+	for _, s := range cfg.Servers {
+		for _, l := range s.Locations {
+			if l.ExternalAuth == nil || l.ExternalAuth.URL[0].Literal != "http://global.example.com/auth" {
+				t.Errorf("%s%s: no global auth", s.Hostname, l.Path)
+			}
+		}
+	}
+	cfg = Build(accessInput(nil, nil, map[string]string{"global-auth-url": "http://$remote_addr/"}), Options{})
+	if len(cfg.Errors) != 1 || cfg.Errors[0].Field != "global-auth-url" || cfg.Servers[1].Locations[0].Denied == nil {
+		t.Errorf("an invalid global-auth-url: errors %+v", cfg.Errors)
 	}
 }

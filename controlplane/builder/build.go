@@ -138,10 +138,14 @@ type globalAccess struct {
 	// denied fails every Ingress location closed: a key Switchyard cannot
 	// carry out, or whose value is invalid.
 	denied *model.Denial
-	// authDenied is global-auth-url, not supported yet: it fails closed
-	// every Ingress location but those of Ingresses that opt out of global
-	// authentication with enable-global-auth: "false".
-	authDenied *model.Denial
+	// globalAuth is global-auth-url and its kin: the external
+	// authentication of every Ingress location without its own auth-url,
+	// unless the Ingress opts out with enable-global-auth: "false".
+	globalAuth *model.ExternalAuth
+	// noAuth is no-auth-locations: locations whose path starts with one of
+	// these get no external authentication (ingress-nginx's default lets
+	// ACME HTTP-01 challenges through).
+	noAuth []string
 }
 
 // Build translates in into a Configuration. Problems with single objects are
@@ -253,6 +257,7 @@ func (b *builder) global() {
 	g := model.Global{SSLRedirect: true, HTTPRedirectCode: 308, HSTS: true, HSTSMaxAge: "31536000", HSTSIncludeSubdomains: true,
 		Proxy: model.Proxy{ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20,
 			NextUpstream: []string{"error", "timeout"}, NextUpstreamTries: 3}}
+	b.access.noAuth = []string{"/.well-known/acme-challenge"} // ingress-nginx's default
 	cm := b.in.ConfigMap
 	if cm != nil {
 		g.Raw = cm.Data
@@ -366,12 +371,8 @@ func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef) {
 	failClosed := func(key, msg string) {
 		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Reason: model.ReasonFailedClosed,
 			Message: msg + "; every Ingress path answers 503 until it is fixed (fail closed)"})
-		d := &model.Denial{Field: "ConfigMap " + ref.Namespace + "/" + ref.Name + ": " + key, Reason: msg}
-		switch {
-		case key == "global-auth-url":
-			ac.authDenied = d
-		case ac.denied == nil:
-			ac.denied = d
+		if ac.denied == nil {
+			ac.denied = &model.Denial{Field: "ConfigMap " + ref.Namespace + "/" + ref.Name + ": " + key, Reason: msg}
 		}
 	}
 	for _, l := range []struct {
@@ -389,9 +390,35 @@ func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef) {
 		}
 		*l.dst = ranges
 	}
-	for _, key := range []string{"global-auth-url", "block-user-agents", "block-referers", "modsecurity-snippet"} {
+	for _, key := range []string{"block-user-agents", "block-referers", "modsecurity-snippet", "global-auth-snippet"} {
 		if strings.TrimSpace(cm.Data[key]) != "" {
 			failClosed(key, "access control Switchyard does not support yet")
+		}
+	}
+	// global-auth-*: the grammar of auth-url and its kin.
+	get := func(name string) (string, bool) { v, ok := cm.Data["global-"+name]; return v, ok }
+	bad := func(name, format string, args ...any) { failClosed("global-"+name, fmt.Sprintf(format, args...)) }
+	warn := func(string, string) {}
+	boolean := func(name string) bool {
+		v, ok := get(name)
+		if !ok {
+			return false
+		}
+		x, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(name, "%q is not true or false", v)
+		}
+		return x
+	}
+	if v, ok := get("auth-url"); ok && strings.TrimSpace(v) != "" {
+		ac.globalAuth = parseExternalAuth(get, bad, warn, boolean)
+	}
+	if v, ok := cm.Data["no-auth-locations"]; ok {
+		ac.noAuth = nil
+		for _, l := range strings.Split(v, ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				ac.noAuth = append(ac.noAuth, l)
+			}
 		}
 	}
 }
@@ -413,14 +440,20 @@ func (b *builder) applyAccess(loc *model.Location, a annotations) {
 		loc.DenySourceRanges = nil
 	}
 	loc.ExternalAuth = a.externalAuth
+	if loc.ExternalAuth == nil && a.globalAuth {
+		loc.ExternalAuth = ac.globalAuth
+	}
+	for _, p := range ac.noAuth {
+		if strings.HasPrefix(loc.Path, p) {
+			loc.ExternalAuth = nil // no-auth-locations, as ingress-nginx
+		}
+	}
 	loc.BasicAuth = a.basicAuth
 	switch {
 	case a.denied != nil:
 		loc.Denied = a.denied
 	case ac.denied != nil:
 		loc.Denied = ac.denied
-	case ac.authDenied != nil && a.globalAuth:
-		loc.Denied = ac.authDenied
 	}
 }
 

@@ -174,7 +174,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "auth-keepalive-timeout", Group: GroupAccess, Support: Unsupported, Note: "as `auth-keepalive`"},
 	{Name: "auth-proxy-set-headers", Group: GroupAccess, Support: Unsupported, Access: true},
 	{Name: "auth-always-set-cookie", Group: GroupAccess, Support: Supported, Access: true},
-	{Name: "enable-global-auth", Group: GroupAccess, Support: Supported, Access: true, Note: "`false` exempts the Ingress from the ConfigMap's `global-auth-url` (which fails closed while external authentication is not supported)"},
+	{Name: "enable-global-auth", Group: GroupAccess, Support: Supported, Access: true, Note: "`false` exempts the Ingress from the ConfigMap's `global-auth-url`, which applies to every location without its own `auth-url` (paths under `no-auth-locations` exempt, `/.well-known/acme-challenge` by default)"},
 	{Name: "satisfy", Group: GroupAccess, Support: Unsupported, Access: true},
 	{Name: "auth-tls-secret", Group: GroupAccess, Support: Partial, Access: true, Note: "`ca.crt` of a Secret in the Ingress's namespace; a Secret with `ca.crl` fails closed (revocation lists not supported yet); plain-HTTP requests to the host get 403 unless redirected to HTTPS (ingress-nginx serves them)"},
 	{Name: "auth-tls-verify-client", Group: GroupAccess, Support: Supported, Access: true, Note: "`on`, `off`, `optional`, `optional_no_ca`"},
