@@ -183,10 +183,10 @@ func TestBuildFailsClosed(t *testing.T) {
 			reasons: []string{model.ReasonUnsupported},
 		},
 		{
-			name:      "global-auth-snippet is refused: every Ingress fails closed",
-			cm:        map[string]string{"global-auth-url": "http://auth.example.com/", "global-auth-snippet": "return 200;"},
-			want:      map[string][]string{"_": {cmSnippet}, "p.example.com": {cmSnippet, cmSnippet}, "o.example.com": {cmSnippet, cmSnippet}},
-			reasons:   []string{model.ReasonFailedClosed},
+			name:    "global-auth-snippet is refused: every Ingress fails closed",
+			cm:      map[string]string{"global-auth-url": "http://auth.example.com/", "global-auth-snippet": "return 200;"},
+			want:    map[string][]string{"_": {cmSnippet}, "p.example.com": {cmSnippet, cmSnippet}, "o.example.com": {cmSnippet, cmSnippet}},
+			reasons: []string{model.ReasonFailedClosed},
 		},
 		{
 			name:      "block-user-agents denies every Ingress, enable-global-auth or not",
