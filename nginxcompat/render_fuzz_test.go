@@ -28,6 +28,29 @@ var allowedShapes = sync.OnceValue(func() map[string]int {
 	return m
 })
 
+// renderParsed renders cfg and parses the file, failing the test when it
+// does not parse or holds a directive the template never writes.
+func renderParsed(t *testing.T, cfg *model.Configuration) (*Rendered, []*directive) {
+	t.Helper()
+	r, err := Render(cfg, goldenRenderConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := parseNginxConf(string(r.Conf))
+	if err != nil {
+		t.Fatalf("rendered file does not parse: %v\n%s", err, r.Conf)
+	}
+	got := map[string]int{}
+	shapes(ds, "", got)
+	allowed := allowedShapes()
+	for k := range got {
+		if _, ok := allowed[k]; !ok {
+			t.Fatalf("directive %s is not one the template writes\n%s", k, r.Conf)
+		}
+	}
+	return r, ds
+}
+
 // FuzzRender renders arbitrary hosts, paths and annotation values and parses
 // the output: it must parse, hold only directives the template writes, have
 // exactly the servers and locations accepted, and carry each accepted value
@@ -58,22 +81,7 @@ func FuzzRender(f *testing.F) {
 			},
 			Global: model.Global{Raw: map[string]string{"log-format-upstream": path, "ssl-ciphers": target}},
 		}
-		r, err := Render(cfg, goldenRenderConfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds, err := parseNginxConf(string(r.Conf))
-		if err != nil {
-			t.Fatalf("rendered file does not parse: %v\n%s", err, r.Conf)
-		}
-		got := map[string]int{}
-		shapes(ds, "", got)
-		allowed := allowedShapes()
-		for k := range got {
-			if _, ok := allowed[k]; !ok {
-				t.Fatalf("directive %s is not one the template writes", k)
-			}
-		}
+		r, ds := renderParsed(t, cfg)
 		var servers, locations []*directive
 		walk(ds, func(d, parent *directive) {
 			if parent != nil && parent.Name == "http" && d.Name == "server" {
@@ -186,22 +194,7 @@ func FuzzRenderAuth(f *testing.F) {
 			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
 			{Hostname: "h.example", Locations: []model.Location{loc}},
 		}}
-		r, err := Render(cfg, goldenRenderConfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds, err := parseNginxConf(string(r.Conf))
-		if err != nil {
-			t.Fatalf("rendered file does not parse: %v\n%s", err, r.Conf)
-		}
-		got := map[string]int{}
-		shapes(ds, "", got)
-		allowed := allowedShapes()
-		for k := range got {
-			if _, ok := allowed[k]; !ok {
-				t.Fatalf("directive %s is not one the template writes\n%s", k, r.Conf)
-			}
-		}
+		r, ds := renderParsed(t, cfg)
 		var mine []*directive
 		walk(ds, func(d, parent *directive) {
 			if d.Name == "server" {

@@ -493,7 +493,9 @@ func (p *Proxy) authorize(ctx *fasthttp.RequestCtx, ea *model.ExternalAuth, f *c
 	}
 	ar := authRequest{f: f, host: host, method: string(ctx.Method()), requestURI: string(ctx.RequestURI()), requestID: id,
 		fields: func(fn func(name, value string)) {
-			ctx.Request.Header.VisitAll(func(k, v []byte) { fn(string(k), string(v)) })
+			for k, v := range ctx.Request.Header.All() {
+				fn(string(k), string(v))
+			}
 		}}
 	v, pass := p.auth.check(ctx, ea, &ar)
 	if v.status != 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/test/harness"
 	"golang.org/x/net/websocket"
 	"io"
 	"net"
@@ -291,34 +292,9 @@ func TestControllerNginxDataPlane(t *testing.T) {
 	}
 }
 
-// nginxPlaneArgs returns the flags that run --data-plane=nginx with Debian's
-// nginx, the repository's Lua shim and a fresh nginx directory, on a free
-// loopback status port. It fails the test when nginx or root is missing.
+// nginxPlaneArgs returns the flags that run --data-plane=nginx with this
+// repository's Lua shim (harness.NginxPlaneArgs).
 func nginxPlaneArgs(t *testing.T) []string {
 	t.Helper()
-	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
-		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("nginx workers switch to nobody: run as root (CI does)")
-	}
-	// nginx workers (nobody) must reach the pick socket inside it.
-	dir, err := os.MkdirTemp("", "switchyard-nginx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	luaDir, err := filepath.Abs("../../lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--data-plane", "nginx", "--nginx-status-port", strconv.Itoa(freePort(t)),
-		"--nginx-dir", dir, "--lua-dir", luaDir,
-		// CI runs other test binaries beside this one: give the in-process
-		// balancer time to answer, so the assertions see Go's picks and not
-		// the fallback (tested in lua/shim_test.go).
-		"--pick-timeout", "2s"}
+	return harness.NginxPlaneArgs(t, "../../lua")
 }

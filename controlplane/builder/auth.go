@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
@@ -338,29 +339,41 @@ func parseClientAuth(get func(string) (string, bool), bad func(string, string, .
 	return c
 }
 
+// ingressSecret is the Secret an annotation of ing names ("name" or
+// "namespace/name"): only in the Ingress's namespace, as ingress-nginx
+// allows by default.
+func (b *builder) ingressSecret(ing *networkingv1.Ingress, ref string) (*corev1.Secret, error) {
+	ns, name, found := strings.Cut(ref, "/")
+	if !found {
+		ns, name = ing.Namespace, ref
+	}
+	if ns != ing.Namespace {
+		return nil, fmt.Errorf("secret %s/%s is in another namespace, which is not allowed", ns, name)
+	}
+	sec := b.secrets[ns+"/"+name]
+	if sec == nil {
+		return nil, fmt.Errorf("secret %s/%s does not exist", ns, name)
+	}
+	return sec, nil
+}
+
 // clientAuth looks up the CA Secret of auth-tls-secret for ing: in the
 // Ingress's namespace (a Secret of another namespace is refused, as
 // ingress-nginx refuses it by default), holding a PEM bundle of
 // certificates under ca.crt and no ca.crl (certificate revocation lists are
 // not supported yet, so a Secret with one fails closed).
 func (b *builder) clientAuth(ing *networkingv1.Ingress, c *clientAuthAnnotations) (*model.ClientAuth, error) {
-	ns, name, found := strings.Cut(c.secret, "/")
-	if !found {
-		ns, name = ing.Namespace, c.secret
+	sec, err := b.ingressSecret(ing, c.secret)
+	if err != nil {
+		return nil, err
 	}
-	if ns != ing.Namespace {
-		return nil, fmt.Errorf("Secret %s/%s is in another namespace, which is not allowed", ns, name)
-	}
-	sec := b.secrets[ns+"/"+name]
-	if sec == nil {
-		return nil, fmt.Errorf("Secret %s/%s does not exist", ns, name)
-	}
+	ns, name := sec.Namespace, sec.Name
 	if _, ok := sec.Data["ca.crl"]; ok {
-		return nil, fmt.Errorf("Secret %s/%s holds ca.crl: certificate revocation lists are not supported yet", ns, name)
+		return nil, fmt.Errorf("secret %s/%s holds ca.crl: certificate revocation lists are not supported yet", ns, name)
 	}
 	ca := sec.Data["ca.crt"]
 	if err := validCABundle(ca); err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: ca.crt %v", ns, name, err)
+		return nil, fmt.Errorf("secret %s/%s: ca.crt %v", ns, name, err)
 	}
 	return &model.ClientAuth{
 		Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
@@ -453,30 +466,23 @@ func parseBasicAuth(get func(string) (string, bool), bad func(string, string, ..
 // Ingress's namespace, its "auth" key an htpasswd file (auth-file) or each
 // key a user (auth-map), every line valid.
 func (b *builder) basicAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) (*model.BasicAuth, error) {
-	ns, name, found := strings.Cut(c.secret, "/")
-	if !found {
-		ns, name = ing.Namespace, c.secret
+	sec, err := b.ingressSecret(ing, c.secret)
+	if err != nil {
+		return nil, err
 	}
-	if ns != ing.Namespace {
-		return nil, fmt.Errorf("Secret %s/%s is in another namespace, which is not allowed", ns, name)
-	}
-	sec := b.secrets[ns+"/"+name]
-	if sec == nil {
-		return nil, fmt.Errorf("Secret %s/%s does not exist", ns, name)
-	}
+	ns, name := sec.Namespace, sec.Name
 	var creds *basicauth.Credentials
-	var err error
 	if c.secretType == "auth-map" {
 		creds, err = basicauth.ParseMap(sec.Data)
 	} else {
 		data, ok := sec.Data["auth"]
 		if !ok {
-			return nil, fmt.Errorf("Secret %s/%s has no key auth", ns, name)
+			return nil, fmt.Errorf("secret %s/%s has no key auth", ns, name)
 		}
 		creds, err = basicauth.Parse(data)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %v", ns, name, err)
+		return nil, fmt.Errorf("secret %s/%s: %v", ns, name, err)
 	}
 	return &model.BasicAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
 		Credentials: creds}, nil

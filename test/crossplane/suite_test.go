@@ -220,9 +220,9 @@ func (e *env) startController(t *testing.T, plane string) {
 	httpPort, httpsPort := harness.FreePort(t, "127.0.0.1"), harness.FreePort(t, "127.0.0.1")
 	status := harness.FreePort(t, "127.0.0.1")
 	args := []string{"controller", "--manifests", dir, "--http-port", strconv.Itoa(httpPort), "--https-port", strconv.Itoa(httpsPort),
-		"--status-port", strconv.Itoa(status), "--listen-address", "127.0.0.1", "--data-plane", plane}
+		"--status-port", strconv.Itoa(status), "--listen-address", "127.0.0.1"}
 	if plane == "nginx" {
-		args = append(args, nginxArgs(t)...)
+		args = append(args, harness.NginxPlaneArgs(t, "../../lua")...)
 	}
 	p := harness.StartProcess(t, harness.Cmd{Name: "switchyard-" + plane, Path: binary, Args: args})
 	e.http = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))
@@ -234,33 +234,6 @@ func (e *env) startController(t *testing.T, plane string) {
 		code, _, _ := e.do(ctx, Request{Host: "sentinel.test", Path: "/"})
 		return code == 200, nil
 	})
-}
-
-// nginxArgs are the flags of the nginx data plane: Debian's nginx with the
-// repository's Lua shim, in a directory nginx's workers (nobody) can
-// traverse.
-func nginxArgs(t *testing.T) []string {
-	t.Helper()
-	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_http_lua_module.so"); err != nil {
-		t.Fatalf("nginx with the Lua module is not installed (run test/setup.sh): %v", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("nginx workers switch to nobody: run as root (CI does)")
-	}
-	dir, err := os.MkdirTemp("", "switchyard-crossplane-nginx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lua, err := filepath.Abs("../../lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--nginx-status-port", strconv.Itoa(harness.FreePort(t, "127.0.0.1")), "--nginx-dir", dir,
-		"--lua-dir", lua, "--pick-timeout", "2s"}
 }
 
 // do sends one request and returns the status, the response header and
