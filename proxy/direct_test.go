@@ -282,6 +282,8 @@ func TestPickSeesClientFields(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	cfg := oneHost("v.test", strings.TrimPrefix(srv.URL, "http://"))
+	// The client's X-Forwarded-For is extended, not replaced.
+	cfg.Global.UseForwardedHeaders, cfg.Global.ComputeFullForwardedFor = true, true
 	reg := balancer.NewRegistry(balancer.Config{})
 	if err := reg.Sync(cfg.Backends); err != nil {
 		t.Fatal(err)

@@ -29,6 +29,9 @@ type clientFacts struct {
 	// authorization is the Authorization field, read only for a location
 	// with basic authentication.
 	authorization []byte
+	// fullForwardedFor keeps the client's X-Forwarded-For in front of its
+	// address (the table's fullForwardedFor); otherwise it is replaced.
+	fullForwardedFor bool
 }
 
 // verdict is an answer given without going upstream; status 0 lets the
@@ -277,15 +280,16 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 }
 
 // forwardedFields calls set with each field ingress-nginx's location sets
-// from the client's facts: X-Forwarded-For (prior, the client's first one,
-// extended by the client's address), X-Real-Ip, X-Forwarded-Proto and
+// from the client's facts: X-Forwarded-For (the client's address; with
+// use-forwarded-headers and compute-full-forwarded-for, prior, the client's
+// first one, extended by it), X-Real-Ip, X-Forwarded-Proto and
 // -Scheme, X-Scheme, X-Forwarded-Host, X-Forwarded-Port when the local port
 // is known, X-Forwarded-Prefix when the location sets one. X-Request-ID is
 // left to the caller (the client's is kept). A value is valid only during
 // its call; buf is scratch space, returned for reuse.
 func forwardedFields(f *clientFacts, loc *model.Location, prior, buf []byte, set func(name, value []byte)) []byte {
 	b := buf[:0]
-	if len(prior) > 0 {
+	if len(prior) > 0 && f.fullForwardedFor {
 		b = append(append(b, prior...), ", "...)
 	}
 	ipAt := len(b)

@@ -348,7 +348,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	f := clientFacts{tls: r.TLS != nil, host: []byte(r.Host)}
+	f := clientFacts{tls: r.TLS != nil, host: []byte(r.Host), fullForwardedFor: tbl.fullForwardedFor}
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		f.remote = ap.Addr().Unmap()
 	}

@@ -98,6 +98,8 @@ func TestHTTP2FrontEnd(t *testing.T) {
 			{Hostname: "retry.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "retry")}},
 		},
 	}
+	// The client's X-Forwarded-For is extended ("xff appended").
+	cfg.Global.UseForwardedHeaders, cfg.Global.ComputeFullForwardedFor = true, true
 	base := h2Proxy(t, cfg, Config{})
 	c := h2Client(t)
 	for _, tc := range []struct {
@@ -110,7 +112,7 @@ func TestHTTP2FrontEnd(t *testing.T) {
 	}{
 		{name: "routed", method: "GET", host: "h2.test", path: "/x?q=1", status: 200, bodyPrefix: "a GET /x?q=1 xff=127.0.0.1 xrip=127.0.0.1 proto=https host=h2.test rid=true",
 			wantHeader: map[string]string{"X-Backend": "a"}},
-		{name: "xff appended", method: "GET", host: "h2.test", path: "/", hdr: map[string]string{"X-Forwarded-For": "203.0.113.9"}, status: 200, bodyPrefix: "a GET / xff=203.0.113.9, 127.0.0.1"},
+		{name: "xff appended (use-forwarded-headers, compute-full-forwarded-for)", method: "GET", host: "h2.test", path: "/", hdr: map[string]string{"X-Forwarded-For": "203.0.113.9"}, status: 200, bodyPrefix: "a GET / xff=203.0.113.9, 127.0.0.1"},
 		{name: "te trailers kept", method: "GET", host: "h2.test", path: "/", hdr: map[string]string{"Te": "trailers"}, status: 200, bodyPrefix: "a GET /", contains: `te="trailers"`},
 		{name: "rewrite-target", method: "GET", host: "h2.test", path: "/api/users/7", status: 200, bodyPrefix: "b GET /users/7"},
 		{name: "no endpoints", method: "GET", host: "h2.test", path: "/none", status: 503, bodyPrefix: "503 Service Temporarily Unavailable"},

@@ -377,7 +377,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host(), remote: remoteAddr(ctx)}
+	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host(), remote: remoteAddr(ctx), fullForwardedFor: tbl.fullForwardedFor}
 	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}

@@ -12,6 +12,10 @@ import (
 type table struct {
 	// redirectCode is http-redirect-code for ssl-redirect (308 default).
 	redirectCode int
+	// fullForwardedFor is use-forwarded-headers with
+	// compute-full-forwarded-for: X-Forwarded-For extends the client's
+	// instead of replacing it.
+	fullForwardedFor bool
 	// builtinDefault is true when the default backend is only the
 	// built-in default server (custom-http-errors answer in-process).
 	builtinDefault bool
@@ -82,7 +86,8 @@ func nginxTemplate(t string) string {
 // newTable builds the routing table. Locations whose regex does not compile
 // are skipped (the builder already validated them).
 func newTable(cfg *model.Configuration) *table {
-	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg)}
+	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
+		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
 	}

@@ -61,10 +61,14 @@ var _ = register(
 		Name: "forwarded fields",
 		Manifests: `{{service "a" "fwd" "demo"}}` + ingress("fwd", "fwd.test", "fwd", root,
 			"upstream-vhost", "internal.example", "x-forwarded-prefix", "/pre"),
-		Requests: []Request{{Host: "fwd.test", Path: "/p", From: "127.0.0.7", Header: map[string]string{"X-Request-ID": "rid-7"},
+		Requests: []Request{{Name: "fields", Host: "fwd.test", Path: "/p", From: "127.0.0.7", Header: map[string]string{"X-Request-ID": "rid-7"},
 			Want: Want{Status: 200, Backend: "a", Sent: map[string]string{
 				"X-Forwarded-For": "127.0.0.7", "X-Real-Ip": "127.0.0.7", "X-Forwarded-Proto": "http",
-				"X-Forwarded-Host": "fwd.test", "X-Forwarded-Prefix": "/pre", "X-Request-Id": "rid-7"}}}},
+				"X-Forwarded-Host": "fwd.test", "X-Forwarded-Prefix": "/pre", "X-Request-Id": "rid-7"}}},
+			{Name: "the client's X-Forwarded-For is replaced (use-forwarded-headers off)", Host: "fwd.test", Path: "/p", From: "127.0.0.7",
+				Header: map[string]string{"X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9"},
+				Want:   Want{Status: 200, Backend: "a", Sent: map[string]string{"X-Forwarded-For": "127.0.0.7", "X-Real-Ip": "127.0.0.7"}}},
+		},
 	},
 	Row{
 		Name: "redirects",
