@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -36,6 +37,11 @@ type authV struct {
 	// EscapedURI says a string uses $escaped_request_uri, which the
 	// location then defines.
 	EscapedURI bool
+	// CacheKey is the nginx string the answer is cached under (server,
+	// auth location, auth-cache-key with its variables); empty: no cache.
+	// CacheValid are its proxy_cache_valid lines.
+	CacheKey   string
+	CacheValid []string
 	// ConnectTimeout, SendTimeout and ReadTimeout are the ConfigMap's, as
 	// the auth location inherits them from the http block in ingress-nginx.
 	ConnectTimeout, SendTimeout, ReadTimeout int
@@ -48,6 +54,8 @@ type authHeaderV struct {
 var (
 	reAuthLiteral = regexp.MustCompile(`^[A-Za-z0-9\-._~:/?#\[\]@!&()*+,=%]*$`)
 	reAuthHeader  = regexp.MustCompile(`^[A-Za-z0-9\-_]+$`)
+	reCacheVar    = regexp.MustCompile(`^(http_[a-z0-9_]+|cookie_[A-Za-z0-9_]+|remote_addr|host|request_uri)$`)
+	reCacheText   = regexp.MustCompile(`^[A-Za-z0-9\-_]*$`)
 	authMethods   = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true,
 		"DELETE": true, "CONNECT": true, "OPTIONS": true, "TRACE": true}
 )
@@ -79,7 +87,7 @@ func nginxURL(t model.URLTemplate) (s string, escaped bool, err error) {
 }
 
 // externalAuthView checks a location's ExternalAuth and makes its authV.
-func externalAuthView(l *model.Location, path string, g *globalView) (*authV, error) {
+func externalAuthView(l *model.Location, path, server string, g *globalView) (*authV, error) {
 	ea := l.ExternalAuth
 	av := &authV{Method: ea.Method, AlwaysSetCookie: ea.AlwaysSetCookie, RequestRedirect: "$request_uri",
 		ConnectTimeout: g.Proxy.ConnectTimeoutSeconds, SendTimeout: g.Proxy.SendTimeoutSeconds, ReadTimeout: g.Proxy.ReadTimeoutSeconds}
@@ -108,6 +116,41 @@ func externalAuthView(l *model.Location, path string, g *globalView) (*authV, er
 		av.EscapedURI = av.EscapedURI || esc
 		h := sha1.Sum([]byte(path + av.Signin)) // #nosec G401
 		av.SigninLocation = "@" + hex.EncodeToString(h[:])
+	}
+	if len(ea.CacheKey) > 0 {
+		// The server's name first, as ingress-nginx's key: two servers'
+		// locations of one path never share an answer.
+		if !validHost(server) {
+			return nil, fmt.Errorf("server name %q", server)
+		}
+		key := server + av.Location
+		for _, p := range ea.CacheKey {
+			switch {
+			case p.Var != "" && reCacheVar.MatchString(p.Var):
+				key += "${" + p.Var + "}"
+			case p.Var == "" && reCacheText.MatchString(p.Literal):
+				key += p.Literal
+			default:
+				return nil, fmt.Errorf("auth-cache-key part %+v", p)
+			}
+		}
+		av.CacheKey = key
+		for _, v := range ea.CacheValid {
+			if v.Seconds <= 0 {
+				return nil, fmt.Errorf("auth-cache-duration %+v", v)
+			}
+			line := ""
+			if v.Any {
+				line = "any "
+			}
+			for _, c := range v.Codes {
+				if c < 100 || c > 599 {
+					return nil, fmt.Errorf("auth-cache-duration code %d", c)
+				}
+				line += strconv.Itoa(c) + " "
+			}
+			av.CacheValid = append(av.CacheValid, line+strconv.Itoa(v.Seconds)+"s")
+		}
 	}
 	if ea.Method != "" && !authMethods[ea.Method] {
 		return nil, fmt.Errorf("auth-method %q", ea.Method)
@@ -151,7 +194,23 @@ func writeAuthLocations(b *bytes.Buffer, v *view, l *locationV) {
 	}
 	b.WriteString("\n            proxy_set_header X-Auth-Request-Redirect ")
 	b.WriteString(a.RequestRedirect)
-	b.WriteString(";\n            proxy_buffering off;\n            proxy_ssl_server_name on;\n            proxy_pass_request_headers on;\n            proxy_connect_timeout ")
+	b.WriteByte(';')
+	if a.CacheKey != "" {
+		// As ingress-nginx's auth location: the answer cached under a
+		// hash of the key.
+		b.WriteString("\n            set $tmp_cache_key ")
+		b.WriteString(quote(a.CacheKey))
+		b.WriteString(";\n            set $cache_key \"\";\n            rewrite_by_lua_block {\n                ngx.var.cache_key = ngx.encode_base64(ngx.sha1_bin(ngx.var.tmp_cache_key))\n            }\n            proxy_cache auth_cache;")
+		for _, v := range a.CacheValid {
+			b.WriteString("\n            proxy_cache_valid ")
+			b.WriteString(v)
+			b.WriteByte(';')
+		}
+		b.WriteString("\n            proxy_cache_key \"$cache_key\";\n            proxy_buffering on;")
+	} else {
+		b.WriteString("\n            proxy_buffering off;")
+	}
+	b.WriteString("\n            proxy_ssl_server_name on;\n            proxy_pass_request_headers on;\n            proxy_connect_timeout ")
 	writeInt(b, a.ConnectTimeout)
 	b.WriteString("s;\n            proxy_send_timeout ")
 	writeInt(b, a.SendTimeout)

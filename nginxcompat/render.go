@@ -593,7 +593,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	seen := map[string]bool{}
 	for i := range s.Locations {
 		l := &s.Locations[i]
-		lv, err := locationView(l, sv.TLS != "", g, rc.AuthDir)
+		lv, err := locationView(l, sv.TLS != "", g, rc.AuthDir, s.Hostname)
 		if err == nil && denyAll {
 			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
 		}
@@ -638,7 +638,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 // reRealm is auth-realm's grammar.
 var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
 
-func locationView(l *model.Location, tls bool, g *globalView, authDir string) (*locationV, error) {
+func locationView(l *model.Location, tls bool, g *globalView, authDir, server string) (*locationV, error) {
 	p := l.Path
 	if p == "" {
 		p = "/"
@@ -692,7 +692,7 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir string) (*
 		lv.BasicFile = filepath.Join(authDir, ba.Credentials.Digest()+".htpasswd")
 	}
 	if l.ExternalAuth != nil {
-		av, err := externalAuthView(l, p, g)
+		av, err := externalAuthView(l, p, server, g)
 		if err != nil {
 			return lv, err
 		}

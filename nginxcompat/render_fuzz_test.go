@@ -187,6 +187,8 @@ func FuzzRenderAuth(f *testing.F) {
 		}
 		if header != "" {
 			ea.ResponseHeaders = []string{header}
+			ea.CacheKey = []model.CacheKeyPart{{Literal: header}, {Var: "cookie_" + header}}
+			ea.CacheValid = []model.CacheValid{{Codes: []int{200}, Seconds: 60}}
 		}
 		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be", ExternalAuth: ea,
 			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}}
@@ -259,11 +261,12 @@ func knownVariable(v string) bool {
 		}
 	}
 	switch v {
-	case "req_id", "request_uri", "pass_access_scheme", "scheme", "http_host", "request_method", "remote_addr",
+	case "tmp_cache_key", "cache_key", "req_id", "request_uri", "pass_access_scheme", "scheme", "http_host", "request_method", "remote_addr",
 		"full_x_forwarded_for", "target", "auth_cookie", "upstream_http_set_cookie", "namespace", "ingress_name",
 		"service_name", "proxy_upstream_name", "proxy_alternative_upstream_name", "balancer_ewma_score", "location_path",
 		"best_http_host", "http_upgrade", "connection_upgrade", "pass_server_port", "literal_dollar", "escaped_request_uri", "host", "":
 		return true
 	}
-	return strings.HasPrefix(v, "authHeader") || strings.HasPrefix(v, "upstream_http_")
+	return strings.HasPrefix(v, "authHeader") || strings.HasPrefix(v, "upstream_http_") ||
+		(strings.HasPrefix(v, "cookie_") && reCacheVar.MatchString(v))
 }

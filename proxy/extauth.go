@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 type authClient struct {
 	connect, read atomic.Int64 // time.Duration
 	tr            *http.Transport
+	cache         authCache
 }
 
 func newAuthClient() *authClient {
@@ -67,8 +70,12 @@ type authRequest struct {
 	method     string
 	requestURI string
 	requestID  []byte
-	// fields calls fn with each of the client's header fields, as sent.
+	// server and location name the route, for the cache key.
+	server, location string
+	// fields calls fn with each of the client's header fields, as sent;
+	// header returns one field's value.
 	fields func(fn func(name, value string))
+	header func(name string) string
 }
 
 // authPass is what a request that passed authentication carries upstream
@@ -123,6 +130,22 @@ var authDropped = map[string]bool{
 // check asks the service about one request. It returns the answer to give
 // the client, or status 0 with what passes upstream.
 func (c *authClient) check(ctx context.Context, ea *model.ExternalAuth, r *authRequest) (verdict, *authPass) {
+	if len(ea.CacheKey) == 0 {
+		return c.ask(ctx, ea, r, "")
+	}
+	key := cacheKey(ea, r)
+	if e, ok := c.cache.get(key, time.Now()); ok {
+		if e.pass != nil {
+			return verdict{}, e.pass // read-only, shared by the hits
+		}
+		return decide(ea, r, e.status, e.headers, &authPass{always: ea.AlwaysSetCookie})
+	}
+	return c.ask(ctx, ea, r, key)
+}
+
+// ask sends the service the request and decides on its answer, keeping it
+// under key when key is set and nginx would keep it.
+func (c *authClient) ask(ctx context.Context, ea *model.ExternalAuth, r *authRequest, key string) (verdict, *authPass) {
 	target := expandURL(nil, ea.URL, r)
 	method := http.MethodGet
 	if ea.Method != "" {
@@ -182,10 +205,24 @@ func (c *authClient) check(ctx context.Context, ea *model.ExternalAuth, r *authR
 	if v := resp.Header.Values("Set-Cookie"); len(v) > 0 {
 		pass.cookie = v[0] // $upstream_http_set_cookie: the first one
 	}
-	switch code := resp.StatusCode; {
+	v, pass := decide(ea, r, resp.StatusCode, resp.Header, pass)
+	if key != "" {
+		if ttl := cacheTTL(ea, resp); ttl > 0 {
+			// A kept answer never set a cookie (cacheTTL): its pass is
+			// the same for every hit.
+			c.cache.put(key, authCached{until: time.Now().Add(ttl), status: resp.StatusCode, headers: resp.Header.Clone(), pass: pass}, time.Now())
+		}
+	}
+	return v, pass
+}
+
+// decide turns the service's status and fields into the client's answer,
+// or the pass upstream.
+func decide(ea *model.ExternalAuth, r *authRequest, status int, header http.Header, pass *authPass) (verdict, *authPass) {
+	switch code := status; {
 	case code >= 200 && code < 300:
 		for _, name := range ea.ResponseHeaders {
-			pass.headers = append(pass.headers, [2]string{name, resp.Header.Get(name)})
+			pass.headers = append(pass.headers, [2]string{name, header.Get(name)})
 		}
 		return verdict{}, pass
 	case code == http.StatusUnauthorized && len(ea.SigninURL) > 0:
@@ -193,9 +230,9 @@ func (c *authClient) check(ctx context.Context, ea *model.ExternalAuth, r *authR
 		// applies (302 is in its list); nginx keeps the service's
 		// WWW-Authenticate, which auth_request copied, on it.
 		return verdict{status: http.StatusFound, location: string(expandURL(nil, ea.SigninURL, r)),
-			wwwAuthenticate: resp.Header.Get("WWW-Authenticate"), setCookie: pass.cookie}, nil
+			wwwAuthenticate: header.Get("WWW-Authenticate"), setCookie: pass.cookie}, nil
 	case code == http.StatusUnauthorized:
-		return verdict{status: code, wwwAuthenticate: resp.Header.Get("WWW-Authenticate"), setCookie: pass.cookieFor(code)}, nil
+		return verdict{status: code, wwwAuthenticate: header.Get("WWW-Authenticate"), setCookie: pass.cookieFor(code)}, nil
 	case code == http.StatusForbidden:
 		return verdict{status: code, setCookie: pass.cookieFor(code)}, nil
 	}
@@ -252,4 +289,141 @@ func appendEscaped(dst []byte, s, keep string) []byte {
 		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
 	}
 	return dst
+}
+
+// authCache keeps answers of authentication services for auth-cache-key,
+// as nginx's proxy_cache keeps them in ingress-nginx's auth location: by
+// server, location and the key's value, for the time auth-cache-duration
+// (or the answer's X-Accel-Expires or Cache-Control max-age) gives; answers
+// carrying Set-Cookie, Cache-Control no-cache/no-store/private or
+// "Vary: *" are not kept, as nginx does not keep them. At most
+// authCacheSize entries: when full, expired ones go first, then any.
+type authCache struct {
+	mu      sync.Mutex
+	entries map[string]authCached
+}
+
+const authCacheSize = 10000
+
+type authCached struct {
+	until   time.Time
+	status  int
+	headers http.Header
+	// pass is the decided pass of a 2xx answer; nil otherwise.
+	pass *authPass
+}
+
+func (c *authCache) get(key string, now time.Time) (authCached, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || now.After(e.until) {
+		return authCached{}, false
+	}
+	return e, true
+}
+
+func (c *authCache) put(key string, e authCached, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]authCached{}
+	}
+	if len(c.entries) >= authCacheSize {
+		for k, old := range c.entries {
+			if now.After(old.until) {
+				delete(c.entries, k)
+			}
+		}
+		for k := range c.entries {
+			if len(c.entries) < authCacheSize*3/4 {
+				break
+			}
+			delete(c.entries, k)
+		}
+	}
+	c.entries[key] = e
+}
+
+// cacheTTL is how long nginx would keep resp under ea's proxy_cache_valid
+// lines; zero: not kept.
+func cacheTTL(ea *model.ExternalAuth, resp *http.Response) time.Duration {
+	h := resp.Header
+	if len(h.Values("Set-Cookie")) > 0 || h.Get("Vary") == "*" {
+		return 0
+	}
+	if v := h.Get("X-Accel-Expires"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	for _, cc := range strings.Split(h.Get("Cache-Control"), ",") {
+		cc = strings.ToLower(strings.TrimSpace(cc))
+		switch {
+		case cc == "no-cache" || cc == "no-store" || cc == "private":
+			return 0
+		case strings.HasPrefix(cc, "max-age="):
+			n, err := strconv.Atoi(cc[len("max-age="):])
+			if err != nil || n <= 0 {
+				return 0
+			}
+			return time.Duration(n) * time.Second
+		}
+	}
+	for _, v := range ea.CacheValid {
+		match := v.Any
+		if len(v.Codes) == 0 && !v.Any {
+			match = resp.StatusCode == 200 || resp.StatusCode == 301 || resp.StatusCode == 302
+		}
+		for _, c := range v.Codes {
+			match = match || c == resp.StatusCode
+		}
+		if match {
+			return time.Duration(v.Seconds) * time.Second
+		}
+	}
+	return 0
+}
+
+// cacheKey is the cache key of a request: its server and location, then
+// the auth-cache-key's value.
+func cacheKey(ea *model.ExternalAuth, r *authRequest) string {
+	var b strings.Builder
+	b.WriteString(r.server)
+	b.WriteByte(0)
+	b.WriteString(r.location)
+	b.WriteByte(0)
+	for _, p := range ea.CacheKey {
+		switch {
+		case p.Var == "":
+			b.WriteString(p.Literal)
+		case p.Var == "remote_addr":
+			if r.f.remote.IsValid() {
+				b.WriteString(r.f.remote.String())
+			}
+		case p.Var == "host":
+			b.Write(r.host)
+		case p.Var == "request_uri":
+			b.WriteString(r.requestURI)
+		case strings.HasPrefix(p.Var, "http_"):
+			b.WriteString(r.header(strings.ReplaceAll(p.Var[len("http_"):], "_", "-")))
+		case strings.HasPrefix(p.Var, "cookie_"):
+			b.WriteString(cookieValue(r.header("Cookie"), p.Var[len("cookie_"):]))
+		}
+	}
+	return b.String()
+}
+
+// cookieValue is nginx's $cookie_<name>: the value of the first cookie of
+// that name in a Cookie field.
+func cookieValue(field, name string) string {
+	for _, c := range strings.Split(field, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(c), "=")
+		if ok && strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
 }

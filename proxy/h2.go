@@ -369,6 +369,8 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 			id = o.id.bytes()
 		}
 		ar := authRequest{f: &f, host: host, method: r.Method, requestURI: r.RequestURI, requestID: id,
+			server: vh.name, location: loc.Path + " " + string(loc.PathType),
+			header: func(name string) string { return strings.Join(r.Header.Values(name), ", ") },
 			fields: func(fn func(name, value string)) {
 				for k, vs := range r.Header {
 					for _, v := range vs {

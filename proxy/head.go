@@ -136,10 +136,11 @@ func rawFields(raw []byte, yield func(name, value []byte)) (ok bool) {
 // buffered body of bodyLen bytes. When the client sent no X-Request-ID, id's
 // is sent, made first (nginx's $request_id) when id holds none; scratch is forwardedFields'
 // scratch space. It reports false, with dst unchanged, when the raw head is
-// not passed field by field: a line rawFields refuses, or a Connection field
+// not passed field by field (extra fields, from authentication, replace the
+// client's of their names; an empty value removes it): a line rawFields refuses, or a Connection field
 // naming fields to drop (both rare; forwardHeaders then edits a copy of
 // fasthttp's view instead).
-func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *clientFacts, loc *model.Location, bodyLen int, id *requestID, scratch *[]byte) ([]byte, bool) {
+func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *clientFacts, loc *model.Location, bodyLen int, id *requestID, extra [][2]string, scratch *[]byte) ([]byte, bool) {
 	raw := h.RawHeaders()
 	if len(raw) == 0 {
 		return dst, false
@@ -158,6 +159,9 @@ func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *cl
 	var priorXFF []byte
 	teTrailers, clientID, named := false, false, false
 	ok := rawFields(raw, func(name, value []byte) {
+		if len(extra) > 0 && namedIn(extra, name) {
+			return // replaced by extra
+		}
 		switch kindOf(name) {
 		case fieldPass:
 		case fieldConnection:
@@ -205,6 +209,11 @@ func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *cl
 	*scratch = forwardedFields(f, loc, priorXFF, *scratch, func(name, value []byte) {
 		dst = appendField(dst, name, value)
 	})
+	for _, kv := range extra {
+		if kv[1] != "" {
+			dst = append(append(append(append(dst, kv[0]...), ": "...), kv[1]...), "\r\n"...)
+		}
+	}
 	if !clientID {
 		if !id.set {
 			id.make()
@@ -212,6 +221,16 @@ func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *cl
 		dst = appendField(dst, hdrXRequestID, id.bytes())
 	}
 	return append(dst, "\r\n"...), true
+}
+
+// namedIn reports whether name is one of fields' names, in any case.
+func namedIn(fields [][2]string, name []byte) bool {
+	for _, kv := range fields {
+		if equalFoldASCII(name, kv[0]) {
+			return true
+		}
+	}
+	return false
 }
 
 // clientKeeps reports whether a field the proxy may replace is passed as

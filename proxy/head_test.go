@@ -25,7 +25,7 @@ func upstreamHeads(t *testing.T, raw string, f *clientFacts, loc *model.Location
 	}
 	body := append([]byte(nil), req.Body()...)
 	var id requestID
-	head, ok := appendUpstreamHead(nil, &req.Header, req.URI().RequestURI(), f, loc, len(body), &id, new([]byte))
+	head, ok := appendUpstreamHead(nil, &req.Header, req.URI().RequestURI(), f, loc, len(body), &id, nil, new([]byte))
 	if ok {
 		var err error
 		if fast, err = http.ReadRequest(bufio.NewReader(bytes.NewReader(append(head, body...)))); err != nil {
@@ -136,7 +136,7 @@ func TestUpstreamHead(t *testing.T) {
 			continue
 		}
 		var id requestID
-		if _, ok := appendUpstreamHead(nil, &req.Header, []byte("/"), &headFacts, &model.Location{}, 0, &id, new([]byte)); ok {
+		if _, ok := appendUpstreamHead(nil, &req.Header, []byte("/"), &headFacts, &model.Location{}, 0, &id, nil, new([]byte)); ok {
 			t.Errorf("appendUpstreamHead took %q; want it declined", raw)
 		}
 	}

@@ -278,7 +278,9 @@ type outcome struct {
 // the client certificate check.
 func (o *outcome) setAuth(pass *authPass) {
 	if o.auth != nil {
-		pass.headers = append(o.auth.headers, pass.headers...)
+		// pass may be a cached answer's, shared: merge into a new one.
+		pass = &authPass{cookie: pass.cookie, always: pass.always,
+			headers: append(append([][2]string(nil), o.auth.headers...), pass.headers...)}
 	}
 	o.auth = pass
 }
@@ -430,12 +432,14 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			return
 		}
 		out.body = ctx.Request.Body()
-		if o.auth == nil || len(o.auth.headers) == 0 {
-			head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id, &st.buf)
-			st.head = head
-			if ok {
-				out.head = head
-			}
+		var extra [][2]string
+		if o.auth != nil {
+			extra = o.auth.headers
+		}
+		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id, extra, &st.buf)
+		st.head = head
+		if ok {
+			out.head = head
 		}
 	}
 	if out.head == nil {
@@ -492,6 +496,8 @@ func (p *Proxy) authorize(ctx *fasthttp.RequestCtx, ea *model.ExternalAuth, f *c
 		id = o.id.bytes()
 	}
 	ar := authRequest{f: f, host: host, method: string(ctx.Method()), requestURI: string(ctx.RequestURI()), requestID: id,
+		server: o.server, location: o.loc.Path + " " + string(o.loc.PathType),
+		header: func(name string) string { return string(ctx.Request.Header.Peek(name)) },
 		fields: func(fn func(name, value string)) {
 			for k, v := range ctx.Request.Header.All() {
 				fn(string(k), string(v))

@@ -30,7 +30,7 @@ func TestControllerAccessControl(t *testing.T) {
 }
 
 func testAccessControl(t *testing.T, plane string) {
-	auth := harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"})
+	auth := harness.StartAuthServer(t, "127.0.0.1", []string{"alice", "bob"}, []string{"mallory"})
 	// The backend tells what it was sent.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -56,6 +56,8 @@ func testAccessControl(t *testing.T, plane string) {
 		"auth-signin", "http://$host/oauth2/start?rd=$escaped_request_uri",
 		"auth-response-headers", "X-Auth-Request-User, X-Auth-Request-Groups"), "") +
 		localBackendYAML("challenged", "challenged.example", port, ann("auth-url", "http://"+auth.Addr+"/oauth2/auth"), "") +
+		localBackendYAML("cached", "cached.example", port, ann("auth-url", "http://"+auth.Addr+"/oauth2/auth",
+			"auth-cache-key", "$cookie__oauth2_proxy", "auth-cache-duration", "202 401 1m", "auth-response-headers", "X-Auth-Request-User"), "") +
 		localBackendYAML("denied", "denied.example", port, ann("denylist-source-range", "127.0.0.5"), "") +
 		localBackendYAML("limited", "limited.example", port, ann("limit-rps", "1"), "") +
 		localBackendYAML("open", "open.example", port, "", "") +
@@ -145,7 +147,32 @@ func testAccessControl(t *testing.T, plane string) {
 			}
 		})
 	}
-	if s := auth.Last(); s == nil || s.Header.Get("X-Original-Url") != "http://challenged.example/" || s.Header.Get("X-Sent-From") != "nginx-ingress-controller" {
+	// auth-cache-key: an answer without Set-Cookie is kept per key value
+	// (one request to the service for five requests of bob); an answer
+	// that sets a cookie is not kept, as nginx keeps none (alice's, and the
+	// 401 with oauth2-proxy's CSRF cookie: five requests each).
+	auth.SetQuiet("bob")
+	for _, tc := range []struct {
+		cookie string
+		status int
+		asks   int
+	}{{"bob", 200, 1}, {"", 401, 5}, {"alice", 200, 5}} {
+		before := len(auth.Seen())
+		for range 5 {
+			hdr := map[string]string{}
+			if tc.cookie != "" {
+				hdr["Cookie"] = "_oauth2_proxy=" + tc.cookie
+			}
+			a := do("cached.example", "/", "127.0.0.1", hdr)
+			if a.status != tc.status || (tc.status == 200 && !strings.Contains(a.body, `user="`+tc.cookie+`"`)) {
+				t.Errorf("cached, %q: %+v", tc.cookie, a)
+			}
+		}
+		if n := len(auth.Seen()) - before; n != tc.asks {
+			t.Errorf("cached, %q: five requests asked the service %d times; want %d", tc.cookie, n, tc.asks)
+		}
+	}
+	if s := auth.Last(); s == nil || s.Header.Get("X-Original-Url") != "http://cached.example/" || s.Header.Get("X-Sent-From") != "nginx-ingress-controller" {
 		t.Errorf("the service's last request: %+v", s)
 	}
 	// The denial is named where an operator looks: debug config and the

@@ -194,7 +194,7 @@ func signinURL(raw, param string) string {
 // externalAuthKin are the annotations that only mean something with
 // auth-url.
 var externalAuthKin = []string{"auth-method", "auth-signin", "auth-signin-redirect-param", "auth-response-headers",
-	"auth-request-redirect", "auth-always-set-cookie"}
+	"auth-request-redirect", "auth-always-set-cookie", "auth-cache-key", "auth-cache-duration"}
 
 // parseExternalAuth reads auth-url and its kin; nil without auth-url, when
 // each kin present is reported to warn as having no effect. Errors go to
@@ -259,6 +259,24 @@ func parseExternalAuth(get func(string) (string, bool), bad func(string, string,
 		ea.RequestRedirect = v
 	}
 	ea.AlwaysSetCookie = boolean("auth-always-set-cookie")
+	// The cache only spares the service requests: a key or duration that
+	// cannot be read leaves requests uncached (never more open), reported.
+	if v, ok := get("auth-cache-key"); ok {
+		key, err := parseCacheKey(v)
+		valid, verr := []model.CacheValid(nil), error(nil)
+		if err == nil {
+			d, _ := get("auth-cache-duration")
+			valid, verr = parseCacheValid(d)
+		}
+		switch {
+		case err != nil:
+			warn("auth-cache-key", err.Error()+"; every request asks the service (no cache)")
+		case verr != nil:
+			warn("auth-cache-duration", verr.Error()+"; every request asks the service (no cache)")
+		default:
+			ea.CacheKey, ea.CacheValid = key, valid
+		}
+	}
 	return ea
 }
 
@@ -486,4 +504,91 @@ func (b *builder) basicAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) 
 	}
 	return &model.BasicAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
 		Credentials: creds}, nil
+}
+
+var (
+	reCacheVar  = regexp.MustCompile(`^(http_[a-z0-9_]+|cookie_[A-Za-z0-9_]+|remote_addr|host|request_uri)$`)
+	reCacheText = regexp.MustCompile(`^[A-Za-z0-9\-_]*$`)
+	reCacheTime = regexp.MustCompile(`^([0-9]{1,9})(s|m|h|d)?$`)
+)
+
+// parseCacheKey reads auth-cache-key: text of letters, digits, '-', '_'
+// and the variables reCacheVar names ($name or ${name}).
+func parseCacheKey(s string) ([]model.CacheKeyPart, error) {
+	var out []model.CacheKeyPart
+	rest := strings.Trim(s, `"`)
+	for rest != "" {
+		i := strings.IndexByte(rest, '$')
+		if i < 0 {
+			i = len(rest)
+		}
+		if lit := rest[:i]; lit != "" {
+			if !reCacheText.MatchString(lit) {
+				return nil, fmt.Errorf("%q: only letters, digits, - _ and variables", s)
+			}
+			out = append(out, model.CacheKeyPart{Literal: lit})
+		}
+		rest = rest[i:]
+		if rest == "" {
+			break
+		}
+		rest = rest[1:]
+		var name string
+		if strings.HasPrefix(rest, "{") {
+			j := strings.IndexByte(rest, '}')
+			if j < 0 {
+				return nil, fmt.Errorf("%q: unterminated ${", s)
+			}
+			name, rest = rest[1:j], rest[j+1:]
+		} else {
+			j := 0
+			for j < len(rest) && (rest[j] == '_' || rest[j] >= 'a' && rest[j] <= 'z' || rest[j] >= 'A' && rest[j] <= 'Z' || rest[j] >= '0' && rest[j] <= '9') {
+				j++
+			}
+			name, rest = rest[:j], rest[j:]
+		}
+		if !reCacheVar.MatchString(name) {
+			return nil, fmt.Errorf("%q: variable $%s is not $http_*, $cookie_*, $remote_addr, $host or $request_uri", s, name)
+		}
+		out = append(out, model.CacheKeyPart{Var: name})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%q is empty", s)
+	}
+	return out, nil
+}
+
+// parseCacheValid reads auth-cache-duration: comma-separated
+// proxy_cache_valid lines, "[code ...|any] time" (time in s, m, h or d).
+func parseCacheValid(s string) ([]model.CacheValid, error) {
+	if strings.TrimSpace(s) == "" {
+		s = "200 202 401 5m"
+	}
+	var out []model.CacheValid
+	for _, line := range strings.Split(s, ",") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		m := reCacheTime.FindStringSubmatch(f[len(f)-1])
+		if m == nil {
+			return nil, fmt.Errorf("%q: %q is not a time such as 5m", s, f[len(f)-1])
+		}
+		n, _ := strconv.Atoi(m[1])
+		n *= map[string]int{"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+		v := model.CacheValid{Seconds: n}
+		for _, c := range f[:len(f)-1] {
+			if c == "any" {
+				v.Any = true
+				continue
+			}
+			code, err := strconv.Atoi(c)
+			if err != nil || code < 100 || code > 599 {
+				return nil, fmt.Errorf("%q: %q is not a status code", s, c)
+			}
+			v.Codes = append(v.Codes, code)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -310,6 +310,30 @@ type ExternalAuth struct {
 	// AlwaysSetCookie is auth-always-set-cookie: the service's Set-Cookie
 	// reaches the client whatever the status, not only on 2xx and 3xx.
 	AlwaysSetCookie bool `json:"alwaysSetCookie,omitempty"`
+	// CacheKey is auth-cache-key: answers of the service are kept per
+	// value of this key (and server and location), as nginx's proxy_cache
+	// keeps them; empty: no cache.
+	CacheKey []CacheKeyPart `json:"cacheKey,omitempty"`
+	// CacheValid is auth-cache-duration (default "200 202 401 5m"): how
+	// long an answer of each status is kept, as proxy_cache_valid lines.
+	CacheValid []CacheValid `json:"cacheValid,omitempty"`
+}
+
+// CacheKeyPart is literal text, or one request variable when Var is set:
+// "http_<field>" or "cookie_<name>" (lower case, '_' for '-'),
+// "remote_addr", "host" or "request_uri".
+type CacheKeyPart struct {
+	Literal string `json:"literal,omitempty"`
+	Var     string `json:"var,omitempty"`
+}
+
+// CacheValid is one proxy_cache_valid line: answers with one of Codes (any
+// status when Any; 200, 301 and 302 when neither is set, as nginx) are kept
+// for Seconds.
+type CacheValid struct {
+	Codes   []int `json:"codes,omitempty"`
+	Any     bool  `json:"any,omitempty"`
+	Seconds int   `json:"seconds"`
 }
 
 // URLTemplate is a URL as text and nginx variables, validated: Literal parts

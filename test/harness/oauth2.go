@@ -33,6 +33,17 @@ type AuthServer struct {
 
 	mu   sync.Mutex
 	seen []*http.Request
+	// quiet users pass without a refreshed session cookie (SetQuiet).
+	quiet []string
+}
+
+// SetQuiet makes users pass without the Set-Cookie of a refreshed session,
+// so a cache (nginx's proxy_cache does not keep answers that set cookies)
+// may keep the answer.
+func (a *AuthServer) SetQuiet(users ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.quiet = append(a.quiet, users...)
 }
 
 // StartAuthServer serves an AuthServer on ip (e.g. "127.0.0.1") until the
@@ -76,7 +87,12 @@ func (a *AuthServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case has(a.Users, user):
 			w.Header().Set("X-Auth-Request-User", user)
 			w.Header().Set("X-Auth-Request-Email", user+"@example.com")
-			w.Header().Add("Set-Cookie", "_oauth2_proxy="+user+"; Path=/; HttpOnly; Secure")
+			a.mu.Lock()
+			quiet := has(a.quiet, user)
+			a.mu.Unlock()
+			if !quiet {
+				w.Header().Add("Set-Cookie", "_oauth2_proxy="+user+"; Path=/; HttpOnly; Secure")
+			}
 			w.WriteHeader(http.StatusAccepted)
 		case has(a.Forbidden, user):
 			http.Error(w, "Forbidden", http.StatusForbidden)

@@ -41,7 +41,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: proxy backend|proxy [flags]")
+		fmt.Fprintln(os.Stderr, "usage: proxy backend|proxy|floor|auth [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -71,6 +71,8 @@ func main() {
 		err = runProxy(ctx, *listen, strings.Split(*backends, ","), *host)
 	case "floor":
 		err = runFloor(ctx, *listen, strings.Split(*backends, ","))
+	case "auth":
+		err = runAuth(ctx, *listen)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -82,6 +84,28 @@ func main() {
 }
 
 var body = []byte("hello from the backend\n")
+
+// runAuth is an authentication service of oauth2-proxy's contract for
+// test/bench/extauth.sh: 202 with X-Auth-Request-User for a request whose
+// _oauth2_proxy cookie names a user, 401 otherwise; no Set-Cookie, so an
+// auth-cache-key cache may keep the answer.
+func runAuth(ctx context.Context, listen string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", listen, err)
+	}
+	s := &fasthttp.Server{Handler: func(c *fasthttp.RequestCtx) {
+		user := c.Request.Header.Cookie("_oauth2_proxy")
+		if len(user) == 0 {
+			c.SetStatusCode(fasthttp.StatusUnauthorized)
+			return
+		}
+		c.Response.Header.SetBytesV("X-Auth-Request-User", user)
+		c.SetStatusCode(fasthttp.StatusAccepted)
+	}}
+	context.AfterFunc(ctx, func() { _ = s.Shutdown() })
+	return s.Serve(ln)
+}
 
 func runBackends(ctx context.Context, addrs []string) error {
 	errc := make(chan error, len(addrs))
