@@ -408,3 +408,20 @@ func TestBuildGlobalAuth(t *testing.T) {
 		t.Errorf("an invalid global-auth-url: errors %+v", cfg.Errors)
 	}
 }
+
+// With use-forwarded-headers, a deny list would be checked against the
+// proxy's address: the locations that have one fail closed, reported once
+// per Ingress; allow lists (which then refuse everyone) are left as they
+// are.
+func TestDenyListBehindProxyFailsClosed(t *testing.T) {
+	cfg := Build(accessInput(map[string]string{annotationPrefix + "denylist-source-range": "203.0.113.0/24"},
+		map[string]string{annotationPrefix + "whitelist-source-range": "10.0.0.0/8"},
+		map[string]string{"use-forwarded-headers": "true"}), Options{})
+	const key = annotationPrefix + "denylist-source-range"
+	if diff := cmp.Diff(map[string][]string{"_": {key}, "p.example.com": {key, key}, "o.example.com": {"", ""}}, deniedBy(cfg)); diff != "" {
+		t.Errorf("denied locations (-want +got):\n%s", diff)
+	}
+	if len(cfg.Errors) != 1 || cfg.Errors[0].Reason != model.ReasonFailedClosed || cfg.Errors[0].Object.Name != "protected" {
+		t.Errorf("errors: %+v; want one FailedClosed on Ingress protected", cfg.Errors)
+	}
+}

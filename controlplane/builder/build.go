@@ -125,6 +125,9 @@ type builder struct {
 	anns     map[*networkingv1.Ingress]annotations   // parsed once
 	affinity map[string]bool                         // backends whose affinity type is set
 	access   globalAccess                            // the ConfigMap's access settings
+	// deniedForwarded are the Ingresses already reported for a deny list
+	// under use-forwarded-headers.
+	deniedForwarded map[*networkingv1.Ingress]bool
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
@@ -162,6 +165,8 @@ func Build(in Input, opt Options) *model.Configuration {
 		servers:  map[string]*model.Server{},
 		anns:     map[*networkingv1.Ingress]annotations{},
 		affinity: map[string]bool{},
+
+		deniedForwarded: map[*networkingv1.Ingress]bool{},
 	}
 	for _, s := range in.Services {
 		b.services[s.Namespace+"/"+s.Name] = s
@@ -611,6 +616,19 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 		px.Buffering = *a.buffering
 	}
 	b.applyAccess(loc, a)
+	if loc.Denied == nil && len(loc.DenySourceRanges) > 0 && b.cfg.Global.UseForwardedHeaders {
+		// Both planes check deny lists against the connection's address;
+		// behind a proxy (use-forwarded-headers) that is the proxy's, and a
+		// denied client would pass. Fail closed until the forwarded address
+		// is applied.
+		const why = "use-forwarded-headers is on, but deny lists are checked against the connection's address (the proxy's), not yet the forwarded one: a denied client would pass"
+		loc.Denied = &model.Denial{Field: annotationPrefix + "denylist-source-range", Reason: why}
+		if !b.deniedForwarded[ing] {
+			b.deniedForwarded[ing] = true
+			b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ingressRef(ing), Field: annotationPrefix + "denylist-source-range",
+				Reason: model.ReasonFailedClosed, Message: why + "; every path of this Ingress with a deny list (its own, or the ConfigMap's denylist-source-range or block-cidrs) answers 503 (fail closed)"})
+		}
+	}
 	if a.cors.enabled {
 		loc.CORS = model.CORS{Enabled: true, AllowOrigin: a.cors.allowOrigin, AllowMethods: a.cors.allowMethods,
 			AllowHeaders: a.cors.allowHeaders, ExposeHeaders: a.cors.exposeHeaders,
