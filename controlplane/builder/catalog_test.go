@@ -49,7 +49,8 @@ func annotationTable() string {
 			if e.Group != g {
 				continue
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", e.Name, e.Support, plane(e, e.GoPlane), plane(e, e.NginxPlane), e.Note)
+			cell := strings.NewReplacer("|", `\|`).Replace // a bar would end the table cell
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", e.Name, e.Support, cell(plane(e, e.GoPlane)), cell(plane(e, e.NginxPlane)), cell(e.Note))
 		}
 	}
 	return b.String()
