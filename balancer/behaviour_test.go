@@ -591,6 +591,7 @@ func TestDecodeBackends(t *testing.T) {
 	for _, bad := range []struct{ body, want string }{
 		{``, "empty body"},
 		{`{}`, "JSON array"},
+		{` null `, "got null"},
 		{`[{"name":"ok"},{"name":"bad","port":true}]`, `backend 1 ("bad")`},
 		{`[{"name":"n","endpoints":"x"}]`, `backend 0 ("n")`},
 	} {

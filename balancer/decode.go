@@ -20,6 +20,11 @@ func DecodeBackends(body []byte) ([]Backend, error) {
 	if len(body) == 0 {
 		return nil, errors.New("decode backends: empty body")
 	}
+	if string(body) == "null" {
+		// json.Unmarshal reads null as an empty array: a payload that
+		// would empty every backend by mistake is refused instead.
+		return nil, errors.New("decode backends: want a JSON array of backends, got null")
+	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
 		return nil, fmt.Errorf("decode backends: want a JSON array of backends: %w", err)

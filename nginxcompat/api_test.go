@@ -42,6 +42,7 @@ func TestConfigurationAPI(t *testing.T) {
 		{"GET", "/is-dynamic-lb-initialized", "", 500, "no backends have been stored yet"},
 		{"POST", "/configuration/backends", "", 400, "empty body"},
 		{"POST", "/configuration/backends", "{not json", 400, "decode backends"},
+		{"POST", "/configuration/backends", "null", 400, "got null"},
 		{"POST", "/configuration/backends", `[{"name":"x","endpoints":[{"address":"10.0.0.1","port":"99999"}]}]`, 400, `backend 0: backend "x"`},
 		{"GET", "/is-dynamic-lb-initialized", "", 500, "no backends"},
 		{"POST", "/configuration/backends", backendsBody, 201, ""},
