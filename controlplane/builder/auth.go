@@ -56,20 +56,11 @@ func parseURLTemplate(s string) (model.URLTemplate, error) {
 			return nil, err
 		}
 		rest = rest[i+1:]
-		var name string
-		if strings.HasPrefix(rest, "{") {
-			j := strings.IndexByte(rest, '}')
-			if j < 0 {
-				return nil, fmt.Errorf("%q: unterminated ${", s)
-			}
-			name, rest = rest[1:j], rest[j+1:]
-		} else {
-			j := 0
-			for j < len(rest) && (rest[j] == '_' || rest[j] >= 'a' && rest[j] <= 'z' || rest[j] >= 'A' && rest[j] <= 'Z' || rest[j] >= '0' && rest[j] <= '9') {
-				j++
-			}
-			name, rest = rest[:j], rest[j:]
+		name, after, ok := cutVarName(rest)
+		if !ok {
+			return nil, fmt.Errorf("%q: unterminated ${", s)
 		}
+		rest = after
 		if !knownVar(name) {
 			return nil, fmt.Errorf("%q: variable $%s is not one of $%s", s, name, joinVars())
 		}
@@ -80,6 +71,23 @@ func parseURLTemplate(s string) (model.URLTemplate, error) {
 		return nil, fmt.Errorf("%q is not an absolute http or https URL", s)
 	}
 	return t, nil
+}
+
+// cutVarName reads the name of an nginx variable after its '$': "name" or
+// "{name}"; ok is false for an unterminated "{".
+func cutVarName(s string) (name, rest string, ok bool) {
+	if strings.HasPrefix(s, "{") {
+		j := strings.IndexByte(s, '}')
+		if j < 0 {
+			return "", s, false
+		}
+		return s[1:j], s[j+1:], true
+	}
+	j := 0
+	for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
+		j++
+	}
+	return s[:j], s[j:], true
 }
 
 func knownVar(name string) bool {
@@ -533,20 +541,11 @@ func parseCacheKey(s string) ([]model.CacheKeyPart, error) {
 			break
 		}
 		rest = rest[1:]
-		var name string
-		if strings.HasPrefix(rest, "{") {
-			j := strings.IndexByte(rest, '}')
-			if j < 0 {
-				return nil, fmt.Errorf("%q: unterminated ${", s)
-			}
-			name, rest = rest[1:j], rest[j+1:]
-		} else {
-			j := 0
-			for j < len(rest) && (rest[j] == '_' || rest[j] >= 'a' && rest[j] <= 'z' || rest[j] >= 'A' && rest[j] <= 'Z' || rest[j] >= '0' && rest[j] <= '9') {
-				j++
-			}
-			name, rest = rest[:j], rest[j:]
+		name, after, ok := cutVarName(rest)
+		if !ok {
+			return nil, fmt.Errorf("%q: unterminated ${", s)
 		}
+		rest = after
 		if !reCacheVar.MatchString(name) {
 			return nil, fmt.Errorf("%q: variable $%s is not $http_*, $cookie_*, $remote_addr, $host or $request_uri", s, name)
 		}
