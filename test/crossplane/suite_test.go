@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"text/template"
@@ -32,6 +33,10 @@ type Row struct {
 	// means both. PlaneNote says why the other cannot serve it.
 	Planes    []string
 	PlaneNote string
+	// KnownDrift names the planes ("go", "nginx") that do not give the
+	// expected answer yet, each with a one-line reason: their mismatches
+	// are logged, not failed. README.md lists every entry.
+	KnownDrift map[string]string
 }
 
 // Request is one request of a row and the answer it must get.
@@ -41,6 +46,8 @@ type Request struct {
 	Host   string
 	Path   string
 	Header map[string]string
+	// Body is sent with its length as Content-Length; none when empty.
+	Body string
 	// From is the client's source address, 127.0.0.1 when empty (other
 	// loopback addresses reach the data plane too).
 	From string
@@ -63,6 +70,8 @@ type Want struct {
 	Backend string
 	// URI is the request URI the backend got; empty: not checked.
 	URI string
+	// Host is the Host field the backend got; empty: not checked.
+	Host string
 	// Sent are request fields the backend must have got; "" means absent.
 	Sent map[string]string
 }
@@ -87,11 +96,22 @@ type echo struct {
 	URI     string              `json:"uri"`
 	Host    string              `json:"host"`
 	Header  map[string][]string `json:"header"`
+	// BodyLen is how many body bytes it read.
+	BodyLen int64 `json:"bodyLen"`
 }
 
-// backendNames are the echo backends rows may name, each on its own
-// loopback address.
-var backendNames = []string{"a", "b", "c"}
+// backendSpecs are the echo backends rows may name, each on its own
+// loopback address, answering Status with an echo of the request.
+var backendSpecs = []struct {
+	Name, IP string
+	Status   int
+}{
+	{"a", "127.0.0.2", http.StatusOK},
+	{"b", "127.0.0.3", http.StatusOK},
+	{"c", "127.0.0.4", http.StatusOK},
+	// down answers 503, for custom-http-errors rows.
+	{"down", "127.0.0.20", http.StatusServiceUnavailable},
+}
 
 var (
 	binary string
@@ -100,23 +120,30 @@ var (
 	clientCerts map[string]tls.Certificate
 )
 
-func TestMain(m *testing.M) {
+// TestMain runs the tests inside harness's network namespace, which also
+// fails the binary if a controller or nginx outlives them.
+func TestMain(m *testing.M) { harness.Main(suiteM{m}) }
+
+// suiteM builds the binary inside the namespace (the outer process only
+// re-executes the test binary), once for the whole table.
+type suiteM struct{ m *testing.M }
+
+func (s suiteM) Run() int {
 	dir, err := os.MkdirTemp("", "switchyard-crossplane")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
+	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "switchyard")
 	build := exec.Command("go", "build", "-o", binary, "./cmd/switchyard")
 	build.Dir = "../.."
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build switchyard:", err)
-		os.Exit(1)
+		return 1
 	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	return s.m.Run()
 }
 
 // env is what a plane's run of the table shares: backends, the auth
@@ -133,15 +160,17 @@ type env struct {
 func startBackends(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for i, name := range backendNames {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+2))
+	for _, b := range backendSpecs {
+		ln, err := net.Listen("tcp", net.JoinHostPort(b.IP, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := name
+		name, status := b.Name, b.Status
 		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header})
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n})
 		})}
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
@@ -227,18 +256,34 @@ func (e *env) startController(t *testing.T, plane string) {
 	p := harness.StartProcess(t, harness.Cmd{Name: "switchyard-" + plane, Path: binary, Args: args})
 	e.http = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))
 	e.https = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpsPort))
-	harness.WaitFor(t, 30*time.Second, "switchyard /readyz", p, harness.HTTPReady("http://127.0.0.1:"+strconv.Itoa(status)+"/readyz", 200, nil, nil))
-	// Every row is in the one configuration loaded at start: once the
-	// sentinel row serves, all do.
-	harness.WaitFor(t, 30*time.Second, "the sentinel row", p, func(ctx context.Context) (bool, error) {
-		code, _, _ := e.do(ctx, Request{Host: "sentinel.test", Path: "/"})
-		return code == 200, nil
-	})
+	harness.WaitFor(t, readyTimeout, "switchyard /readyz", p, harness.HTTPReady("http://127.0.0.1:"+strconv.Itoa(status)+"/readyz", 200, nil, nil))
+	// nginx may serve before its reload with every row has finished: wait
+	// until each row's first request no longer gets the catch-all's 404.
+	deadline := time.Now().Add(readyTimeout)
+	for _, r := range rows {
+		if !onPlane(r, plane) || len(r.Requests) == 0 || r.Requests[0].Want.Status == http.StatusNotFound {
+			continue
+		}
+		first := r.Requests[0]
+		harness.WaitFor(t, time.Until(deadline), "row "+r.Name+" served", p, func(ctx context.Context) (bool, error) {
+			code, _, ec, err := e.do(ctx, first)
+			if err != nil {
+				return false, err
+			}
+			if code == http.StatusNotFound && ec == nil {
+				return false, fmt.Errorf("%s%s: the default backend's 404", first.Host, first.Path)
+			}
+			return true, nil
+		})
+	}
 }
+
+// readyTimeout bounds the wait for a controller to serve every row.
+const readyTimeout = 30 * time.Second
 
 // do sends one request and returns the status, the response header and
 // the backend's account (nil when no echo backend answered).
-func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo) {
+func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error) {
 	from := r.From
 	if from == "" {
 		from = "127.0.0.1"
@@ -262,69 +307,106 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo) {
 	if method == "" {
 		method = http.MethodGet
 	}
-	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+r.Host+r.Path, nil)
+	var body io.Reader
+	if r.Body != "" {
+		body = strings.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+r.Host+r.Path, body)
 	if err != nil {
-		return 0, nil, nil
+		return 0, nil, nil, fmt.Errorf("build the request: %w", err)
 	}
 	for k, v := range r.Header {
 		req.Header.Set(k, v)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, nil, nil
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var ec echo
-	if json.Unmarshal(body, &ec) != nil || ec.Backend == "" {
-		return resp.StatusCode, resp.Header, nil
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("read the answer: %w", err)
 	}
-	return resp.StatusCode, resp.Header, &ec
+	var ec echo
+	if json.Unmarshal(b, &ec) != nil || ec.Backend == "" {
+		return resp.StatusCode, resp.Header, nil, nil
+	}
+	return resp.StatusCode, resp.Header, &ec, nil
 }
 
 // answer is what a request got, for comparing the planes.
 type answer struct {
+	Err     string
 	Status  int
 	Header  map[string]string
 	Backend string
 	URI     string
+	Host    string
 	Sent    map[string]string
 }
 
-// check compares got with want and returns the answer in comparable form.
-func check(t *testing.T, r Request, code int, h http.Header, ec *echo) answer {
-	t.Helper()
+// answerOf is the answer in comparable form: only the fields r checks.
+func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 	a := answer{Status: code, Header: map[string]string{}, Sent: map[string]string{}}
+	if err != nil {
+		a.Err = err.Error()
+	}
 	for k := range r.Want.Header {
 		a.Header[k] = h.Get(k)
 	}
 	if ec != nil {
-		a.Backend, a.URI = ec.Backend, ec.URI
+		a.Backend = ec.Backend
+		if r.Want.URI != "" {
+			a.URI = ec.URI
+		}
+		if r.Want.Host != "" {
+			a.Host = ec.Host
+		}
 		for k := range r.Want.Sent {
 			a.Sent[k] = http.Header(ec.Header).Get(k)
 		}
 	}
-	w := r.Want
-	if code != w.Status {
-		t.Errorf("status %d; want %d", code, w.Status)
+	return a
+}
+
+// mismatches lists how a differs from what w expects, as "got X; want Y".
+func mismatches(a answer, w Want) []string {
+	var out []string
+	if a.Err != "" {
+		out = append(out, "request failed: "+a.Err)
 	}
-	for k, v := range w.Header {
-		if a.Header[k] != v {
-			t.Errorf("response %s: %q; want %q", k, a.Header[k], v)
+	if a.Status != w.Status {
+		out = append(out, fmt.Sprintf("status %d; want %d", a.Status, w.Status))
+	}
+	for _, k := range sortedKeys(w.Header) {
+		if a.Header[k] != w.Header[k] {
+			out = append(out, fmt.Sprintf("response %s: %q; want %q", k, a.Header[k], w.Header[k]))
 		}
 	}
 	if a.Backend != w.Backend {
-		t.Errorf("backend %q; want %q", a.Backend, w.Backend)
+		out = append(out, fmt.Sprintf("backend %q; want %q", a.Backend, w.Backend))
 	}
 	if w.URI != "" && a.URI != w.URI {
-		t.Errorf("backend got URI %q; want %q", a.URI, w.URI)
+		out = append(out, fmt.Sprintf("backend got URI %q; want %q", a.URI, w.URI))
 	}
-	for k, v := range w.Sent {
-		if a.Sent[k] != v {
-			t.Errorf("backend got %s: %q; want %q", k, a.Sent[k], v)
+	if w.Host != "" && a.Host != w.Host {
+		out = append(out, fmt.Sprintf("backend got Host %q; want %q", a.Host, w.Host))
+	}
+	for _, k := range sortedKeys(w.Sent) {
+		if a.Sent[k] != w.Sent[k] {
+			out = append(out, fmt.Sprintf("backend got %s: %q; want %q", k, a.Sent[k], w.Sent[k]))
 		}
 	}
-	return a
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func onPlane(r Row, plane string) bool {
@@ -356,8 +438,10 @@ func TestBehaviour(t *testing.T) {
 		}
 		clientCerts[name] = pair
 	}
+	planes := []string{"go", "nginx"}
 	results := map[string]map[string]answer{} // plane -> row/request -> answer
-	for _, plane := range []string{"go", "nginx"} {
+	drift := map[string]string{}              // row/request -> the row's known drifts
+	for _, plane := range planes {
 		results[plane] = map[string]answer{}
 		t.Run(plane, func(t *testing.T) {
 			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"}),
@@ -369,14 +453,36 @@ func TestBehaviour(t *testing.T) {
 					continue
 				}
 				t.Run(r.Name, func(t *testing.T) {
+					reason, known := r.KnownDrift[plane]
+					drifted := false
+					if known {
+						defer func() {
+							if !drifted {
+								t.Logf("KNOWN DRIFT FIXED? every answer is as expected: remove KnownDrift[%q]", plane)
+							}
+						}()
+					}
 					for i, req := range r.Requests {
 						name := req.Name
 						if name == "" {
 							name = strconv.Itoa(i)
 						}
+						key := r.Name + "/" + name
+						if len(r.KnownDrift) > 0 {
+							drift[key] = fmt.Sprint(r.KnownDrift)
+						}
 						t.Run(name, func(t *testing.T) {
-							code, h, ec := e.do(ctx, req)
-							results[plane][r.Name+"/"+name] = check(t, req, code, h, ec)
+							code, h, ec, err := e.do(ctx, req)
+							a := answerOf(req, code, h, ec, err)
+							results[plane][key] = a
+							for _, m := range mismatches(a, req.Want) {
+								if known {
+									drifted = true
+									t.Logf("KNOWN DRIFT (%s): %s", reason, m)
+								} else {
+									t.Error(m)
+								}
+							}
 						})
 					}
 				})
@@ -394,7 +500,13 @@ func TestBehaviour(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if g := results["go"][k]; fmt.Sprint(g) != fmt.Sprint(n) {
+		g := results["go"][k]
+		if fmt.Sprint(g) == fmt.Sprint(n) {
+			continue
+		}
+		if d, ok := drift[k]; ok {
+			t.Logf("%s: the planes differ (known drift %s):\n   go: %+v\nnginx: %+v", k, d, g, n)
+		} else {
 			t.Errorf("%s: the planes differ:\n   go: %+v\nnginx: %+v", k, g, n)
 		}
 	}
