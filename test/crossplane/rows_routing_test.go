@@ -42,11 +42,6 @@ var root = []string{"/"}
 
 var _ = register(
 	Row{
-		Name:      "sentinel",
-		Manifests: `{{service "a" "sentinel" "demo"}}` + ingress("sentinel", "sentinel.test", "sentinel", root),
-		Requests:  []Request{{Host: "sentinel.test", Path: "/", Want: Want{Status: 200, Backend: "a"}}},
-	},
-	Row{
 		Name: "host and path routing",
 		Manifests: `{{service "a" "route-a" "demo"}}{{service "b" "route-b" "demo"}}` +
 			ingress("route-a", "route.test", "route-a", []string{"/", "=/exact"}) + ingress("route-b", "route.test", "route-b", []string{"/api"}),
@@ -62,7 +57,7 @@ var _ = register(
 		Manifests: `{{service "a" "fwd" "demo"}}` + ingress("fwd", "fwd.test", "fwd", root,
 			"upstream-vhost", "internal.example", "x-forwarded-prefix", "/pre"),
 		Requests: []Request{{Name: "fields", Host: "fwd.test", Path: "/p", From: "127.0.0.7", Header: map[string]string{"X-Request-ID": "rid-7"},
-			Want: Want{Status: 200, Backend: "a", Sent: map[string]string{
+			Want: Want{Status: 200, Backend: "a", Host: "internal.example", Sent: map[string]string{
 				"X-Forwarded-For": "127.0.0.7", "X-Real-Ip": "127.0.0.7", "X-Forwarded-Proto": "http",
 				"X-Forwarded-Host": "fwd.test", "X-Forwarded-Prefix": "/pre", "X-Request-Id": "rid-7"}}},
 			{Name: "the client's X-Forwarded-For is replaced (use-forwarded-headers off)", Host: "fwd.test", Path: "/p", From: "127.0.0.7",
@@ -72,13 +67,53 @@ var _ = register(
 	},
 	Row{
 		Name: "redirects",
-		Manifests: `{{service "a" "redir" "demo"}}` + ingress("moved", "moved.test", "redir", root,
-			"permanent-redirect", "https://new.example.com/", "permanent-redirect-code", "308") +
+		Manifests: `{{service "a" "redir" "demo"}}` +
+			ingress("moved", "moved.test", "redir", root, "permanent-redirect", "https://new.example.com/") +
+			ingress("moved308", "moved308.test", "redir", root, "permanent-redirect", "https://new.example.com/x", "permanent-redirect-code", "308") +
 			ingress("temp", "temp.test", "redir", root, "temporal-redirect", "https://tmp.example.com/x"),
 		Requests: []Request{
-			{Name: "permanent", Host: "moved.test", Path: "/a", Want: Want{Status: 308, Header: map[string]string{"Location": "https://new.example.com/"}}},
+			{Name: "permanent", Host: "moved.test", Path: "/a?b=c", Want: Want{Status: 301, Header: map[string]string{"Location": "https://new.example.com/"}}},
+			{Name: "permanent-redirect-code", Host: "moved308.test", Path: "/a", Want: Want{Status: 308, Header: map[string]string{"Location": "https://new.example.com/x"}}},
 			{Name: "temporal", Host: "temp.test", Path: "/a", Want: Want{Status: 302, Header: map[string]string{"Location": "https://tmp.example.com/x"}}},
 		},
+	},
+	Row{
+		Name:      "app-root",
+		Manifests: `{{service "a" "approot" "demo"}}` + ingress("approot", "approot.test", "approot", root, "app-root", "/app"),
+		Requests: []Request{
+			// ingress-nginx: if ($uri = /) { return 302 $scheme://$http_host<app-root>; }
+			{Name: "root", Host: "approot.test", Path: "/", Want: Want{Status: 302, Header: map[string]string{"Location": "http://approot.test/app"}}},
+			{Name: "under the app root", Host: "approot.test", Path: "/app", Want: Want{Status: 200, Backend: "a", URI: "/app"}},
+			{Name: "another path", Host: "approot.test", Path: "/other", Want: Want{Status: 200, Backend: "a", URI: "/other"}},
+		},
+	},
+	Row{
+		Name: "ssl-redirect and force-ssl-redirect",
+		Manifests: `{{service "a" "sslr" "demo"}}{{tlsSecret "sslr-tls" "sslr.test"}}{{tlsSecret "nosslr-tls" "nosslr.test"}}` +
+			ingressTLS(ingress("sslr", "sslr.test", "sslr", root), "sslr.test", "sslr-tls") +
+			ingressTLS(ingress("nosslr", "nosslr.test", "sslr", root, "ssl-redirect", "false"), "nosslr.test", "nosslr-tls") +
+			ingress("force", "force.test", "sslr", root, "force-ssl-redirect", "true"),
+		Requests: []Request{
+			// ssl-redirect is on by default for a host with TLS (308,
+			// http-redirect-code); lua_ingress.lua drops a trailing slash
+			// unless preserve-trailing-slash.
+			{Name: "a TLS host redirects", Host: "sslr.test", Path: "/a/b?c=d", Want: Want{Status: 308, Header: map[string]string{"Location": "https://sslr.test/a/b?c=d"}}},
+			{Name: "https serves", Host: "sslr.test", Path: "/a", HTTPS: true,
+				Want: Want{Status: 200, Backend: "a", Sent: map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "sslr.test"}}},
+			{Name: "ssl-redirect false", Host: "nosslr.test", Path: "/a", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "force-ssl-redirect without TLS", Host: "force.test", Path: "/x?y=1", Want: Want{Status: 308, Header: map[string]string{"Location": "https://force.test/x?y=1"}}},
+		},
+	},
+	Row{
+		Name:      "ssl-redirect drops a trailing slash",
+		Manifests: `{{service "a" "slash" "demo"}}` + ingress("slash", "slash.test", "slash", root, "force-ssl-redirect", "true"),
+		Requests: []Request{
+			// lua_ingress.lua: "do not append a trailing slash on redirects
+			// unless enabled by annotations" (preserve-trailing-slash).
+			{Name: "root", Host: "slash.test", Path: "/", Want: Want{Status: 308, Header: map[string]string{"Location": "https://slash.test"}}},
+			{Name: "a directory", Host: "slash.test", Path: "/d/", Want: Want{Status: 308, Header: map[string]string{"Location": "https://slash.test/d"}}},
+		},
+		KnownDrift: map[string]string{"nginx": "nginx.conf redirects to https://$host$request_uri, keeping the trailing slash lua_ingress.lua drops"},
 	},
 	Row{
 		Name: "rewrite-target with captures",
@@ -89,8 +124,10 @@ var _ = register(
 	Row{
 		Name:      "proxy-body-size",
 		Manifests: `{{service "a" "small" "demo"}}` + ingress("small", "small.test", "small", root, "proxy-body-size", "10"),
-		Requests: []Request{{Method: "POST", Host: "small.test", Path: "/", Header: map[string]string{"Content-Length": "0"},
-			Want: Want{Status: 200, Backend: "a"}}},
+		Requests: []Request{
+			{Name: "within the limit", Method: "POST", Host: "small.test", Path: "/", Body: "0123456789", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "over the limit", Method: "POST", Host: "small.test", Path: "/", Body: "0123456789a", Want: Want{Status: 413}},
+		},
 	},
 	Row{
 		Name: "canary by header",
