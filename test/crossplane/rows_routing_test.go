@@ -136,6 +136,8 @@ var _ = register(
 		Requests: []Request{
 			{Name: "always", Host: "canary.test", Path: "/", Header: map[string]string{"X-Canary": "always"}, Want: Want{Status: 200, Backend: "b"}},
 			{Name: "never", Host: "canary.test", Path: "/", Header: map[string]string{"X-Canary": "never"}, Want: Want{Status: 200, Backend: "a"}},
+			{Name: "another value: weight 0", Host: "canary.test", Path: "/", Header: map[string]string{"X-Canary": "maybe"}, Want: Want{Status: 200, Backend: "a"}},
+			{Name: "no header", Host: "canary.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
 		},
 	},
 	Row{

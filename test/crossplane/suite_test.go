@@ -134,7 +134,7 @@ func (s suiteM) Run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	binary = filepath.Join(dir, "switchyard")
 	build := exec.Command("go", "build", "-o", binary, "./cmd/switchyard")
 	build.Dir = "../.."
