@@ -145,6 +145,9 @@ var locations = []location{
 	{"/dead/", "default-dead-80"},
 	{"/ewma/", "default-ewma-80"},
 	{"/unknown/", "default-unknown-80"},
+	{"/rr-refused/", "default-rrrefused-80"},
+	{"/ewma-refused/", "default-ewmarefused-80"},
+	{"/generation/", "default-generation-80"},
 }
 
 func newEnv(t *testing.T, workers int) *env {

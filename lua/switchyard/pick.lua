@@ -165,33 +165,20 @@ local function get_slot()
   -- A result holds its candidates either in cands/cookies (Go's pick
   -- reply) or as a rotation: peer list rpeers (rn long) from position rpos,
   -- whose index in the list is ridx (leases and the fallback; no copying).
+  -- rinfo is the backend info whose rotation a round-robin request's
+  -- retries continue (see candidate).
   return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0,
-    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false }
+    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false }
 end
 
 -- release returns a pick result to the pool once its request is done.
 function _M.release(s)
   if s and s.sema and not s.pending then
     s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
-    s.rpeers, s.peer = false, false
+    s.rpeers, s.peer, s.rinfo = false, false, false
     npool = npool + 1
     pool[npool] = s
   end
-end
-
--- candidate returns the peer for attempt i (1, 2, ...) of result s and the
--- Set-Cookie it needs (or false). Attempts beyond the candidates cycle
--- through them.
-function _M.candidate(s, i)
-  local rp = s.rpeers
-  if rp then
-    if i == 1 then
-      return rp[s.ridx + 1], false
-    end
-    return rp[((s.rpos + (i - 1) % s.n) % TWO32) % s.rn + 1], false
-  end
-  local k = (i - 1) % s.n + 1
-  return s.cands[k], s.cookies[k]
 end
 
 local dbl = ffi.new("double[1]")
@@ -662,14 +649,15 @@ local function request_lease(info, name, now)
   end
 end
 
--- take_leased fills s from the backend's lease: the next rotation position
--- Go reserved for this worker, and the positions after it for retries.
+-- lease_next takes the next position of the backend's lease: the next
+-- rotation position Go reserved for this worker. It returns the position
+-- and its index in info.peers, or nil when the worker holds no lease.
 -- The next lease is asked for as soon as the current one starts being
 -- used, so one is in reserve while this one lasts. If the current one runs
 -- out (or expires) before the next arrives, the rotation continues past its
 -- end: the positions Go hands out next, rather than a round trip per
 -- request that would wait for the same slow Go side.
-local function take_leased(s, info, name)
+local function lease_next(info, name)
   local now = ngx_now()
   info.demand = info.demand + 1
   local left = info.lleft
@@ -687,23 +675,33 @@ local function take_leased(s, info, name)
     end
     info.lleft = left
     if left == 0 and not (info.lpending and info.leased) then
-      return false
+      return nil
     end
   end
   if left > 0 then
     info.lleft = left - 1
   end
   local pos, idx, np = info.lpos, info.lidx, info.npeers
-  s.rpeers, s.rn, s.rpos, s.ridx = info.peers, np, pos, idx
-  s.n, s.code, s.alt, s.score, s.backend = np < 3 and np or 3, 0, false, nil, name
   -- The next position and its index in the peer list, counted as Go does
   -- (uint32 positions: the index restarts when the position wraps).
   if pos == TWO32 - 1 then
     info.lpos, info.lidx = 0, 0
   else
-    idx = idx + 1
-    info.lpos, info.lidx = pos + 1, idx < np and idx or 0
+    local nidx = idx + 1
+    info.lpos, info.lidx = pos + 1, nidx < np and nidx or 0
   end
+  return pos, idx
+end
+
+-- take_leased fills s from the backend's lease (lease_next).
+local function take_leased(s, info, name)
+  local pos, idx = lease_next(info, name)
+  if not pos then
+    return false
+  end
+  local np = info.npeers
+  s.rpeers, s.rn, s.rpos, s.ridx, s.rinfo = info.peers, np, pos, idx, info
+  s.n, s.code, s.alt, s.score, s.backend = np < 3 and np or 3, 0, false, nil, name
   return true
 end
 
@@ -715,9 +713,79 @@ local function fallback(s, info)
   end
   local idx = info.rr % np
   info.rr = idx + 1
-  s.rpeers, s.rn, s.rpos, s.ridx = info.peers, np, idx, idx
+  s.rpeers, s.rn, s.rpos, s.ridx, s.rinfo = info.peers, np, idx, idx, info
   s.n, s.code, s.alt, s.score, s.backend, s.fallback = min(np, 3), 0, false, nil, s.name, true
   return s
+end
+
+-- candidate returns the peer for attempt i (1, 2, ...) of result s and the
+-- Set-Cookie it needs (or false). Attempts beyond the candidates cycle
+-- through them.
+--
+-- A retry of a round-robin request decided from the worker's lease (or,
+-- while Go is unreachable, its fallback rotation) takes the next position
+-- of that rotation, and so uses it up, as ingress-nginx's round robin calls
+-- find() again for each attempt: with one peer of four refusing
+-- connections, each live peer gets a third of the requests
+-- (TestShimDecisions). The position after the request's own was not
+-- reserved for it: a retry taking it gave the refusing peer's successor
+-- its share twice. A position whose peer this request already tried is
+-- used up and passed over (ingress-nginx may repeat a failed peer when
+-- other requests took the positions in between, or here when the next
+-- lease is not contiguous with the last). A pick Go answered itself keeps
+-- Go's candidates.
+function _M.candidate(s, i)
+  local info = s.rinfo
+  if info then
+    local cands = s.cands
+    if i == 1 then
+      local peer = s.rpeers[s.ridx + 1]
+      cands[1] = peer
+      return peer, false
+    end
+    if infos[s.name] == info then
+      local peers, np = info.peers, info.npeers
+      for _ = 1, np do
+        local idx
+        if s.fallback then
+          idx = info.rr % np
+          info.rr = idx + 1
+        else
+          local _
+          _, idx = lease_next(info, s.name)
+          if not idx then
+            break
+          end
+        end
+        local peer = peers[idx + 1]
+        local seen = false
+        for k = 1, i - 1 do
+          if cands[k] == peer then
+            seen = true
+            break
+          end
+        end
+        if not seen then
+          cands[i] = peer
+          return peer, false
+        end
+      end
+    end
+    -- Every peer tried, or no lease: continue from the request's own
+    -- position.
+    local peer = s.rpeers[((s.rpos + (i - 1) % s.n) % TWO32) % s.rn + 1]
+    cands[i] = peer
+    return peer, false
+  end
+  local rp = s.rpeers
+  if rp then
+    if i == 1 then
+      return rp[s.ridx + 1], false
+    end
+    return rp[((s.rpos + (i - 1) % s.n) % TWO32) % s.rn + 1], false
+  end
+  local k = (i - 1) % s.n + 1
+  return s.cands[k], s.cookies[k]
 end
 
 -- pick asks Go for the candidates of one request to backend name. It returns
