@@ -185,6 +185,34 @@ func TestEWMAStatsPerBackend(t *testing.T) {
 	}
 }
 
+// A failed attempt counts as a sample of failurePenalty, so a peer that
+// refuses connections is ranked behind the peers that answer instead of
+// keeping the best score there is (TestShimDecisions in lua/).
+func TestEWMAFailedAttemptIsPenalised(t *testing.T) {
+	r := NewRegistry(Config{Rand: seqRand(3), Now: fixedClock(1700000000)})
+	mustSync(t, r, Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")})
+	r.Feedback("e", "10.0.0.1:80", DoneInfo{Failed: true})
+	r.Feedback("e", "10.0.0.2:80", DoneInfo{ResponseTime: time.Millisecond})
+	r.Feedback("e", "10.0.0.3:80", DoneInfo{ResponseTime: 2 * time.Millisecond})
+	if got, _ := r.EWMA("e", "10.0.0.1:80"); got != failurePenalty {
+		t.Errorf("ewma after one failure = %v; want %v", got, failurePenalty)
+	}
+	counts := map[string]int{}
+	for range 300 {
+		var a Attempt
+		p, err := r.Pick("e", vars{}, &a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[p.Peer]++
+	}
+	// The failed peer loses every pair; the slower live peer wins its pairs
+	// with it (a third of them).
+	if counts["10.0.0.1:80"] != 0 || counts["10.0.0.3:80"] < 50 {
+		t.Errorf("picks %v; want none for the failed peer and about 100 for 10.0.0.3:80", counts)
+	}
+}
+
 func TestPeakEWMAReactsAtOnce(t *testing.T) {
 	r := NewRegistry(Config{Now: fixedClock(1700000000)})
 	mustSync(t, r, Backend{Name: "p", LoadBalance: "peak_ewma", Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")})

@@ -624,13 +624,24 @@ func (r *Registry) Feedback(backend, peer string, info DoneInfo) {
 }
 
 func (r *Registry) observe(st *endpointState, scored, peak bool, info DoneInfo) {
-	if info.Failed {
-		st.failures.Add(1)
-		// A failed attempt is no latency sample: Lua recorded only the final
-		// attempt, and a peer failing fast must not look fast (spec §10).
+	if !scored {
+		if info.Failed {
+			st.failures.Add(1)
+		}
 		return
 	}
-	if !scored {
+	if info.Failed {
+		st.failures.Add(1)
+		// A failed attempt counts as a sample of failurePenalty: its own
+		// timings would make a peer failing fast look fast (spec §10), and
+		// no sample at all (Lua records only a request's final attempt)
+		// left a peer refusing connections at score 0, the best there is.
+		// It then won every pair it was drawn in, each such request was
+		// retried on the better of two live peers, and a live peer whose
+		// first sample happened to be higher than the others' got no
+		// request until its score decayed below theirs, tens of seconds
+		// later (TestShimDecisions: 1 of 600).
+		st.update(failurePenalty, r.nowSeconds(), peak)
 		return
 	}
 	// Lua: rtt = $upstream_connect_time + $upstream_response_time (connect
@@ -641,6 +652,13 @@ func (r *Registry) observe(st *endpointState, scored, peak bool, info DoneInfo) 
 
 // decayTime is ewma.lua's DECAY_TIME in seconds.
 const decayTime = 10.0
+
+// failurePenalty is the latency, in seconds, a failed attempt (refused,
+// timed out, or retried by proxy_next_upstream) counts as: a peer that
+// fails is ranked behind peers answering in under a second, and comes back
+// as its score decays (from one failure on a peer with no other sample,
+// below 1 ms after about 70 s), when it is tried again.
+const failurePenalty = 1.0
 
 // update applies one latency sample. Like Lua's resty.lock with timeout 0, a
 // sample arriving while another is being applied is dropped.

@@ -90,4 +90,29 @@ func TestShimDecisions(t *testing.T) {
 			t.Errorf("round robin with %s refusing: %v; want about %d each of %v (chi-square %.1f > %.1f)", refused, counts, n/3, live, x, chiSquareCritical2)
 		}
 	})
+
+	// ingress-nginx's ewma: each live peer got a share (the least 145 of
+	// 600); the shim's left one live peer without a request, as Go gave the
+	// refusing peer no score at all, the best there is (balancer.observe).
+	t.Run("ewma: the live peers share the load beside a refusing peer", func(t *testing.T) {
+		// The first sample of a peer counts in full: b1's first answer,
+		// 3 ms late, scores it above the other live peers, as a cold first
+		// request did in the run.
+		b1.delay.Store(int64(3 * time.Millisecond))
+		for i := 0; b1.hits.Load() == 0; i++ {
+			if code, who, _ := e.get(t, "/ewma-refused/"); code != 200 || i == 100 {
+				t.Fatalf("until b1 answers once: %d %q after %d requests", code, who, i)
+			}
+		}
+		b1.delay.Store(0)
+		const n = 600
+		counts := serve(t, e, "/ewma-refused/", n)
+		t.Logf("ewma, %s refusing, %s first answering late: %v", refused, b1.addr, counts)
+		for _, a := range live {
+			if counts[a] < n/10 {
+				t.Errorf("ewma with %s refusing: %v; want each of %v to get at least %d", refused, counts, live, n/10)
+				break
+			}
+		}
+	})
 }
