@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // chiSquareCritical2 is the chi-square statistic that 2 degrees of freedom
@@ -113,6 +115,37 @@ func TestShimDecisions(t *testing.T) {
 				t.Errorf("ewma with %s refusing: %v; want each of %v to get at least %d", refused, counts, live, n/10)
 				break
 			}
+		}
+	})
+
+	// After a change, a worker must decide no request on the backend info
+	// of the old generation: here upstream-hash-by changes, so the
+	// variables the shim sends with a pick change too.
+	t.Run("a reply of a newer generation: no request is decided on the old backend info", func(t *testing.T) {
+		for i := 0; i < 5; i++ {
+			if code, _, _ := e.get(t, fmt.Sprintf("/generation/warm-%d", i)); code != 200 {
+				t.Fatalf("warm-up request: %d", code)
+			}
+		}
+		next := append([]map[string]any(nil), payload...)
+		next[1] = wire("default-generation-80", live, hashBy("$http_x_key"))
+		file := post(next)
+		// Keys that the new hash sends elsewhere than a request without
+		// the header would go: a pick made with the old variables
+		// ($request_uri only) lands where the absent header hashes.
+		unset := debugPick(t, e.bin, file, "default-generation-80")["peer"]
+		var got, want []string
+		for k := 0; len(want) < 6 && k < 200; k++ {
+			key := fmt.Sprintf("key-%d", k)
+			w := debugPick(t, e.bin, file, "default-generation-80", "--var", "http_x_key="+key)["peer"]
+			if w == unset {
+				continue
+			}
+			_, who, _ := e.get(t, "/generation/"+key, "X-Key", key)
+			got, want = append(got, who), append(want, w.(string))
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("peers after upstream-hash-by changed to $http_x_key (-switchyard debug pick +nginx):\n%s", d)
 		}
 	})
 }

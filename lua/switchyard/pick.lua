@@ -113,7 +113,11 @@ local writer_idle = false
 -- with a connect-time section (bit 2 of its backend-info flags); learned
 -- from the hello the pump sends on every new connection.
 local connect_section = false
-local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, stale}
+local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, ...}
+-- gen is the generation of Go's configuration in the last reply read (nil
+-- before any). An info of another generation is not used to decide a
+-- request: the next one asks for a fresh one and waits (get_info).
+local gen = nil
 -- counts aggregates completions of backends Go does not score:
 -- backend -> peer -> {completed, failed}; flushed every flush_interval.
 local counts = {}
@@ -282,25 +286,22 @@ local function dispatch(b)
   waiting[id] = nil
   if typ == T_PICK_REPLY then
     parse_pick(s, b, 7)
-    local info = infos[s.name]
-    if info and info.gen ~= s.gen then
-      info.stale = true
-    end
+    gen = s.gen
   elseif typ == T_LEASE_REPLY then
     local info = s.info
     info.lpending = false
-    local code, gen = byte(b, 7), be32(b, 8)
-    if code == 0 and gen == info.gen then
+    local code, lgen = byte(b, 7), be32(b, 8)
+    gen = lgen
+    if code == 0 and lgen == info.gen then
       local start, count, n = be32(b, 12), byte(b, 16) * 256 + byte(b, 17), byte(b, 18) * 256 + byte(b, 19)
       if n == info.npeers and n > 0 and count > 0 then
         info.nstart, info.ncount, info.nt = start, count, ngx_now()
       end
-    elseif gen ~= info.gen then
-      info.stale = true
     end
   elseif typ == T_INFO_REPLY then
     local info = parse_info(b, 7)
     connect_section = info.connect_section
+    gen = info.gen
     if s.hello then
       return nil
     end
@@ -330,8 +331,6 @@ local function fail_waiters()
     -- Background asks: the next pick asks again.
     if s.lease then
       s.info.lpending = false
-    elseif s.refresh then
-      s.refresh.refreshing = false
     end
     if s.sema then
       s.sema:post(1)
@@ -597,18 +596,14 @@ local function ask(s, id, f)
 end
 
 -- info returns what Go said about a backend (variables, fallback peers),
--- asking Go and waiting when this worker has never heard of it.
+-- asking Go and waiting when this worker has never heard of it, or when
+-- its info is of another generation than Go's last reply: a request is
+-- never decided on the variables, lease or peers of an old configuration
+-- (TestShimDecisions). Only when Go cannot answer is the old info used,
+-- for the fallback round robin over its peers.
 local function get_info(name)
   local info = infos[name]
-  if info then
-    if info.stale and connected and not info.refreshing then
-      -- Refresh in the background: the reply replaces infos[name].
-      info.refreshing = true
-      local id = new_id()
-      if enqueue(frame(T_INFO, id, str8(name))) then
-        waiting[id] = { name = name, pending = true, refresh = info }
-      end
-    end
+  if info and (info.gen == gen or not connected) then
     return info
   end
   local s = get_slot()
@@ -616,7 +611,7 @@ local function get_info(name)
   local id = new_id()
   if not ask(s, id, frame(T_INFO, id, str8(name))) then
     _M.release(s)
-    return nil
+    return info
   end
   info = s.info
   s.info = nil
@@ -661,7 +656,8 @@ local function lease_next(info, name)
   local now = ngx_now()
   info.demand = info.demand + 1
   local left = info.lleft
-  if left == 0 or now - info.lt >= LEASE_TTL then
+  local expired = now - info.lt >= LEASE_TTL
+  if left == 0 or expired then
     left = 0
     local start = info.nstart
     if start and now - info.nt < LEASE_TTL then
@@ -674,7 +670,9 @@ local function lease_next(info, name)
       request_lease(info, name, now)
     end
     info.lleft = left
-    if left == 0 and not (info.lpending and info.leased) then
+    -- Continue past the end only of a lease used up within LEASE_TTL: an
+    -- expired one may predate a configuration change.
+    if left == 0 and (expired or not (info.lpending and info.leased)) then
       return nil
     end
   end
@@ -788,6 +786,41 @@ function _M.candidate(s, i)
   return s.cands[k], s.cookies[k]
 end
 
+-- pick_frame builds the pick frame of request id to backend name, with the
+-- variables info names.
+local function pick_frame(id, name, info)
+  local nv = info.nvars
+  if nv == 0 then
+    return frame(T_PICK, id, str8(name) .. "\0")
+  end
+  local parts = { str8(name), char(0) }
+  local k = 0
+  local vars, names = info.vars, info.names
+  for j = 1, nv do
+    local v = ngx_var[vars[j]]
+    if v then
+      k = k + 1
+      parts[#parts + 1] = names[j]
+      parts[#parts + 1] = str16(v)
+    end
+  end
+  parts[2] = char(k)
+  return frame(T_PICK, id, table.concat(parts))
+end
+
+-- same_vars reports whether two infos name the same variables.
+local function same_vars(a, b)
+  if a.nvars ~= b.nvars then
+    return false
+  end
+  for j = 1, a.nvars do
+    if a.names[j] ~= b.names[j] then
+      return false
+    end
+  end
+  return true
+end
+
 -- pick asks Go for the candidates of one request to backend name. It returns
 -- a result table (code, alt, backend, score, n, cands, cookies; pass it to
 -- release when the request is done), or nil when the backend is unknown or
@@ -810,33 +843,25 @@ function _M.pick(name)
   if info.leasable and take_leased(s, info, name) then
     return s
   end
-  local id = new_id()
-  local nv = info.nvars
-  local f
-  if nv == 0 then
-    f = frame(T_PICK, id, str8(name) .. "\0")
-  else
-    local parts = { str8(name), char(0) }
-    local k = 0
-    local vars, names = info.vars, info.names
-    for j = 1, nv do
-      local v = ngx_var[vars[j]]
-      if v then
-        k = k + 1
-        parts[#parts + 1] = names[j]
-        parts[#parts + 1] = str16(v)
-      end
+  for round = 1, 2 do
+    local id = new_id()
+    if not ask(s, id, pick_frame(id, name, info)) then
+      log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
+      return fallback(s, info)
     end
-    parts[2] = char(k)
-    f = frame(T_PICK, id, table.concat(parts))
+    if s.gen == info.gen or round == 2 then
+      return s
+    end
+    -- Go's configuration changed since info: Go decided on the variables
+    -- info named. Keep its decision if the new info names the same ones;
+    -- else ask again with them.
+    local fresh = get_info(name)
+    if not fresh or fresh == info or same_vars(fresh, info) then
+      return s
+    end
+    info = fresh
   end
-  if not ask(s, id, f) then
-    log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
-    return fallback(s, info)
-  end
-  return s
 end
-
 local function usec(v)
   local x = tonumber(last(v))
   if not x or x < 0 then
