@@ -53,6 +53,9 @@ type Registry struct {
 	states map[string]*backendState
 	// rings are the ring builds of the Sync in progress (see peerRing).
 	rings *ringBuilds
+
+	changedMu sync.Mutex
+	changed   chan struct{} // closed by the next Sync (see Changed)
 }
 
 // snapshot is one immutable generation of balancers.
@@ -186,6 +189,19 @@ func NewRegistry(cfg Config) *Registry {
 // Version is a monotonic counter bumped by every Sync.
 func (r *Registry) Version() uint64 { return r.version.Load() }
 
+// Changed returns a channel that is closed when the next Sync has published
+// its generation (Version is then newer than when Changed was called). The
+// pick socket pushes generations to the nginx shim with it, so that decision
+// data the shim applies itself is dropped as soon as it is outdated.
+func (r *Registry) Changed() <-chan struct{} {
+	r.changedMu.Lock()
+	defer r.changedMu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
 // intn returns a uniform integer in [0, n).
 func (r *Registry) intn(n int) int {
 	hi, _ := bits.Mul64(r.rand(), uint64(n))
@@ -240,6 +256,12 @@ func (r *Registry) Sync(backends []Backend) error {
 	}
 	r.snap.Store(next)
 	r.version.Add(1)
+	r.changedMu.Lock()
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+	r.changedMu.Unlock()
 	return errors.Join(errs...)
 }
 

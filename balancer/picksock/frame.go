@@ -12,15 +12,21 @@ const Version = 1
 
 // Frame types. Replies set the high bit of the request's type.
 const (
-	TypePick       = 0x01 // shim -> Go: pick candidates for a request
-	TypeDone       = 0x02 // shim -> Go: completion feedback of one attempt (no reply)
-	TypeNeedVars   = 0x03 // shim -> Go: backend info (variables, peers, leasable)
-	TypeLease      = 0x04 // shim -> Go: reserve positions of a round-robin rotation
-	TypeCounts     = 0x05 // shim -> Go: aggregated completions of one endpoint (no reply)
-	TypeRequests   = 0x06 // shim -> Go: aggregated request metrics of one label set (no reply)
-	TypePickReply  = 0x81
-	TypeVarsReply  = 0x83
-	TypeLeaseReply = 0x84
+	TypePick         = 0x01 // shim -> Go: pick candidates for a request
+	TypeDone         = 0x02 // shim -> Go: completion feedback of one attempt (no reply)
+	TypeNeedVars     = 0x03 // shim -> Go: backend info (variables, peers, leasable)
+	TypeLease        = 0x04 // shim -> Go: reserve positions of a round-robin rotation
+	TypeCounts       = 0x05 // shim -> Go: aggregated completions of one endpoint (no reply)
+	TypeRequests     = 0x06 // shim -> Go: aggregated request metrics of one label set (no reply)
+	TypeSubscribe    = 0x07 // shim -> Go: push this connection every new generation (TypeGen)
+	TypeTable        = 0x08 // shim -> Go: a chunk of a backend's hash table
+	TypePremade      = 0x09 // shim -> Go: picks made ahead for requests without the backend's variables
+	TypePickReply    = 0x81
+	TypeVarsReply    = 0x83
+	TypeLeaseReply   = 0x84
+	TypeGen          = 0x87 // Go -> shim, id 0: the generation changed
+	TypeTableReply   = 0x88
+	TypePremadeReply = 0x89
 )
 
 // Error codes of a pick reply.
@@ -72,8 +78,10 @@ type Request struct {
 	ConnectUS, HeaderUS, ResponseUS uint32
 	Status                          uint16
 	Failed                          bool
-	// Lease:
+	// Lease, Premade:
 	Count uint16
+	// Table: the first point of the chunk asked for.
+	Offset uint32
 	// Counts (Peer is set too):
 	Completed, FailedN uint32
 	// Requests: tab-separated labels, request count, summed duration and
@@ -217,8 +225,11 @@ func DecodeRequest(frame []byte, q *Request) error {
 		q.Status = r.u16()
 		q.Failed = r.u8() != 0
 	case TypeNeedVars:
-	case TypeLease:
+	case TypeLease, TypePremade:
 		q.Count = r.u16()
+	case TypeSubscribe:
+	case TypeTable:
+		q.Offset = r.u32()
 	case TypeCounts:
 		q.Peer = r.bytes(int(r.u8()))
 		q.Completed = r.u32()
@@ -409,8 +420,15 @@ type BackendInfo struct {
 	// section. Every server of this version sets it; older ones do not,
 	// and a shim sends them the section-less form.
 	ConnectSamples bool
-	Vars           []string
-	Peers          []string
+	// Tables: the server takes TypeSubscribe, TypeTable and TypePremade
+	// (set by every server of this version, whatever the backend).
+	Tables bool
+	// HashTable: the backend's picks are a lookup in its hash table
+	// (TypeTable); Premade: picks for requests without any of Vars can be
+	// made ahead (TypePremade).
+	HashTable, Premade bool
+	Vars               []string
+	Peers              []string
 }
 
 // AppendCounts appends an aggregated-completions frame.
@@ -521,26 +539,41 @@ func DecodeLeaseReply(frame []byte) (id uint32, l Lease, err error) {
 	return id, l, nil
 }
 
-// flagConnectSamples is bit 2 of a backend-info reply's flags: this server
-// decodes requests frames with a connect-time section.
-const flagConnectSamples = 4
+// Flags of a backend-info reply. flagConnectSamples and flagTables describe
+// the server and are set in every reply; the others the backend.
+const (
+	flagLeasable       = 1
+	flagScored         = 2
+	flagConnectSamples = 4 // decodes requests frames with a connect-time section
+	flagTables         = 8
+	flagHashTable      = 16
+	flagPremade        = 32
+)
 
 // AppendVarsReply appends a backend-info reply frame: the variables a pick
 // for the backend needs and its peers (the shim's fallback list), cut to what
 // fits in one frame.
 func AppendVarsReply(dst []byte, id uint32, code byte, gen uint32, leasable, scored bool, names, peers []string) []byte {
+	return AppendInfoReply(dst, id, BackendInfo{Code: code, Gen: gen, Leasable: leasable, Scored: scored, Vars: names, Peers: peers})
+}
+
+// AppendInfoReply appends a backend-info reply frame from info; the server's
+// own flags (ConnectSamples, Tables) are always set.
+func AppendInfoReply(dst []byte, id uint32, info BackendInfo) []byte {
 	dst, start := appendHeader(dst, TypeVarsReply, id)
-	dst = append(dst, code)
-	dst = binary.BigEndian.AppendUint32(dst, gen)
-	flags := byte(0)
-	if leasable {
-		flags |= 1
+	dst = append(dst, info.Code)
+	dst = binary.BigEndian.AppendUint32(dst, info.Gen)
+	flags := byte(flagConnectSamples | flagTables)
+	for _, f := range []struct {
+		on  bool
+		bit byte
+	}{{info.Leasable, flagLeasable}, {info.Scored, flagScored}, {info.HashTable, flagHashTable}, {info.Premade, flagPremade}} {
+		if f.on {
+			flags |= f.bit
+		}
 	}
-	if scored {
-		flags |= 2
-	}
-	flags |= flagConnectSamples
 	dst = append(dst, flags)
+	names := info.Vars
 	if len(names) > MaxVars {
 		names = names[:MaxVars]
 	}
@@ -551,7 +584,7 @@ func AppendVarsReply(dst []byte, id uint32, code byte, gen uint32, leasable, sco
 	npos := len(dst)
 	dst = append(dst, 0, 0)
 	n := 0
-	for _, p := range peers {
+	for _, p := range info.Peers {
 		if len(p) > 255 || len(dst)+1+len(p)-start-4 > MaxFrame || n == math.MaxUint16 {
 			continue
 		}
@@ -601,8 +634,10 @@ func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
 	info.Code = r.u8()
 	info.Gen = r.u32()
 	flags := r.u8()
-	info.Leasable, info.Scored = flags&1 == 1, flags&2 == 2
+	info.Leasable, info.Scored = flags&flagLeasable != 0, flags&flagScored != 0
 	info.ConnectSamples = flags&flagConnectSamples != 0
+	info.Tables = flags&flagTables != 0
+	info.HashTable, info.Premade = flags&flagHashTable != 0, flags&flagPremade != 0
 	nv := int(r.u8())
 	for i := 0; i < nv && !r.bad; i++ {
 		info.Vars = append(info.Vars, string(r.bytes(int(r.u8()))))

@@ -19,6 +19,9 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}))
 	f.Add(AppendRequestsConnect(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}, ConnectTimes{3, 6, []uint32{1, 2, 3}}))
 	f.Add(AppendRequestsConnect(nil, "\t502\tGET\t/\tns\ting\tsvc\tcanary", 9, 9, []uint32{9}, ConnectTimes{5, 1 << 33, []uint32{7, 1 << 31}}))
+	f.Add(AppendSubscribe(nil))
+	f.Add(AppendTable(nil, 5, "b", 10900))
+	f.Add(AppendPremade(nil, 6, "b", 256))
 	f.Add([]byte{0, 0, 0, 6, 1, 1, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var q Request
@@ -29,6 +32,14 @@ func FuzzDecodeRequest(f *testing.F) {
 		case TypeLease:
 			if re := AppendLease(nil, q.ID, string(q.Backend), q.Count); !bytes.Equal(re, b) {
 				t.Fatalf("lease re-encode differs:\n%x\n%x", re, b)
+			}
+		case TypeTable:
+			if re := AppendTable(nil, q.ID, string(q.Backend), q.Offset); !bytes.Equal(re, b) {
+				t.Fatalf("table re-encode differs:\n%x\n%x", re, b)
+			}
+		case TypePremade:
+			if re := AppendPremade(nil, q.ID, string(q.Backend), q.Count); !bytes.Equal(re, b) {
+				t.Fatalf("premade re-encode differs:\n%x\n%x", re, b)
 			}
 		case TypeRequests:
 			if q.NSamples > int(q.ConnCount) || q.ConnCount > q.Requests {

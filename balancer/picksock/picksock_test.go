@@ -100,7 +100,7 @@ func TestVarsReplyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, ConnectSamples: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
+	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, ConnectSamples: true, Tables: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
 	if d := cmp.Diff(want, info); id != 9 || d != "" {
 		t.Fatalf("id %d %s", id, d)
 	}

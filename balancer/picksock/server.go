@@ -2,6 +2,7 @@ package picksock
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,10 @@ type Picker interface {
 	Leasable(backend string) bool
 	Scored(backend string) bool
 	Count(backend, peer string, completed, failed uint64)
+	HashTable(backend string) (balancer.HashTable, bool)
+	Premadeable(backend string) bool
+	// Changed returns a channel closed when Version next changes.
+	Changed() <-chan struct{}
 }
 
 // Config of a Server.
@@ -173,14 +178,26 @@ type conn struct {
 	cookies [MaxCandidates]string
 	metrics RequestMetrics
 	out     []byte
+
+	// w is the connection. Replies are written by ServeConn's loop and
+	// generation pushes by the subscription's goroutine, under wmu.
+	w          io.Writer
+	wmu        sync.Mutex
+	subscribed bool
+	done       chan struct{} // closed when ServeConn returns
+	pushers    sync.WaitGroup
 }
 
 // ServeConn serves one connection until EOF or error. Replies to all frames
 // read in one read are written together.
 func (s *Server) ServeConn(c io.ReadWriteCloser) error {
-	defer c.Close()
+	cs := &conn{s: s, out: make([]byte, 0, 64<<10), w: c, done: make(chan struct{})}
+	defer func() {
+		close(cs.done)
+		c.Close()
+		cs.pushers.Wait()
+	}()
 	br := bufio.NewReaderSize(c, MaxFrame+4)
-	cs := &conn{s: s, out: make([]byte, 0, 64<<10)}
 	for {
 		hdr, err := br.Peek(4)
 		if err != nil {
@@ -204,7 +221,10 @@ func (s *Server) ServeConn(c io.ReadWriteCloser) error {
 			return err
 		}
 		if br.Buffered() == 0 && len(cs.out) > 0 {
-			if _, err := c.Write(cs.out); err != nil {
+			cs.wmu.Lock()
+			_, err := c.Write(cs.out)
+			cs.wmu.Unlock()
+			if err != nil {
 				return err
 			}
 			cs.out = cs.out[:0]
@@ -244,9 +264,17 @@ func (cs *conn) handle(frame []byte) error {
 		if peers == nil {
 			code = CodeUnknownBackend
 		}
-		cs.out = AppendVarsReply(cs.out, q.ID, code, gen, p.Leasable(name), p.Scored(name), p.NeededVars(name), peers)
+		_, hashTable := p.HashTable(name)
+		cs.out = AppendInfoReply(cs.out, q.ID, BackendInfo{Code: code, Gen: gen, Leasable: p.Leasable(name), Scored: p.Scored(name),
+			HashTable: hashTable, Premade: p.Premadeable(name), Vars: p.NeededVars(name), Peers: peers})
 	case TypeLease:
 		cs.lease(q)
+	case TypeSubscribe:
+		cs.subscribe()
+	case TypeTable:
+		cs.table(q)
+	case TypePremade:
+		cs.premade(q)
 	case TypeRequests:
 		if f := cs.s.cfg.Requests; f != nil {
 			cs.metrics = RequestMetrics{Labels: q.Labels, Count: q.Requests, SumUS: q.SumUS, Buckets: q.Buckets[:q.NBuckets],
@@ -296,4 +324,118 @@ func (cs *conn) pick(q *Request) {
 	}
 	first := &cs.picks[0]
 	cs.out = AppendPickReply(cs.out, q.ID, CodeOK, first.Alternative, gen, first.Backend, first.EWMAScore, cs.cands[:n], cs.cookies[:n])
+}
+
+// subscribe starts pushing the connection's shim every new generation: the
+// current one at once (after the replies before it), then one TypeGen frame
+// per change, so decision data the shim applies itself is dropped as soon as
+// Go has a newer configuration. Several changes in quick succession may push
+// only the last.
+func (cs *conn) subscribe() {
+	if cs.subscribed {
+		return
+	}
+	cs.subscribed = true
+	p := cs.s.cfg.Picker
+	changed := p.Changed()
+	last := uint32(p.Version())
+	cs.out = AppendGen(cs.out, last)
+	cs.pushers.Go(func() {
+		var buf []byte
+		for {
+			select {
+			case <-changed:
+			case <-cs.done:
+				return
+			}
+			// Changed before Version: a Sync after this read closes the
+			// new channel, and the loop comes round again.
+			changed = p.Changed()
+			gen := uint32(p.Version())
+			if gen == last {
+				continue
+			}
+			last = gen
+			buf = AppendGen(buf[:0], gen)
+			cs.wmu.Lock()
+			_, err := cs.w.Write(buf)
+			cs.wmu.Unlock()
+			if err != nil {
+				if c, ok := cs.w.(io.Closer); ok {
+					c.Close()
+				}
+				return
+			}
+		}
+	})
+}
+
+// table answers a table request with the chunk of the backend's hash table
+// from the offset asked for. The generation is read before the table, as in
+// lease: a Sync in between labels the new table with the old generation,
+// which the shim drops at the push that follows, never the other way round.
+func (cs *conn) table(q *Request) {
+	p := cs.s.cfg.Picker
+	gen := uint32(p.Version())
+	name := unsafeString(q.Backend)
+	t, ok := p.HashTable(name)
+	code := byte(CodeOK)
+	npeers := 0
+	switch {
+	case ok:
+		// The owners index the peer list of the backend info.
+		npeers = len(p.Peers(name))
+	case p.Peers(name) == nil:
+		code = CodeUnknownBackend
+	default:
+		code = CodeNoTable
+	}
+	cs.out = AppendTableReply(cs.out, q.ID, code, gen, t, npeers, q.Offset)
+}
+
+// premade answers a premade request: up to count picks (as many as fit in one
+// frame) for requests that carry none of the backend's variables, each made
+// by CandidatePicks as a pick request without variables would be.
+func (cs *conn) premade(q *Request) {
+	p := cs.s.cfg.Picker
+	gen := uint32(p.Version())
+	name := unsafeString(q.Backend)
+	dst, start := appendHeader(cs.out, TypePremadeReply, q.ID)
+	switch {
+	case !p.Premadeable(name):
+		code := byte(CodeNoTable)
+		if p.Peers(name) == nil {
+			code = CodeUnknownBackend
+		}
+		dst = append(dst, code)
+		dst = binary.BigEndian.AppendUint32(dst, gen)
+		dst = append(dst, 0, 0)
+		cs.out = finish(dst, start)
+		return
+	}
+	dst = append(dst, CodeOK)
+	dst = binary.BigEndian.AppendUint32(dst, gen)
+	npos := len(dst)
+	dst = append(dst, 0, 0)
+	var empty Request
+	k := cs.s.cfg.Candidates
+	count := min(int(q.Count), MaxPremade)
+	made := 0
+	for made < count {
+		cs.att.Reset()
+		n, err := p.CandidatePicks(name, &empty, &cs.att, cs.picks[:k])
+		if err != nil {
+			break
+		}
+		var ok bool
+		if dst, ok = premadeEntry(dst, start, cs.picks[:n]); !ok {
+			break
+		}
+		made++
+	}
+	if made == 0 {
+		dst[npos-5] = CodeNoPeer
+	}
+	binary.BigEndian.PutUint16(dst[npos:], uint16(made))
+	cs.out = finish(dst, start)
 }

@@ -1,0 +1,279 @@
+package picksock
+
+import (
+	"bufio"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+)
+
+// tableClient is a Go client of a real Server over a unix socket.
+type tableClient struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialServer(t *testing.T, reg *balancer.Registry) *tableClient {
+	t.Helper()
+	srv := NewServer(Config{Picker: reg})
+	path := filepath.Join(t.TempDir(), "pick.sock")
+	ln, err := srv.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		_ = srv.Close()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return &tableClient{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+func (tc *tableClient) send(b []byte) {
+	tc.t.Helper()
+	if _, err := tc.c.Write(b); err != nil {
+		tc.t.Fatal(err)
+	}
+}
+
+func (tc *tableClient) read() []byte {
+	tc.t.Helper()
+	_ = tc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var hdr [4]byte
+	if _, err := io.ReadFull(tc.br, hdr[:]); err != nil {
+		tc.t.Fatal(err)
+	}
+	n, err := FrameLen(hdr[:])
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	f := make([]byte, n)
+	copy(f, hdr[:])
+	if _, err := io.ReadFull(tc.br, f[4:]); err != nil {
+		tc.t.Fatal(err)
+	}
+	return f
+}
+
+func syncJSON(t *testing.T, reg *balancer.Registry, js string) {
+	t.Helper()
+	bs, err := balancer.DecodeBackends([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Sync(bs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func endpointsJSON(n int) string {
+	var sb strings.Builder
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"address":"10.0.%d.%d","port":"8080"}`, i/250, i%250+1)
+	}
+	return sb.String()
+}
+
+// TestHashTableEqualsPick fetches a chash backend's table in chunks (100 peers:
+// 16000 points, more than one frame) and checks that looking a key up in it
+// gives Registry.Pick's peer for every attempt, for composite keys with
+// unset variables too.
+func TestHashTableEqualsPick(t *testing.T) {
+	reg := balancer.NewRegistry(balancer.Config{})
+	syncJSON(t, reg, `[{"name":"h","port":80,"upstreamHashByConfig":{"upstream-hash-by":"$host-$request_uri$arg_x"},"endpoints":[`+endpointsJSON(100)+`]},
+	 {"name":"rr","port":80,"endpoints":[`+endpointsJSON(3)+`]}]`)
+	tc := dialServer(t, reg)
+
+	tc.send(AppendNeedVars(nil, 1, "h"))
+	_, info, err := DecodeVarsReply(tc.read())
+	if err != nil || !info.HashTable || info.Premade || !info.Tables || len(info.Peers) != 100 {
+		t.Fatalf("info %+v err %v", info, err)
+	}
+	var hashes []uint32
+	var owners []uint16
+	var key []balancer.KeyPart
+	chunks := 0
+	for {
+		tc.send(AppendTable(nil, 2, "h", uint32(len(hashes))))
+		id, ch, err := DecodeTableReply(tc.read())
+		if err != nil || id != 2 || ch.Code != CodeOK || ch.NPeers != 100 || ch.Offset != uint32(len(hashes)) || ch.Gen != info.Gen {
+			t.Fatalf("chunk %d: %+v err %v", chunks, ch, err)
+		}
+		chunks++
+		key = ch.Key
+		hashes = append(hashes, ch.Hashes...)
+		owners = append(owners, ch.Owners...)
+		if uint32(len(hashes)) == ch.Total || len(ch.Hashes) == 0 {
+			break
+		}
+	}
+	if chunks < 2 || len(hashes) != 16000 {
+		t.Fatalf("%d points in %d chunks; want 16000 in at least 2", len(hashes), chunks)
+	}
+	want := []balancer.KeyPart{{Var: "host"}, {Lit: "-"}, {Var: "request_uri"}, {Var: "arg_x"}}
+	if fmt.Sprint(key) != fmt.Sprint(want) {
+		t.Fatalf("key %+v; want %+v", key, want)
+	}
+	lookup := func(vars map[string]string) string {
+		var k []byte
+		for _, p := range key {
+			if p.Var == "" {
+				k = append(k, p.Lit...)
+			} else if v, ok := vars[p.Var]; ok {
+				k = append(k, v...)
+			}
+		}
+		h := crc32.ChecksumIEEE(k)
+		lo, hi := 0, len(hashes)
+		for lo < hi {
+			m := (lo + hi) / 2
+			if hashes[m] < h {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		if lo == len(hashes) {
+			lo = 0
+		}
+		return info.Peers[owners[lo]]
+	}
+	for i := range 2000 {
+		vars := map[string]string{"host": "a.example", "request_uri": fmt.Sprintf("/p/%d", i)}
+		if i%3 == 0 {
+			vars["arg_x"] = fmt.Sprint(i * 7)
+		}
+		var a balancer.Attempt
+		req := balancer.VarsFunc(func(n string) ([]byte, bool) {
+			v, ok := vars[n]
+			return []byte(v), ok
+		})
+		got := lookup(vars)
+		for try := range 3 {
+			p, err := reg.Pick("h", req, &a)
+			if err != nil || p.Peer != got {
+				t.Fatalf("%v attempt %d: table says %s, Pick %s (%v)", vars, try, got, p.Peer, err)
+			}
+			a.LastFailure = balancer.FailureFailed
+		}
+	}
+
+	// Other algorithms have no table; unknown backends are unknown.
+	tc.send(AppendTable(nil, 3, "rr", 0))
+	if _, ch, err := DecodeTableReply(tc.read()); err != nil || ch.Code != CodeNoTable {
+		t.Fatalf("rr table: %+v %v", ch, err)
+	}
+	tc.send(AppendTable(nil, 4, "nope", 0))
+	if _, ch, err := DecodeTableReply(tc.read()); err != nil || ch.Code != CodeUnknownBackend {
+		t.Fatalf("unknown table: %+v %v", ch, err)
+	}
+}
+
+// TestPremadePicks: an ewma backend's premade picks are distinct candidates of
+// its peers; a canary by weight 30 sends about 30 % of premade picks to the
+// alternative; a chash backend has none.
+func TestPremadePicks(t *testing.T) {
+	reg := balancer.NewRegistry(balancer.Config{})
+	syncJSON(t, reg, `[
+	 {"name":"e","port":80,"load-balance":"ewma","endpoints":[`+endpointsJSON(4)+`]},
+	 {"name":"main","port":80,"alternativeBackends":["canary"],"endpoints":[{"address":"10.1.0.1","port":"80"},{"address":"10.1.0.2","port":"80"}]},
+	 {"name":"canary","port":80,"noServer":true,"trafficShapingPolicy":{"weight":30,"header":"X-Canary"},"endpoints":[{"address":"10.2.0.1","port":"80"}]},
+	 {"name":"h","port":80,"upstreamHashByConfig":{"upstream-hash-by":"$request_uri"},"endpoints":[`+endpointsJSON(3)+`]}]`)
+	tc := dialServer(t, reg)
+
+	tc.send(AppendNeedVars(nil, 1, "main"))
+	_, info, err := DecodeVarsReply(tc.read())
+	if err != nil || !info.Premade || info.HashTable || len(info.Vars) != 1 || info.Vars[0] != "http_x_canary" {
+		t.Fatalf("main info %+v %v", info, err)
+	}
+
+	tc.send(AppendPremade(nil, 5, "e", 200))
+	id, code, gen, picks, err := DecodePremadeReply(tc.read())
+	if err != nil || id != 5 || code != CodeOK || gen != uint32(reg.Version()) || len(picks) != 200 {
+		t.Fatalf("ewma premade: id %d code %d gen %d, %d picks, %v", id, code, gen, len(picks), err)
+	}
+	seen := map[string]int{}
+	for _, p := range picks {
+		if p.Backend != "e" || p.Alternative || len(p.Candidates) != 3 || p.EWMAScore < 0 {
+			t.Fatalf("ewma pick %+v", p)
+		}
+		if p.Candidates[0] == p.Candidates[1] || p.Candidates[1] == p.Candidates[2] || p.Candidates[0] == p.Candidates[2] {
+			t.Fatalf("ewma retries repeat a peer: %v", p.Candidates)
+		}
+		seen[p.Candidates[0]]++
+	}
+	if len(seen) < 3 {
+		t.Fatalf("200 ewma picks over 4 idle peers chose %v", seen)
+	}
+
+	alt := 0
+	const n = 4000
+	for made := 0; made < n; {
+		tc.send(AppendPremade(nil, 6, "main", 1000))
+		_, code, _, picks, err := DecodePremadeReply(tc.read())
+		if err != nil || code != CodeOK || len(picks) == 0 {
+			t.Fatalf("canary premade: code %d, %d picks, %v", code, len(picks), err)
+		}
+		for _, p := range picks {
+			if p.Alternative != (p.Backend == "canary") {
+				t.Fatalf("canary pick %+v", p)
+			}
+			if p.Alternative {
+				alt++
+			}
+		}
+		made += len(picks)
+	}
+	// 30 % of 4000: 1200, standard deviation 29; 6 sigma either way.
+	if alt < 1200-175 || alt > 1200+175 {
+		t.Fatalf("%d of %d premade picks went to the 30 %% canary", alt, n)
+	}
+
+	tc.send(AppendPremade(nil, 7, "h", 10))
+	if _, code, _, picks, err := DecodePremadeReply(tc.read()); err != nil || code != CodeNoTable || len(picks) != 0 {
+		t.Fatalf("chash premade: code %d picks %d %v", code, len(picks), err)
+	}
+}
+
+// TestSubscribePushesGenerations: a subscribed connection gets the current
+// generation at once and every new one without asking.
+func TestSubscribePushesGenerations(t *testing.T) {
+	reg := newRegistry(t)
+	tc := dialServer(t, reg)
+	tc.send(AppendSubscribe(nil))
+	gen, err := DecodeGen(tc.read())
+	if err != nil || gen != uint32(reg.Version()) {
+		t.Fatalf("first push %d %v; want %d", gen, err, reg.Version())
+	}
+	for range 3 {
+		syncJSON(t, reg, payload)
+		gen, err = DecodeGen(tc.read())
+		if err != nil || gen != uint32(reg.Version()) {
+			t.Fatalf("push %d %v; want %d", gen, err, reg.Version())
+		}
+	}
+	// Replies still come through between pushes.
+	tc.send(AppendNeedVars(nil, 9, "default-web-80"))
+	if id, info, err := DecodeVarsReply(tc.read()); err != nil || id != 9 || info.Gen != uint32(reg.Version()) {
+		t.Fatalf("info after pushes: %d %+v %v", id, info, err)
+	}
+}
