@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
@@ -73,6 +74,18 @@ type Server struct {
 	lns   map[net.Listener]struct{}
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+	// frames counts the frames decoded, by type.
+	frames [256]atomic.Uint64
+}
+
+// Frames returns how many frames of the given type the server has decoded:
+// TypePick counts the requests whose shim asked Go in the request path.
+func (s *Server) Frames(typ byte) uint64 { return s.frames[typ].Load() }
+
+// FrameTypes names the shim-to-Go frame types, for metrics.
+var FrameTypes = map[byte]string{
+	TypePick: "pick", TypeDone: "feedback", TypeNeedVars: "backend_info", TypeLease: "lease",
+	TypeCounts: "counts", TypeRequests: "requests", TypeSubscribe: "subscribe", TypeTable: "table", TypePremade: "premade",
 }
 
 // NewServer returns a Server.
@@ -243,6 +256,7 @@ func (cs *conn) handle(frame []byte) error {
 		}
 		return err
 	}
+	cs.s.frames[q.Type].Add(1)
 	switch q.Type {
 	case TypePick:
 		cs.pick(q)

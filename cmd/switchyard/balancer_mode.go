@@ -180,17 +180,25 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 // sockets accept connections.
 func serveBalancer(ctx context.Context, socks balancerSockets, ready chan<- struct{}) error {
 	configSocket, pickSocket, gid := socks.config, socks.pick, socks.gid
+	reg := balancer.NewRegistry(balancer.Config{})
+	restoreState(reg, socks.state)
+	// The request metrics reach the server through requests, set (before
+	// the server serves) once the metrics server, which exports the
+	// server's frame counts, is up.
 	var requests func(*picksock.RequestMetrics)
+	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0, Requests: func(m *picksock.RequestMetrics) {
+		if requests != nil {
+			requests(m)
+		}
+	}})
 	if socks.metrics != "" {
-		m, stop, err := serveNginxMetrics(socks.metrics)
+		m, stop, err := serveNginxMetrics(socks.metrics, newPickFrames(picks))
 		if err != nil {
 			return fmt.Errorf("metrics address: %w", err)
 		}
 		defer stop()
 		requests = m.add
 	}
-	reg := balancer.NewRegistry(balancer.Config{})
-	restoreState(reg, socks.state)
 	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: persistingSyncer{reg: reg, path: socks.state}, OnError: func(path string, status int, err error) {
 		klog.InfoS("configuration request refused", "path", path, "status", status, "error", err)
 	}})
@@ -201,7 +209,6 @@ func serveBalancer(ctx context.Context, socks balancerSockets, ready chan<- stru
 	if err != nil {
 		return fmt.Errorf("configuration socket: %w", err)
 	}
-	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0, Requests: requests})
 	pickLn, err := picks.Listen(pickSocket)
 	if err != nil {
 		apiLn.Close()

@@ -183,11 +183,16 @@ func (m *nginxRequestMetrics) Collect(ch chan<- prometheus.Metric) {
 // shim sends when its request_metrics option is on (`switchyard balancer
 // --metrics-address`). It returns the metrics for picksock.Config.Requests
 // and a function that stops the server.
-func serveNginxMetrics(addr string) (*nginxRequestMetrics, func(), error) {
+func serveNginxMetrics(addr string, extra ...prometheus.Collector) (*nginxRequestMetrics, func(), error) {
 	m := newNginxRequestMetrics()
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(m); err != nil {
 		return nil, nil, fmt.Errorf("register request metrics: %w", err)
+	}
+	for _, c := range extra {
+		if err := reg.Register(c); err != nil {
+			return nil, nil, fmt.Errorf("register metrics: %w", err)
+		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -202,4 +207,25 @@ func serveNginxMetrics(addr string) (*nginxRequestMetrics, func(), error) {
 		}
 	}()
 	return m, func() { _ = srv.Close() }, nil
+}
+
+// pickFrames exports the pick socket's frame counts: how often the nginx
+// shim asked Go in the request path (type "pick") against the decision data
+// it applied itself (leases, premade picks, hash tables).
+type pickFrames struct {
+	srv  *picksock.Server
+	desc *prometheus.Desc
+}
+
+func newPickFrames(srv *picksock.Server) pickFrames {
+	return pickFrames{srv: srv, desc: prometheus.NewDesc("switchyard_pick_socket_frames_total",
+		"Frames the nginx shim sent to the pick socket, by type; \"pick\" frames are requests that waited for Go.", []string{"type"}, nil)}
+}
+
+func (p pickFrames) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+
+func (p pickFrames) Collect(ch chan<- prometheus.Metric) {
+	for typ, name := range picksock.FrameTypes {
+		ch <- prometheus.MustNewConstMetric(p.desc, prometheus.CounterValue, float64(p.srv.Frames(typ)), name)
+	}
 }

@@ -54,6 +54,9 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 		return nil, fmt.Errorf("register request metrics: %w", err)
 	}
 	picks := picksock.NewServer(picksock.Config{Picker: reg, GID: gid, Chown: gid >= 0, Requests: reqMetrics.add})
+	if err := registerer.Register(newPickFrames(picks)); err != nil {
+		return nil, fmt.Errorf("register pick socket metrics: %w", err)
+	}
 	pickLn, err := picks.Listen(pickPath)
 	if err != nil {
 		return nil, err
