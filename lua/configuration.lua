@@ -132,6 +132,14 @@ function _M.call()
   if status == 201 and method == "POST" and ngx.var.request_uri == "/configuration/servers" and body then
     keep_certificates(body)
   end
+  if status == 201 and method == "POST" and ngx.var.request_uri == "/configuration/backends" then
+    -- Go holds the new backends: this worker decides no request on what it
+    -- knew before (the other workers learn it from Go's generation push).
+    local pick = package.loaded["switchyard.pick"]
+    if pick then
+      pick.invalidate()
+    end
+  end
   ngx.status = status
   ngx.print(data)
   return ngx.exit(ngx.OK)

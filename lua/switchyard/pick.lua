@@ -58,7 +58,13 @@ local _M = {
 
 local VERSION = 1
 local T_PICK, T_DONE, T_INFO, T_LEASE, T_COUNTS, T_REQUESTS = 1, 2, 3, 4, 5, 6
+local T_SUBSCRIBE, T_TABLE, T_PREMADE = 7, 8, 9
 local T_PICK_REPLY, T_INFO_REPLY, T_LEASE_REPLY = 0x81, 0x83, 0x84
+local T_GEN, T_TABLE_REPLY, T_PREMADE_REPLY = 0x87, 0x88, 0x89
+-- PREMADE_MAX bounds the premade picks asked for at once (the protocol's
+-- MaxPremade); STRIDE is the room for each premade pick's candidates in the
+-- flat candidate array (the protocol's MaxCandidates).
+local PREMADE_MAX, STRIDE = 1024, 8
 -- A lease reserves about LEASE_SPAN seconds of this worker's round-robin
 -- picks of a backend, LEASE_MIN to LEASE_MAX positions (the protocol's
 -- bound). Fixed leases of 64, and of 256 refilled at half, ran dry under load
@@ -113,11 +119,15 @@ local writer_idle = false
 -- with a connect-time section (bit 2 of its backend-info flags); learned
 -- from the hello the pump sends on every new connection.
 local connect_section = false
+-- tables: the Go side of this connection takes subscribe, table and premade
+-- frames (bit 3 of its backend-info flags), learned from the hello.
+local tables = false
 local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, ...}
 -- gen is the generation of Go's configuration in the last reply read (nil
 -- before any). An info of another generation is not used to decide a
 -- request: the next one asks for a fresh one and waits (get_info).
 local gen = nil
+local see_gen, load_table, load_premade
 -- counts aggregates completions of backends Go does not score:
 -- backend -> peer -> {completed, failed}; flushed every flush_interval.
 local counts = {}
@@ -187,6 +197,8 @@ end
 
 local dbl = ffi.new("double[1]")
 local dbl_bytes = ffi.cast("uint8_t*", dbl)
+local crc32 = ngx.crc32_long
+local uint32_array, uint16_array = ffi.typeof("uint32_t[?]"), ffi.typeof("uint16_t[?]")
 local function f64(s, i)
   -- Big-endian on the wire; x86 and arm64 are little-endian.
   for k = 0, 7 do
@@ -208,12 +220,22 @@ local function parse_info(b, i)
     -- ncount, nt), whether one is asked for, whether any was used, and the
     -- picks counted for sizing the next.
     lpos = 0, lidx = 0, lleft = 0, lt = 0, lpending = false, leased = false, demand = 0, lreq_t = 0,
-    lreq_demand = 0 }
+    lreq_demand = 0,
+    -- Premade picks: the batch in use and the one in reserve (pcur, pnext,
+    -- set when they come), whether one is asked for or Go said there are
+    -- none, and the eligible picks counted for sizing the next.
+    ppending = false, pfailed = false, pdemand = 0, preq_t = 0, preq_demand = 0,
+    -- Hash table: whole (ring) or being fetched (tpending, tloaded points),
+    -- or refused (tfailed).
+    ring = false, tpending = false, tfailed = false }
   local code = byte(b, i)
   info.gen = be32(b, i + 1)
   info.leasable = band(byte(b, i + 5), 1) == 1
   info.scored = band(byte(b, i + 5), 2) == 2
   info.connect_section = band(byte(b, i + 5), 4) == 4
+  info.tables = band(byte(b, i + 5), 8) == 8
+  info.hashtable = band(byte(b, i + 5), 16) == 16
+  info.premade = band(byte(b, i + 5), 32) == 32
   i = i + 6
   local nv = byte(b, i)
   i = i + 1
@@ -272,12 +294,164 @@ local function parse_pick(s, b, i)
   s.n = n
 end
 
+-- see_gen takes note of a generation in a reply or push: gen only moves
+-- forward (uint32, wrapping), so a reply computed before a configuration
+-- change and written after its push does not make old data current again.
+function see_gen(g)
+  if gen == nil then
+    gen = g
+    return
+  end
+  local d = (g - gen) % TWO32
+  if d ~= 0 and d < 2147483648 then
+    gen = g
+  end
+end
+
+-- request_table asks for the chunk of a backend's hash table from point
+-- offset (a background ask: no request waits for it).
+local function request_table(info, name, offset)
+  local id = new_id()
+  if enqueue(frame(T_TABLE, id, str8(name) .. u32(offset))) then
+    info.tpending = true
+    waiting[id] = { name = name, info = info, pending = true, table = true }
+    kick()
+  end
+end
+
+-- load_table stores one chunk of a hash table reply in info: the key
+-- template, then the points in FFI arrays, asking for the next chunk until
+-- the table is whole (info.ring). A table of another generation than info,
+-- or that does not fit info's peer list, is dropped, and the backend's
+-- picks keep asking Go (info.tfailed). A reply that contradicts itself is a
+-- protocol error.
+function load_table(info, name, b)
+  info.tpending = false
+  local code, tgen = byte(b, 7), be32(b, 8)
+  if code ~= 0 or tgen ~= info.gen or infos[name] ~= info then
+    info.tfailed = true
+    return nil
+  end
+  local i = 12
+  local nk = byte(b, i)
+  i = i + 1
+  local key, keyvar = {}, {}
+  for k = 1, nk do
+    local kind, l = byte(b, i), byte(b, i + 1) * 256 + byte(b, i + 2)
+    local text = sub(b, i + 3, i + 2 + l)
+    i = i + 3 + l
+    keyvar[k] = kind == 1
+    -- $1 .. $9 of a hash key are regex captures: ngx.var[1].
+    key[k] = kind == 1 and (tonumber(text) or text) or text
+  end
+  local npeers = byte(b, i) * 256 + byte(b, i + 1)
+  local total, offset, n = be32(b, i + 2), be32(b, i + 6), byte(b, i + 10) * 256 + byte(b, i + 11)
+  i = i + 12
+  if #b ~= i - 1 + 6 * n or total == 0 then
+    return "bad table frame"
+  end
+  if npeers ~= info.npeers then
+    info.tfailed = true
+    return nil
+  end
+  if offset == 0 then
+    info.thashes, info.towners, info.ttotal, info.tloaded = uint32_array(total), uint16_array(total), total, 0
+  end
+  if offset ~= info.tloaded or total ~= info.ttotal or offset + n > total then
+    return "table chunk out of order"
+  end
+  local hashes, owners = info.thashes, info.towners
+  for k = offset, offset + n - 1 do
+    local b1, b2, b3, b4, o1, o2 = byte(b, i, i + 5)
+    local o = o1 * 256 + o2
+    if o >= npeers then
+      return "table owner out of range"
+    end
+    hashes[k] = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+    owners[k] = o
+    i = i + 6
+  end
+  info.tloaded = offset + n
+  if info.tloaded < total then
+    if n == 0 then
+      return "empty table chunk"
+    end
+    request_table(info, name, info.tloaded)
+    return nil
+  end
+  info.key, info.keyvar, info.nkey = key, keyvar, nk
+  info.ring = true
+  return nil
+end
+
+-- load_premade stores a premade reply's picks in info's reserve batch
+-- (info.pnext), flat: per pick whether it went to the canary, its backend,
+-- its score, and its candidates at (k-1)*STRIDE+1 ... Batches are reused.
+function load_premade(info, name, b)
+  info.ppending = false
+  local code, pgen = byte(b, 7), be32(b, 8)
+  if code ~= 0 or pgen ~= info.gen or infos[name] ~= info then
+    if code ~= 0 then
+      info.pfailed = true
+    end
+    return nil
+  end
+  local n = byte(b, 12) * 256 + byte(b, 13)
+  local batch = info.pnext
+  if not batch then
+    batch = { n = 0, i = 1, t = 0, alt = {}, backend = {}, score = {}, nc = {}, c = {} }
+    info.pnext = batch
+  end
+  local alt, backend, score, ncs, c = batch.alt, batch.backend, batch.score, batch.nc, batch.c
+  local i, len = 14, #b
+  for k = 1, n do
+    if i + 11 > len then
+      return "bad premade frame"
+    end
+    alt[k] = band(byte(b, i), 1) == 1
+    local l = byte(b, i + 1)
+    backend[k] = sub(b, i + 2, i + 1 + l)
+    i = i + 2 + l
+    if sub(b, i, i + 7) == NO_SCORE then
+      score[k] = false
+    else
+      score[k] = f64(b, i)
+    end
+    local nc = byte(b, i + 8)
+    i = i + 9
+    if nc == 0 or nc > STRIDE then
+      return "bad premade candidates"
+    end
+    ncs[k] = nc
+    local base = (k - 1) * STRIDE
+    for j = 1, nc do
+      l = byte(b, i)
+      c[base + j] = sub(b, i + 1, i + l)
+      i = i + 1 + l
+    end
+  end
+  if i ~= len + 1 then
+    return "bad premade frame"
+  end
+  batch.n, batch.i, batch.t = n, 1, ngx_now()
+  return nil
+end
+
 local function dispatch(b)
   -- b: version, type, id, body
   if byte(b, 1) ~= VERSION then
     return "protocol version " .. tostring(byte(b, 1))
   end
   local typ = byte(b, 2)
+  if typ == T_GEN then
+    -- Go's configuration changed: every info of another generation, and
+    -- the decision data on it, is not used to decide a request any more.
+    if #b ~= 10 then
+      return "bad generation frame"
+    end
+    see_gen(be32(b, 7))
+    return nil
+  end
   local id = be32(b, 3)
   local s = waiting[id]
   if not s then
@@ -286,12 +460,12 @@ local function dispatch(b)
   waiting[id] = nil
   if typ == T_PICK_REPLY then
     parse_pick(s, b, 7)
-    gen = s.gen
+    see_gen(s.gen)
   elseif typ == T_LEASE_REPLY then
     local info = s.info
     info.lpending = false
     local code, lgen = byte(b, 7), be32(b, 8)
-    gen = lgen
+    see_gen(lgen)
     if code == 0 and lgen == info.gen then
       local start, count, n = be32(b, 12), byte(b, 16) * 256 + byte(b, 17), byte(b, 18) * 256 + byte(b, 19)
       if n == info.npeers and n > 0 and count > 0 then
@@ -301,8 +475,14 @@ local function dispatch(b)
   elseif typ == T_INFO_REPLY then
     local info = parse_info(b, 7)
     connect_section = info.connect_section
-    gen = info.gen
+    see_gen(info.gen)
     if s.hello then
+      tables = info.tables
+      if tables then
+        -- Generations are pushed from now on (TypeGen).
+        enqueue(frame(T_SUBSCRIBE, 0, "\0"))
+        kick()
+      end
       return nil
     end
     if info.unknown then
@@ -311,6 +491,16 @@ local function dispatch(b)
       infos[s.name] = info
     end
     s.info = info
+  elseif typ == T_TABLE_REPLY then
+    local err = load_table(s.info, s.name, b)
+    if err then
+      return err
+    end
+  elseif typ == T_PREMADE_REPLY then
+    local err = load_premade(s.info, s.name, b)
+    if err then
+      return err
+    end
   else
     return "unexpected frame type " .. tostring(typ)
   end
@@ -331,6 +521,10 @@ local function fail_waiters()
     -- Background asks: the next pick asks again.
     if s.lease then
       s.info.lpending = false
+    elseif s.table then
+      s.info.tpending = false
+    elseif s.premade then
+      s.info.ppending = false
     end
     if s.sema then
       s.sema:post(1)
@@ -543,7 +737,9 @@ local function pump(premature)
         log(NOTICE, "switchyard pick: connected to ", _M.socket)
       end
       backoff = 0.05
-      connected, reader_failed, connect_section = true, false, false
+      connected, reader_failed, connect_section, tables = true, false, false, false
+      -- Generations are per Go process: the hello's reply gives this one's.
+      gen = nil
       -- Hello: a backend-info query for no backend, whose flags say
       -- what this Go side takes (older ones answer without bit 2).
       local id = new_id()
@@ -703,6 +899,122 @@ local function take_leased(s, info, name)
   return true
 end
 
+-- ring_pick fills s from the backend's hash table (info.ring): the peer
+-- owning CRC32 of the key, for every attempt, as Go's chash picks it
+-- (TestHashTableEqualsPick in Go; TestShimTables through nginx).
+local keybuf = {}
+local function ring_pick(s, info, name)
+  local key
+  local nk, kparts, kvar = info.nkey, info.key, info.keyvar
+  if nk == 1 and kvar[1] then
+    key = ngx_var[kparts[1]] or ""
+  else
+    local m = 0
+    for k = 1, nk do
+      local v = kparts[k]
+      if kvar[k] then
+        v = ngx_var[v]
+      end
+      if v then
+        m = m + 1
+        keybuf[m] = v
+      end
+    end
+    key = table.concat(keybuf, "", 1, m)
+  end
+  local h = crc32(key)
+  local hashes, total = info.thashes, info.ttotal
+  local lo, hi = 0, total
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if hashes[mid] < h then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  if lo == total then
+    lo = 0
+  end
+  s.cands[1], s.cookies[1] = info.peers[info.towners[lo] + 1], false
+  s.n, s.code, s.alt, s.score, s.backend = 1, 0, false, nil, name
+  return s
+end
+
+-- request_premade asks Go for the backend's next premade picks, about
+-- LEASE_SPAN seconds of this worker's eligible requests to it.
+local function request_premade(info, name, now)
+  local dt = now - info.preq_t
+  if dt < 0.001 then
+    dt = 0.001
+  end
+  local size = floor((info.pdemand - info.preq_demand) / dt * LEASE_SPAN)
+  if size < LEASE_MIN then
+    size = LEASE_MIN
+  elseif size > PREMADE_MAX then
+    size = PREMADE_MAX
+  end
+  info.preq_t, info.preq_demand = now, info.pdemand
+  local id = new_id()
+  if enqueue(frame(T_PREMADE, id, str8(name) .. u16(size))) then
+    info.ppending = true
+    waiting[id] = { name = name, info = info, pending = true, premade = true }
+    kick()
+  end
+end
+
+-- take_premade fills s with the next of the picks Go made ahead for
+-- requests to this backend that carry none of its variables, and reports
+-- whether there was one. Like leases, a batch is used for at most
+-- LEASE_TTL, and the next one is asked for as soon as one starts being
+-- used; when none is at hand the request asks Go itself.
+local function take_premade(s, info, name)
+  local now = ngx_now()
+  info.pdemand = info.pdemand + 1
+  local cur = info.pcur
+  if not cur or cur.i > cur.n or now - cur.t >= LEASE_TTL then
+    local nxt = info.pnext
+    if cur then
+      cur.n = 0
+    end
+    if nxt and nxt.n > 0 and now - nxt.t < LEASE_TTL then
+      info.pcur, info.pnext = nxt, cur
+      cur = nxt
+    else
+      info.pcur = nil
+      cur = nil
+    end
+    if not info.ppending then
+      request_premade(info, name, now)
+    end
+    if not cur then
+      return false
+    end
+  end
+  local k = cur.i
+  cur.i = k + 1
+  local nc, base, c = cur.nc[k], (k - 1) * STRIDE, cur.c
+  local cands, cookies = s.cands, s.cookies
+  for j = 1, nc do
+    cands[j], cookies[j] = c[base + j], false
+  end
+  s.n, s.code, s.alt, s.backend = nc, 0, cur.alt[k], cur.backend[k]
+  s.score = cur.score[k] or nil
+  return true
+end
+
+-- vars_absent reports whether the request has none of the variables the
+-- backend's picks read (premade picks are made for such requests).
+local function vars_absent(info)
+  local vars = info.vars
+  for j = 1, info.nvars do
+    if ngx_var[vars[j]] ~= nil then
+      return false
+    end
+  end
+  return true
+end
+
 -- fallback fills s from the backend's last peer list, round robin.
 local function fallback(s, info)
   local np = info.npeers
@@ -837,11 +1149,30 @@ function _M.pick(name)
   local s = get_slot()
   s.name, s.attempt = name, 0
   if not connected then
+    if info.ring then
+      -- The last hash table Go sent keeps deciding: the same peers as
+      -- before Go went away.
+      log_once("fallback", "Go side unreachable; hash tables as last sent, round robin over the last peer lists")
+      return ring_pick(s, info, name)
+    end
     log_once("fallback", "Go side unreachable; round robin over the last peer lists")
     return fallback(s, info)
   end
   if info.leasable and take_leased(s, info, name) then
     return s
+  end
+  -- Decision data is used only while it is of Go's current generation
+  -- (get_info waits for a fresh info, but returns the old one when Go does
+  -- not answer in time).
+  if info.gen == gen and tables then
+    if info.ring then
+      return ring_pick(s, info, name)
+    end
+    if info.hashtable and not info.tpending and not info.tfailed then
+      request_table(info, name, info.tloaded or 0)
+    elseif info.premade and not info.pfailed and vars_absent(info) and take_premade(s, info, name) then
+      return s
+    end
   end
   for round = 1, 2 do
     local id = new_id()
@@ -977,6 +1308,17 @@ function _M.fallback_for(name)
   local s = get_slot()
   s.name, s.attempt = name, 0
   return fallback(s, info)
+end
+
+-- invalidate makes every backend info this worker holds, and the decision
+-- data on it, unusable: the next request to each backend waits for a fresh
+-- one. configuration.lua calls it when a POST of backends succeeded, so the
+-- worker that served the POST decides nothing on the old backends after it
+-- (the generation push may come a moment later).
+function _M.invalidate()
+  for _, info in pairs(infos) do
+    info.gen = -1
+  end
 end
 
 function _M.connected()

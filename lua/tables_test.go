@@ -1,0 +1,191 @@
+package lua_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
+)
+
+// goRegistry is the Go balancer over the same payload nginx got: the
+// decisions the shim must reproduce.
+func goRegistry(t *testing.T, body []byte) *balancer.Registry {
+	t.Helper()
+	bs, err := balancer.DecodeBackends(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(bs); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// goPeer is Registry.Pick's peer for a request with the given variables.
+func goPeer(t *testing.T, reg *balancer.Registry, backend string, vars map[string]string) string {
+	t.Helper()
+	var a balancer.Attempt
+	p, err := reg.Pick(backend, balancer.VarsFunc(func(n string) ([]byte, bool) {
+		v, ok := vars[n]
+		return []byte(v), ok
+	}), &a)
+	if err != nil {
+		t.Fatalf("Go pick %s %v: %v", backend, vars, err)
+	}
+	return p.Peer
+}
+
+// frames is the balancer's count of pick-socket frames of one type.
+func (e *env) frames(t *testing.T, typ string) float64 {
+	t.Helper()
+	mf := e.scrape(t)["switchyard_pick_socket_frames_total"]
+	if mf == nil {
+		t.Fatal("no switchyard_pick_socket_frames_total on the balancer's /metrics")
+	}
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "type" && l.GetValue() == typ {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no frames of type %q", typ)
+	return 0
+}
+
+// TestShimTables: chash, ewma and a canary by weight are decided in the
+// nginx worker from the decision data Go sent (the hash table, premade
+// picks), not by a round trip per request, and the decisions are Go's: every
+// chash request reaches the peer Registry.Pick names, at once after a
+// configuration change too, and while the Go side is down.
+func TestShimTables(t *testing.T) {
+	b1, b2, b3, b4 := startBackend(t, "127.0.0.2"), startBackend(t, "127.0.0.3"), startBackend(t, "127.0.0.4"), startBackend(t, "127.0.0.5")
+	canary := startBackend(t, "127.0.0.6")
+	// One worker: every request is decided by the worker that served the
+	// configuration POST.
+	e := newEnv(t, 1)
+	hashBy := map[string]any{"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri", "upstream-hash-by-subset-size": 3}}
+	payload := func(hashEndpoints []string) []byte {
+		body, err := json.Marshal([]map[string]any{
+			wire("default-hash-80", hashEndpoints, hashBy),
+			wire("default-ewma-80", addrs(b1, b2, b3), map[string]any{"load-balance": "ewma"}),
+			wire("default-wmain-80", addrs(b1, b2), map[string]any{"alternativeBackends": []string{"default-wcanary-80"}}),
+			wire("default-wcanary-80", addrs(canary), map[string]any{"noServer": true, "trafficShapingPolicy": map[string]any{
+				"weight": 30, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "", "cookie": ""}}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, b := e.post(t, "/configuration/backends", body); code != 201 {
+			t.Fatalf("POST /configuration/backends = %d %q; want 201", code, b)
+		}
+		return body
+	}
+	reg := goRegistry(t, payload(addrs(b1, b2, b3)))
+
+	// checkHash sends n requests with distinct URIs and checks each
+	// answer against Go; it returns how many asked Go per request.
+	checkHash := func(t *testing.T, reg *balancer.Registry, tag string, n int) float64 {
+		t.Helper()
+		before := e.frames(t, "pick")
+		for i := range n {
+			uri := fmt.Sprintf("/hash/%s/%d?q=%d", tag, i, i*7919)
+			code, who, _ := e.get(t, uri)
+			want := goPeer(t, reg, "default-hash-80", map[string]string{"request_uri": uri})
+			if code != 200 || who != want {
+				t.Fatalf("%s: %d from %q; Go picks %s", uri, code, who, want)
+			}
+		}
+		return e.frames(t, "pick") - before
+	}
+
+	t.Run("chash is decided from the hash table, as Go decides", func(t *testing.T) {
+		tablesBefore := e.frames(t, "table")
+		asked := checkHash(t, reg, "a", 1000)
+		t.Logf("%v of 1000 chash requests asked Go", asked)
+		// The first requests ask Go while the table is being fetched.
+		if asked > 10 {
+			t.Errorf("%v of 1000 chash requests asked Go; want the table to decide all but the first few", asked)
+		}
+		if e.frames(t, "table")-tablesBefore < 1 {
+			t.Error("no table frame was sent")
+		}
+	})
+
+	t.Run("a new configuration decides the next request", func(t *testing.T) {
+		reg := goRegistry(t, payload(addrs(b2, b3, b4)))
+		checkHash(t, reg, "b", 300)
+		if b4.hits.Load() == 0 {
+			t.Error("the added peer got no request")
+		}
+	})
+
+	t.Run("ewma and a canary by weight use premade picks", func(t *testing.T) {
+		before, premadeBefore := e.frames(t, "pick"), e.frames(t, "premade")
+		seen := map[string]int{}
+		for range 600 {
+			code, who, _ := e.get(t, "/ewma/x")
+			if code != 200 {
+				t.Fatalf("ewma: %d %q", code, who)
+			}
+			seen[who]++
+		}
+		if len(seen) < 2 {
+			t.Errorf("600 ewma requests all went to %v", seen)
+		}
+		const n = 2000
+		toCanary := 0
+		for range n {
+			code, who, resp := e.get(t, "/weighted/x")
+			if code != 200 {
+				t.Fatalf("canary: %d %q", code, who)
+			}
+			if who == canary.addr {
+				toCanary++
+				if resp.Header.Get("X-Backend") != canary.addr {
+					t.Fatalf("canary response %v", resp.Header)
+				}
+			}
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of %d ewma and canary requests asked Go; %d went to the canary", asked, 600+n, toCanary)
+		if asked > 20 {
+			t.Errorf("%v of %d ewma and canary requests asked Go; want premade picks to decide all but the first few", asked, 600+n)
+		}
+		if e.frames(t, "premade")-premadeBefore < 2 {
+			t.Error("no premade frames were sent")
+		}
+		// 30 % of 2000: 600, standard deviation 20.5; six of them either way.
+		if sd := math.Sqrt(n * 0.3 * 0.7); math.Abs(float64(toCanary)-n*0.3) > 6*sd {
+			t.Errorf("%d of %d requests went to the 30 %% canary", toCanary, n)
+		}
+	})
+
+	t.Run("a request with the canary header asks Go", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		for range 20 {
+			if code, who, _ := e.get(t, "/weighted/x", "X-Canary", "always"); code != 200 || who != canary.addr {
+				t.Fatalf("X-Canary: always: %d from %q; want the canary", code, who)
+			}
+		}
+		if asked := e.frames(t, "pick") - before; asked != 20 {
+			t.Errorf("%v of 20 requests with the canary header asked Go; want all", asked)
+		}
+	})
+
+	t.Run("with the Go side down, chash keeps Go's choices", func(t *testing.T) {
+		reg := goRegistry(t, payload(addrs(b1, b3, b4)))
+		checkHash(t, reg, "c", 50) // the table of this generation is in place
+		_ = e.goProc.Stop()
+		for i := range 300 {
+			uri := fmt.Sprintf("/hash/d/%d", i)
+			code, who, _ := e.get(t, uri)
+			if want := goPeer(t, reg, "default-hash-80", map[string]string{"request_uri": uri}); code != 200 || who != want {
+				t.Fatalf("Go down, %s: %d from %q; Go picked %s", uri, code, who, want)
+			}
+		}
+	})
+}
