@@ -1,0 +1,365 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// benchCase is one location of the front nginx, with its own backend in the
+// payload (payload.go).
+type benchCase struct {
+	name    string // ingress-nginx's implementation name, or canary_weight
+	path    string // the location, also $location_path
+	backend string // $proxy_upstream_name
+	nkeys   int    // request URIs wrk spreads over (hashing cases)
+	sticky  bool   // wrk sends the affinity cookie on every second request
+}
+
+var allCases = []benchCase{
+	{name: "round_robin", path: "/rr/", backend: "bench-rr-80"},
+	{name: "ewma", path: "/ewma/", backend: "bench-ewma-80"},
+	{name: "chash", path: "/chash/", backend: "bench-chash-80", nkeys: 100},
+	{name: "chashsubset", path: "/chashsubset/", backend: "bench-chashsubset-80", nkeys: 100},
+	{name: "sticky_balanced", path: "/sticky_balanced/", backend: "bench-sticky-balanced-80", sticky: true},
+	{name: "sticky_persistent", path: "/sticky_persistent/", backend: "bench-sticky-persistent-80", sticky: true},
+	{name: "canary_weight", path: "/canary/", backend: "bench-main-80"},
+}
+
+// Variants, in the order each round runs them.
+const (
+	variantReal = "real"
+	variantShim = "shim"
+)
+
+var variants = []string{variantReal, variantShim}
+
+// options are the command line; zero values are not used (flags set them).
+type options struct {
+	ingressLua, restyBalancer, restyCookie, restyLock, restyDNS string
+	shimLua, binary, commit                                     string
+	duration                                                    time.Duration
+	rounds                                                      int
+	conns, workers                                              []int
+	cases                                                       []benchCase
+	keep                                                        bool
+}
+
+func main() {
+	var o options
+	var conns, workers, cases string
+	flag.StringVar(&o.ingressLua, "ingress-nginx", "", "ingress-nginx checkout at controller-v1.15.1 (or its rootfs/etc/nginx/lua directory)")
+	flag.StringVar(&o.restyBalancer, "resty-balancer", "", "lua-resty-balancer checkout (v0.05): lib/ and chash.c")
+	flag.StringVar(&o.restyCookie, "resty-cookie", "", "lua-resty-cookie checkout (f418d77)")
+	flag.StringVar(&o.restyLock, "resty-lock", "", "lua-resty-lock checkout (v0.09)")
+	flag.StringVar(&o.restyDNS, "resty-dns", "", "lua-resty-dns checkout (v0.23; util/dns.lua requires it at load time)")
+	flag.StringVar(&o.shimLua, "lua", "", "the shim's Lua tree (default: lua/ of this repository)")
+	flag.StringVar(&o.binary, "switchyard", "", "switchyard binary (default: built from ./cmd/switchyard)")
+	flag.StringVar(&o.commit, "commit", "", "what the shim's Lua and binary were built from, for the report")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "wrk run length per sample")
+	flag.IntVar(&o.rounds, "rounds", 3, "samples per cell and configuration (medians reported)")
+	flag.StringVar(&conns, "connections", "8,64", "wrk connection counts")
+	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
+	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
+	flag.Parse()
+	var err error
+	if o.conns, err = ints(conns); err == nil {
+		o.workers, err = ints(workers)
+	}
+	if err == nil {
+		o.cases, err = selectCases(cases)
+	}
+	if err == nil && o.rounds < 1 {
+		err = errors.New("-rounds must be at least 1")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shimreal:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "shimreal:", err)
+		os.Exit(1)
+	}
+}
+
+func caseNames(cs []benchCase) string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.name)
+	}
+	return strings.Join(n, ",")
+}
+
+func selectCases(s string) ([]benchCase, error) {
+	if s == "" {
+		return allCases, nil
+	}
+	var out []benchCase
+	for _, name := range strings.Split(s, ",") {
+		i := slices.IndexFunc(allCases, func(c benchCase) bool { return c.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown case %q (have %s)", name, caseNames(allCases))
+		}
+		out = append(out, allCases[i])
+	}
+	return out, nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// cell identifies one line of the table.
+type cell struct {
+	c              string
+	workers, conns int
+}
+
+func run(o options) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if o.shimLua == "" {
+		o.shimLua = filepath.Join(root, "lua")
+	}
+	src, err := checkSources(o)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "switchyard-shim-real")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintln(os.Stderr, "work directory:", dir)
+	} else {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	// nginx workers run as nobody and must reach the sockets and Lua files.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	if src.clib, err = buildChash(dir, o.restyBalancer); err != nil {
+		return err
+	}
+	bin := o.binary
+	if bin == "" {
+		bin = filepath.Join(dir, "switchyard")
+		if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd/switchyard")).CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	}
+	wrkScript := filepath.Join(root, "test/bench/shimreal/wrk.lua")
+
+	bk, err := startBackends(dir)
+	if err != nil {
+		return err
+	}
+	defer bk.stop()
+	side, err := startSidecar(dir, bin)
+	if err != nil {
+		return err
+	}
+	defer side.stop()
+	payload, err := buildPayload(bk)
+	if err != nil {
+		return err
+	}
+
+	printHeader(o, src)
+	perRun := o.duration + time.Second // wrk's 1 s warm-up
+	total := time.Duration(len(o.workers)*len(o.cases)*len(o.conns)*o.rounds*len(variants)) * perRun
+	fmt.Printf("# matrix: cases %s; workers %v; connections %v; %d rounds of %s (+1 s warm-up each); about %s of load\n",
+		caseNames(o.cases), o.workers, o.conns, o.rounds, o.duration, total.Round(time.Second))
+	fmt.Printf("# load before: %s\n\n", loadavg())
+	fmt.Println("# raw samples: case workers conns round variant rps p50_ms p99_ms nginx_cpu_us_per_req sidecar_cpu_s loadavg1")
+
+	results := map[cell]map[string][]sample{}
+	for _, w := range o.workers {
+		fronts := map[string]*front{}
+		for _, v := range variants {
+			f, err := startFront(dir, v, w, src, side)
+			if err != nil {
+				stopAll(fronts)
+				return fmt.Errorf("%s nginx, %d workers: %w", v, w, err)
+			}
+			fronts[v] = f
+		}
+		if err := prepare(fronts, payload, bk, o.cases); err != nil {
+			stopAll(fronts)
+			return fmt.Errorf("%d workers: %w", w, err)
+		}
+		for _, bc := range o.cases {
+			for _, c := range o.conns {
+				k := cell{bc.name, w, c}
+				results[k] = map[string][]sample{}
+				for r := 0; r < o.rounds; r++ {
+					for _, v := range variants {
+						f := fronts[v]
+						s, err := measure(f, side, bc, c, o.duration, wrkScript)
+						if err != nil {
+							stopAll(fronts)
+							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
+						}
+						results[k][v] = append(results[k][v], s)
+						load, _, _ := strings.Cut(loadavg(), " ")
+						fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load)
+					}
+				}
+			}
+		}
+		for _, v := range variants {
+			fronts[v].stop()
+			lines := fronts[v].errorLines()
+			fmt.Printf("# %s nginx, %d workers: %d lines of level error or worse in error.log\n", v, w, len(lines))
+			for _, l := range distinct(lines, 3) {
+				fmt.Printf("#   %s\n", l)
+			}
+		}
+	}
+	fmt.Printf("\n# load after: %s\n\n", loadavg())
+	printTable(o, results)
+	return nil
+}
+
+// distinct returns up to n different messages of error.log lines, without
+// their time, pid and connection prefix.
+func distinct(lines []string, n int) []string {
+	var out []string
+	for _, l := range lines {
+		if i := strings.Index(l, "] "); i >= 0 {
+			l = l[i+2:]
+		}
+		if _, rest, ok := strings.Cut(l, ": "); ok {
+			l = rest // "pid#tid: "
+		}
+		if _, rest, ok := strings.Cut(l, " "); ok && strings.HasPrefix(l, "*") {
+			l = rest // "*connection "
+		}
+		l, _, _ = strings.Cut(l, ", client: ")
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+			if len(out) == n {
+				break
+			}
+		}
+	}
+	return out
+}
+
+func stopAll(fronts map[string]*front) {
+	for _, f := range fronts {
+		f.stop()
+	}
+}
+
+func printHeader(o options, src sources) {
+	fmt.Printf("# shim vs ingress-nginx's own Lua (test/bench/shim-real.sh), %s\n", time.Now().UTC().Format("2006-01-02T15:04Z"))
+	fmt.Printf("# machine: nproc %d, kernel %s, %s, %s\n", nproc(), firstLine("uname", "-r"), firstLine("nginx", "-v"), firstLine("wrk", "-v"))
+	if out, err := exec.Command("dpkg-query", "-W", "-f", "${Package} ${Version}; ", "libnginx-mod-http-lua", "lua-resty-core", "lua-cjson", "libluajit2-5.1-2").Output(); err == nil {
+		fmt.Printf("# packages: %s\n", strings.TrimSpace(string(out)))
+	}
+	fmt.Printf("# real: ingress-nginx %s Lua at %s (balancer.lua sha256 %s)\n", src.ingressTag, src.ingressLua, sha(filepath.Join(src.ingressLua, "balancer.lua")))
+	fmt.Printf("# shim: %s (pick.lua sha256 %s), commit %s\n", o.shimLua, sha(filepath.Join(o.shimLua, "switchyard/pick.lua")), o.commit)
+	fmt.Println("# both: access_log off, no monitor.lua (metrics), no lua_ingress.lua; the shim with its defaults (request_metrics off)")
+}
+
+func printTable(o options, results map[cell]map[string][]sample) {
+	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps and p99 medians of %d rounds of %s; sidecar CPU: `switchyard balancer`'s user+system seconds per shim run (µs per request)\n\n", o.rounds, o.duration)
+	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | nginx CPU µs/req real / shim | sidecar CPU s/run (µs/req) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, bc := range o.cases {
+		for _, w := range o.workers {
+			for _, c := range o.conns {
+				res := results[cell{bc.name, w, c}]
+				re, sh := res[variantReal], res[variantShim]
+				if len(re) == 0 || len(sh) == 0 {
+					continue
+				}
+				var rpsR, p99R []float64
+				for i := range min(len(re), len(sh)) {
+					rpsR = append(rpsR, sh[i].rps/re[i].rps)
+					p99R = append(p99R, sh[i].p99/re[i].p99)
+				}
+				mr, ms := medianSample(re), medianSample(sh)
+				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f | %.1f / %.1f | %.2f (%.1f) |\n",
+					bc.name, w, c, mr.rps, ms.rps, median(rpsR), slices.Min(rpsR), slices.Max(rpsR),
+					mr.p99, ms.p99, median(p99R), mr.nginxCPU, ms.nginxCPU, ms.sidecarCPU, ms.sidecarUS)
+			}
+		}
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianSample(s []sample) sample {
+	pick := func(f func(sample) float64) float64 {
+		v := make([]float64, len(s))
+		for i, x := range s {
+			v[i] = f(x)
+		}
+		return median(v)
+	}
+	return sample{
+		rps:        pick(func(x sample) float64 { return x.rps }),
+		p50:        pick(func(x sample) float64 { return x.p50 }),
+		p99:        pick(func(x sample) float64 { return x.p99 }),
+		nginxCPU:   pick(func(x sample) float64 { return x.nginxCPU }),
+		sidecarCPU: pick(func(x sample) float64 { return x.sidecarCPU }),
+		sidecarUS:  pick(func(x sample) float64 { return x.sidecarUS }),
+	}
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:3], " ")
+}
+
+func nproc() int {
+	n, _ := strconv.Atoi(firstLine("nproc"))
+	return n
+}
+
+// firstLine runs a command and returns the first line of its output
+// (stdout and stderr: nginx -v prints on stderr).
+func firstLine(name string, args ...string) string {
+	out, _ := exec.Command(name, args...).CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}

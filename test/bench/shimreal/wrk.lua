@@ -1,0 +1,35 @@
+-- wrk script of test/bench/shim-real.sh. Arguments (after the URL):
+--   prefix  the location to request ("/rr/", "/chash/", ...)
+--   nkeys   0: always the prefix; n > 0: prefix .. "k" .. (i mod n), so a
+--           hashing case spreads over n request URIs
+--   cookie  "" or a Cookie field ("route=..."): when set, every second
+--           request of a thread carries it and the others carry no cookie
+-- Requests are built once in init, so the script costs wrk the same for
+-- every case and both configurations.
+local reqs = {}
+local n = 0
+
+function init(args)
+  local prefix = args[1] or "/"
+  local nkeys = tonumber(args[2] or "0") or 0
+  local cookie = args[3] or ""
+  local paths = {}
+  if nkeys > 0 then
+    for i = 0, nkeys - 1 do
+      paths[#paths + 1] = prefix .. "k" .. i
+    end
+  else
+    paths[1] = prefix
+  end
+  for _, p in ipairs(paths) do
+    reqs[#reqs + 1] = wrk.format("GET", p, {})
+    if cookie ~= "" then
+      reqs[#reqs + 1] = wrk.format("GET", p, { Cookie = cookie })
+    end
+  end
+end
+
+function request()
+  n = n + 1
+  return reqs[n % #reqs + 1]
+end
