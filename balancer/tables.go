@@ -13,24 +13,63 @@ type KeyPart struct {
 	Var string
 }
 
-// HashTable is the decision table of a consistent-hash backend: the peer of a
-// request is Peers(backend)[Owners[i]], where i is the first point whose hash
-// is at least CRC32(key), or 0 when there is none, and key is Key evaluated
-// over the request's variables. Every attempt of a request gets the same
-// peer. The slices are shared and read-only.
+// TableKind says how a HashTable decides.
+type TableKind uint8
+
+// Kinds of HashTable.
+const (
+	// TableHash (chash): the key is Key evaluated over the request's
+	// variables.
+	TableHash TableKind = 1
+	// TableSticky (sticky_balanced): the key is the upstream key of the
+	// request's Cookie; a request without one is a new session, which the
+	// table does not decide.
+	TableSticky TableKind = 2
+	// TableStickyPersistent (sticky_persistent): no ring; the cookie's
+	// upstream key is PeerKeys[i] for peer i, and any other key (or none)
+	// is a new session.
+	TableStickyPersistent TableKind = 3
+)
+
+// HashTable is the decision table of a consistent-hash or sticky backend: the
+// peer of a request is Peers(backend)[Owners[i]], where i is the first point
+// whose hash is at least CRC32(key), or 0 when there is none. Every attempt
+// of a request gets the same peer. The slices are shared and read-only.
 type HashTable struct {
+	Kind   TableKind
 	Key    []KeyPart
 	Hashes []uint32
 	Owners []int32
+	// Sticky: the cookie's name, parsed as lua-resty-cookie parses it
+	// (CookieValue), its value split on '|' (the first piece is the upstream
+	// key).
+	Cookie string
+	// PeerKeys (TableStickyPersistent) are the upstream keys of the peers,
+	// in the order of Peers(backend).
+	PeerKeys []string
 }
 
-// HashTable returns the decision table of a chash backend without canary
-// alternatives, or false for any other backend (whose picks depend on more
-// than the key, or on a random draw).
+// HashTable returns the decision table of a chash, sticky_balanced or
+// sticky_persistent backend without canary alternatives (sticky ones without
+// change-on-failure), or false for any other backend, whose picks depend on
+// more than the key or on a random draw.
 func (r *Registry) HashTable(backend string) (HashTable, bool) {
 	b := r.snap.Load().byName[backend]
 	if b == nil || len(b.alternatives) > 0 {
 		return HashTable{}, false
+	}
+	if s, ok := b.algo.(*sticky); ok {
+		if s.changeOnFailure {
+			return HashTable{}, false
+		}
+		if !s.persistent {
+			return HashTable{Kind: TableSticky, Cookie: s.cookieName, Hashes: s.ring.hashes, Owners: s.ring.owners}, true
+		}
+		keys := make([]string, len(b.peers))
+		for pos, i := range sortedPeerOrder(b) {
+			keys[pos] = s.peerKeys[i]
+		}
+		return HashTable{Kind: TableStickyPersistent, Cookie: s.cookieName, PeerKeys: keys}, true
 	}
 	c, ok := b.algo.(*chash)
 	if !ok {
@@ -45,7 +84,7 @@ func (r *Registry) HashTable(backend string) (HashTable, bool) {
 	}
 	// The ring's owners are ring node indices, nodes in address order:
 	// the order Peers lists them in.
-	return HashTable{Key: parts, Hashes: c.ring.hashes, Owners: c.ring.owners}, true
+	return HashTable{Kind: TableHash, Key: parts, Hashes: c.ring.hashes, Owners: c.ring.owners}, true
 }
 
 // Premadeable reports whether the backend's picks for a request that carries

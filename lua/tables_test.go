@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
@@ -68,6 +69,10 @@ func TestShimTables(t *testing.T) {
 	// configuration POST.
 	e := newEnv(t, 1)
 	hashBy := map[string]any{"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri", "upstream-hash-by-subset-size": 3}}
+	sticky := func(mode string) map[string]any {
+		return map[string]any{"sessionAffinityConfig": map[string]any{"name": "cookie", "mode": mode, "cookieSessionAffinity": map[string]any{
+			"name": "route", "locations": map[string][]string{"shim.test": {"/sticky/", "/generation/"}}}}}
+	}
 	payload := func(hashEndpoints []string) []byte {
 		body, err := json.Marshal([]map[string]any{
 			wire("default-hash-80", hashEndpoints, hashBy),
@@ -75,6 +80,8 @@ func TestShimTables(t *testing.T) {
 			wire("default-wmain-80", addrs(b1, b2), map[string]any{"alternativeBackends": []string{"default-wcanary-80"}}),
 			wire("default-wcanary-80", addrs(canary), map[string]any{"noServer": true, "trafficShapingPolicy": map[string]any{
 				"weight": 30, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "", "cookie": ""}}),
+			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
+			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -176,10 +183,57 @@ func TestShimTables(t *testing.T) {
 		}
 	})
 
-	t.Run("with the Go side down, chash keeps Go's choices", func(t *testing.T) {
+	// sessions opens n sticky sessions on path (asking Go: a new session
+	// is Go's choice) and returns their cookies.
+	sessions := func(t *testing.T, path string, n int) []string {
+		t.Helper()
+		var cookies []string
+		for range n {
+			code, _, resp := e.get(t, path)
+			c := resp.Header.Get("Set-Cookie")
+			if code != 200 || c == "" {
+				t.Fatalf("new session on %s: %d, Set-Cookie %q", path, code, c)
+			}
+			cookies = append(cookies, strings.SplitN(c, ";", 2)[0])
+		}
+		return cookies
+	}
+	// replay sends every cookie k times and checks that each request
+	// reaches Go's peer for that cookie and gets no new cookie.
+	replay := func(t *testing.T, reg *balancer.Registry, path, backend string, cookies []string, k int) {
+		t.Helper()
+		for _, c := range cookies {
+			want := goPeer(t, reg, backend, map[string]string{"http_cookie": "x=1; " + c, "host": "shim.test", "server_name": "shim.test", "location_path": path})
+			for range k {
+				code, who, resp := e.get(t, path, "Cookie", "x=1; "+c)
+				if code != 200 || who != want || resp.Header.Get("Set-Cookie") != "" {
+					t.Fatalf("%s with %s: %d from %q, Set-Cookie %q; Go picks %s", path, c, code, who, resp.Header.Get("Set-Cookie"), want)
+				}
+			}
+		}
+	}
+	var balancedCookies, persistentCookies []string
+	t.Run("returning sticky sessions are decided from the sticky tables", func(t *testing.T) {
+		balancedCookies = sessions(t, "/sticky/", 40)
+		persistentCookies = sessions(t, "/generation/", 40)
+		before := e.frames(t, "pick")
+		replay(t, reg, "/sticky/", "default-sticky-80", balancedCookies, 5)
+		replay(t, reg, "/generation/", "default-generation-80", persistentCookies, 5)
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of 400 returning sticky requests asked Go", asked)
+		if asked > 10 {
+			t.Errorf("%v of 400 returning sticky requests asked Go; want the tables to decide all but the first few", asked)
+		}
+	})
+
+	t.Run("with the Go side down, chash and sticky sessions keep Go's choices", func(t *testing.T) {
 		reg := goRegistry(t, payload(addrs(b1, b3, b4)))
-		checkHash(t, reg, "c", 50) // the table of this generation is in place
+		checkHash(t, reg, "c", 50) // the tables of this generation are in place
+		replay(t, reg, "/sticky/", "default-sticky-80", balancedCookies, 1)
+		replay(t, reg, "/generation/", "default-generation-80", persistentCookies, 1)
 		_ = e.goProc.Stop()
+		replay(t, reg, "/sticky/", "default-sticky-80", balancedCookies, 2)
+		replay(t, reg, "/generation/", "default-generation-80", persistentCookies, 2)
 		for i := range 300 {
 			uri := fmt.Sprintf("/hash/d/%d", i)
 			code, who, _ := e.get(t, uri)

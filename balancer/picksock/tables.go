@@ -25,7 +25,7 @@ const (
 	// MaxPremade bounds the picks of one premade reply.
 	MaxPremade = 1024
 	// tableFixed is the size of a table reply before its key and points.
-	tableFixed = headerLen + 1 + 4 + 1 + 2 + 4 + 4 + 2
+	tableFixed = headerLen + 1 + 4 + 1 + 1 + 2 + 4 + 4 + 2
 )
 
 // AppendGen appends a generation push (TypeGen, id 0).
@@ -78,21 +78,46 @@ func AppendPremade(dst []byte, id uint32, backend string, count uint16) []byte {
 type TableChunk struct {
 	Code          byte
 	Gen           uint32
+	Kind          balancer.TableKind
 	Key           []balancer.KeyPart
 	NPeers        uint16
 	Total, Offset uint32
 	Hashes        []uint32
 	Owners        []uint16
+	// PeerKeys: TableStickyPersistent's upstream keys, by peer.
+	PeerKeys []string
+}
+
+// wireKey is the key template as sent: a sticky table sends its cookie name
+// as a single literal.
+func wireKey(t balancer.HashTable) []balancer.KeyPart {
+	if t.Kind == balancer.TableHash {
+		return t.Key
+	}
+	return []balancer.KeyPart{{Lit: t.Cookie}}
+}
+
+// peerKeysBytes is the size of a persistent table's peer keys on the wire.
+func peerKeysBytes(t balancer.HashTable) int {
+	if t.Kind != balancer.TableStickyPersistent {
+		return 0
+	}
+	n := 2
+	for _, k := range t.PeerKeys {
+		n += 1 + len(k)
+	}
+	return n
 }
 
 // keyBytes is the size of t's key template on the wire, or -1 if it cannot
 // be sent (too long, or more than 255 parts).
 func keyBytes(t balancer.HashTable) int {
-	if len(t.Key) > 255 {
+	key := wireKey(t)
+	if len(key) > 255 {
 		return -1
 	}
 	n := 0
-	for _, p := range t.Key {
+	for _, p := range key {
 		n += 3 + len(p.Lit) + len(p.Var)
 	}
 	if n > MaxKeyBytes {
@@ -105,22 +130,25 @@ func keyBytes(t balancer.HashTable) int {
 // offset: as many as fit in one frame. A table whose key cannot be sent, or
 // whose owners do not fit a u16, is answered CodeNoTable.
 func AppendTableReply(dst []byte, id uint32, code byte, gen uint32, t balancer.HashTable, npeers int, offset uint32) []byte {
-	kb := keyBytes(t)
-	if code == CodeOK && (kb < 0 || npeers > math.MaxUint16 || len(t.Hashes) > math.MaxInt32) {
+	kb, pk := keyBytes(t), peerKeysBytes(t)
+	if code == CodeOK && (kb < 0 || npeers > math.MaxUint16 || len(t.Hashes) > math.MaxInt32 ||
+		tableFixed-4+kb+pk > MaxFrame || t.Kind == balancer.TableStickyPersistent && len(t.PeerKeys) != npeers) {
 		code = CodeNoTable
 	}
 	dst, start := appendHeader(dst, TypeTableReply, id)
 	dst = append(dst, code)
 	dst = binary.BigEndian.AppendUint32(dst, gen)
 	if code != CodeOK {
-		dst = append(dst, 0)                // no key parts
+		dst = append(dst, 0, 0)             // no kind, no key parts
 		dst = append(dst, 0, 0, 0, 0, 0, 0) // npeers, total
 		dst = binary.BigEndian.AppendUint32(dst, offset)
 		dst = append(dst, 0, 0)
 		return finish(dst, start)
 	}
-	dst = append(dst, byte(len(t.Key)))
-	for _, p := range t.Key {
+	dst = append(dst, byte(t.Kind))
+	key := wireKey(t)
+	dst = append(dst, byte(len(key)))
+	for _, p := range key {
 		if p.Var != "" {
 			dst = append(dst, 1)
 			dst = appendStr16(dst, p.Var)
@@ -133,7 +161,7 @@ func AppendTableReply(dst []byte, id uint32, code byte, gen uint32, t balancer.H
 	total := uint32(len(t.Hashes))
 	dst = binary.BigEndian.AppendUint32(dst, total)
 	dst = binary.BigEndian.AppendUint32(dst, offset)
-	room := (MaxFrame + 4 - tableFixed - kb) / 6
+	room := (MaxFrame + 4 - tableFixed - kb - pk) / 6
 	n := 0
 	if offset < total {
 		n = min(int(total-offset), room, math.MaxUint16)
@@ -142,6 +170,12 @@ func AppendTableReply(dst []byte, id uint32, code byte, gen uint32, t balancer.H
 	for i := int(offset); i < int(offset)+n; i++ {
 		dst = binary.BigEndian.AppendUint32(dst, t.Hashes[i])
 		dst = binary.BigEndian.AppendUint16(dst, uint16(t.Owners[i]))
+	}
+	if t.Kind == balancer.TableStickyPersistent {
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.PeerKeys)))
+		for _, k := range t.PeerKeys {
+			dst = appendStr8(dst, k)
+		}
 	}
 	return finish(dst, start)
 }
@@ -154,6 +188,7 @@ func DecodeTableReply(frame []byte) (id uint32, t TableChunk, err error) {
 	}
 	t.Code = r.u8()
 	t.Gen = r.u32()
+	t.Kind = balancer.TableKind(r.u8())
 	np := int(r.u8())
 	for i := 0; i < np && !r.bad; i++ {
 		kind := r.u8()
@@ -171,6 +206,12 @@ func DecodeTableReply(frame []byte) (id uint32, t TableChunk, err error) {
 	for i := 0; i < n && !r.bad; i++ {
 		t.Hashes = append(t.Hashes, r.u32())
 		t.Owners = append(t.Owners, r.u16())
+	}
+	if t.Kind == balancer.TableStickyPersistent {
+		nk := int(r.u16())
+		for i := 0; i < nk && !r.bad; i++ {
+			t.PeerKeys = append(t.PeerKeys, string(r.bytes(int(r.u8()))))
+		}
 	}
 	if r.bad || len(r.b) != 0 {
 		return 0, TableChunk{}, ErrShort

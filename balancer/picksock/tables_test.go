@@ -277,3 +277,89 @@ func TestSubscribePushesGenerations(t *testing.T) {
 		t.Fatalf("info after pushes: %d %+v %v", id, info, err)
 	}
 }
+
+// TestStickyTablesEqualPick: a returning session's peer read off a sticky
+// table (the ring of sticky_balanced, the peer keys of sticky_persistent) is
+// Registry.Pick's for every attempt, with no new cookie; a key the table does
+// not know is a new session (which the shim asks Go about). change-on-failure backends have no
+// table (their retries choose anew).
+func TestStickyTablesEqualPick(t *testing.T) {
+	reg := balancer.NewRegistry(balancer.Config{})
+	affinity := func(mode string, change bool) string {
+		return fmt.Sprintf(`"sessionAffinityConfig":{"name":"cookie","mode":%q,"cookieSessionAffinity":{"name":"sess","change_on_failure":%v}}`, mode, change)
+	}
+	syncJSON(t, reg, `[
+	 {"name":"bal","port":80,`+affinity("balanced", false)+`,"endpoints":[`+endpointsJSON(7)+`]},
+	 {"name":"per","port":80,`+affinity("persistent", false)+`,"endpoints":[`+endpointsJSON(7)+`]},
+	 {"name":"chg","port":80,`+affinity("balanced", true)+`,"endpoints":[`+endpointsJSON(7)+`]}]`)
+	tc := dialServer(t, reg)
+	table := func(name string) (TableChunk, []string) {
+		tc.send(AppendNeedVars(nil, 1, name))
+		_, info, err := DecodeVarsReply(tc.read())
+		if err != nil || !info.HashTable {
+			t.Fatalf("%s info %+v %v", name, info, err)
+		}
+		tc.send(AppendTable(nil, 2, name, 0))
+		_, ch, err := DecodeTableReply(tc.read())
+		if err != nil || ch.Code != CodeOK || uint32(len(ch.Hashes)) != ch.Total || len(ch.Key) != 1 || ch.Key[0].Lit != "sess" {
+			t.Fatalf("%s table %+v %v", name, ch, err)
+		}
+		return ch, info.Peers
+	}
+	pick := func(name, cookie string) (peers []string, setCookie string) {
+		var a balancer.Attempt
+		req := balancer.VarsFunc(func(n string) ([]byte, bool) {
+			if n == "http_cookie" {
+				return []byte(cookie), true
+			}
+			return nil, false
+		})
+		for range 3 {
+			p, err := reg.Pick(name, req, &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			peers = append(peers, p.Peer)
+			setCookie += p.SetCookie
+			a.LastFailure = balancer.FailureFailed
+		}
+		return peers, setCookie
+	}
+
+	bal, peers := table("bal")
+	if bal.Kind != balancer.TableSticky || len(bal.Hashes) != 7*160 {
+		t.Fatalf("balanced table: kind %d, %d points", bal.Kind, len(bal.Hashes))
+	}
+	for i := range 500 {
+		key := fmt.Sprintf("%d.%d.%d", 1700000000+i, 42, i*31)
+		h := crc32.ChecksumIEEE([]byte(key))
+		j := 0
+		for j < len(bal.Hashes) && bal.Hashes[j] < h {
+			j++
+		}
+		if j == len(bal.Hashes) {
+			j = 0
+		}
+		want := peers[bal.Owners[j]]
+		got, set := pick("bal", "a=b; sess="+key+"|"+balancer.BackendKey("bal")+"; c=d")
+		if got[0] != want || got[1] != want || got[2] != want || set != "" {
+			t.Fatalf("cookie key %s: Pick %v (Set-Cookie %q); table %s", key, got, set, want)
+		}
+	}
+
+	per, peers := table("per")
+	if per.Kind != balancer.TableStickyPersistent || len(per.Hashes) != 0 || len(per.PeerKeys) != 7 {
+		t.Fatalf("persistent table %+v", per)
+	}
+	for i, k := range per.PeerKeys {
+		got, set := pick("per", "sess="+k)
+		if got[0] != peers[i] || got[2] != peers[i] || set != "" {
+			t.Fatalf("persistent key of %s: Pick %v (Set-Cookie %q)", peers[i], got, set)
+		}
+	}
+
+	tc.send(AppendNeedVars(nil, 3, "chg"))
+	if _, info, err := DecodeVarsReply(tc.read()); err != nil || info.HashTable {
+		t.Fatalf("change-on-failure info %+v %v", info, err)
+	}
+}

@@ -332,7 +332,8 @@ function load_table(info, name, b)
     info.tfailed = true
     return nil
   end
-  local i = 12
+  local kind = byte(b, 12)
+  local i = 13
   local nk = byte(b, i)
   i = i + 1
   local key, keyvar = {}, {}
@@ -347,7 +348,8 @@ function load_table(info, name, b)
   local npeers = byte(b, i) * 256 + byte(b, i + 1)
   local total, offset, n = be32(b, i + 2), be32(b, i + 6), byte(b, i + 10) * 256 + byte(b, i + 11)
   i = i + 12
-  if #b ~= i - 1 + 6 * n or total == 0 then
+  local tail = #b - (i - 1 + 6 * n)
+  if kind < 1 or kind > 3 or (kind == 3) ~= (tail > 0) or tail < 0 or (total == 0) ~= (kind == 3) or (kind ~= 1 and nk ~= 1) then
     return "bad table frame"
   end
   if npeers ~= info.npeers then
@@ -372,6 +374,21 @@ function load_table(info, name, b)
     i = i + 6
   end
   info.tloaded = offset + n
+  if kind == 3 then
+    -- sticky_persistent: the upstream key of each peer.
+    local np = byte(b, i) * 256 + byte(b, i + 1)
+    if np ~= npeers then
+      return "bad table frame"
+    end
+    i = i + 2
+    local pkeys = {}
+    for k = 1, np do
+      local l = byte(b, i)
+      pkeys[sub(b, i + 1, i + l)] = k
+      i = i + 1 + l
+    end
+    info.pkeys = pkeys
+  end
   if info.tloaded < total then
     if n == 0 then
       return "empty table chunk"
@@ -380,6 +397,7 @@ function load_table(info, name, b)
     return nil
   end
   info.key, info.keyvar, info.nkey = key, keyvar, nk
+  info.tkind, info.cookie = kind, key[1]
   info.ring = true
   return nil
 end
@@ -903,10 +921,68 @@ end
 -- owning CRC32 of the key, for every attempt, as Go's chash picks it
 -- (TestHashTableEqualsPick in Go; TestShimTables through nginx).
 local keybuf = {}
+
+-- cookie_value returns the value of cookie name in a Cookie header, parsed
+-- as lua-resty-cookie parses it (Go's balancer.CookieValue): leading spaces
+-- and tabs skipped, the key runs to "=", the value to the first ";", space
+-- or tab; the last occurrence wins; a segment without "=" merges into the
+-- next key.
+local function cookie_value(header, name)
+  local value
+  local j, len = 1, #header
+  while true do
+    while j <= len do
+      local c = byte(header, j)
+      if c ~= 32 and c ~= 9 then
+        break
+      end
+      j = j + 1
+    end
+    local eq = find(header, "=", j, true)
+    if not eq then
+      return value
+    end
+    local is_name = eq - j == #name and sub(header, j, eq - 1) == name
+    local e = find(header, "[; \t]", eq + 1)
+    if not e then
+      if is_name then
+        return sub(header, eq + 1)
+      end
+      return value
+    end
+    if is_name then
+      value = sub(header, eq + 1, e - 1)
+    end
+    j = e + 1
+  end
+end
+
+-- ring_pick fills s from the backend's table (info.ring) and returns it, or
+-- returns nil when the table does not decide the request: a sticky request
+-- without a cookie naming a peer is a new session, whose peer and cookie Go
+-- chooses.
 local function ring_pick(s, info, name)
   local key
   local nk, kparts, kvar = info.nkey, info.key, info.keyvar
-  if nk == 1 and kvar[1] then
+  local kind = info.tkind
+  if kind ~= 1 then
+    -- sticky: the upstream key is the first piece of the cookie's value.
+    local header = ngx_var.http_cookie
+    local v = header and cookie_value(header, info.cookie)
+    key = v and match(v, "[^|]+")
+    if not key then
+      return nil
+    end
+    if kind == 3 then
+      local k = info.pkeys[key]
+      if not k then
+        return nil
+      end
+      s.cands[1], s.cookies[1] = info.peers[k], false
+      s.n, s.code, s.alt, s.score, s.backend = 1, 0, false, nil, name
+      return s
+    end
+  elseif nk == 1 and kvar[1] then
     key = ngx_var[kparts[1]] or ""
   else
     local m = 0
@@ -1149,13 +1225,12 @@ function _M.pick(name)
   local s = get_slot()
   s.name, s.attempt = name, 0
   if not connected then
-    if info.ring then
-      -- The last hash table Go sent keeps deciding: the same peers as
-      -- before Go went away.
-      log_once("fallback", "Go side unreachable; hash tables as last sent, round robin over the last peer lists")
-      return ring_pick(s, info, name)
+    log_once("fallback", "Go side unreachable; hash and sticky tables as last sent, round robin over the last peer lists")
+    -- The last table Go sent keeps deciding: the same peers as before Go
+    -- went away, sticky cookies honoured.
+    if info.ring and ring_pick(s, info, name) then
+      return s
     end
-    log_once("fallback", "Go side unreachable; round robin over the last peer lists")
     return fallback(s, info)
   end
   if info.leasable and take_leased(s, info, name) then
@@ -1166,9 +1241,10 @@ function _M.pick(name)
   -- not answer in time).
   if info.gen == gen and tables then
     if info.ring then
-      return ring_pick(s, info, name)
-    end
-    if info.hashtable and not info.tpending and not info.tfailed then
+      if ring_pick(s, info, name) then
+        return s
+      end
+    elseif info.hashtable and not info.tpending and not info.tfailed then
       request_table(info, name, info.tloaded or 0)
     elseif info.premade and not info.pfailed and vars_absent(info) and take_premade(s, info, name) then
       return s
