@@ -69,6 +69,7 @@ func main() {
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
+	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	var err error
 	if o.conns, err = ints(conns); err == nil {
@@ -83,6 +84,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shimreal:", err)
 		os.Exit(2)
+	}
+	if *table != "" {
+		if err := tableFrom(o, *table); err != nil {
+			fmt.Fprintln(os.Stderr, "shimreal:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "shimreal:", err)
@@ -282,9 +290,9 @@ func printHeader(o options, src sources) {
 }
 
 func printTable(o options, results map[cell]map[string][]sample) {
-	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps and p99 medians of %d rounds of %s; sidecar CPU: `switchyard balancer`'s user+system seconds per shim run (µs per request)\n\n", o.rounds, o.duration)
-	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | nginx CPU µs/req real / shim | sidecar CPU s/run (µs/req) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request)\n\n", o.rounds, o.duration)
+	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, bc := range o.cases {
 		for _, w := range o.workers {
 			for _, c := range o.conns {
@@ -293,18 +301,81 @@ func printTable(o options, results map[cell]map[string][]sample) {
 				if len(re) == 0 || len(sh) == 0 {
 					continue
 				}
-				var rpsR, p99R []float64
+				var rpsR, p99R, cpuR []float64
 				for i := range min(len(re), len(sh)) {
 					rpsR = append(rpsR, sh[i].rps/re[i].rps)
 					p99R = append(p99R, sh[i].p99/re[i].p99)
+					cpuR = append(cpuR, (sh[i].nginxCPU+sh[i].sidecarUS)/re[i].nginxCPU)
 				}
 				mr, ms := medianSample(re), medianSample(sh)
-				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f | %.1f / %.1f | %.2f (%.1f) |\n",
+				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) |\n",
 					bc.name, w, c, mr.rps, ms.rps, median(rpsR), slices.Min(rpsR), slices.Max(rpsR),
-					mr.p99, ms.p99, median(p99R), mr.nginxCPU, ms.nginxCPU, ms.sidecarCPU, ms.sidecarUS)
+					mr.p99, ms.p99, median(p99R), slices.Min(p99R), slices.Max(p99R),
+					mr.nginxCPU, ms.nginxCPU, ms.sidecarUS, median(cpuR), slices.Min(cpuR), slices.Max(cpuR),
+					ms.sidecarCPU, ms.sidecarUS)
 			}
 		}
 	}
+}
+
+// tableFrom prints the table again from the raw sample lines of an earlier
+// run's output (the -table flag), e.g. after the table's columns changed.
+func tableFrom(o options, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	results := map[cell]map[string][]sample{}
+	seen := map[string]bool{}
+	var cases []benchCase
+	var workers, conns []int
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 11 || f[0] != "sample" {
+			continue
+		}
+		var w, c int
+		var s sample
+		nums := []*float64{&s.rps, &s.p50, &s.p99, &s.nginxCPU, &s.sidecarCPU}
+		if w, err = strconv.Atoi(f[2]); err == nil {
+			c, err = strconv.Atoi(f[3])
+		}
+		for i, p := range nums {
+			if err == nil {
+				*p, err = strconv.ParseFloat(f[6+i], 64)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: bad sample line %q: %w", path, line, err)
+		}
+		if s.rps > 0 {
+			s.sidecarUS = s.sidecarCPU * 1e6 / (s.rps * o.duration.Seconds())
+		}
+		k := cell{f[1], w, c}
+		if results[k] == nil {
+			results[k] = map[string][]sample{}
+		}
+		results[k][f[5]] = append(results[k][f[5]], s)
+		if !seen["c"+f[1]] {
+			seen["c"+f[1]] = true
+			i := slices.IndexFunc(allCases, func(bc benchCase) bool { return bc.name == f[1] })
+			if i < 0 {
+				return fmt.Errorf("%s: unknown case %q", path, f[1])
+			}
+			cases = append(cases, allCases[i])
+		}
+		if !slices.Contains(workers, w) {
+			workers = append(workers, w)
+		}
+		if !slices.Contains(conns, c) {
+			conns = append(conns, c)
+		}
+	}
+	o.cases, o.workers, o.conns = cases, workers, conns
+	slices.Sort(o.workers)
+	slices.Sort(o.conns)
+	printTable(o, results)
+	return nil
 }
 
 func median(v []float64) float64 {
