@@ -190,6 +190,12 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 	}
 	v.G, v.Errors = globals(&cfg.Global)
+	if v.ProxyProtocol && v.G.RealIPHeader != "" {
+		// One real_ip_header per server: behind the SNI router, TLS
+		// clients would all read as 127.0.0.1, the PROXY header's address
+		// unused, and a deny list would let them through.
+		v.G.sourceListsDenied = "with --enable-ssl-passthrough, nginx cannot read both the SNI router's PROXY header and the forwarded client address"
+	}
 	if v.G.HSTS {
 		v.HSTSValue = "max-age=" + v.G.HSTSMaxAge
 		if cfg.Global.HSTSIncludeSubdomains {
@@ -406,6 +412,8 @@ var (
 	reListen      = regexp.MustCompile(`^(([0-9]{1,3}\.){3}[0-9]{1,3}:|\[[0-9a-fA-F:]+\]:)?[0-9]{1,5}$`)
 	reCiphers     = regexp.MustCompile(`^[A-Za-z0-9:+!@._-]+$`)
 	reDuration    = regexp.MustCompile(`^[0-9]{1,9}(ms|s|m|h|d)?$`)
+	// reRealIPHeader is forwarded-for-header's grammar, as the builder's.
+	reRealIPHeader = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
 )
 
 // validHost accepts a lower-case DNS name, a "*." wildcard of one, or "_".
@@ -684,6 +692,9 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, server st
 			*r.dst = append(*r.dst, p.Masked().String())
 		}
 	}
+	if len(lv.Deny)+len(lv.Allow) > 0 && g.sourceListsDenied != "" {
+		return lv, errors.New(g.sourceListsDenied)
+	}
 	if ba := l.BasicAuth; ba != nil {
 		if !reRealm.MatchString(ba.Realm) || ba.Credentials == nil || len(ba.Credentials.File()) == 0 {
 			return lv, fmt.Errorf("basic authentication: realm %q or credentials", ba.Realm)
@@ -864,6 +875,17 @@ type globalView struct {
 	UpstreamKeepaliveTimeout     int
 	UpstreamKeepaliveRequests    int
 	Proxy                        model.Proxy
+	// RealIPHeader and RealIPFrom are real_ip_header and the
+	// set_real_ip_from ranges (model.Global.RealIP); RealIPHeader is empty
+	// without. FullForwardedFrom is the variable compute-full-forwarded-for
+	// appends: the connection's address, $realip_remote_addr once realip
+	// has replaced $remote_addr, as ingress-nginx.
+	RealIPHeader      string
+	RealIPFrom        []string
+	FullForwardedFrom string
+	// sourceListsDenied, when set, says why locations with allow or deny
+	// lists cannot be carried out: they fail closed.
+	sourceListsDenied string
 }
 
 // defaultLogFormat is ingress-nginx's log-format-upstream default.
@@ -878,7 +900,7 @@ var ConfigMapKeys = []string{
 	"http-redirect-code", "hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload",
 	"ssl-redirect", "proxy-connect-timeout", "proxy-send-timeout", "proxy-read-timeout",
 	"proxy-body-size", "proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout",
-	"proxy-buffering",
+	"proxy-buffering", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
 }
 
 // configMapRef names the controller ConfigMap; the caller knows its name.
@@ -893,9 +915,26 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 		UpstreamKeepaliveConnections: 320, UpstreamKeepaliveTime: "1h", UpstreamKeepaliveTimeout: 60,
 		UpstreamKeepaliveRequests: 10000,
 		UseForwardedHeaders:       g.UseForwardedHeaders, ComputeFullForwardedFor: g.ComputeFullForwardedFor,
-		HSTS: g.HSTS, Proxy: g.Proxy,
+		HSTS: g.HSTS, Proxy: g.Proxy, FullForwardedFrom: "$remote_addr",
 	}
 	var errs []model.ObjectError
+	if r := g.RealIP; r != nil {
+		// Checked again here: the header is written bare.
+		v.FullForwardedFrom = "$realip_remote_addr"
+		ok := reRealIPHeader.MatchString(r.Header) && len(r.From) > 0
+		for _, p := range r.From {
+			ok = ok && p.IsValid()
+			v.RealIPFrom = append(v.RealIPFrom, p.Masked().String())
+		}
+		if ok {
+			v.RealIPHeader = r.Header
+		} else {
+			v.RealIPFrom = nil
+			v.sourceListsDenied = "the real IP settings (forwarded-for-header, proxy-real-ip-cidr) are invalid"
+			errs = append(errs, model.ObjectError{Object: configMapRef, Field: "forwarded-for-header",
+				Message: fmt.Sprintf("real IP header %q or ranges %v invalid; locations with allow or deny lists answer 503 (fail closed)", r.Header, r.From)})
+		}
+	}
 	bad := func(key, val, want string) {
 		errs = append(errs, model.ObjectError{Object: configMapRef, Field: key,
 			Message: fmt.Sprintf("%s %q: want %s; default kept", key, val, want)})

@@ -2,6 +2,8 @@ package nginxcompat
 
 import (
 	"net/netip"
+
+	"github.com/google/go-cmp/cmp"
 	"strings"
 	"sync"
 	"testing"
@@ -161,6 +163,81 @@ func FuzzRender(f *testing.F) {
 					!strings.HasPrefix(a, "$") && d.Name != "rewrite" {
 					t.Fatalf("%s has a variable inside a value: %q", d.Name, a)
 				}
+			}
+		}
+	})
+}
+
+// FuzzRenderRealIP renders arbitrary real-IP settings, as a typed model that
+// skipped the builder's checks could carry them: the file must parse and
+// hold only directives the template writes; an accepted header is
+// real_ip_header's one argument, each range a set_real_ip_from's; a refused
+// one writes no realip directive and makes the location with an allow list
+// fail closed.
+func FuzzRenderRealIP(f *testing.F) {
+	f.Add("X-Forwarded-For", "10.0.0.0/8", true)
+	f.Add("X-A;\nreturn 200", "0.0.0.0/0", false)
+	f.Add("proxy_protocol", "::/0", true)
+	f.Add("X-Real-IP", "", false)
+	f.Fuzz(func(t *testing.T, header, cidr string, passthrough bool) {
+		ri := &model.RealIP{Header: header}
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			ri.From = []netip.Prefix{p}
+		} else if cidr != "" {
+			ri.From = []netip.Prefix{{}}
+		}
+		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be",
+			Ingress:           model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
+			AllowSourceRanges: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+		cfg := &model.Configuration{Servers: []model.Server{
+			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
+			{Hostname: "h.example", Locations: []model.Location{loc}},
+		}, Global: model.Global{RealIP: ri}}
+		rc := goldenRenderConfig
+		rc.HTTPSProxyProtocol = passthrough
+		r, err := Render(cfg, rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := parseNginxConf(string(r.Conf))
+		if err != nil {
+			t.Fatalf("rendered file does not parse: %v\n%s", err, r.Conf)
+		}
+		accepted := reRealIPHeader.MatchString(header) && len(ri.From) == 1 && ri.From[0].IsValid()
+		var headers, from []string
+		denied := false
+		walk(ds, func(d, parent *directive) {
+			switch d.Name {
+			case "real_ip_header":
+				headers = append(headers, d.Args...)
+			case "set_real_ip_from":
+				from = append(from, d.Args...)
+			case "return":
+				denied = denied || (len(d.Args) == 1 && d.Args[0] == "503")
+			}
+		})
+		switch {
+		case accepted:
+			want := []string{header}
+			if diff := cmp.Diff(want, headers); diff != "" {
+				t.Fatalf("real_ip_header (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{ri.From[0].Masked().String()}, from); diff != "" {
+				t.Fatalf("set_real_ip_from (-want +got):\n%s", diff)
+			}
+			if denied != passthrough {
+				t.Fatalf("allow list denied %v with passthrough %v", denied, passthrough)
+			}
+		default:
+			if passthrough {
+				if diff := cmp.Diff([]string{"proxy_protocol"}, headers); diff != "" {
+					t.Fatalf("real_ip_header (-want +got):\n%s", diff)
+				}
+			} else if len(headers)+len(from) > 0 {
+				t.Fatalf("refused settings rendered: %q %q", headers, from)
+			}
+			if !denied || len(r.Errors) == 0 {
+				t.Fatalf("refused settings: denied %v, errors %v", denied, r.Errors)
 			}
 		}
 	})

@@ -23,7 +23,7 @@ func (p *Proxy) accessLog(x *exchange, o *outcome, start time.Time, took time.Du
 	bp := logBufs.Get().(*[]byte)
 	b := (*bp)[:0]
 	if x.remote.IsValid() {
-		b = x.remote.AppendTo(b)
+		b = appendNginxAddr(b, x.remote)
 	}
 	b = append(b, " - - ["...)
 	b = start.AppendFormat(b, "02/Jan/2006:15:04:05 -0700")

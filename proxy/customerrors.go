@@ -50,7 +50,7 @@ func errorRequestOf(ctx *fasthttp.RequestCtx, id []byte, remote netip.Addr) *err
 	er := &errorRequest{method: string(ctx.Method()), host: string(ctx.Host()), accept: string(ctx.Request.Header.Peek("Accept")),
 		requestURI: string(ctx.RequestURI()), requestID: string(id)}
 	if remote.IsValid() {
-		er.remote = remote.String()
+		er.remote = string(appendNginxAddr(nil, remote))
 	}
 	return er
 }

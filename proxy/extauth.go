@@ -182,12 +182,8 @@ func (c *authClient) ask(ctx context.Context, ea *model.ExternalAuth, r *authReq
 	h.Set("X-Original-URL", scheme+"://"+string(r.f.host)+r.requestURI)
 	h.Set("X-Original-Method", r.method)
 	h.Set("X-Sent-From", "nginx-ingress-controller")
-	remote := ""
-	if r.f.remote.IsValid() {
-		remote = r.f.remote.String()
-	}
-	h.Set("X-Real-IP", remote)
-	h.Set("X-Forwarded-For", remote)
+	h.Set("X-Real-IP", string(r.f.appendRemote(nil)))
+	h.Set("X-Forwarded-For", string(r.f.appendForwardedFor(nil, []byte(r.header("X-Forwarded-For")))))
 	if ea.RequestRedirect != "" {
 		h.Set("X-Auth-Request-Redirect", ea.RequestRedirect)
 	} else {
@@ -400,9 +396,7 @@ func cacheKey(ea *model.ExternalAuth, r *authRequest) string {
 		case p.Var == "":
 			b.WriteString(p.Literal)
 		case p.Var == "remote_addr":
-			if r.f.remote.IsValid() {
-				b.WriteString(r.f.remote.String())
-			}
+			b.Write(r.f.appendRemote(nil))
 		case p.Var == "host":
 			b.Write(r.host)
 		case p.Var == "request_uri":

@@ -21,8 +21,14 @@ import (
 // clientFacts is what the shared request handling reads of the client's
 // connection and request.
 type clientFacts struct {
-	remote netip.Addr // unmapped; invalid when unknown
-	tls    bool
+	// remote is the client's address, nginx's $remote_addr: the
+	// connection's (conn), or with real IP settings the one they find
+	// (realIP); invalid when unknown.
+	remote netip.Addr
+	// conn is the connection's address, unmapped (nginx's
+	// $realip_remote_addr).
+	conn netip.Addr
+	tls  bool
 	// host is the Host header (or :authority) as sent, port included.
 	host      []byte
 	localPort int
@@ -288,15 +294,10 @@ func forwardHeaders(h requestHeaders, f *clientFacts, loc *model.Location, buf [
 // left to the caller (the client's is kept). A value is valid only during
 // its call; buf is scratch space, returned for reuse.
 func forwardedFields(f *clientFacts, loc *model.Location, prior, buf []byte, set func(name, value []byte)) []byte {
-	b := buf[:0]
-	if len(prior) > 0 && f.fullForwardedFor {
-		b = append(append(b, prior...), ", "...)
-	}
-	ipAt := len(b)
-	if f.remote.IsValid() {
-		b = f.remote.AppendTo(b)
-	}
+	b := f.appendForwardedFor(buf[:0], prior)
 	set(hdrXForwardedFor, b)
+	ipAt := len(b)
+	b = f.appendRemote(b)
 	set(hdrXRealIP, b[ipAt:])
 	proto := schemeHTTP
 	if f.tls {
@@ -313,6 +314,32 @@ func forwardedFields(f *clientFacts, loc *model.Location, prior, buf []byte, set
 	if loc.XForwardedPrefix != "" {
 		b = append(b[:0], loc.XForwardedPrefix...)
 		set(hdrXForwardedPrefix, b)
+	}
+	return b
+}
+
+// appendRemote appends $remote_addr as nginx prints it; nothing when unknown.
+func (f *clientFacts) appendRemote(b []byte) []byte {
+	if !f.remote.IsValid() {
+		return b
+	}
+	return appendNginxAddr(b, f.remote)
+}
+
+// appendForwardedFor appends the X-Forwarded-For ingress-nginx sends: the
+// client's address ($remote_addr), or with use-forwarded-headers and
+// compute-full-forwarded-for, the client's field (prior) followed by the
+// connection's address ($full_x_forwarded_for, which appends
+// $realip_remote_addr).
+func (f *clientFacts) appendForwardedFor(b, prior []byte) []byte {
+	if !f.fullForwardedFor {
+		return f.appendRemote(b)
+	}
+	if len(prior) > 0 {
+		b = append(append(b, prior...), ", "...)
+	}
+	if f.conn.IsValid() {
+		b = appendNginxAddr(b, f.conn)
 	}
 	return b
 }
@@ -347,7 +374,7 @@ func (v *viewBase) common(name string) (val []byte, ok, handled bool) {
 		if !v.remote.IsValid() {
 			return nil, false, true
 		}
-		return v.remote.AppendTo(v.scratch[:0]), true, true
+		return appendNginxAddr(v.scratch[:0], v.remote), true, true
 	}
 	return nil, false, false
 }

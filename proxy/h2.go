@@ -312,9 +312,7 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 	x := exchange{method: []byte(r.Method), requestURI: []byte(r.RequestURI), proto: []byte(r.Proto),
 		referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent()), requestID: []byte(r.Header.Get("X-Request-ID")),
 		status: w.status, bodySent: w.written, reqLength: headerBytes(r.Header) + max(int(r.ContentLength), 0)}
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		x.remote = ap.Addr().Unmap()
-	}
+	x.remote = o.remote
 	if p.metrics != nil {
 		x.respHeader = headerBytes(w.Header())
 		p.metrics.observe(&x, &o, took)
@@ -327,6 +325,22 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	host := hostOnly([]byte(r.Host))
 	tbl := p.routes.Load()
+	var conn netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		conn = ap.Addr().Unmap()
+	}
+	o.remote = conn
+	if ri := tbl.realIP; ri != nil {
+		// nginx's realip runs first, for every request of the server.
+		var values [][]byte
+		for _, v := range r.Header[ri.name] {
+			values = append(values, []byte(v))
+			if !ri.all {
+				break
+			}
+		}
+		o.remote = ri.client(conn, values)
+	}
 	upath := []byte(cleanPath(r.URL.Path))
 	vh, rt := tbl.lookup(host, upath)
 	if rt != nil && !rt.loc.IsDefaultBackend {
@@ -348,10 +362,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	f := clientFacts{tls: r.TLS != nil, host: []byte(r.Host), fullForwardedFor: tbl.fullForwardedFor}
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		f.remote = ap.Addr().Unmap()
-	}
+	f := clientFacts{tls: r.TLS != nil, host: []byte(r.Host), remote: o.remote, conn: conn, fullForwardedFor: tbl.fullForwardedFor}
 	if ta, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}

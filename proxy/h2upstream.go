@@ -222,7 +222,7 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, f *clientFacts, vi
 	if rt.intercepts(resp.StatusCode) {
 		_ = resp.Body.Close()
 		guard.stop()
-		p.customError(&ctx.Response, rt, resp.StatusCode, errorRequestOf(ctx, o.requestID(&ctx.Request.Header), remoteAddr(ctx)), view, o)
+		p.customError(&ctx.Response, rt, resp.StatusCode, errorRequestOf(ctx, o.requestID(&ctx.Request.Header), o.remote), view, o)
 		return
 	}
 	ctx.SetStatusCode(resp.StatusCode)

@@ -272,6 +272,9 @@ type outcome struct {
 	// auth is what external authentication passes upstream and back; nil
 	// without.
 	auth *authPass
+	// remote is the client's address ($remote_addr, after the real IP
+	// settings), for the access log.
+	remote netip.Addr
 }
 
 // setAuth keeps what external authentication passes, after the fields of
@@ -322,9 +325,7 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		status:    resp.StatusCode(),
 		bodySent:  bodyLen(resp.IsBodyStream(), resp.Header.ContentLength(), resp.Body),
 		reqLength: len(req.Header.RawHeaders()) + bodyLen(req.IsBodyStream(), req.Header.ContentLength(), req.Body)}
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		x.remote = ip.Unmap()
-	}
+	x.remote = o.remote
 	if p.metrics != nil {
 		x.respHeader = len(resp.Header.Header())
 		p.metrics.observe(&x, &o, took)
@@ -360,6 +361,19 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	}
 	host := hostOnly(ctx.Host())
 	tbl := p.routes.Load()
+	conn := remoteAddr(ctx)
+	o.remote = conn
+	if ri := tbl.realIP; ri != nil {
+		// nginx's realip runs first, for every request of the server.
+		var one [1][]byte
+		values := one[:0]
+		if ri.all {
+			values = ctx.Request.Header.PeekAll(ri.name)
+		} else if v := ctx.Request.Header.Peek(ri.name); v != nil {
+			values = append(values, v)
+		}
+		o.remote = ri.client(conn, values)
+	}
 	vh, rt := tbl.lookup(host, ctx.Path())
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
@@ -379,7 +393,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host(), remote: remoteAddr(ctx), fullForwardedFor: tbl.fullForwardedFor}
+	f := clientFacts{tls: ctx.IsTLS(), host: ctx.Host(), remote: o.remote, conn: conn, fullForwardedFor: tbl.fullForwardedFor}
 	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
@@ -470,7 +484,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		// custom-http-errors: the upstream's answer is dropped unread.
 		code := ctx.Response.StatusCode()
 		ctx.Response.Reset()
-		p.customError(&ctx.Response, rt, code, errorRequestOf(ctx, o.requestID(&ctx.Request.Header), f.remote), view, o)
+		p.customError(&ctx.Response, rt, code, errorRequestOf(ctx, o.requestID(&ctx.Request.Header), o.remote), view, o)
 		return
 	}
 	// Trailer stays: it announces trailers the body stream carries.

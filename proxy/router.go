@@ -16,6 +16,9 @@ type table struct {
 	// compute-full-forwarded-for: X-Forwarded-For extends the client's
 	// instead of replacing it.
 	fullForwardedFor bool
+	// realIP finds the client's address behind trusted proxies; nil:
+	// the connection's address is the client's.
+	realIP *realIP
 	// builtinDefault is true when the default backend is only the
 	// built-in default server (custom-http-errors answer in-process).
 	builtinDefault bool
@@ -87,7 +90,7 @@ func nginxTemplate(t string) string {
 // are skipped (the builder already validated them).
 func newTable(cfg *model.Configuration) *table {
 	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
-		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor}
+		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
 	}

@@ -409,19 +409,75 @@ func TestBuildGlobalAuth(t *testing.T) {
 	}
 }
 
-// With use-forwarded-headers, a deny list would be checked against the
-// proxy's address: the locations that have one fail closed, reported once
-// per Ingress; allow lists (which then refuse everyone) are left as they
-// are.
-func TestDenyListBehindProxyFailsClosed(t *testing.T) {
-	cfg := Build(accessInput(map[string]string{annotationPrefix + "denylist-source-range": "203.0.113.0/24"},
-		map[string]string{annotationPrefix + "whitelist-source-range": "10.0.0.0/8"},
-		map[string]string{"use-forwarded-headers": "true"}), Options{})
-	const key = annotationPrefix + "denylist-source-range"
-	if diff := cmp.Diff(map[string][]string{"_": {key}, "p.example.com": {key, key}, "o.example.com": {"", ""}}, deniedBy(cfg)); diff != "" {
-		t.Errorf("denied locations (-want +got):\n%s", diff)
+// With use-forwarded-headers (or enable-real-ip) the model says where the
+// client's address is read, and deny lists are served, not failed closed.
+// Invalid real-IP keys fail every location closed when in use, and are only
+// reported when not.
+func TestBuildRealIP(t *testing.T) {
+	xff := &model.RealIP{Header: "X-Forwarded-For", From: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}
+	pfx := func(s ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, x := range s {
+			out = append(out, netip.MustParsePrefix(x))
+		}
+		return out
 	}
-	if len(cfg.Errors) != 1 || cfg.Errors[0].Reason != model.ReasonFailedClosed || cfg.Errors[0].Object.Name != "protected" {
-		t.Errorf("errors: %+v; want one FailedClosed on Ingress protected", cfg.Errors)
+	for _, tc := range []struct {
+		name     string
+		cm       map[string]string
+		want     *model.RealIP
+		denied   bool // every Ingress location fails closed
+		reported []string
+	}{
+		{name: "off", cm: map[string]string{"forwarded-for-header": "X-Client", "proxy-real-ip-cidr": "10.0.0.0/8"}},
+		{name: "use-forwarded-headers", cm: map[string]string{"use-forwarded-headers": "true"}, want: xff},
+		{name: "enable-real-ip", cm: map[string]string{"enable-real-ip": "true"}, want: xff},
+		{name: "header and ranges", cm: map[string]string{"enable-real-ip": "true", "forwarded-for-header": "X-Client-IP",
+			"proxy-real-ip-cidr": " 10.1.2.3/8, 192.0.2.7,2001:db8::/32"},
+			want: &model.RealIP{Header: "X-Client-IP", From: pfx("10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32")}},
+		{name: "invalid header in use", cm: map[string]string{"use-forwarded-headers": "true", "forwarded-for-header": "proxy_protocol"},
+			want: xff, denied: true, reported: []string{"forwarded-for-header"}},
+		{name: "injected header in use", cm: map[string]string{"use-forwarded-headers": "true", "forwarded-for-header": "X-A;\nreturn 200"},
+			want: xff, denied: true, reported: []string{"forwarded-for-header"}},
+		{name: "invalid ranges in use", cm: map[string]string{"use-forwarded-headers": "true", "proxy-real-ip-cidr": "10.0.0.0/8,"},
+			want: xff, denied: true, reported: []string{"proxy-real-ip-cidr"}},
+		{name: "invalid ranges not in use", cm: map[string]string{"proxy-real-ip-cidr": "everyone"}, reported: []string{"proxy-real-ip-cidr"}},
+		{name: "invalid enable-real-ip", cm: map[string]string{"enable-real-ip": "yes please"}, denied: true, reported: []string{"enable-real-ip"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm := map[string]string{}
+			for k, v := range tc.cm {
+				cm[k] = v
+			}
+			cfg := Build(accessInput(map[string]string{annotationPrefix + "denylist-source-range": "203.0.113.0/24"}, nil, cm), Options{})
+			if diff := cmp.Diff(tc.want, cfg.Global.RealIP, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("RealIP (-want +got):\n%s", diff)
+			}
+			var fields []string
+			for _, e := range cfg.Errors {
+				fields = append(fields, e.Field)
+			}
+			if diff := cmp.Diff(tc.reported, fields); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			for _, s := range cfg.Servers {
+				for _, l := range s.Locations {
+					if (l.Denied != nil) != tc.denied {
+						t.Errorf("%s%s: denied %+v; want denied %v", s.Hostname, l.Path, l.Denied, tc.denied)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The recursive walk a data plane runs with RealIP trusts IPv4 ranges for
+// IPv4-mapped addresses too, as nginx's ngx_cidr_match.
+func TestRealIPTrusted(t *testing.T) {
+	r := &model.RealIP{From: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}}
+	for addr, want := range map[string]bool{"10.1.1.1": true, "::ffff:10.1.1.1": true, "11.0.0.1": false, "2001:db8::1": true, "::1": false} {
+		if got := r.Trusted(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("Trusted(%s) = %v; want %v", addr, got, want)
+		}
 	}
 }

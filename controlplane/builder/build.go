@@ -125,9 +125,6 @@ type builder struct {
 	anns     map[*networkingv1.Ingress]annotations   // parsed once
 	affinity map[string]bool                         // backends whose affinity type is set
 	access   globalAccess                            // the ConfigMap's access settings
-	// deniedForwarded are the Ingresses already reported for a deny list
-	// under use-forwarded-headers.
-	deniedForwarded map[*networkingv1.Ingress]bool
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
@@ -165,8 +162,6 @@ func Build(in Input, opt Options) *model.Configuration {
 		servers:  map[string]*model.Server{},
 		anns:     map[*networkingv1.Ingress]annotations{},
 		affinity: map[string]bool{},
-
-		deniedForwarded: map[*networkingv1.Ingress]bool{},
 	}
 	for _, s := range in.Services {
 		b.services[s.Namespace+"/"+s.Name] = s
@@ -335,7 +330,7 @@ func (b *builder) global() {
 		if px.buffering != nil {
 			g.Proxy.Buffering = *px.buffering
 		}
-		b.globalAccess(cm, ref)
+		b.globalAccess(cm, ref, &g)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":
@@ -371,7 +366,7 @@ func (b *builder) defaultServer() {
 // globalAccess reads the ConfigMap's access-control keys. The allow, deny
 // and block lists are carried out; a key that grants or restricts access and
 // is not supported, or an invalid list, fails every Ingress location closed.
-func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef) {
+func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef, g *model.Global) {
 	ac := &b.access
 	failClosed := func(key, msg string) {
 		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Reason: model.ReasonFailedClosed,
@@ -380,6 +375,9 @@ func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef) {
 			ac.denied = &model.Denial{Field: "ConfigMap " + ref.Namespace + "/" + ref.Name + ": " + key, Reason: msg}
 		}
 	}
+	g.RealIP = realIP(cm.Data, g.UseForwardedHeaders, failClosed, func(key, msg string) {
+		b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Message: msg + "; the key is not used"})
+	})
 	for _, l := range []struct {
 		key string
 		dst *[]netip.Prefix
@@ -616,19 +614,6 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 		px.Buffering = *a.buffering
 	}
 	b.applyAccess(loc, a)
-	if loc.Denied == nil && len(loc.DenySourceRanges) > 0 && b.cfg.Global.UseForwardedHeaders {
-		// Both planes check deny lists against the connection's address;
-		// behind a proxy (use-forwarded-headers) that is the proxy's, and a
-		// denied client would pass. Fail closed until the forwarded address
-		// is applied.
-		const why = "use-forwarded-headers is on, but deny lists are checked against the connection's address (the proxy's), not yet the forwarded one: a denied client would pass"
-		loc.Denied = &model.Denial{Field: annotationPrefix + "denylist-source-range", Reason: why}
-		if !b.deniedForwarded[ing] {
-			b.deniedForwarded[ing] = true
-			b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ingressRef(ing), Field: annotationPrefix + "denylist-source-range",
-				Reason: model.ReasonFailedClosed, Message: why + "; every path of this Ingress with a deny list (its own, or the ConfigMap's denylist-source-range or block-cidrs) answers 503 (fail closed)"})
-		}
-	}
 	if a.cors.enabled {
 		loc.CORS = model.CORS{Enabled: true, AllowOrigin: a.cors.allowOrigin, AllowMethods: a.cors.allowMethods,
 			AllowHeaders: a.cors.allowHeaders, ExposeHeaders: a.cors.exposeHeaders,

@@ -153,9 +153,9 @@ var Catalogue = []AnnotationInfo{
 	{Name: "fastcgi-params-configmap", Group: GroupProxy, Support: Unsupported},
 
 	// Access control: what is not carried out fails closed.
-	{Name: "whitelist-source-range", Group: GroupAccess, Support: Partial, Access: true, Note: "403 for other clients, checked against the connection's address (`use-forwarded-headers` not applied yet: behind a proxy, every client is refused); an invalid list fails closed (503)"},
+	{Name: "whitelist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "403 for other clients, checked against the client's address: the connection's, or with `use-forwarded-headers`/`enable-real-ip` the one nginx's realip finds in `forwarded-for-header` behind `proxy-real-ip-cidr` (both planes); an invalid list fails closed (503)"},
 	{Name: "allowlist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "as `whitelist-source-range`"},
-	{Name: "denylist-source-range", Group: GroupAccess, Support: Partial, Access: true, Note: "403 for the listed clients, checked before the allow list, as nginx's `deny` lines come first; an invalid list fails closed (503); checked against the connection's address, so with `use-forwarded-headers` its locations fail closed (503) until the forwarded address is applied"},
+	{Name: "denylist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "403 for the listed clients, checked before the allow list, as nginx's `deny` lines come first, against the client's address as `whitelist-source-range`; an invalid list fails closed (503)"},
 	{Name: "auth-type", Group: GroupAccess, Support: Partial, Access: true, Note: "`basic` on both planes; `digest` fails closed (not supported yet)"},
 	{Name: "auth-secret", Group: GroupAccess, Support: Partial, Access: true, Note: "a Secret in the Ingress's namespace; hashes `$apr1$`, `$1$`, `$5$`, `$6$`, bcrypt, `{SHA}`, `{SSHA}`, `{PLAIN}`; a line of another scheme (yescrypt, DES) or a missing Secret fails closed"},
 	{Name: "auth-secret-type", Group: GroupAccess, Support: Supported, Access: true, Note: "`auth-file` or `auth-map`"},

@@ -448,6 +448,33 @@ type PassthroughBackend struct {
 	Backend  string `json:"backend"`
 }
 
+// RealIP is ingress-nginx's real_ip settings, as nginx's realip module runs
+// them with real_ip_recursive on: while the address at hand (first the
+// connection's) lies in a trusted range, the next address of Header, read
+// right to left, replaces it.
+type RealIP struct {
+	// Header is forwarded-for-header (X-Forwarded-For by default): letters,
+	// digits and '-' only. Exactly "X-Forwarded-For" reads every field of
+	// that name, the last first; any other name reads the first field of
+	// that name only (nginx's realip module).
+	Header string `json:"header"`
+	// From is proxy-real-ip-cidr (0.0.0.0/0 by default): the trusted
+	// proxies, masked. IPv4 ranges match IPv4-mapped IPv6 addresses too.
+	From []netip.Prefix `json:"from"`
+}
+
+// Trusted reports whether addr lies in one of the trusted ranges, as
+// nginx's ngx_cidr_match: an IPv4-mapped IPv6 address is read as IPv4.
+func (r *RealIP) Trusted(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range r.From {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // Global holds the settings of the controller ConfigMap that both data planes
 // use. Keys and defaults follow ingress-nginx's ConfigMap. Raw keeps every
 // key as given, for settings only one data plane understands (the nginx
@@ -459,6 +486,12 @@ type Global struct {
 	UseForwardedHeaders bool `json:"useForwardedHeaders,omitempty"`
 	// ComputeFullForwardedFor is compute-full-forwarded-for.
 	ComputeFullForwardedFor bool `json:"computeFullForwardedFor,omitempty"`
+	// RealIP, when set, is where the client's address is read from behind
+	// trusted proxies (use-forwarded-headers or enable-real-ip): every data
+	// plane takes it as the client's address ($remote_addr) for the allow
+	// and deny lists, X-Real-IP, X-Forwarded-For and the access log. Nil:
+	// the connection's address is the client's.
+	RealIP *RealIP `json:"realIP,omitempty"`
 	// SSLRedirect is ssl-redirect (default true).
 	SSLRedirect bool `json:"sslRedirect"`
 	// HTTPRedirectCode is http-redirect-code (default 308).

@@ -45,6 +45,31 @@ var _ = register(
 		},
 	},
 	Row{
+		Name: "source ranges against the forwarded client address",
+		Manifests: `{{service "a" "realip" "demo"}}` +
+			ingress("realip-deny", "realip-deny.test", "realip", root, "denylist-source-range", "203.0.113.7") +
+			ingress("realip-allow", "realip-allow.test", "realip", root, "whitelist-source-range", "198.51.100.0/24"),
+		Requests: []Request{
+			{Name: "a denied client behind the trusted proxy", Host: "realip-deny.test", Path: "/", From: TrustedProxy,
+				Header: map[string]string{"X-Forwarded-For": "203.0.113.7"}, Want: Want{Status: 403}},
+			{Name: "the trusted proxy's own hop is skipped", Host: "realip-deny.test", Path: "/", From: TrustedProxy,
+				Header: map[string]string{"X-Forwarded-For": "203.0.113.7, " + TrustedProxy}, Want: Want{Status: 403}},
+			{Name: "addresses left of the client are not read", Host: "realip-deny.test", Path: "/", From: TrustedProxy,
+				Header: map[string]string{"X-Forwarded-For": "198.51.100.1, 203.0.113.7"}, Want: Want{Status: 403}},
+			{Name: "another client behind the trusted proxy", Host: "realip-deny.test", Path: "/", From: TrustedProxy,
+				Header: map[string]string{"X-Forwarded-For": "203.0.113.7, 198.51.100.1"},
+				Want:   Want{Status: 200, Backend: "a", Sent: map[string]string{"X-Real-Ip": "198.51.100.1", "X-Forwarded-For": "198.51.100.1"}}},
+			{Name: "an untrusted forwarder's field is ignored", Host: "realip-deny.test", Path: "/", From: "127.0.0.7",
+				Header: map[string]string{"X-Forwarded-For": "203.0.113.7"},
+				Want:   Want{Status: 200, Backend: "a", Sent: map[string]string{"X-Real-Ip": "127.0.0.7", "X-Forwarded-For": "127.0.0.7"}}},
+			{Name: "an allowed client behind the trusted proxy", Host: "realip-allow.test", Path: "/", From: TrustedProxy,
+				Header: map[string]string{"X-Forwarded-For": "198.51.100.4"}, Want: Want{Status: 200, Backend: "a"}},
+			{Name: "the trusted proxy itself is not allowed", Host: "realip-allow.test", Path: "/", From: TrustedProxy, Want: Want{Status: 403}},
+			{Name: "an allowed address from an untrusted forwarder", Host: "realip-allow.test", Path: "/", From: "127.0.0.7",
+				Header: map[string]string{"X-Forwarded-For": "198.51.100.4"}, Want: Want{Status: 403}},
+		},
+	},
+	Row{
 		Name: "basic authentication",
 		Manifests: `{{service "a" "basic" "demo"}}` +
 			ingress("basic", "basic.test", "basic", root, "auth-type", "basic", "auth-secret", "staff", "auth-realm", "Staff only") +

@@ -226,6 +226,9 @@ endpoints:
 	if err := os.WriteFile(filepath.Join(dir, "00-class.yaml"), []byte(class), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "00-configmap.yaml"), []byte(controllerConfigMap), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for i, r := range rows {
 		tpl, err := template.New(r.Name).Funcs(funcs).Parse(r.Manifests)
 		if err != nil {
@@ -241,6 +244,23 @@ endpoints:
 	}
 }
 
+// controllerConfigMap is the controller ConfigMap (--configmap) of both
+// planes. enable-real-ip reads the client's address from X-Forwarded-For
+// behind the one trusted proxy, the loopback source TrustedProxy; a
+// request from any other source keeps its connection's address, so rows
+// that do not send from TrustedProxy are not affected.
+const controllerConfigMap = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: switchyard-controller, namespace: demo}
+data:
+  enable-real-ip: "true"
+  proxy-real-ip-cidr: "` + TrustedProxy + `/32"
+`
+
+// TrustedProxy is the Request.From of a proxy the data planes trust to
+// name the client in X-Forwarded-For (controllerConfigMap).
+const TrustedProxy = "127.0.0.50"
+
 // startController runs the binary on plane with the rows' manifests.
 func (e *env) startController(t *testing.T, plane string) {
 	t.Helper()
@@ -249,7 +269,7 @@ func (e *env) startController(t *testing.T, plane string) {
 	httpPort, httpsPort := harness.FreePort(t, "127.0.0.1"), harness.FreePort(t, "127.0.0.1")
 	status := harness.FreePort(t, "127.0.0.1")
 	args := []string{"controller", "--manifests", dir, "--http-port", strconv.Itoa(httpPort), "--https-port", strconv.Itoa(httpsPort),
-		"--status-port", strconv.Itoa(status), "--listen-address", "127.0.0.1"}
+		"--status-port", strconv.Itoa(status), "--listen-address", "127.0.0.1", "--configmap", "demo/switchyard-controller"}
 	if plane == "nginx" {
 		args = append(args, harness.NginxPlaneArgs(t, "../../lua")...)
 	}
