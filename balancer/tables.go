@@ -29,6 +29,11 @@ const (
 	// upstream key is PeerKeys[i] for peer i, and any other key (or none)
 	// is a new session.
 	TableStickyPersistent TableKind = 3
+	// TableSubset (chashsubset): the key is Key evaluated over the
+	// request's variables, and the owner of its point is a subset: each
+	// attempt of the request gets a uniformly drawn member of
+	// Subsets[owner], as Pick draws one.
+	TableSubset TableKind = 4
 )
 
 // HashTable is the decision table of a consistent-hash or sticky backend: the
@@ -47,6 +52,9 @@ type HashTable struct {
 	// PeerKeys (TableStickyPersistent) are the upstream keys of the peers,
 	// in the order of Peers(backend).
 	PeerKeys []string
+	// Subsets (TableSubset) are the members of each subset, as indices
+	// into Peers(backend), all of the same length.
+	Subsets [][]int32
 }
 
 // HashTable returns the decision table of a chash, sticky_balanced or
@@ -71,20 +79,40 @@ func (r *Registry) HashTable(backend string) (HashTable, bool) {
 		}
 		return HashTable{Kind: TableStickyPersistent, Cookie: s.cookieName, PeerKeys: keys}, true
 	}
-	c, ok := b.algo.(*chash)
-	if !ok {
-		return HashTable{}, false
+	switch c := b.algo.(type) {
+	case *chash:
+		// The ring's owners are ring node indices, nodes in address
+		// order: the order Peers lists them in.
+		return HashTable{Kind: TableHash, Key: c.key.wire(), Hashes: c.ring.hashes, Owners: c.ring.owners}, true
+	case *chashSubset:
+		// Members are b.peers indices; Peers lists addresses sorted.
+		pos := make([]int32, len(b.peers))
+		for p, i := range sortedPeerOrder(b) {
+			pos[i] = int32(p)
+		}
+		sets := make([][]int32, len(c.subsets))
+		for s, members := range c.subsets {
+			sets[s] = make([]int32, len(members))
+			for m, i := range members {
+				sets[s][m] = pos[i]
+			}
+		}
+		return HashTable{Kind: TableSubset, Key: c.key.wire(), Hashes: c.ring.hashes, Owners: c.ring.owners, Subsets: sets}, true
 	}
-	parts := make([]KeyPart, len(c.key.parts))
-	for i, p := range c.key.parts {
-		parts[i] = KeyPart{Lit: p.lit, Var: p.v}
+	return HashTable{}, false
+}
+
+// wire returns the template's parts as KeyParts.
+func (k hashKey) wire() []KeyPart {
+	parts := make([]KeyPart, len(k.parts))
+	for i, p := range k.parts {
 		if p.v != "" {
-			parts[i].Lit = ""
+			parts[i] = KeyPart{Var: p.v}
+		} else {
+			parts[i] = KeyPart{Lit: p.lit}
 		}
 	}
-	// The ring's owners are ring node indices, nodes in address order:
-	// the order Peers lists them in.
-	return HashTable{Kind: TableHash, Key: parts, Hashes: c.ring.hashes, Owners: c.ring.owners}, true
+	return parts
 }
 
 // Premadeable reports whether the backend's picks for a request that carries

@@ -82,6 +82,8 @@ func TestShimTables(t *testing.T) {
 				"weight": 30, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "", "cookie": ""}}),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
 			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),
+			wire("default-rrrefused-80", addrs(b1, b2, b3, b4, canary), map[string]any{"upstreamHashByConfig": map[string]any{
+				"upstream-hash-by": "$request_uri", "upstream-hash-by-subset": true, "upstream-hash-by-subset-size": 2}}),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -180,6 +182,41 @@ func TestShimTables(t *testing.T) {
 		}
 		if asked := e.frames(t, "pick") - before; asked != 20 {
 			t.Errorf("%v of 20 requests with the canary header asked Go; want all", asked)
+		}
+	})
+
+	t.Run("chashsubset draws from Go's subset of the key", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		both := 0 // keys whose 10 requests reached both members
+		for i := range 30 {
+			uri := fmt.Sprintf("/rr-refused/%d", i)
+			subset := map[string]bool{}
+			for range 100 {
+				subset[goPeer(t, reg, "default-rrrefused-80", map[string]string{"request_uri": uri})] = true
+			}
+			seen := map[string]bool{}
+			for range 10 {
+				code, who, _ := e.get(t, uri)
+				if code != 200 || !subset[who] {
+					t.Fatalf("%s: %d from %q; Go's subset is %v", uri, code, who, subset)
+				}
+				seen[who] = true
+			}
+			if len(subset) != 2 {
+				t.Fatalf("%s: Go drew from %v; want a subset of 2", uri, subset)
+			}
+			if len(seen) == 2 {
+				both++
+			}
+		}
+		// 10 uniform draws from 2 miss one member with probability 1/512.
+		if both < 27 {
+			t.Errorf("only %d of 30 keys had both members of their subset answer 10 requests", both)
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of 300 chashsubset requests asked Go", asked)
+		if asked > 10 {
+			t.Errorf("%v of 300 chashsubset requests asked Go; want the table to decide all but the first few", asked)
 		}
 	})
 

@@ -86,12 +86,15 @@ type TableChunk struct {
 	Owners        []uint16
 	// PeerKeys: TableStickyPersistent's upstream keys, by peer.
 	PeerKeys []string
+	// Subsets: TableSubset's members of each subset (indices into the
+	// info's peer list).
+	Subsets [][]uint16
 }
 
 // wireKey is the key template as sent: a sticky table sends its cookie name
 // as a single literal.
 func wireKey(t balancer.HashTable) []balancer.KeyPart {
-	if t.Kind == balancer.TableHash {
+	if t.Kind == balancer.TableHash || t.Kind == balancer.TableSubset {
 		return t.Key
 	}
 	return []balancer.KeyPart{{Lit: t.Cookie}}
@@ -99,6 +102,12 @@ func wireKey(t balancer.HashTable) []balancer.KeyPart {
 
 // peerKeysBytes is the size of a persistent table's peer keys on the wire.
 func peerKeysBytes(t balancer.HashTable) int {
+	if t.Kind == balancer.TableSubset {
+		if len(t.Subsets) == 0 || len(t.Subsets) > math.MaxUint16 || len(t.Subsets[0]) > 255 {
+			return MaxFrame // cannot be sent
+		}
+		return 3 + 2*len(t.Subsets)*len(t.Subsets[0])
+	}
 	if t.Kind != balancer.TableStickyPersistent {
 		return 0
 	}
@@ -171,10 +180,19 @@ func AppendTableReply(dst []byte, id uint32, code byte, gen uint32, t balancer.H
 		dst = binary.BigEndian.AppendUint32(dst, t.Hashes[i])
 		dst = binary.BigEndian.AppendUint16(dst, uint16(t.Owners[i]))
 	}
-	if t.Kind == balancer.TableStickyPersistent {
+	switch t.Kind {
+	case balancer.TableStickyPersistent:
 		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.PeerKeys)))
 		for _, k := range t.PeerKeys {
 			dst = appendStr8(dst, k)
+		}
+	case balancer.TableSubset:
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Subsets)))
+		dst = append(dst, byte(len(t.Subsets[0])))
+		for _, set := range t.Subsets {
+			for _, m := range set {
+				dst = binary.BigEndian.AppendUint16(dst, uint16(m))
+			}
 		}
 	}
 	return finish(dst, start)
@@ -207,10 +225,20 @@ func DecodeTableReply(frame []byte) (id uint32, t TableChunk, err error) {
 		t.Hashes = append(t.Hashes, r.u32())
 		t.Owners = append(t.Owners, r.u16())
 	}
-	if t.Kind == balancer.TableStickyPersistent {
+	switch t.Kind {
+	case balancer.TableStickyPersistent:
 		nk := int(r.u16())
 		for i := 0; i < nk && !r.bad; i++ {
 			t.PeerKeys = append(t.PeerKeys, string(r.bytes(int(r.u8()))))
+		}
+	case balancer.TableSubset:
+		ns, size := int(r.u16()), int(r.u8())
+		for i := 0; i < ns && !r.bad; i++ {
+			set := make([]uint16, size)
+			for m := range set {
+				set[m] = r.u16()
+			}
+			t.Subsets = append(t.Subsets, set)
 		}
 	}
 	if r.bad || len(r.b) != 0 {

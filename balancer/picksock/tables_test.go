@@ -363,3 +363,49 @@ func TestStickyTablesEqualPick(t *testing.T) {
 		t.Fatalf("change-on-failure info %+v %v", info, err)
 	}
 }
+
+// TestSubsetTable: a chashsubset backend's table names, for every key, the
+// subset Registry.Pick draws its peers from.
+func TestSubsetTable(t *testing.T) {
+	reg := balancer.NewRegistry(balancer.Config{})
+	syncJSON(t, reg, `[{"name":"sub","port":80,"upstreamHashByConfig":{"upstream-hash-by":"$request_uri","upstream-hash-by-subset":true,"upstream-hash-by-subset-size":3},"endpoints":[`+endpointsJSON(8)+`]}]`)
+	tc := dialServer(t, reg)
+	tc.send(AppendNeedVars(nil, 1, "sub"))
+	_, info, err := DecodeVarsReply(tc.read())
+	if err != nil || !info.HashTable {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	tc.send(AppendTable(nil, 2, "sub", 0))
+	_, ch, err := DecodeTableReply(tc.read())
+	// 8 endpoints in subsets of 3: 3 subsets, the last padded.
+	if err != nil || ch.Code != CodeOK || ch.Kind != balancer.TableSubset || len(ch.Subsets) != 3 || len(ch.Hashes) != 3*160 || uint32(len(ch.Hashes)) != ch.Total {
+		t.Fatalf("table %+v %v", ch, err)
+	}
+	for i := range 200 {
+		uri := fmt.Sprintf("/s/%d", i)
+		h := crc32.ChecksumIEEE([]byte(uri))
+		j := 0
+		for j < len(ch.Hashes) && ch.Hashes[j] < h {
+			j++
+		}
+		if j == len(ch.Hashes) {
+			j = 0
+		}
+		set := ch.Subsets[ch.Owners[j]]
+		counts := map[string]int{}
+		for range 300 {
+			var a balancer.Attempt
+			p, err := reg.Pick("sub", balancer.VarsFunc(func(n string) ([]byte, bool) { return []byte(uri), n == "request_uri" }), &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts[p.Peer]++
+		}
+		for _, m := range set {
+			delete(counts, info.Peers[m])
+		}
+		if len(counts) > 0 {
+			t.Fatalf("%s: Pick chose %v outside the table's subset %v", uri, counts, set)
+		}
+	}
+}

@@ -349,7 +349,10 @@ function load_table(info, name, b)
   local total, offset, n = be32(b, i + 2), be32(b, i + 6), byte(b, i + 10) * 256 + byte(b, i + 11)
   i = i + 12
   local tail = #b - (i - 1 + 6 * n)
-  if kind < 1 or kind > 3 or (kind == 3) ~= (tail > 0) or tail < 0 or (total == 0) ~= (kind == 3) or (kind ~= 1 and nk ~= 1) then
+  -- Kinds: 1 chash, 2 sticky_balanced, 3 sticky_persistent (peer keys
+  -- follow, no points), 4 chashsubset (subsets follow).
+  if kind < 1 or kind > 4 or (kind >= 3) ~= (tail > 0) or tail < 0 or (total == 0) ~= (kind == 3)
+      or ((kind == 2 or kind == 3) and nk ~= 1) then
     return "bad table frame"
   end
   if npeers ~= info.npeers then
@@ -388,6 +391,27 @@ function load_table(info, name, b)
       i = i + 1 + l
     end
     info.pkeys = pkeys
+  elseif kind == 4 then
+    -- chashsubset: the members of each subset, as peers.
+    local ns, size = byte(b, i) * 256 + byte(b, i + 1), byte(b, i + 2)
+    if tail ~= 3 + 2 * ns * size or size == 0 then
+      return "bad table frame"
+    end
+    local j = i + 3
+    local subsets = {}
+    for k = 1, ns do
+      local set = {}
+      for m = 1, size do
+        local p = byte(b, j) * 256 + byte(b, j + 1)
+        if p >= npeers then
+          return "table member out of range"
+        end
+        set[m] = info.peers[p + 1]
+        j = j + 2
+      end
+      subsets[k] = set
+    end
+    info.subsets, info.subset_size = subsets, size
   end
   if info.tloaded < total then
     if n == 0 then
@@ -572,7 +596,13 @@ local function reader(sock)
         log_once("read", "reading from ", _M.socket, ": ", err)
         break
       end
-      err = dispatch(b)
+      -- A reply this worker cannot read is a protocol error, as any
+      -- malformed frame: the connection goes, and a new one starts over.
+      local ok
+      ok, err = pcall(dispatch, b)
+      if not ok then
+        err = "reading a reply: " .. tostring(err)
+      end
       if err then
         log_once("frame", err)
         break
@@ -965,7 +995,7 @@ local function ring_pick(s, info, name)
   local key
   local nk, kparts, kvar = info.nkey, info.key, info.keyvar
   local kind = info.tkind
-  if kind ~= 1 then
+  if kind == 2 or kind == 3 then
     -- sticky: the upstream key is the first piece of the cookie's value.
     local header = ngx_var.http_cookie
     local v = header and cookie_value(header, info.cookie)
@@ -1011,6 +1041,20 @@ local function ring_pick(s, info, name)
   end
   if lo == total then
     lo = 0
+  end
+  if kind == 4 then
+    -- chashsubset: the key's subset is Go's; each attempt gets a member
+    -- drawn uniformly from it, as Go's pick draws one per attempt.
+    local set, size = info.subsets[info.towners[lo] + 1], info.subset_size
+    if not set then
+      return nil
+    end
+    local cands, cookies = s.cands, s.cookies
+    for k = 1, 3 do
+      cands[k], cookies[k] = set[random(size)], false
+    end
+    s.n, s.code, s.alt, s.score, s.backend = 3, 0, false, nil, name
+    return s
   end
   s.cands[1], s.cookies[1] = info.peers[info.towners[lo] + 1], false
   s.n, s.code, s.alt, s.score, s.backend = 1, 0, false, nil, name
