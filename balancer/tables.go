@@ -1,5 +1,7 @@
 package balancer
 
+import "errors"
+
 // Decision data the nginx shim applies itself, so that a request needs no
 // round trip to Go (docs/pick-protocol.md, "Decisions applied by the shim").
 // The choices stay this package's: a hash table is the ring Pick searches, and
@@ -55,6 +57,74 @@ type HashTable struct {
 	// Subsets (TableSubset) are the members of each subset, as indices
 	// into Peers(backend), all of the same length.
 	Subsets [][]int32
+	// Recipe (sticky) is how the backend's Set-Cookie is written for a new
+	// session's upstream key.
+	Recipe *CookieRecipe
+}
+
+// CookieRecipe is how a sticky backend writes the Set-Cookie of a new
+// session (spec §4.5; lua-resty-cookie's attribute order): Name=key|BackendKey,
+// then "; Expires=" with ngx.cookie_time(now+Expires) if HasExpires,
+// "; Max-Age=" MaxAge and "; Domain=" Domain if not empty, "; Path=" Path (or
+// $location_path when Path is empty), "; Secure" if Secure or $https is
+// "on", "; HttpOnly", and "; SameSite=" SameSite if not empty, unless
+// ConditionalNone and SameSite is None and the User-Agent is one
+// SameSiteNoneIncompatible names. The cookie is set only for the request
+// hosts and Ingress paths Locations lists ("*.suffix" hosts match one more
+// label; server_name "_" is host "_").
+type CookieRecipe struct {
+	Name, BackendKey        string
+	HasExpires              bool
+	Expires                 int64
+	MaxAge, Domain, Path    string
+	Secure, ConditionalNone bool
+	SameSite                string
+	Locations               map[string][]string
+}
+
+// recipe returns s's CookieRecipe.
+func (s *sticky) recipe() *CookieRecipe {
+	c := &CookieRecipe{Name: s.cookieName, BackendKey: string(s.backendKey), HasExpires: s.hasExpires, Expires: s.expires,
+		MaxAge: s.maxAge, Domain: s.domain, Path: s.path, Secure: s.secure, ConditionalNone: s.conditionalNone, SameSite: s.sameSite}
+	if s.hasLocations {
+		c.Locations = s.locations
+	}
+	return c
+}
+
+// ErrNotSticky is NewSessions' answer for a backend whose new sessions it
+// cannot make ahead: not sticky, with a canary, or with change-on-failure.
+var ErrNotSticky = errors.New("balancer: backend's new sessions cannot be premade")
+
+// NewSessions fills peers and keys with the candidates of a new session of
+// a sticky backend (a request without its cookie), in attempt order, and
+// returns how many: exactly what CandidatePicks gives such a request, with
+// the upstream key each cookie would carry instead of the cookie, which
+// depends on the request (CookieRecipe). a must be fresh (Reset).
+func (r *Registry) NewSessions(backend string, a *Attempt, peers, keys []string) (int, error) {
+	b := r.snap.Load().byName[backend]
+	if b == nil {
+		return 0, ErrUnknownBackend
+	}
+	s, ok := b.algo.(*sticky)
+	if !ok || len(b.alternatives) > 0 || s.changeOnFailure {
+		return 0, ErrNotSticky
+	}
+	a.chosen = b
+	n := 0
+	for n < len(peers) && n < len(keys) {
+		idx, key := s.pickNewUpstream(r, b, a)
+		if idx < 0 {
+			break
+		}
+		a.record(idx)
+		peers[n], keys[n] = b.peers[idx].addr, string(key.bytes())
+		n++
+	}
+	if n == 0 {
+		return 0, ErrNoPeer
+	}
+	return n, nil
 }
 
 // HashTable returns the decision table of a chash, sticky_balanced or
@@ -71,13 +141,13 @@ func (r *Registry) HashTable(backend string) (HashTable, bool) {
 			return HashTable{}, false
 		}
 		if !s.persistent {
-			return HashTable{Kind: TableSticky, Cookie: s.cookieName, Hashes: s.ring.hashes, Owners: s.ring.owners}, true
+			return HashTable{Kind: TableSticky, Cookie: s.cookieName, Hashes: s.ring.hashes, Owners: s.ring.owners, Recipe: s.recipe()}, true
 		}
 		keys := make([]string, len(b.peers))
 		for pos, i := range sortedPeerOrder(b) {
 			keys[pos] = s.peerKeys[i]
 		}
-		return HashTable{Kind: TableStickyPersistent, Cookie: s.cookieName, PeerKeys: keys}, true
+		return HashTable{Kind: TableStickyPersistent, Cookie: s.cookieName, PeerKeys: keys, Recipe: s.recipe()}, true
 	}
 	switch c := b.algo.(type) {
 	case *chash:
@@ -121,11 +191,21 @@ func (k hashKey) wire() []KeyPart {
 // peak_ewma, least_request), so the canary rules that remain are the header
 // and cookie ones, which such a request does not meet, and the weight. Such
 // picks can be made ahead of their requests: CandidatePicks with a Request
-// that has no variables is exactly the answer one of them would get.
+// that has no variables is exactly the answer one of them would get. A sticky
+// backend without canary and change-on-failure is premadeable too, for its
+// new sessions only (NewSessions): their peers do not depend on the request,
+// and the shim writes their cookies (CookieRecipe).
 func (r *Registry) Premadeable(backend string) bool {
 	snap := r.snap.Load()
 	b := snap.byName[backend]
-	if b == nil || !varFree(b) {
+	if b == nil {
+		return false
+	}
+	if s, ok := b.algo.(*sticky); ok {
+		// New sessions (NewSessions); the shim writes their cookies.
+		return len(b.alternatives) == 0 && !s.changeOnFailure
+	}
+	if !varFree(b) {
 		return false
 	}
 	for _, name := range b.alternatives {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 )
@@ -71,7 +72,8 @@ func TestShimTables(t *testing.T) {
 	hashBy := map[string]any{"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri", "upstream-hash-by-subset-size": 3}}
 	sticky := func(mode string) map[string]any {
 		return map[string]any{"sessionAffinityConfig": map[string]any{"name": "cookie", "mode": mode, "cookieSessionAffinity": map[string]any{
-			"name": "route", "locations": map[string][]string{"shim.test": {"/sticky/", "/generation/"}}}}}
+			"name": "route", "locations": map[string][]string{"shim.test": {"/sticky/", "/generation/"}},
+			"expires": "3600", "maxage": "120", "samesite": "None", "conditional_samesite_none": true}}}
 	}
 	payload := func(hashEndpoints []string) []byte {
 		body, err := json.Marshal([]map[string]any{
@@ -263,6 +265,58 @@ func TestShimTables(t *testing.T) {
 		}
 	})
 
+	t.Run("new sticky sessions are premade by Go, their cookies written as Go writes them", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		uas := []string{"curl/8", "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_14_6) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/12.1.2 Safari/605.1.15"}
+		for _, tc := range []struct{ path, backend string }{{"/sticky/", "default-sticky-80"}, {"/generation/", "default-generation-80"}} {
+			for i := range 60 {
+				ua := uas[i%2]
+				code, who, resp := e.get(t, tc.path, "User-Agent", ua)
+				got := resp.Header.Get("Set-Cookie")
+				value, _, _ := strings.Cut(strings.TrimPrefix(got, "route="), ";")
+				key, _, _ := strings.Cut(value, "|")
+				if code != 200 || key == "" {
+					t.Fatalf("new session on %s: %d, Set-Cookie %q", tc.path, code, got)
+				}
+				// The session returns to the peer that served it.
+				vars := map[string]string{"host": "shim.test", "server_name": "shim.test", "location_path": tc.path, "http_user_agent": ua}
+				back := map[string]string{"http_cookie": "route=" + value}
+				for k, v := range vars {
+					back[k] = v
+				}
+				if p := goPeer(t, reg, tc.backend, back); p != who {
+					t.Fatalf("%s: session %q served by %s; Go sends it to %s", tc.path, value, who, p)
+				}
+				// Go's own cookie for such a request, with Go's random key
+				// replaced by this one, is the same string, Expires aside
+				// (the two clocks may straddle a second).
+				var a balancer.Attempt
+				p, err := reg.Pick(tc.backend, balancer.VarsFunc(func(n string) ([]byte, bool) {
+					v, ok := vars[n]
+					return []byte(v), ok
+				}), &a)
+				if err != nil || p.SetCookie == "" {
+					t.Fatalf("Go pick for a new session: %+v %v", p, err)
+				}
+				goValue, _, _ := strings.Cut(strings.TrimPrefix(p.SetCookie, "route="), ";")
+				goKey, _, _ := strings.Cut(goValue, "|")
+				want := strings.Replace(p.SetCookie, "route="+goKey+"|", "route="+key+"|", 1)
+				if stripExpires(got) != stripExpires(want) {
+					t.Fatalf("%s, User-Agent %q:\nshim Set-Cookie %q\nGo   Set-Cookie %q", tc.path, ua, got, want)
+				}
+				exp, err := time.Parse("Mon, 02-Jan-06 15:04:05 MST", expiresOf(got))
+				if d := time.Until(exp) - time.Hour; err != nil || d < -3*time.Second || d > 3*time.Second {
+					t.Fatalf("Expires %q (%v): want an hour from now", expiresOf(got), err)
+				}
+			}
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of 120 new sticky sessions asked Go", asked)
+		if asked > 4 {
+			t.Errorf("%v of 120 new sticky sessions asked Go; want premade sessions for all but the first few", asked)
+		}
+	})
+
 	t.Run("with the Go side down, chash and sticky sessions keep Go's choices", func(t *testing.T) {
 		reg := goRegistry(t, payload(addrs(b1, b3, b4)))
 		checkHash(t, reg, "c", 50) // the tables of this generation are in place
@@ -279,4 +333,16 @@ func TestShimTables(t *testing.T) {
 			}
 		}
 	})
+}
+
+// expiresOf returns the Expires attribute of a Set-Cookie value.
+func expiresOf(c string) string {
+	_, rest, _ := strings.Cut(c, "; Expires=")
+	v, _, _ := strings.Cut(rest, ";")
+	return v
+}
+
+// stripExpires drops the Expires attribute of a Set-Cookie value.
+func stripExpires(c string) string {
+	return strings.Replace(c, "; Expires="+expiresOf(c), "", 1)
 }

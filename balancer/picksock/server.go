@@ -28,6 +28,7 @@ type Picker interface {
 	Count(backend, peer string, completed, failed uint64)
 	HashTable(backend string) (balancer.HashTable, bool)
 	Premadeable(backend string) bool
+	NewSessions(backend string, a *balancer.Attempt, peers, keys []string) (int, error)
 	// Changed returns a channel closed when Version next changes.
 	Changed() <-chan struct{}
 }
@@ -435,13 +436,33 @@ func (cs *conn) premade(q *Request) {
 	k := cs.s.cfg.Candidates
 	count := min(int(q.Count), MaxPremade)
 	made := 0
+	sticky := true // until NewSessions says otherwise
 	for made < count {
 		cs.att.Reset()
+		var ok bool
+		if sticky {
+			n, err := p.NewSessions(name, &cs.att, cs.cands[:k], cs.cookies[:k])
+			if errors.Is(err, balancer.ErrNotSticky) {
+				sticky = false
+				cs.att.Reset()
+			} else {
+				if err != nil {
+					break
+				}
+				for i := range n {
+					cs.picks[i] = balancer.Pick{Backend: name, Peer: cs.cands[i], EWMAScore: -1}
+				}
+				if dst, ok = premadeEntryKeys(dst, start, cs.picks[:n], cs.cookies[:n]); !ok {
+					break
+				}
+				made++
+				continue
+			}
+		}
 		n, err := p.CandidatePicks(name, &empty, &cs.att, cs.picks[:k])
 		if err != nil {
 			break
 		}
-		var ok bool
 		if dst, ok = premadeEntry(dst, start, cs.picks[:n]); !ok {
 			break
 		}

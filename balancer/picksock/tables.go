@@ -2,7 +2,9 @@ package picksock
 
 import (
 	"encoding/binary"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 )
@@ -89,6 +91,8 @@ type TableChunk struct {
 	// Subsets: TableSubset's members of each subset (indices into the
 	// info's peer list).
 	Subsets [][]uint16
+	// Recipe: a sticky table's cookie recipe.
+	Recipe *balancer.CookieRecipe
 }
 
 // wireKey is the key template as sent: a sticky table sends its cookie name
@@ -100,8 +104,98 @@ func wireKey(t balancer.HashTable) []balancer.KeyPart {
 	return []balancer.KeyPart{{Lit: t.Cookie}}
 }
 
-// peerKeysBytes is the size of a persistent table's peer keys on the wire.
+// recipeBytes is the size of a sticky table's cookie recipe on the wire, or
+// MaxFrame when it cannot be sent.
+func recipeBytes(c *balancer.CookieRecipe) int {
+	if c == nil {
+		return 0
+	}
+	if len(c.BackendKey) > 255 || len(c.MaxAge) > 255 || len(c.SameSite) > 255 || len(c.Domain) > math.MaxUint16 ||
+		len(c.Path) > math.MaxUint16 || len(c.Locations) > math.MaxUint16 {
+		return MaxFrame
+	}
+	n := 1 + len(c.BackendKey) + 1 + 8 + 1 + len(c.MaxAge) + 2 + len(c.Domain) + 2 + len(c.Path) + 1 + len(c.SameSite) + 2
+	for host, paths := range c.Locations {
+		if len(host) > math.MaxUint16 || len(paths) > math.MaxUint16 {
+			return MaxFrame
+		}
+		n += 2 + len(host) + 2
+		for _, p := range paths {
+			if len(p) > math.MaxUint16 {
+				return MaxFrame
+			}
+			n += 2 + len(p)
+		}
+	}
+	return n
+}
+
+// appendRecipe appends a cookie recipe (recipeBytes said it fits).
+func appendRecipe(dst []byte, c *balancer.CookieRecipe) []byte {
+	dst = appendStr8(dst, c.BackendKey)
+	flags := byte(0)
+	if c.HasExpires {
+		flags |= 1
+	}
+	if c.Secure {
+		flags |= 2
+	}
+	if c.ConditionalNone {
+		flags |= 4
+	}
+	dst = append(dst, flags)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.Expires))
+	dst = appendStr8(dst, c.MaxAge)
+	dst = appendStr16(dst, c.Domain)
+	dst = appendStr16(dst, c.Path)
+	dst = appendStr8(dst, c.SameSite)
+	hosts := slices.Sorted(maps.Keys(c.Locations))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(hosts)))
+	for _, h := range hosts {
+		dst = appendStr16(dst, h)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(c.Locations[h])))
+		for _, p := range c.Locations[h] {
+			dst = appendStr16(dst, p)
+		}
+	}
+	return dst
+}
+
+// decodeRecipe reads a cookie recipe.
+func decodeRecipe(r *reader, name string) *balancer.CookieRecipe {
+	c := &balancer.CookieRecipe{Name: name}
+	c.BackendKey = string(r.bytes(int(r.u8())))
+	flags := r.u8()
+	c.HasExpires, c.Secure, c.ConditionalNone = flags&1 != 0, flags&2 != 0, flags&4 != 0
+	c.Expires = int64(r.u64())
+	c.MaxAge = string(r.bytes(int(r.u8())))
+	c.Domain = string(r.bytes(int(r.u16())))
+	c.Path = string(r.bytes(int(r.u16())))
+	c.SameSite = string(r.bytes(int(r.u8())))
+	nh := int(r.u16())
+	for i := 0; i < nh && !r.bad; i++ {
+		if c.Locations == nil {
+			c.Locations = map[string][]string{}
+		}
+		h := string(r.bytes(int(r.u16())))
+		np := int(r.u16())
+		paths := []string{}
+		for k := 0; k < np && !r.bad; k++ {
+			paths = append(paths, string(r.bytes(int(r.u16()))))
+		}
+		c.Locations[h] = paths
+	}
+	return c
+}
+
+// peerKeysBytes is the size of a table's section after its points: a
+// persistent table's peer keys, a subset table's subsets, a sticky table's
+// cookie recipe.
 func peerKeysBytes(t balancer.HashTable) int {
+	return tailBytes(t) + recipeBytes(t.Recipe)
+}
+
+func tailBytes(t balancer.HashTable) int {
 	if t.Kind == balancer.TableSubset {
 		if len(t.Subsets) == 0 || len(t.Subsets) > math.MaxUint16 || len(t.Subsets[0]) > 255 {
 			return MaxFrame // cannot be sent
@@ -141,7 +235,8 @@ func keyBytes(t balancer.HashTable) int {
 func AppendTableReply(dst []byte, id uint32, code byte, gen uint32, t balancer.HashTable, npeers int, offset uint32) []byte {
 	kb, pk := keyBytes(t), peerKeysBytes(t)
 	if code == CodeOK && (kb < 0 || npeers > math.MaxUint16 || len(t.Hashes) > math.MaxInt32 ||
-		tableFixed-4+kb+pk > MaxFrame || t.Kind == balancer.TableStickyPersistent && len(t.PeerKeys) != npeers) {
+		tableFixed-4+kb+pk > MaxFrame || t.Kind == balancer.TableStickyPersistent && len(t.PeerKeys) != npeers ||
+		(t.Kind == balancer.TableSticky || t.Kind == balancer.TableStickyPersistent) && t.Recipe == nil) {
 		code = CodeNoTable
 	}
 	dst, start := appendHeader(dst, TypeTableReply, id)
@@ -186,6 +281,9 @@ func AppendTableReply(dst []byte, id uint32, code byte, gen uint32, t balancer.H
 		for _, k := range t.PeerKeys {
 			dst = appendStr8(dst, k)
 		}
+		dst = appendRecipe(dst, t.Recipe)
+	case balancer.TableSticky:
+		dst = appendRecipe(dst, t.Recipe)
 	case balancer.TableSubset:
 		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Subsets)))
 		dst = append(dst, byte(len(t.Subsets[0])))
@@ -231,6 +329,9 @@ func DecodeTableReply(frame []byte) (id uint32, t TableChunk, err error) {
 		for i := 0; i < nk && !r.bad; i++ {
 			t.PeerKeys = append(t.PeerKeys, string(r.bytes(int(r.u8()))))
 		}
+		t.Recipe = decodeRecipe(r, t.Key[0].Lit)
+	case balancer.TableSticky:
+		t.Recipe = decodeRecipe(r, t.Key[0].Lit)
 	case balancer.TableSubset:
 		ns, size := int(r.u16()), int(r.u8())
 		for i := 0; i < ns && !r.bad; i++ {
@@ -254,15 +355,27 @@ type Premade struct {
 	Backend     string
 	EWMAScore   float64
 	Candidates  []string
+	// Keys are the upstream keys of a sticky backend's new session, one
+	// per candidate (nil otherwise).
+	Keys []string
 }
 
 // premadeEntry appends one premade pick, or returns dst unchanged and false
 // when it would make the frame that starts at start longer than MaxFrame.
 func premadeEntry(dst []byte, start int, picks []balancer.Pick) ([]byte, bool) {
+	return premadeEntryKeys(dst, start, picks, nil)
+}
+
+// premadeEntryKeys is premadeEntry with a sticky new session's upstream key
+// after each candidate (flags bit 1) when keys is not nil.
+func premadeEntryKeys(dst []byte, start int, picks []balancer.Pick, keys []string) ([]byte, bool) {
 	first := &picks[0]
 	size := 1 + 1 + min(len(first.Backend), 255) + 8 + 1
 	for i := range picks {
 		size += 1 + min(len(picks[i].Peer), 255)
+		if keys != nil {
+			size += 1 + min(len(keys[i]), 255)
+		}
 	}
 	if len(dst)-start-4+size > MaxFrame {
 		return dst, false
@@ -271,12 +384,18 @@ func premadeEntry(dst []byte, start int, picks []balancer.Pick) ([]byte, bool) {
 	if first.Alternative {
 		flags = 1
 	}
+	if keys != nil {
+		flags |= 2
+	}
 	dst = append(dst, flags)
 	dst = appendStr8(dst, first.Backend)
 	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(first.EWMAScore))
 	dst = append(dst, byte(len(picks)))
 	for i := range picks {
 		dst = appendStr8(dst, picks[i].Peer)
+		if keys != nil {
+			dst = appendStr8(dst, keys[i])
+		}
 	}
 	return dst, true
 }
@@ -292,12 +411,16 @@ func DecodePremadeReply(frame []byte) (id uint32, code byte, gen uint32, picks [
 	n := int(r.u16())
 	for i := 0; i < n && !r.bad; i++ {
 		var p Premade
-		p.Alternative = r.u8()&1 == 1
+		flags := r.u8()
+		p.Alternative = flags&1 == 1
 		p.Backend = string(r.bytes(int(r.u8())))
 		p.EWMAScore = math.Float64frombits(r.u64())
 		nc := int(r.u8())
 		for k := 0; k < nc && !r.bad; k++ {
 			p.Candidates = append(p.Candidates, string(r.bytes(int(r.u8()))))
+			if flags&2 != 0 {
+				p.Keys = append(p.Keys, string(r.bytes(int(r.u8()))))
+			}
 		}
 		picks = append(picks, p)
 	}

@@ -409,3 +409,73 @@ func TestSubsetTable(t *testing.T) {
 		}
 	}
 }
+
+// TestStickyNewSessionsPremade: premade new sessions of a sticky backend carry
+// an upstream key per candidate, which the backend's own table maps back to
+// that candidate (so the returning session reaches it), distinct peers per
+// attempt; the table carries the cookie recipe.
+func TestStickyNewSessionsPremade(t *testing.T) {
+	reg := balancer.NewRegistry(balancer.Config{})
+	aff := func(mode string) string {
+		return fmt.Sprintf(`"sessionAffinityConfig":{"name":"cookie","mode":%q,"cookieSessionAffinity":{"name":"sess","expires":"3600","maxage":"60","path":"/app","samesite":"None","conditional_samesite_none":true,"locations":{"a.example":["/app"],"*.b.example":["/","/x"]}}}`, mode)
+	}
+	syncJSON(t, reg, `[{"name":"bal","port":80,`+aff("balanced")+`,"endpoints":[`+endpointsJSON(5)+`]},
+	 {"name":"per","port":80,`+aff("persistent")+`,"endpoints":[`+endpointsJSON(5)+`]}]`)
+	tc := dialServer(t, reg)
+	for _, name := range []string{"bal", "per"} {
+		tc.send(AppendNeedVars(nil, 1, name))
+		_, info, err := DecodeVarsReply(tc.read())
+		if err != nil || !info.Premade || !info.HashTable {
+			t.Fatalf("%s info %+v %v", name, info, err)
+		}
+		tc.send(AppendTable(nil, 2, name, 0))
+		_, ch, err := DecodeTableReply(tc.read())
+		if err != nil || ch.Code != CodeOK || ch.Recipe == nil {
+			t.Fatalf("%s table %+v %v", name, ch, err)
+		}
+		want := balancer.CookieRecipe{Name: "sess", BackendKey: balancer.BackendKey(name), HasExpires: true, Expires: 3600, MaxAge: "60",
+			Path: "/app", SameSite: "None", ConditionalNone: true, Locations: map[string][]string{"a.example": {"/app"}, "*.b.example": {"/", "/x"}}}
+		if got := *ch.Recipe; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s recipe\n got %+v\nwant %+v", name, got, want)
+		}
+		owner := func(key string) string {
+			if ch.Kind == balancer.TableStickyPersistent {
+				for i, k := range ch.PeerKeys {
+					if k == key {
+						return info.Peers[i]
+					}
+				}
+				return ""
+			}
+			h := crc32.ChecksumIEEE([]byte(key))
+			j := 0
+			for j < len(ch.Hashes) && ch.Hashes[j] < h {
+				j++
+			}
+			if j == len(ch.Hashes) {
+				j = 0
+			}
+			return info.Peers[ch.Owners[j]]
+		}
+		tc.send(AppendPremade(nil, 3, name, 100))
+		_, code, _, picks, err := DecodePremadeReply(tc.read())
+		if err != nil || code != CodeOK || len(picks) != 100 {
+			t.Fatalf("%s premade: code %d, %d picks, %v", name, code, len(picks), err)
+		}
+		first := map[string]int{}
+		for _, p := range picks {
+			if len(p.Keys) != 3 || len(p.Candidates) != 3 || p.Candidates[0] == p.Candidates[1] || p.Candidates[1] == p.Candidates[2] {
+				t.Fatalf("%s new session %+v", name, p)
+			}
+			for i, k := range p.Keys {
+				if owner(k) != p.Candidates[i] {
+					t.Fatalf("%s: key %q of candidate %s leads to %s", name, k, p.Candidates[i], owner(k))
+				}
+			}
+			first[p.Candidates[0]]++
+		}
+		if len(first) < 4 {
+			t.Errorf("%s: 100 new sessions started on %v", name, first)
+		}
+	}
+}

@@ -127,7 +127,7 @@ local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, ...}
 -- before any). An info of another generation is not used to decide a
 -- request: the next one asks for a fresh one and waits (get_info).
 local gen = nil
-local see_gen, load_table, load_premade
+local see_gen, load_table, load_premade, should_set_cookie, sticky_cookie
 -- counts aggregates completions of backends Go does not score:
 -- backend -> peer -> {completed, failed}; flushed every flush_interval.
 local counts = {}
@@ -319,6 +319,59 @@ local function request_table(info, name, offset)
   end
 end
 
+-- parse_recipe reads a sticky table's cookie recipe from position i and
+-- returns it and the position after it.
+local function parse_recipe(b, i, name)
+  local r = { name = name }
+  local l = byte(b, i)
+  r.bkey = sub(b, i + 1, i + l)
+  i = i + 1 + l
+  local flags = byte(b, i)
+  r.has_expires, r.secure, r.cond_none = band(flags, 1) == 1, band(flags, 2) == 2, band(flags, 4) == 4
+  local hi, lo = be32(b, i + 1), be32(b, i + 5)
+  if hi >= 2147483648 then
+    hi = hi - TWO32 -- a negative expires
+  end
+  r.expires = hi * TWO32 + lo
+  i = i + 9
+  l = byte(b, i)
+  r.maxage = sub(b, i + 1, i + l)
+  i = i + 1 + l
+  l = byte(b, i) * 256 + byte(b, i + 1)
+  r.domain = sub(b, i + 2, i + 1 + l)
+  i = i + 2 + l
+  l = byte(b, i) * 256 + byte(b, i + 1)
+  r.path = sub(b, i + 2, i + 1 + l)
+  i = i + 2 + l
+  l = byte(b, i)
+  r.samesite = sub(b, i + 1, i + l)
+  i = i + 1 + l
+  local nh = byte(b, i) * 256 + byte(b, i + 1)
+  i = i + 2
+  if nh > 0 then
+    -- host -> set of Ingress paths; "*.suffix" hosts also by suffix.
+    r.locations, r.wlocations = {}, {}
+  end
+  for _ = 1, nh do
+    l = byte(b, i) * 256 + byte(b, i + 1)
+    local host = sub(b, i + 2, i + 1 + l)
+    i = i + 2 + l
+    local np = byte(b, i) * 256 + byte(b, i + 1)
+    i = i + 2
+    local paths = {}
+    for _ = 1, np do
+      l = byte(b, i) * 256 + byte(b, i + 1)
+      paths[sub(b, i + 2, i + 1 + l)] = true
+      i = i + 2 + l
+    end
+    r.locations[host] = paths
+    if sub(host, 1, 2) == "*." then
+      r.wlocations[sub(host, 3)] = paths
+    end
+  end
+  return r, i
+end
+
 -- load_table stores one chunk of a hash table reply in info: the key
 -- template, then the points in FFI arrays, asking for the next chunk until
 -- the table is whole (info.ring). A table of another generation than info,
@@ -349,9 +402,10 @@ function load_table(info, name, b)
   local total, offset, n = be32(b, i + 2), be32(b, i + 6), byte(b, i + 10) * 256 + byte(b, i + 11)
   i = i + 12
   local tail = #b - (i - 1 + 6 * n)
-  -- Kinds: 1 chash, 2 sticky_balanced, 3 sticky_persistent (peer keys
-  -- follow, no points), 4 chashsubset (subsets follow).
-  if kind < 1 or kind > 4 or (kind >= 3) ~= (tail > 0) or tail < 0 or (total == 0) ~= (kind == 3)
+  -- Kinds: 1 chash, 2 sticky_balanced (the cookie recipe follows), 3
+  -- sticky_persistent (peer keys and the recipe follow, no points), 4
+  -- chashsubset (subsets follow).
+  if kind < 1 or kind > 4 or (kind ~= 1) ~= (tail > 0) or tail < 0 or (total == 0) ~= (kind == 3)
       or ((kind == 2 or kind == 3) and nk ~= 1) then
     return "bad table frame"
   end
@@ -391,6 +445,14 @@ function load_table(info, name, b)
       i = i + 1 + l
     end
     info.pkeys = pkeys
+  end
+  if kind == 2 or kind == 3 then
+    local r
+    r, i = parse_recipe(b, i, key[1])
+    if i ~= #b + 1 then
+      return "bad cookie recipe"
+    end
+    info.recipe = r
   elseif kind == 4 then
     -- chashsubset: the members of each subset, as peers.
     local ns, size = byte(b, i) * 256 + byte(b, i + 1), byte(b, i + 2)
@@ -441,16 +503,18 @@ function load_premade(info, name, b)
   local n = byte(b, 12) * 256 + byte(b, 13)
   local batch = info.pnext
   if not batch then
-    batch = { n = 0, i = 1, t = 0, alt = {}, backend = {}, score = {}, nc = {}, c = {} }
+    batch = { n = 0, i = 1, t = 0, alt = {}, backend = {}, score = {}, nc = {}, c = {}, keys = {} }
     info.pnext = batch
   end
-  local alt, backend, score, ncs, c = batch.alt, batch.backend, batch.score, batch.nc, batch.c
+  local alt, backend, score, ncs, c, keys = batch.alt, batch.backend, batch.score, batch.nc, batch.c, batch.keys
   local i, len = 14, #b
   for k = 1, n do
     if i + 11 > len then
       return "bad premade frame"
     end
-    alt[k] = band(byte(b, i), 1) == 1
+    local flags = byte(b, i)
+    alt[k] = band(flags, 1) == 1
+    local keyed = band(flags, 2) == 2
     local l = byte(b, i + 1)
     backend[k] = sub(b, i + 2, i + 1 + l)
     i = i + 2 + l
@@ -470,6 +534,15 @@ function load_premade(info, name, b)
       l = byte(b, i)
       c[base + j] = sub(b, i + 1, i + l)
       i = i + 1 + l
+      if keyed then
+        -- A sticky new session: the upstream key of this candidate's
+        -- cookie, which the shim writes (sticky_cookie).
+        l = byte(b, i)
+        keys[base + j] = sub(b, i + 1, i + l)
+        i = i + 1 + l
+      else
+        keys[base + j] = false
+      end
     end
   end
   if i ~= len + 1 then
@@ -1083,6 +1156,87 @@ local function request_premade(info, name, now)
   end
 end
 
+-- same_site_none_incompatible: user agents known to reject or mishandle
+-- SameSite=None (Go's balancer.SameSiteNoneIncompatible).
+local function same_site_none_incompatible(ua)
+  if find(ua, "Chrome/4", 1, true) or find(ua, "Chrome/5", 1, true) or find(ua, "Chrome/6", 1, true) then
+    return true
+  end
+  if find(ua, "CPU iPhone OS 12", 1, true) or find(ua, "iPad; CPU OS 12", 1, true) then
+    return true
+  end
+  return find(ua, "Macintosh", 1, true) ~= nil and find(ua, "Intel Mac OS X 10_14", 1, true) ~= nil and
+    find(ua, "Safari", 1, true) ~= nil and find(ua, "Chrome", 1, true) == nil
+end
+
+-- should_set_cookie: a new session's cookie is set only for the hosts and
+-- Ingress paths the recipe lists (server_name "_" is host "_"; a host with
+-- at least one character before its first dot also matches "*." and the
+-- rest).
+function should_set_cookie(r)
+  local locs = r.locations
+  if not locs then
+    return false
+  end
+  local host = ngx_var.host or ""
+  if ngx_var.server_name == "_" then
+    host = "_"
+  end
+  local paths = locs[host]
+  if not paths then
+    local dot = find(host, ".", 1, true)
+    if dot and dot > 1 then
+      paths = r.wlocations[sub(host, dot + 1)]
+    end
+  end
+  return paths ~= nil and paths[ngx_var.location_path or ""] == true
+end
+
+-- sticky_cookie writes a new session's Set-Cookie for upstream key key as
+-- Go's sticky balancer writes it (lua-resty-cookie's attribute order).
+local cookiebuf = {}
+function sticky_cookie(r, key)
+  local t = cookiebuf
+  t[1], t[2], t[3], t[4], t[5] = r.name, "=", key, "|", r.bkey
+  local n = 5
+  if r.has_expires then
+    n = n + 1
+    t[n] = "; Expires=" .. ngx.cookie_time(ngx.time() + r.expires)
+  end
+  if r.maxage ~= "" then
+    n = n + 1
+    t[n] = "; Max-Age=" .. r.maxage
+  end
+  if r.domain ~= "" then
+    n = n + 1
+    t[n] = "; Domain=" .. r.domain
+  end
+  n = n + 1
+  if r.path ~= "" then
+    t[n] = "; Path=" .. r.path
+  else
+    t[n] = "; Path=" .. (ngx_var.location_path or "")
+  end
+  if r.secure or ngx_var.https == "on" then
+    n = n + 1
+    t[n] = "; Secure"
+  end
+  n = n + 1
+  t[n] = "; HttpOnly"
+  if r.samesite ~= "" then
+    local omit = false
+    if r.cond_none and r.samesite == "None" then
+      local ua = ngx_var.http_user_agent
+      omit = ua ~= nil and same_site_none_incompatible(ua)
+    end
+    if not omit then
+      n = n + 1
+      t[n] = "; SameSite=" .. r.samesite
+    end
+  end
+  return table.concat(t, "", 1, n)
+end
+
 -- take_premade fills s with the next of the picks Go made ahead for
 -- requests to this backend that carry none of its variables, and reports
 -- whether there was one. Like leases, a batch is used for at most
@@ -1113,10 +1267,14 @@ local function take_premade(s, info, name)
   end
   local k = cur.i
   cur.i = k + 1
-  local nc, base, c = cur.nc[k], (k - 1) * STRIDE, cur.c
+  local nc, base, c, keys = cur.nc[k], (k - 1) * STRIDE, cur.c, cur.keys
   local cands, cookies = s.cands, s.cookies
+  local recipe = keys[base + 1] and info.recipe
+  local set = recipe and should_set_cookie(recipe)
   for j = 1, nc do
-    cands[j], cookies[j] = c[base + j], false
+    local key = keys[base + j]
+    cands[j] = c[base + j]
+    cookies[j] = set and key and sticky_cookie(recipe, key) or false
   end
   s.n, s.code, s.alt, s.backend = nc, 0, cur.alt[k], cur.backend[k]
   s.score = cur.score[k] or nil
@@ -1286,6 +1444,10 @@ function _M.pick(name)
   if info.gen == gen and tables then
     if info.ring then
       if ring_pick(s, info, name) then
+        return s
+      end
+      -- A new sticky session: premade by Go, its cookie written here.
+      if info.premade and not info.pfailed and take_premade(s, info, name) then
         return s
       end
     elseif info.hashtable and not info.tpending and not info.tfailed then
