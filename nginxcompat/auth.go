@@ -263,8 +263,10 @@ func writeAuthRequest(b *bytes.Buffer, a *authV) {
 // clientAuthV is a server's client certificate authentication, ready to
 // write.
 type clientAuthV struct {
-	// File is the CA bundle's file in CertDir, named by its content.
+	// File is the CA bundle's file in CertDir, named by its content;
+	// CRLFile the revocation lists' (ssl_crl), empty without.
 	File      string
+	CRLFile   string
 	Verify    string
 	Depth     int
 	ErrorPage string
@@ -282,6 +284,14 @@ var (
 func clientCAFile(dir, pem string) string {
 	h := sha1.Sum([]byte(pem)) // #nosec G401 -- a file name
 	return filepath.Join(dir, "client-ca-"+hex.EncodeToString(h[:10])+".crt")
+}
+
+// clientCRLFile is where a server's revocation lists are written, named by
+// their content as clientCAFile (not .pem, which RemoveStaleCertificates
+// owns).
+func clientCRLFile(dir, pem string) string {
+	h := sha1.Sum([]byte(pem)) // #nosec G401 -- a file name
+	return filepath.Join(dir, "client-crl-"+hex.EncodeToString(h[:10])+".crl")
 }
 
 // clientAuthView checks a server's ClientAuth.
@@ -305,8 +315,18 @@ func clientAuthView(ca *model.ClientAuth, certDir string) (*clientAuthV, error) 
 	if !strings.HasPrefix(ca.CA, "-----BEGIN CERTIFICATE-----") {
 		return nil, fmt.Errorf("auth-tls-secret: the CA is not PEM")
 	}
-	return &clientAuthV{File: clientCAFile(certDir, ca.CA), Verify: string(ca.Verify), Depth: ca.Depth,
-		ErrorPage: ca.ErrorPage, MatchCN: ca.MatchCN, Pass: ca.PassCertificate}, nil
+	v := &clientAuthV{File: clientCAFile(certDir, ca.CA), Verify: string(ca.Verify), Depth: ca.Depth,
+		ErrorPage: ca.ErrorPage, MatchCN: ca.MatchCN, Pass: ca.PassCertificate}
+	if ca.CRL != "" {
+		// Written to a file, never into nginx.conf; it must be PEM CRLs
+		// only, or nginx would refuse the file (the builder checked more).
+		if !strings.HasPrefix(ca.CRL, "-----BEGIN X509 CRL-----") || strings.Contains(ca.CRL, "-----BEGIN CERTIFICATE") ||
+			strings.Contains(ca.CRL, "PRIVATE KEY") {
+			return nil, fmt.Errorf("auth-tls-secret: ca.crl is not PEM revocation lists")
+		}
+		v.CRLFile = clientCRLFile(certDir, ca.CRL)
+	}
+	return v, nil
 }
 
 // writeClientAuth writes a TLS server's ssl_verify_client part, as
@@ -314,6 +334,10 @@ func clientAuthView(ca *model.ClientAuth, certDir string) (*clientAuthV, error) 
 func writeClientAuth(b *bytes.Buffer, c *clientAuthV) {
 	b.WriteString("\n        ssl_client_certificate ")
 	b.WriteString(quote(c.File))
+	if c.CRLFile != "" {
+		b.WriteString(";\n        ssl_crl ")
+		b.WriteString(quote(c.CRLFile))
+	}
 	b.WriteString(";\n        ssl_verify_client ")
 	b.WriteString(c.Verify)
 	b.WriteString(";\n        ssl_verify_depth ")

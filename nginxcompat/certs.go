@@ -133,8 +133,9 @@ func WriteClientCAs(cas map[string]string) error {
 	return nil
 }
 
-// RemoveStaleClientCAs deletes the CA bundles in dir that cas no longer
-// names; call it after nginx loaded a file that uses only cas.
+// RemoveStaleClientCAs deletes the CA bundles and revocation lists in dir
+// that cas no longer names; call it after nginx loaded a file that uses
+// only cas.
 func RemoveStaleClientCAs(dir string, cas map[string]string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -142,7 +143,9 @@ func RemoveStaleClientCAs(dir string, cas map[string]string) error {
 	}
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
-		if _, keep := cas[p]; !keep && !e.IsDir() && strings.HasPrefix(e.Name(), "client-ca-") && filepath.Ext(e.Name()) == ".crt" {
+		ours := (strings.HasPrefix(e.Name(), "client-ca-") && filepath.Ext(e.Name()) == ".crt") ||
+			(strings.HasPrefix(e.Name(), "client-crl-") && filepath.Ext(e.Name()) == ".crl")
+		if _, keep := cas[p]; !keep && !e.IsDir() && ours {
 			if err := os.Remove(p); err != nil {
 				return fmt.Errorf("remove stale client CA bundle: %w", err)
 			}

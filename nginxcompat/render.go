@@ -146,7 +146,8 @@ type Rendered struct {
 	// Errors are the servers, locations and ConfigMap keys left out (or
 	// defaulted) because a value failed its grammar; the rest is rendered.
 	Errors []model.ObjectError
-	// ClientCAs are the CA bundles of client certificate authentication,
+	// ClientCAs are the CA bundles and revocation lists of client
+	// certificate authentication,
 	// by the file the rendered configuration names; WriteClientCAs writes
 	// them before nginx loads it.
 	ClientCAs map[string]string
@@ -217,6 +218,9 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 		if sv.ClientAuth != nil {
 			cas[sv.ClientAuth.File] = s.ClientAuth.CA
+			if sv.ClientAuth.CRLFile != "" {
+				cas[sv.ClientAuth.CRLFile] = s.ClientAuth.CRL
+			}
 		}
 		for _, lv := range sv.Locations {
 			if lv.BasicFile != "" {

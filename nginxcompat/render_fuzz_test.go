@@ -243,6 +243,51 @@ func FuzzRenderRealIP(f *testing.F) {
 	})
 }
 
+// FuzzRenderClientAuth renders arbitrary auth-tls values, ca.crl's
+// included: the file parses and holds only directives the template writes;
+// the CA and CRL reach nginx only as files named by their content
+// (ssl_client_certificate, ssl_crl: one argument under CertDir); a value
+// the renderer refuses makes the server's locations fail closed.
+func FuzzRenderClientAuth(f *testing.F) {
+	f.Add("CN=(alice|bob)", "https://errors.example.com/cert", "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n")
+	f.Add("x\"; return 200;", "/a b", "-----BEGIN X509 CRL-----\";\nssl_crl /etc/passwd;")
+	f.Add("", "", "-----BEGIN X509 CRL-----\n-----BEGIN PRIVATE KEY-----\n")
+	f.Fuzz(func(t *testing.T, matchCN, errorPage, crl string) {
+		ca := &model.ClientAuth{CA: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", CRL: crl,
+			Verify: model.VerifyOn, Depth: 1, MatchCN: matchCN, ErrorPage: errorPage}
+		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be",
+			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}}
+		cfg := &model.Configuration{Servers: []model.Server{
+			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
+			{Hostname: "h.example", TLS: &model.ServerTLS{CertificateUID: "c"}, ClientAuth: ca, Locations: []model.Location{loc}},
+		}, Certificates: map[string]model.Certificate{"c": {UID: "c", PEM: "x"}}}
+		r, ds := renderParsed(t, cfg)
+		denied, crls := false, 0
+		walk(ds, func(d, parent *directive) {
+			switch d.Name {
+			case "return":
+				denied = denied || (len(d.Args) == 1 && d.Args[0] == "503")
+			case "ssl_crl", "ssl_client_certificate":
+				if len(d.Args) != 1 || !strings.HasPrefix(d.Args[0], goldenRenderConfig.withDefaults().CertDir+"/client-") {
+					t.Fatalf("%s %q", d.Name, d.Args)
+				}
+				if d.Name == "ssl_crl" {
+					crls++
+					if r.ClientCAs[d.Args[0]] != crl {
+						t.Fatalf("ssl_crl %s holds %q; want the CRL", d.Args[0], r.ClientCAs[d.Args[0]])
+					}
+				}
+			}
+		})
+		if denied != (len(r.Errors) > 0) {
+			t.Fatalf("denied %v, errors %v", denied, r.Errors)
+		}
+		if !denied && crl != "" && crls != 1 {
+			t.Fatalf("a served CRL written %d times", crls)
+		}
+	})
+}
+
 // FuzzRenderAuth renders arbitrary external-authentication values, as a
 // typed model that skipped the builder's checks could carry them: the file
 // must parse and hold only directives the template writes; a value the

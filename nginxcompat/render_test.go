@@ -95,6 +95,9 @@ func nginxTest(t testing.TB, nginx string, rc RenderConfig, cfg *model.Configura
 	for _, s := range cfg.Servers {
 		if s.ClientAuth != nil {
 			cas[clientCAFile(rc.CertDir, s.ClientAuth.CA)] = s.ClientAuth.CA
+			if s.ClientAuth.CRL != "" {
+				cas[clientCRLFile(rc.CertDir, s.ClientAuth.CRL)] = s.ClientAuth.CRL
+			}
 		}
 	}
 	if err := WriteClientCAs(cas); err != nil {

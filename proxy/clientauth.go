@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -23,12 +24,32 @@ type clientAuth struct {
 	cfg   *model.ClientAuth
 	pool  *x509.CertPool
 	match *regexp.Regexp // auth-tls-match-cn; nil without
+	// crls are ca.crl's revocation lists; nil: no revocation check.
+	crls []*x509.RevocationList
 }
 
 func newClientAuth(ca *model.ClientAuth) *clientAuth {
 	c := &clientAuth{cfg: ca, pool: x509.NewCertPool()}
 	if !c.pool.AppendCertsFromPEM([]byte(ca.CA)) {
 		return nil // the builder validated it; nil fails the server closed
+	}
+	for rest := []byte(ca.CRL); ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			if len(strings.TrimSpace(string(rest))) != 0 {
+				return nil
+			}
+			break
+		}
+		crl, err := x509.ParseRevocationList(blk.Bytes)
+		if blk.Type != "X509 CRL" || err != nil {
+			return nil
+		}
+		c.crls = append(c.crls, crl)
+	}
+	if ca.CRL != "" && len(c.crls) == 0 {
+		return nil
 	}
 	if ca.MatchCN != "" {
 		re, err := regexp.Compile(ca.MatchCN)
@@ -67,19 +88,22 @@ func (c *clientAuth) check(state *tls.ConnectionState, host []byte) certAnswer {
 	}
 	verify, subject, issuer := "NONE", "", ""
 	var leaf *x509.Certificate
+	var verr error
 	if len(state.PeerCertificates) > 0 {
 		leaf = state.PeerCertificates[0]
 		subject, issuer = leaf.Subject.String(), leaf.Issuer.String()
 		verify = "SUCCESS"
-		if err := c.verify(state.PeerCertificates); err != nil {
-			verify = "FAILED:" + err.Error()
+		if verr = c.verify(state.PeerCertificates); verr != nil {
+			verify = "FAILED:" + verr.Error()
 		}
 	}
 	fail := ""
 	switch {
 	case verify == "NONE" && c.cfg.Verify == model.VerifyOn:
 		fail = "No required SSL certificate was sent"
-	case strings.HasPrefix(verify, "FAILED:") && c.cfg.Verify != model.VerifyOptionalNoCA:
+	case strings.HasPrefix(verify, "FAILED:") && (c.cfg.Verify != model.VerifyOptionalNoCA || errors.As(verr, new(revocationError))):
+		// optional_no_ca forgives an unknown issuer only (nginx's
+		// ngx_ssl_verify_error_optional), not a revoked certificate.
 		fail = "The SSL certificate error"
 	}
 	if fail != "" {
@@ -137,8 +161,52 @@ func (c *clientAuth) verify(chain []*x509.Certificate) error {
 	for _, ch := range chains {
 		// ssl_verify_depth N: at most N certificates above the client's.
 		if len(ch)-1 <= c.cfg.Depth {
-			return nil
+			return c.revoked(ch, now)
 		}
 	}
 	return errors.New("certificate chain too long")
+}
+
+// revocationError is a failed revocation check: it refuses the client
+// under every auth-tls-verify-client mode, as nginx's does.
+type revocationError string
+
+func (e revocationError) Error() string { return string(e) }
+
+// revoked checks a verified chain (the client's certificate first, the CA's
+// last) against ca.crl as nginx's ssl_crl has OpenSSL do it
+// (X509_V_FLAG_CRL_CHECK_ALL): each certificate, the CA's included, needs a
+// revocation list of its issuer, signed by it and current, that does not
+// list it. The messages are OpenSSL's.
+func (c *clientAuth) revoked(chain []*x509.Certificate, now time.Time) error {
+	if len(c.crls) == 0 {
+		return nil
+	}
+	for i, cert := range chain {
+		issuer := cert
+		if i+1 < len(chain) {
+			issuer = chain[i+1]
+		}
+		var crl *x509.RevocationList
+		for _, l := range c.crls {
+			if bytes.Equal(l.RawIssuer, cert.RawIssuer) && l.CheckSignatureFrom(issuer) == nil {
+				crl = l
+				break
+			}
+		}
+		switch {
+		case crl == nil:
+			return revocationError("unable to get certificate CRL")
+		case now.Before(crl.ThisUpdate):
+			return revocationError("CRL is not yet valid")
+		case !crl.NextUpdate.IsZero() && now.After(crl.NextUpdate):
+			return revocationError("CRL has expired")
+		}
+		for _, r := range crl.RevokedCertificateEntries {
+			if r.SerialNumber.Cmp(cert.SerialNumber) == 0 {
+				return revocationError("certificate revoked")
+			}
+		}
+	}
+	return nil
 }

@@ -262,10 +262,16 @@ func fmtPrefixes(ps []netip.Prefix) string {
 
 // auth-tls-secret: the CA Secret is looked up and validated; the first
 // Ingress of a host that sets it gives the server its client
-// authentication; a missing, foreign, malformed or CRL-holding Secret fails
-// the Ingress closed.
+// authentication; a missing, foreign or malformed Secret, or a ca.crl that
+// does not parse or that no certificate of ca.crt signed, fails the Ingress
+// closed.
 func TestBuildClientAuth(t *testing.T) {
 	caPEM, _ := harness.SelfSignedPEM(t, "ca.example")
+	rca := harness.NewRevokingCA(t, "Revoking CA")
+	other := harness.NewRevokingCA(t, "Other CA")
+	leaf, _ := rca.ClientCert(t, "alice")
+	crl := rca.CRL(t, leaf)
+	both := append(append([]byte(nil), caPEM...), rca.PEM...)
 	secret := func(name string, data map[string][]byte) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: data}
 	}
@@ -274,14 +280,20 @@ func TestBuildClientAuth(t *testing.T) {
 		name, ref string
 		secret    *corev1.Secret
 		denied    bool
+		crl       bool // served, with the Secret's ca.crl
 	}{
-		{"valid", "ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), false},
-		{"valid, namespaced", "ns/ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), false},
-		{"missing", "ca", nil, true},
-		{"another namespace", "other/ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), true},
-		{"not PEM", "ca", secret("ca", map[string][]byte{"ca.crt": []byte("hello")}), true},
-		{"a key, not a certificate", "ca", secret("ca", map[string][]byte{"ca.crt": []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")}), true},
-		{"with a CRL", "ca", secret("ca", map[string][]byte{"ca.crt": caPEM, "ca.crl": []byte("x")}), true},
+		{name: "a CRL of the CA", ref: "ca", secret: secret("ca", map[string][]byte{"ca.crt": rca.PEM, "ca.crl": crl}), crl: true},
+		{name: "a CRL of the second CA of the bundle", ref: "ca", secret: secret("ca", map[string][]byte{"ca.crt": both, "ca.crl": crl}), crl: true},
+		{"valid", "ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), false, false},
+		{"valid, namespaced", "ns/ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), false, false},
+		{"missing", "ca", nil, true, false},
+		{"another namespace", "other/ca", secret("ca", map[string][]byte{"ca.crt": caPEM}), true, false},
+		{"not PEM", "ca", secret("ca", map[string][]byte{"ca.crt": []byte("hello")}), true, false},
+		{"a key, not a certificate", "ca", secret("ca", map[string][]byte{"ca.crt": []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")}), true, false},
+		{"a CRL that is not PEM", "ca", secret("ca", map[string][]byte{"ca.crt": rca.PEM, "ca.crl": []byte("x")}), true, false},
+		{"a CRL of another CA", "ca", secret("ca", map[string][]byte{"ca.crt": rca.PEM, "ca.crl": other.CRL(t)}), true, false},
+		{"a CRL and a certificate", "ca", secret("ca", map[string][]byte{"ca.crt": rca.PEM, "ca.crl": append(append([]byte(nil), crl...), rca.PEM...)}), true, false},
+		{"an empty CRL", "ca", secret("ca", map[string][]byte{"ca.crt": rca.PEM, "ca.crl": nil}), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := accessInput(map[string]string{key: tc.ref, annotationPrefix + "auth-tls-verify-client": "optional",
@@ -293,6 +305,12 @@ func TestBuildClientAuth(t *testing.T) {
 			for _, s := range cfg.Servers {
 				switch s.Hostname {
 				case "p.example.com":
+					if tc.crl {
+						if s.ClientAuth == nil || s.ClientAuth.CRL != string(tc.secret.Data["ca.crl"]) || s.Locations[0].Denied != nil {
+							t.Errorf("ClientAuth %+v, denied %+v; want the CRL carried", s.ClientAuth, s.Locations[0].Denied)
+						}
+						continue
+					}
 					if tc.denied {
 						if s.ClientAuth != nil || s.Locations[0].Denied == nil || s.Locations[0].Denied.Field != key {
 							t.Errorf("ClientAuth %+v, denied %+v; want the Ingress denied by %s", s.ClientAuth, s.Locations[0].Denied, key)

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -386,25 +387,73 @@ func (b *builder) ingressSecret(ing *networkingv1.Ingress, ref string) (*corev1.
 // clientAuth looks up the CA Secret of auth-tls-secret for ing: in the
 // Ingress's namespace (a Secret of another namespace is refused, as
 // ingress-nginx refuses it by default), holding a PEM bundle of
-// certificates under ca.crt and no ca.crl (certificate revocation lists are
-// not supported yet, so a Secret with one fails closed).
+// certificates under ca.crt, and revocation lists under ca.crl when present
+// (validCRLs).
 func (b *builder) clientAuth(ing *networkingv1.Ingress, c *clientAuthAnnotations) (*model.ClientAuth, error) {
 	sec, err := b.ingressSecret(ing, c.secret)
 	if err != nil {
 		return nil, err
 	}
 	ns, name := sec.Namespace, sec.Name
-	if _, ok := sec.Data["ca.crl"]; ok {
-		return nil, fmt.Errorf("secret %s/%s holds ca.crl: certificate revocation lists are not supported yet", ns, name)
-	}
 	ca := sec.Data["ca.crt"]
 	if err := validCABundle(ca); err != nil {
 		return nil, fmt.Errorf("secret %s/%s: ca.crt %v", ns, name, err)
 	}
+	crl, hasCRL := sec.Data["ca.crl"]
+	if hasCRL {
+		if err := validCRLs(crl, ca); err != nil {
+			return nil, fmt.Errorf("secret %s/%s: ca.crl %v", ns, name, err)
+		}
+	}
 	return &model.ClientAuth{
 		Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
-		CA:     string(ca), Verify: c.verify, Depth: c.depth, ErrorPage: c.errorPage, PassCertificate: c.pass, MatchCN: c.matchCN,
+		CA:     string(ca), CRL: string(crl), Verify: c.verify, Depth: c.depth, ErrorPage: c.errorPage, PassCertificate: c.pass, MatchCN: c.matchCN,
 	}, nil
+}
+
+// validCRLs accepts PEM X509 CRL blocks, at least one and nothing else,
+// each parsing and signed by a certificate of the CA bundle (allowed to
+// sign CRLs): a list nginx could not use would refuse every client, and
+// one Switchyard cannot check must not let a revoked one in.
+func validCRLs(data, caBundle []byte) error {
+	var cas []*x509.Certificate
+	for rest := caBundle; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if c, err := x509.ParseCertificate(blk.Bytes); err == nil {
+			cas = append(cas, c)
+		}
+	}
+	n := 0
+	for {
+		var blk *pem.Block
+		blk, data = pem.Decode(data)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "X509 CRL" {
+			return fmt.Errorf("holds a %s block", blk.Type)
+		}
+		crl, err := x509.ParseRevocationList(blk.Bytes)
+		if err != nil {
+			return fmt.Errorf("holds a revocation list that does not parse: %v", err)
+		}
+		signed := false
+		for _, c := range cas {
+			signed = signed || (bytes.Equal(c.RawSubject, crl.RawIssuer) && crl.CheckSignatureFrom(c) == nil)
+		}
+		if !signed {
+			return fmt.Errorf("holds a revocation list of %s not signed by a certificate of ca.crt", crl.Issuer)
+		}
+		n++
+	}
+	if n == 0 || len(strings.TrimSpace(string(data))) != 0 {
+		return fmt.Errorf("is not a PEM bundle of revocation lists")
+	}
+	return nil
 }
 
 // validCABundle accepts PEM CERTIFICATE blocks that parse, at least one, and

@@ -176,7 +176,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "auth-always-set-cookie", Group: GroupAccess, Support: Supported, Access: true},
 	{Name: "enable-global-auth", Group: GroupAccess, Support: Supported, Access: true, Note: "`false` exempts the Ingress from the ConfigMap's `global-auth-url`, which applies to every location without its own `auth-url` (paths under `no-auth-locations` exempt, `/.well-known/acme-challenge` by default)"},
 	{Name: "satisfy", Group: GroupAccess, Support: Unsupported, Access: true},
-	{Name: "auth-tls-secret", Group: GroupAccess, Support: Partial, Access: true, Note: "`ca.crt` of a Secret in the Ingress's namespace; a Secret with `ca.crl` fails closed (revocation lists not supported yet); plain-HTTP requests to the host get 403 unless redirected to HTTPS (ingress-nginx serves them)"},
+	{Name: "auth-tls-secret", Group: GroupAccess, Support: Partial, Access: true, Note: "`ca.crt` of a Secret in the Ingress's namespace, and `ca.crl` when present (nginx `ssl_crl`; the Go plane checks the chain the same way: a revoked certificate gets 400 under every verify mode); a `ca.crl` that does not parse or that no certificate of `ca.crt` signed fails closed; plain-HTTP requests to the host get 403 unless redirected to HTTPS (ingress-nginx serves them)"},
 	{Name: "auth-tls-verify-client", Group: GroupAccess, Support: Supported, Access: true, Note: "`on`, `off`, `optional`, `optional_no_ca`"},
 	{Name: "auth-tls-verify-depth", Group: GroupAccess, Support: Supported, Access: true},
 	{Name: "auth-tls-error-page", Group: GroupAccess, Support: Supported, Access: true},

@@ -123,6 +123,13 @@ type ClientAuth struct {
 	// certificates, validated.
 	Secret ObjectRef `json:"secret"`
 	CA     string    `json:"ca"`
+	// CRL is the Secret's ca.crl, one or more PEM "X509 CRL" blocks, each
+	// parsed and signed by a certificate of CA (validated); empty: no
+	// revocation check. With it, as nginx's ssl_crl (OpenSSL's
+	// CRL_CHECK_ALL), every certificate of the client's chain up to the CA
+	// needs a current CRL of its issuer and must not be listed in it, or
+	// the request gets 400 "The SSL certificate error", whatever Verify.
+	CRL string `json:"crl,omitempty"`
 	// Verify is auth-tls-verify-client: VerifyOn, VerifyOptional or
 	// VerifyOptionalNoCA ("off" makes no ClientAuth).
 	Verify ClientVerify `json:"verify"`

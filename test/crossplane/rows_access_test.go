@@ -136,6 +136,20 @@ var _ = register(Row{
 	},
 })
 
+var _ = register(Row{
+	Name: "client certificates with a revocation list",
+	Manifests: `{{service "a" "crl" "demo"}}{{tlsSecret "crl-tls" "crl.test"}}{{tlsSecret "crlopt-tls" "crlopt.test"}}{{crlSecret "crl-ca"}}` +
+		ingressTLS(ingress("crl", "crl.test", "crl", root, "auth-tls-secret", "crl-ca"), "crl.test", "crl-tls") +
+		ingressTLS(ingress("crlopt", "crlopt.test", "crl", root, "auth-tls-secret", "crl-ca", "auth-tls-verify-client", "optional_no_ca"), "crlopt.test", "crlopt-tls"),
+	Requests: []Request{
+		{Name: "a revoked certificate", Host: "crl.test", Path: "/", HTTPS: true, ClientCert: "carol", Want: Want{Status: 400}},
+		{Name: "another certificate of the CA", Host: "crl.test", Path: "/", HTTPS: true, ClientCert: "dave",
+			Want: Want{Status: 200, Backend: "a", Sent: map[string]string{"Ssl-Client-Verify": "SUCCESS", "Ssl-Client-Subject-Dn": "CN=dave,O=Switchyard Test"}}},
+		{Name: "a revoked certificate under optional_no_ca", Host: "crlopt.test", Path: "/", HTTPS: true, ClientCert: "carol", Want: Want{Status: 400}},
+		{Name: "another CA's certificate under optional_no_ca", Host: "crlopt.test", Path: "/", HTTPS: true, ClientCert: "alice", Want: Want{Status: 200, Backend: "a"}},
+	},
+})
+
 // ingressTLS adds a tls section for host with Secret secret to an ingress().
 func ingressTLS(ing, host, secret string) string {
 	return strings.Replace(ing, "spec:\n", "spec:\n  tls:\n  - {hosts: ["+host+"], secretName: "+secret+"}\n", 1)

@@ -116,7 +116,11 @@ var backendSpecs = []struct {
 var (
 	binary string
 	// suiteCA signs alice's and bob's client certificates.
-	suiteCA     *harness.CA
+	suiteCA *harness.CA
+	// revokingCA signs carol's and dave's; its revocation list (crlSecret)
+	// lists carol's, revokedPEM.
+	revokingCA  *harness.CA
+	revokedPEM  []byte
 	clientCerts map[string]tls.Certificate
 )
 
@@ -196,6 +200,12 @@ func (e *env) manifests(t *testing.T, dir string) {
 		"caSecret": func(name string) string {
 			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n",
 				name, base64.StdEncoding.EncodeToString(e.ca.PEM))
+		},
+		// crlSecret holds revokingCA as ca.crt and its revocation list,
+		// which lists carol's certificate, as ca.crl, in demo.
+		"crlSecret": func(name string) string {
+			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n  ca.crl: %s\n",
+				name, base64.StdEncoding.EncodeToString(revokingCA.PEM), base64.StdEncoding.EncodeToString(revokingCA.CRL(t, revokedPEM)))
 		},
 		"service": func(n, svc, ns string) string {
 			h, p, _ := net.SplitHostPort(e.backends[n])
@@ -445,13 +455,17 @@ func onPlane(r Row, plane string) bool {
 func TestBehaviour(t *testing.T) {
 	suiteCA = harness.NewCA(t, "Suite CA")
 	stranger := harness.NewCA(t, "Stranger CA")
+	revokingCA = harness.NewRevokingCA(t, "Revoking CA")
 	clientCerts = map[string]tls.Certificate{}
-	for name, ca := range map[string]*harness.CA{"alice": suiteCA, "bob": suiteCA, "stranger": stranger} {
+	for name, ca := range map[string]*harness.CA{"alice": suiteCA, "bob": suiteCA, "stranger": stranger, "carol": revokingCA, "dave": revokingCA} {
 		cn := name
 		if name == "stranger" {
 			cn = "alice"
 		}
 		c, k := ca.ClientCert(t, cn)
+		if name == "carol" {
+			revokedPEM = c
+		}
 		pair, err := tls.X509KeyPair(c, k)
 		if err != nil {
 			t.Fatal(err)

@@ -91,3 +91,57 @@ func (ca *CA) ClientCert(t testing.TB, cn string) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
 }
+
+// NewRevokingCA makes a CA as NewCA does whose certificate may also sign
+// certificate revocation lists (key usage cRLSign), for CRL.
+func NewRevokingCA(t testing.TB, cn string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}
+}
+
+// CRL is a certificate revocation list of the CA, PEM ("X509 CRL"), current
+// for an hour either side of now, listing the certificates given as PEM
+// (ClientCert's certPEM).
+func (ca *CA) CRL(t testing.TB, revoked ...[]byte) []byte {
+	t.Helper()
+	return ca.CRLValid(t, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), revoked...)
+}
+
+// CRLValid is CRL with thisUpdate and nextUpdate as given (an expired or
+// not yet valid list).
+func (ca *CA) CRLValid(t testing.TB, thisUpdate, nextUpdate time.Time, revoked ...[]byte) []byte {
+	t.Helper()
+	tmpl := &x509.RevocationList{Number: big.NewInt(time.Now().UnixNano()), ThisUpdate: thisUpdate, NextUpdate: nextUpdate}
+	for _, p := range revoked {
+		blk, _ := pem.Decode(p)
+		if blk == nil {
+			t.Fatal("CRL: a revoked certificate is not PEM")
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
+			x509.RevocationListEntry{SerialNumber: c.SerialNumber, RevocationTime: time.Now().Add(-time.Minute)})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.cert, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der})
+}
