@@ -1,10 +1,18 @@
 package lua_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -345,4 +353,175 @@ func expiresOf(c string) string {
 // stripExpires drops the Expires attribute of a Set-Cookie value.
 func stripExpires(c string) string {
 	return strings.Replace(c, "; Expires="+expiresOf(c), "", 1)
+}
+
+// TestShimUnderLoad: with two workers under load, configuration changes
+// (endpoints, then the hash key) are in force for every request that starts
+// after the POST was answered, and requests that ended before it were
+// decided on the old configuration; then the Go side is killed under load:
+// no request fails, and chash keeps Go's choices.
+func TestShimUnderLoad(t *testing.T) {
+	b1, b2, b3, b4 := startBackend(t, "127.0.0.2"), startBackend(t, "127.0.0.3"), startBackend(t, "127.0.0.4"), startBackend(t, "127.0.0.5")
+	e := newEnv(t, 2)
+	configs := []struct {
+		eps    []string
+		hashBy string
+	}{
+		{addrs(b1, b2, b3), "$request_uri"},
+		{addrs(b2, b3, b4), "$request_uri"},
+		{addrs(b2, b3, b4), "$request_uri$http_x_extra"},
+		{addrs(b1, b2, b3, b4), "$request_uri"},
+	}
+	regs := make([]*balancer.Registry, len(configs))
+	post := func(i int) {
+		body, err := json.Marshal([]map[string]any{wire("default-hash-80", configs[i].eps, map[string]any{
+			"upstreamHashByConfig": map[string]any{"upstream-hash-by": configs[i].hashBy}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, b := e.post(t, "/configuration/backends", body); code != 201 {
+			t.Fatalf("POST = %d %q", code, b)
+		}
+		regs[i] = goRegistry(t, body)
+	}
+	type result struct {
+		uri, who    string
+		code        int
+		start, done time.Time
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+		seq     atomic.Int64
+	)
+	run := func(ctx context.Context, conc int) {
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					uri := fmt.Sprintf("/hash/load/%d", seq.Add(1))
+					start := time.Now()
+					req, _ := http.NewRequest("GET", "http://"+e.listen+uri, nil)
+					req.Host = "shim.test"
+					req.Header.Set("X-Extra", "e")
+					resp, err := e.client.Do(req)
+					r := result{uri: uri, start: start}
+					if err == nil {
+						b, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						r.code, r.who = resp.StatusCode, string(b)
+					} else {
+						r.who = err.Error()
+					}
+					r.done = time.Now()
+					mu.Lock()
+					results = append(results, r)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	want := func(reg *balancer.Registry, uri string) string {
+		return goPeer(t, reg, "default-hash-80", map[string]string{"request_uri": uri, "http_x_extra": "e"})
+	}
+
+	post(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	loadDone := make(chan struct{})
+	go func() { run(ctx, 16); close(loadDone) }()
+	type change struct{ start, done time.Time }
+	changes := make([]change, len(configs))
+	for i := 1; i < len(configs); i++ {
+		time.Sleep(700 * time.Millisecond)
+		changes[i].start = time.Now()
+		post(i)
+		changes[i].done = time.Now()
+	}
+	time.Sleep(700 * time.Millisecond)
+	cancel()
+	<-loadDone
+
+	checked, either := 0, 0
+	for _, r := range results {
+		if r.code != 200 {
+			t.Fatalf("%s: %d %q", r.uri, r.code, r.who)
+		}
+		// The configurations this request may have been decided on: the
+		// last one answered before it started, and any whose POST was
+		// under way while it was.
+		first := 0
+		for i := 1; i < len(configs); i++ {
+			if !changes[i].done.After(r.start) {
+				first = i
+			}
+		}
+		last := first
+		for i := first + 1; i < len(configs); i++ {
+			if changes[i].start.Before(r.done) {
+				last = i
+			}
+		}
+		ok := false
+		for i := first; i <= last; i++ {
+			ok = ok || want(regs[i], r.uri) == r.who
+		}
+		if !ok {
+			t.Fatalf("%s (started %v after the last change it must see) reached %s; configurations %d..%d pick otherwise", r.uri,
+				r.start.Sub(changes[first].done), r.who, first, last)
+		}
+		checked++
+		if last > first {
+			either++
+		}
+	}
+	t.Logf("%d requests under 3 configuration changes, each on the configuration in force (%d overlapped a change)", checked, either)
+	if checked < 500 {
+		t.Fatalf("only %d requests under load", checked)
+	}
+
+	// The Go side killed under load.
+	results = nil
+	ctx, cancel = context.WithCancel(context.Background())
+	loadDone = make(chan struct{})
+	go func() { run(ctx, 16); close(loadDone) }()
+	time.Sleep(300 * time.Millisecond)
+	_ = e.goProc.Stop()
+	time.Sleep(700 * time.Millisecond)
+	cancel()
+	<-loadDone
+	final := regs[len(regs)-1]
+	for _, r := range results {
+		if r.code != 200 || r.who != want(final, r.uri) {
+			t.Fatalf("Go killed under load: %s: %d from %q; Go picks %s", r.uri, r.code, r.who, want(final, r.uri))
+		}
+	}
+	t.Logf("%d requests while the Go side was killed: none failed, every one on Go's peer", len(results))
+
+	// nginx reloaded while Go is down: the new workers never heard from
+	// Go, and serve from what the old ones left in the shared dict.
+	if err := syscall.Kill(e.nginx.Pid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 200 {
+		uri := fmt.Sprintf("/hash/reloaded/%d", i)
+		req, _ := http.NewRequest("GET", "http://"+e.listen+uri, nil)
+		req.Host = "shim.test"
+		req.Header.Set("X-Extra", "e")
+		resp, err := fresh.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != want(final, uri) {
+			t.Fatalf("reloaded with Go down: %s: %d from %q; Go picks %s", uri, resp.StatusCode, b, want(final, uri))
+		}
+	}
+	log, err := os.ReadFile(filepath.Join(e.dir, "error.log"))
+	if err != nil || !strings.Contains(string(log), "served from what another worker had") {
+		t.Errorf("the reloaded workers did not use the shared dict (error.log: %v)", err)
+	}
 }

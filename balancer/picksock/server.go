@@ -74,6 +74,7 @@ type Server struct {
 	mu    sync.Mutex
 	lns   map[net.Listener]struct{}
 	conns map[net.Conn]struct{}
+	subs  map[*conn]struct{} // subscribed connections (guarded by mu)
 	wg    sync.WaitGroup
 	// frames counts the frames decoded, by type.
 	frames [256]atomic.Uint64
@@ -100,7 +101,7 @@ func NewServer(cfg Config) *Server {
 	if cfg.Mode == 0 {
 		cfg.Mode = 0o660
 	}
-	return &Server{cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+	return &Server{cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, subs: map[*conn]struct{}{}}
 }
 
 // Listen creates the unix socket at path with its final mode and group: it
@@ -197,6 +198,7 @@ type conn struct {
 	// generation pushes by the subscription's goroutine, under wmu.
 	w          io.Writer
 	wmu        sync.Mutex
+	pushed     uint32 // the last generation pushed (guarded by wmu)
 	subscribed bool
 	done       chan struct{} // closed when ServeConn returns
 	pushers    sync.WaitGroup
@@ -210,6 +212,9 @@ func (s *Server) ServeConn(c io.ReadWriteCloser) error {
 		close(cs.done)
 		c.Close()
 		cs.pushers.Wait()
+		s.mu.Lock()
+		delete(s.subs, cs)
+		s.mu.Unlock()
 	}()
 	br := bufio.NewReaderSize(c, MaxFrame+4)
 	for {
@@ -353,10 +358,14 @@ func (cs *conn) subscribe() {
 	cs.subscribed = true
 	p := cs.s.cfg.Picker
 	changed := p.Changed()
-	last := uint32(p.Version())
-	cs.out = AppendGen(cs.out, last)
+	cs.wmu.Lock()
+	cs.pushed = uint32(p.Version())
+	cs.out = AppendGen(cs.out, cs.pushed)
+	cs.wmu.Unlock()
+	cs.s.mu.Lock()
+	cs.s.subs[cs] = struct{}{}
+	cs.s.mu.Unlock()
 	cs.pushers.Go(func() {
-		var buf []byte
 		for {
 			select {
 			case <-changed:
@@ -366,23 +375,47 @@ func (cs *conn) subscribe() {
 			// Changed before Version: a Sync after this read closes the
 			// new channel, and the loop comes round again.
 			changed = p.Changed()
-			gen := uint32(p.Version())
-			if gen == last {
-				continue
-			}
-			last = gen
-			buf = AppendGen(buf[:0], gen)
-			cs.wmu.Lock()
-			_, err := cs.w.Write(buf)
-			cs.wmu.Unlock()
-			if err != nil {
-				if c, ok := cs.w.(io.Closer); ok {
-					c.Close()
-				}
+			if !cs.push(uint32(p.Version())) {
 				return
 			}
 		}
 	})
+}
+
+// push writes a generation frame unless gen was the last one pushed; it
+// reports false when the connection failed (and closes it).
+func (cs *conn) push(gen uint32) bool {
+	cs.wmu.Lock()
+	defer cs.wmu.Unlock()
+	if gen == cs.pushed {
+		return true
+	}
+	cs.pushed = gen
+	if _, err := cs.w.Write(AppendGen(nil, gen)); err != nil {
+		if c, ok := cs.w.(io.Closer); ok {
+			c.Close()
+		}
+		return false
+	}
+	return true
+}
+
+// Push writes the current generation to every subscribed connection that
+// has not had it yet, and returns once it is written. The configuration
+// API calls it after a Sync and before it answers the POST, so that every
+// nginx worker has the push in its socket before the POST's answer leaves
+// (the per-connection goroutines push too, but a moment later).
+func (s *Server) Push() {
+	gen := uint32(s.cfg.Picker.Version())
+	s.mu.Lock()
+	subs := make([]*conn, 0, len(s.subs))
+	for cs := range s.subs {
+		subs = append(subs, cs)
+	}
+	s.mu.Unlock()
+	for _, cs := range subs {
+		cs.push(gen)
+	}
 }
 
 // table answers a table request with the chunk of the backend's hash table

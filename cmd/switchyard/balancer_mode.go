@@ -114,10 +114,16 @@ type balancerSockets struct {
 type persistingSyncer struct {
 	reg  *balancer.Registry
 	path string
+	// picks, if set, pushes the new generation to the shims before the
+	// POST is answered.
+	picks *picksock.Server
 }
 
 func (p persistingSyncer) Sync(backends []balancer.Backend) error {
 	err := p.reg.Sync(backends)
+	if p.picks != nil {
+		p.picks.Push()
+	}
 	if p.path == "" {
 		return err
 	}
@@ -199,7 +205,7 @@ func serveBalancer(ctx context.Context, socks balancerSockets, ready chan<- stru
 		defer stop()
 		requests = m.add
 	}
-	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: persistingSyncer{reg: reg, path: socks.state}, OnError: func(path string, status int, err error) {
+	api, err := nginxcompat.NewConfigurationAPI(nginxcompat.APIConfig{Backends: persistingSyncer{reg: reg, path: socks.state, picks: picks}, OnError: func(path string, status int, err error) {
 		klog.InfoS("configuration request refused", "path", path, "status", status, "error", err)
 	}})
 	if err != nil {

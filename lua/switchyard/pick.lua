@@ -123,11 +123,17 @@ local connect_section = false
 -- frames (bit 3 of its backend-info flags), learned from the hello.
 local tables = false
 local infos = {} -- backend -> info {gen, vars, peers, npeers, rr, ...}
+-- shared keeps the last backend-info and table frames any worker got, in
+-- ingress-nginx's configuration_data dict (every nginx.conf of it declares
+-- one), so a worker that never heard of a backend while Go was up (a new
+-- worker after a reload, or one that got no request for it) can still
+-- serve it while Go is down, with the same tables.
+local shared = ngx.shared and ngx.shared.configuration_data
 -- gen is the generation of Go's configuration in the last reply read (nil
 -- before any). An info of another generation is not used to decide a
 -- request: the next one asks for a fresh one and waits (get_info).
 local gen = nil
-local see_gen, load_table, load_premade, should_set_cookie, sticky_cookie
+local see_gen, load_table, load_premade, should_set_cookie, sticky_cookie, shared_info
 -- counts aggregates completions of backends Go does not score:
 -- backend -> peer -> {completed, failed}; flushed every flush_interval.
 local counts = {}
@@ -378,7 +384,7 @@ end
 -- or that does not fit info's peer list, is dropped, and the backend's
 -- picks keep asking Go (info.tfailed). A reply that contradicts itself is a
 -- protocol error.
-function load_table(info, name, b)
+function load_table(info, name, b, from_shared)
   info.tpending = false
   local code, tgen = byte(b, 7), be32(b, 8)
   if code ~= 0 or tgen ~= info.gen or infos[name] ~= info then
@@ -431,6 +437,9 @@ function load_table(info, name, b)
     i = i + 6
   end
   info.tloaded = offset + n
+  if shared and not from_shared then
+    shared:set("switchyard:table:" .. name .. ":" .. offset, b)
+  end
   if kind == 3 then
     -- sticky_persistent: the upstream key of each peer.
     local np = byte(b, i) * 256 + byte(b, i + 1)
@@ -479,7 +488,9 @@ function load_table(info, name, b)
     if n == 0 then
       return "empty table chunk"
     end
-    request_table(info, name, info.tloaded)
+    if not from_shared then
+      request_table(info, name, info.tloaded)
+    end
     return nil
   end
   info.key, info.keyvar, info.nkey = key, keyvar, nk
@@ -604,6 +615,9 @@ local function dispatch(b)
       infos[s.name] = nil
     else
       infos[s.name] = info
+      if shared then
+        shared:set("switchyard:info:" .. s.name, b)
+      end
     end
     s.info = info
   elseif typ == T_TABLE_REPLY then
@@ -912,6 +926,39 @@ local function ask(s, id, f)
   return s.code ~= nil or s.info ~= nil
 end
 
+-- shared_info returns the backend info (and table) another worker got, from
+-- the shared dict, or nil; for a worker that has none while Go is away.
+function shared_info(name)
+  local b = shared and shared:get("switchyard:info:" .. name)
+  if not b then
+    return nil
+  end
+  local ok, info = pcall(parse_info, b, 7)
+  if not ok or info.unknown then
+    return nil
+  end
+  infos[name] = info
+  if info.hashtable then
+    local offset = 0
+    while true do
+      local chunk = shared:get("switchyard:table:" .. name .. ":" .. offset)
+      if not chunk then
+        break
+      end
+      local lok, err = pcall(load_table, info, name, chunk, true)
+      if not lok or err or info.ring or info.tloaded == offset then
+        break
+      end
+      offset = info.tloaded
+    end
+    if not info.ring then
+      info.tfailed = false
+    end
+  end
+  log_once("shared", "Go side unreachable; backend ", name, " served from what another worker had")
+  return info
+end
+
 -- info returns what Go said about a backend (variables, fallback peers),
 -- asking Go and waiting when this worker has never heard of it, or when
 -- its info is of another generation than Go's last reply: a request is
@@ -922,6 +969,9 @@ local function get_info(name)
   local info = infos[name]
   if info and (info.gen == gen or not connected) then
     return info
+  end
+  if not info and not connected then
+    return shared_info(name)
   end
   local s = get_slot()
   s.name, s.info = name, nil
