@@ -46,6 +46,9 @@ func (l listers) input(configMap, tcpServices, udpServices string) (builder.Inpu
 	if in.Secrets, err = l.secrets.List(all); err != nil {
 		return in, fmt.Errorf("list secrets: %w", err)
 	}
+	if in.ConfigMaps, err = l.configMaps.List(all); err != nil {
+		return in, fmt.Errorf("list configmaps: %w", err)
+	}
 	if in.ConfigMap, err = l.configMap(configMap); err != nil {
 		return in, err
 	}

@@ -32,7 +32,10 @@ type authV struct {
 	RequestRedirect string
 	// Headers are auth-response-headers with the nginx variable each is
 	// read from ($upstream_http_<lower name, '-' as '_'>).
-	Headers         []authHeaderV
+	Headers []authHeaderV
+	// SetHeaders are auth-proxy-set-headers' proxy_set_header lines:
+	// literal values (no '$'), quoted.
+	SetHeaders      []model.HeaderField
 	AlwaysSetCookie bool
 	// EscapedURI says a string uses $escaped_request_uri, which the
 	// location then defines.
@@ -86,6 +89,24 @@ func nginxURL(t model.URLTemplate) (s string, escaped bool, err error) {
 	return b.String(), escaped, nil
 }
 
+// reSetHeaderName is an auth-proxy-set-headers name (the builder's grammar).
+var reSetHeaderName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// validSetHeaderValue accepts printable ASCII without '$' (nginx would
+// expand a variable) and without blanks at either end; quote escapes the
+// rest.
+func validSetHeaderValue(v string) bool {
+	if len(v) > 4096 || strings.TrimSpace(v) != v {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == '$' {
+			return false
+		}
+	}
+	return true
+}
+
 // externalAuthView checks a location's ExternalAuth and makes its authV.
 func externalAuthView(l *model.Location, path, server string, g *globalView) (*authV, error) {
 	ea := l.ExternalAuth
@@ -116,6 +137,12 @@ func externalAuthView(l *model.Location, path, server string, g *globalView) (*a
 		av.EscapedURI = av.EscapedURI || esc
 		h := sha1.Sum([]byte(path + av.Signin)) // #nosec G401
 		av.SigninLocation = "@" + hex.EncodeToString(h[:])
+	}
+	for _, h := range ea.ProxySetHeaders {
+		if !reSetHeaderName.MatchString(h.Name) || model.AuthSubrequestField(h.Name) || !validSetHeaderValue(h.Value) {
+			return nil, fmt.Errorf("auth-proxy-set-headers field %q", h.Name)
+		}
+		av.SetHeaders = append(av.SetHeaders, h)
 	}
 	if len(ea.CacheKey) > 0 {
 		// The server's name first, as ingress-nginx's key: two servers'
@@ -195,6 +222,14 @@ func writeAuthLocations(b *bytes.Buffer, v *view, l *locationV) {
 	b.WriteString("\n            proxy_set_header X-Auth-Request-Redirect ")
 	b.WriteString(a.RequestRedirect)
 	b.WriteByte(';')
+	for _, h := range a.SetHeaders {
+		// auth-proxy-set-headers; an empty value sends no field.
+		b.WriteString("\n            proxy_set_header ")
+		b.WriteString(h.Name)
+		b.WriteByte(' ')
+		b.WriteString(quote(h.Value))
+		b.WriteByte(';')
+	}
 	if a.CacheKey != "" {
 		// As ingress-nginx's auth location: the answer cached under a
 		// hash of the key.

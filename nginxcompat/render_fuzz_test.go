@@ -308,6 +308,9 @@ func FuzzRenderAuth(f *testing.F) {
 			ea.SigninURL = model.URLTemplate{{Literal: signin}, {Var: model.URLVar(header)}}
 		}
 		if header != "" {
+			// auth-proxy-set-headers: the header as a name, the redirect
+			// text as its value.
+			ea.ProxySetHeaders = []model.HeaderField{{Name: header, Value: redirect}}
 			ea.ResponseHeaders = []string{header}
 			ea.CacheKey = []model.CacheKeyPart{{Literal: header}, {Var: "cookie_" + header}}
 			ea.CacheValid = []model.CacheValid{{Codes: []int{200}, Seconds: 60}}
@@ -329,8 +332,14 @@ func FuzzRenderAuth(f *testing.F) {
 				}
 			}
 		})
-		authLocations, denied := 0, false
+		authLocations, denied, setHeader := 0, false, 0
 		walk(mine, func(d, parent *directive) {
+			if d.Name == "proxy_set_header" && len(d.Args) > 0 && d.Args[0] == header && header != "" {
+				setHeader++
+				if len(d.Args) != 2 || d.Args[1] != redirect {
+					t.Fatalf("proxy_set_header %q; want [%q %q]", d.Args, header, redirect)
+				}
+			}
 			if d.Name == "location" && len(d.Args) == 2 && d.Args[0] == "=" && strings.HasPrefix(d.Args[1], "/_external-auth-") {
 				authLocations++
 			}
@@ -347,6 +356,9 @@ func FuzzRenderAuth(f *testing.F) {
 		})
 		if denied == (authLocations > 0) || denied != (len(r.Errors) > 0) {
 			t.Fatalf("denied %v, %d auth locations, errors %v", denied, authLocations, r.Errors)
+		}
+		if header != "" && !denied && setHeader != 1 {
+			t.Fatalf("auth-proxy-set-headers %q written %d times", header, setHeader)
 		}
 	})
 }

@@ -189,6 +189,15 @@ func (c *authClient) ask(ctx context.Context, ea *model.ExternalAuth, r *authReq
 	} else {
 		h.Set("X-Auth-Request-Redirect", r.requestURI)
 	}
+	for _, f := range ea.ProxySetHeaders {
+		// auth-proxy-set-headers, as nginx's proxy_set_header: the
+		// client's field of that name replaced; an empty value sends none.
+		if f.Value == "" {
+			h.Del(f.Name)
+		} else {
+			h.Set(f.Name, f.Value)
+		}
+	}
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
 		return verdict{status: 500}, nil

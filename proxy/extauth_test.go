@@ -195,3 +195,39 @@ func TestExternalAuthHTTP2(t *testing.T) {
 		t.Errorf("no session over HTTP/2: %d WWW-Authenticate %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
 }
+
+// auth-proxy-set-headers: the fields reach the service, replacing the
+// client's of the same name; an empty value sends none (nginx's
+// proxy_set_header).
+func TestExternalAuthProxySetHeaders(t *testing.T) {
+	auth := harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, nil)
+	be := headerBackend(t)
+	l := loc("/", model.PathTypePrefix, "be")
+	l.ExternalAuth = &model.ExternalAuth{URL: model.URLTemplate{lit("http://" + auth.Addr + "/oauth2/auth")}, Host: model.URLTemplate{lit("127.0.0.1")},
+		ProxySetHeaders: []model.HeaderField{{Name: "X-Empty", Value: ""}, {Name: "X-Tenant", Value: `blue "team"`}}}
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(be)}},
+		Servers:  []model.Server{{Hostname: "set.test", Locations: []model.Location{l}}},
+	}
+	base, _ := start(t, cfg)
+	req, _ := http.NewRequest("GET", base+"/", nil)
+	req.Host = "set.test"
+	req.Header.Set("Cookie", "_oauth2_proxy=alice")
+	req.Header.Set("X-Tenant", "red")
+	req.Header.Set("X-Empty", "client")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d; want 200", resp.StatusCode)
+	}
+	sent := auth.Last()
+	if got := sent.Header.Values("X-Tenant"); len(got) != 1 || got[0] != `blue "team"` {
+		t.Errorf("the service got X-Tenant %q; want the ConfigMap's only", got)
+	}
+	if got, ok := sent.Header["X-Empty"]; ok {
+		t.Errorf("the service got X-Empty %q; want none", got)
+	}
+}

@@ -499,3 +499,72 @@ func TestRealIPTrusted(t *testing.T) {
 		}
 	}
 }
+
+// auth-proxy-set-headers: the ConfigMap's data reach the model sorted; a
+// missing or foreign ConfigMap, or a field the planes could not send alike,
+// fails the Ingress closed; without auth-url the annotation only warns.
+func TestBuildAuthProxySetHeaders(t *testing.T) {
+	const key = annotationPrefix + "auth-proxy-set-headers"
+	cm := func(ns, name string, data map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+	}
+	for _, tc := range []struct {
+		name, ref string
+		cms       []*corev1.ConfigMap
+		noURL     bool
+		want      []model.HeaderField // nil: denied (unless noURL)
+	}{
+		{name: "fields", ref: "auth-headers", cms: []*corev1.ConfigMap{cm("ns", "auth-headers", map[string]string{"X-Tenant": "blue", "X_Team": "a b", "X-Empty": ""})},
+			want: []model.HeaderField{{Name: "X-Empty", Value: ""}, {Name: "X-Tenant", Value: "blue"}, {Name: "X_Team", Value: "a b"}}},
+		{name: "namespaced", ref: "ns/auth-headers", cms: []*corev1.ConfigMap{cm("ns", "auth-headers", map[string]string{"X-Tenant": "blue"})},
+			want: []model.HeaderField{{Name: "X-Tenant", Value: "blue"}}},
+		{name: "missing", ref: "auth-headers"},
+		{name: "another namespace", ref: "other/auth-headers", cms: []*corev1.ConfigMap{cm("other", "auth-headers", map[string]string{"X-Tenant": "blue"})}},
+		{name: "a variable", ref: "h", cms: []*corev1.ConfigMap{cm("ns", "h", map[string]string{"X-Client": "$remote_addr"})}},
+		{name: "an injection", ref: "h", cms: []*corev1.ConfigMap{cm("ns", "h", map[string]string{"X-A": "x\";\nreturn 200 \"y"})}},
+		{name: "a bad name", ref: "h", cms: []*corev1.ConfigMap{cm("ns", "h", map[string]string{"X A": "x"})}},
+		{name: "a field the subrequest sets", ref: "h", cms: []*corev1.ConfigMap{cm("ns", "h", map[string]string{"x-forwarded-for": "1.2.3.4"})}},
+		{name: "a blank at the end", ref: "h", cms: []*corev1.ConfigMap{cm("ns", "h", map[string]string{"X-A": "x "})}},
+		{name: "not a reference", ref: "a b"},
+		{name: "without auth-url", ref: "h", noURL: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := map[string]string{key: tc.ref, annotationPrefix + "auth-url": "http://auth.example.com/check"}
+			if tc.noURL {
+				delete(ann, annotationPrefix+"auth-url")
+			}
+			in := accessInput(ann, nil, nil)
+			in.ConfigMaps = tc.cms
+			cfg := Build(in, Options{})
+			var loc *model.Location
+			for i, s := range cfg.Servers {
+				if s.Hostname == "p.example.com" {
+					loc = &cfg.Servers[i].Locations[0]
+				}
+			}
+			var reasons []string
+			for _, e := range cfg.Errors {
+				if e.Field == key {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			switch {
+			case tc.noURL:
+				if loc.Denied != nil || loc.ExternalAuth != nil || !cmp.Equal(reasons, []string{model.ReasonUnsupported}) {
+					t.Errorf("denied %+v, auth %+v, reasons %v; want served, one warning", loc.Denied, loc.ExternalAuth, reasons)
+				}
+			case tc.want == nil:
+				if loc.Denied == nil || loc.Denied.Field != key || !cmp.Equal(reasons, []string{model.ReasonFailedClosed}) {
+					t.Errorf("denied %+v, reasons %v; want denied by %s", loc.Denied, reasons, key)
+				}
+			default:
+				if loc.Denied != nil || loc.ExternalAuth == nil || len(reasons) != 0 {
+					t.Fatalf("denied %+v, auth %+v, reasons %v", loc.Denied, loc.ExternalAuth, reasons)
+				}
+				if diff := cmp.Diff(tc.want, loc.ExternalAuth.ProxySetHeaders); diff != "" {
+					t.Errorf("ProxySetHeaders (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}

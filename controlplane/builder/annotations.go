@@ -66,6 +66,9 @@ type annotations struct {
 	globalAuth bool
 	// externalAuth is auth-url and its kin; nil without auth-url.
 	externalAuth *model.ExternalAuth
+	// authProxySetHeaders is auth-proxy-set-headers, the ConfigMap's
+	// reference, resolved with the ConfigMaps into externalAuth.
+	authProxySetHeaders string
 	// clientAuthAnn is auth-tls-* before the Secret is looked up, and
 	// clientAuth the result; nil without auth-tls-secret.
 	clientAuthAnn *clientAuthAnnotations
@@ -283,6 +286,18 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		errs = append(errs, annotationError{key: annotationPrefix + name, reason: model.ReasonUnsupported, msg: msg})
 	}
 	a.externalAuth = parseExternalAuth(get, bad, warn, boolean)
+	if v, ok := get("auth-proxy-set-headers"); ok {
+		switch {
+		case a.externalAuth == nil:
+			if _, hasURL := get("auth-url"); !hasURL {
+				warn("auth-proxy-set-headers", "has no effect without auth-url (as in ingress-nginx); ignored")
+			}
+		case !reObjectRef.MatchString(strings.TrimSpace(v)):
+			bad("auth-proxy-set-headers", "%q is not a ConfigMap name or namespace/name", v)
+		default:
+			a.authProxySetHeaders = strings.TrimSpace(v)
+		}
+	}
 	a.clientAuthAnn = parseClientAuth(get, bad, warn, boolean, integer)
 	a.basicAuthAnn = parseBasicAuth(get, bad, warn)
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
@@ -361,13 +376,15 @@ func isAlgorithm(name string) bool {
 }
 
 var (
-	reRewrite          = regexp.MustCompile(`^/?[A-Za-z0-9\-._~!&()*+,=:@/%$]*$`)
-	reURL              = regexp.MustCompile(`^https?://[A-Za-z0-9\-.]+(:[0-9]{1,5})?(/[A-Za-z0-9\-._~!&()*+,=:@/%?]*)?$`)
-	reOrigin           = regexp.MustCompile(`^(\*|https?://(\*\.)?[A-Za-z0-9\-.]+(:[0-9]{1,5})?)$`)
-	reTokenList        = regexp.MustCompile(`^[A-Za-z0-9\-_]+(\s*,\s*[A-Za-z0-9\-_]+)*$`)
-	reSize             = regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`)
-	reVhost            = regexp.MustCompile(`^[a-z0-9]([a-z0-9\-.]{0,251}[a-z0-9])?(:[0-9]{1,5})?$`)
-	reLabel            = regexp.MustCompile(`^[a-z]([a-z0-9\-]{0,61}[a-z0-9])?$`)
+	reRewrite   = regexp.MustCompile(`^/?[A-Za-z0-9\-._~!&()*+,=:@/%$]*$`)
+	reURL       = regexp.MustCompile(`^https?://[A-Za-z0-9\-.]+(:[0-9]{1,5})?(/[A-Za-z0-9\-._~!&()*+,=:@/%?]*)?$`)
+	reOrigin    = regexp.MustCompile(`^(\*|https?://(\*\.)?[A-Za-z0-9\-.]+(:[0-9]{1,5})?)$`)
+	reTokenList = regexp.MustCompile(`^[A-Za-z0-9\-_]+(\s*,\s*[A-Za-z0-9\-_]+)*$`)
+	reSize      = regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`)
+	reVhost     = regexp.MustCompile(`^[a-z0-9]([a-z0-9\-.]{0,251}[a-z0-9])?(:[0-9]{1,5})?$`)
+	reLabel     = regexp.MustCompile(`^[a-z]([a-z0-9\-]{0,61}[a-z0-9])?$`)
+	// reObjectRef is "name" or "namespace/name".
+	reObjectRef        = regexp.MustCompile(`^([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?/)?[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$`)
 	nextUpstreamTokens = map[string]bool{"error": true, "timeout": true, "invalid_header": true, "http_500": true,
 		"http_502": true, "http_503": true, "http_504": true, "http_403": true, "http_404": true, "http_429": true,
 		"non_idempotent": true, "off": true}

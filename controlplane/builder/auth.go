@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -638,5 +639,65 @@ func parseCacheValid(s string) ([]model.CacheValid, error) {
 		}
 		out = append(out, v)
 	}
+	return out, nil
+}
+
+// reProxySetHeader is an auth-proxy-set-headers name, as ingress-nginx's
+// ValidHeader.
+var reProxySetHeader = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidProxySetHeader reports why a field of an auth-proxy-set-headers
+// ConfigMap cannot be sent the same on both planes; nil when it can. Values
+// are literal: a '$', which nginx would expand as a variable (ingress-nginx
+// writes values into proxy_set_header as they are), is refused.
+func ValidProxySetHeader(name, value string) error {
+	if !reProxySetHeader.MatchString(name) {
+		return fmt.Errorf("%q is not a header name (letters, digits, '-' and '_')", name)
+	}
+	if model.AuthSubrequestField(name) {
+		return fmt.Errorf("%s is set by the auth subrequest itself", name)
+	}
+	if len(value) > 4096 || strings.TrimSpace(value) != value {
+		return fmt.Errorf("the value of %s is longer than 4096 bytes or starts or ends with a blank", name)
+	}
+	for i := 0; i < len(value); i++ {
+		c := value[i]
+		if c < 0x20 || c > 0x7e {
+			return fmt.Errorf("the value of %s holds a byte other than printable ASCII", name)
+		}
+		if c == '$' {
+			return fmt.Errorf("the value of %s holds '$': nginx variables are not supported, and nginx would expand one", name)
+		}
+	}
+	return nil
+}
+
+// authProxySetHeaders reads the ConfigMap auth-proxy-set-headers names: in
+// the Ingress's namespace (another is refused, as ingress-nginx by
+// default), existing, every field valid (ValidProxySetHeader); sorted by
+// name.
+func (b *builder) authProxySetHeaders(ing *networkingv1.Ingress, ref string) ([]model.HeaderField, error) {
+	ns, name, found := strings.Cut(ref, "/")
+	if !found {
+		ns, name = ing.Namespace, ref
+	}
+	if ns != ing.Namespace {
+		return nil, fmt.Errorf("configmap %s/%s is in another namespace, which is not allowed", ns, name)
+	}
+	cm := b.cms[ns+"/"+name]
+	if cm == nil {
+		return nil, fmt.Errorf("configmap %s/%s does not exist", ns, name)
+	}
+	out := make([]model.HeaderField, 0, len(cm.Data))
+	for k, v := range cm.Data {
+		if err := ValidProxySetHeader(k, v); err != nil {
+			return nil, fmt.Errorf("configmap %s/%s: %v", ns, name, err)
+		}
+		out = append(out, model.HeaderField{Name: k, Value: v})
+	}
+	if len(cm.BinaryData) > 0 {
+		return nil, fmt.Errorf("configmap %s/%s holds binaryData, which cannot be sent as fields", ns, name)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

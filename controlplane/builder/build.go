@@ -25,6 +25,9 @@ type Input struct {
 	Services       []*corev1.Service
 	EndpointSlices []*discoveryv1.EndpointSlice
 	Secrets        []*corev1.Secret
+	// ConfigMaps are every ConfigMap, for those annotations name
+	// (auth-proxy-set-headers).
+	ConfigMaps []*corev1.ConfigMap
 	// ConfigMap is the controller ConfigMap; nil means all defaults.
 	ConfigMap *corev1.ConfigMap
 	// TCPServices and UDPServices are the --tcp-services-configmap and
@@ -120,6 +123,7 @@ type builder struct {
 	services map[string]*corev1.Service              // ns/name
 	slices   map[string][]*discoveryv1.EndpointSlice // ns/service
 	secrets  map[string]*corev1.Secret               // ns/name
+	cms      map[string]*corev1.ConfigMap            // ns/name
 	backends map[string]*balancer.Backend            // by name
 	servers  map[string]*model.Server                // by hostname
 	anns     map[*networkingv1.Ingress]annotations   // parsed once
@@ -158,6 +162,7 @@ func Build(in Input, opt Options) *model.Configuration {
 		services: map[string]*corev1.Service{},
 		slices:   map[string][]*discoveryv1.EndpointSlice{},
 		secrets:  map[string]*corev1.Secret{},
+		cms:      map[string]*corev1.ConfigMap{},
 		backends: map[string]*balancer.Backend{},
 		servers:  map[string]*model.Server{},
 		anns:     map[*networkingv1.Ingress]annotations{},
@@ -174,6 +179,9 @@ func Build(in Input, opt Options) *model.Configuration {
 	}
 	for _, s := range in.Secrets {
 		b.secrets[s.Namespace+"/"+s.Name] = s
+	}
+	for _, cm := range in.ConfigMaps {
+		b.cms[cm.Namespace+"/"+cm.Name] = cm
 	}
 	b.global()
 
@@ -202,6 +210,18 @@ func Build(in Input, opt Options) *model.Configuration {
 					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
 			}
 			a.clientAuth = ca
+		}
+		if a.externalAuth != nil && a.authProxySetHeaders != "" {
+			hs, err := b.authProxySetHeaders(ing, a.authProxySetHeaders)
+			if err != nil {
+				a.deny("auth-proxy-set-headers", err.Error())
+				errs = append(errs, annotationError{key: annotationPrefix + "auth-proxy-set-headers", reason: model.ReasonFailedClosed,
+					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
+			} else {
+				ea := *a.externalAuth
+				ea.ProxySetHeaders = hs
+				a.externalAuth = &ea
+			}
 		}
 		if a.basicAuthAnn != nil {
 			ba, err := b.basicAuth(ing, a.basicAuthAnn)

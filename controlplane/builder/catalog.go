@@ -172,7 +172,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "auth-keepalive-requests", Group: GroupAccess, Support: Unsupported, Note: "as `auth-keepalive`"},
 	{Name: "auth-keepalive-share-vars", Group: GroupAccess, Support: Unsupported, Note: "as `auth-keepalive`"},
 	{Name: "auth-keepalive-timeout", Group: GroupAccess, Support: Unsupported, Note: "as `auth-keepalive`"},
-	{Name: "auth-proxy-set-headers", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "auth-proxy-set-headers", Group: GroupAccess, Support: Partial, Access: true, Note: "a ConfigMap in the Ingress's namespace whose data go to the auth service as fields; values are literal text: a `$` (an nginx variable in ingress-nginx), a blank at either end, a byte other than printable ASCII, a field the subrequest sets itself (`Host`, `X-Original-URL`, `X-Forwarded-For`, ...), or a missing ConfigMap fails closed"},
 	{Name: "auth-always-set-cookie", Group: GroupAccess, Support: Supported, Access: true},
 	{Name: "enable-global-auth", Group: GroupAccess, Support: Supported, Access: true, Note: "`false` exempts the Ingress from the ConfigMap's `global-auth-url`, which applies to every location without its own `auth-url` (paths under `no-auth-locations` exempt, `/.well-known/acme-challenge` by default)"},
 	{Name: "satisfy", Group: GroupAccess, Support: Unsupported, Access: true},

@@ -2,6 +2,7 @@ package model
 
 import (
 	"net/netip"
+	"strings"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
@@ -314,6 +315,13 @@ type ExternalAuth struct {
 	// RequestRedirect is auth-request-redirect, sent as
 	// X-Auth-Request-Redirect; empty sends the request URI.
 	RequestRedirect string `json:"requestRedirect,omitempty"`
+	// ProxySetHeaders are auth-proxy-set-headers: the data of the
+	// ConfigMap it names, sent to the service on every subrequest, replacing
+	// the client's fields of those names; an empty value sends none (nginx's
+	// proxy_set_header). Sorted by name; names are letters, digits, '-' and
+	// '_', none the subrequest sets itself; values printable ASCII without
+	// '$' or blanks at either end (validated).
+	ProxySetHeaders []HeaderField `json:"proxySetHeaders,omitempty"`
 	// AlwaysSetCookie is auth-always-set-cookie: the service's Set-Cookie
 	// reaches the client whatever the status, not only on 2xx and 3xx.
 	AlwaysSetCookie bool `json:"alwaysSetCookie,omitempty"`
@@ -324,6 +332,26 @@ type ExternalAuth struct {
 	// CacheValid is auth-cache-duration (default "200 202 401 5m"): how
 	// long an answer of each status is kept, as proxy_cache_valid lines.
 	CacheValid []CacheValid `json:"cacheValid,omitempty"`
+}
+
+// AuthSubrequestField reports whether the auth subrequest sets the field
+// name itself (or it is hop-by-hop), so auth-proxy-set-headers may not: nginx
+// would send two and the planes would not agree.
+func AuthSubrequestField(name string) bool {
+	switch strings.ToLower(name) {
+	case "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+		"proxy-connection", "x-original-url", "x-original-method", "x-original-uri", "x-scheme", "x-sent-from",
+		"x-real-ip", "x-forwarded-for", "x-forwarded-proto", "x-auth-request-redirect", "x-request-id",
+		"ssl-client-cert", "ssl-client-verify", "ssl-client-subject-dn", "ssl-client-issuer-dn":
+		return true
+	}
+	return false
+}
+
+// HeaderField is one request field's name and value.
+type HeaderField struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 // CacheKeyPart is literal text, or one request variable when Var is set:

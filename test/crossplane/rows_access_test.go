@@ -150,6 +150,38 @@ var _ = register(Row{
 	},
 })
 
+var _ = register(Row{
+	Name: "auth-proxy-set-headers",
+	Manifests: `{{service "a" "setheaders" "demo"}}` +
+		ingress("setheaders", "setheaders.test", "setheaders", root, "auth-url", "{{authURL}}", "auth-proxy-set-headers", "auth-fields",
+			"auth-response-headers", "X-Echo-X-Tenant, X-Echo-X-Empty") +
+		ingress("setheaders-missing", "setheaders-missing.test", "setheaders", root, "auth-url", "{{authURL}}", "auth-proxy-set-headers", "no-such-configmap") +
+		ingress("setheaders-var", "setheaders-var.test", "setheaders", root, "auth-url", "{{authURL}}", "auth-proxy-set-headers", "auth-fields-var") + `
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: auth-fields, namespace: demo}
+data:
+  X-Tenant: blue "team"
+  X-Empty: ""
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: auth-fields-var, namespace: demo}
+data:
+  X-Tenant: $remote_addr
+`,
+	Requests: []Request{
+		{Name: "the ConfigMap's fields reach the service, the client's replaced", Host: "setheaders.test", Path: "/",
+			Header: map[string]string{"Cookie": "_oauth2_proxy=alice", "X-Tenant": "red", "X-Empty": "client"},
+			Want:   Want{Status: 200, Backend: "a", Sent: map[string]string{"X-Echo-X-Tenant": `blue "team"`, "X-Echo-X-Empty": ""}}},
+		{Name: "a missing ConfigMap: fail closed", Host: "setheaders-missing.test", Path: "/", Header: map[string]string{"Cookie": "_oauth2_proxy=alice"},
+			Want: Want{Status: 503}},
+		{Name: "an nginx variable in a value: fail closed", Host: "setheaders-var.test", Path: "/", Header: map[string]string{"Cookie": "_oauth2_proxy=alice"},
+			Want: Want{Status: 503}},
+	},
+})
+
 // ingressTLS adds a tls section for host with Secret secret to an ingress().
 func ingressTLS(ing, host, secret string) string {
 	return strings.Replace(ing, "spec:\n", "spec:\n  tls:\n  - {hosts: ["+host+"], secretName: "+secret+"}\n", 1)

@@ -267,6 +267,10 @@ data:
   proxy-real-ip-cidr: "` + TrustedProxy + `/32"
 `
 
+// authEcho are the request fields the authentication service repeats as
+// X-Echo-<name> on a passing answer (harness.AuthServer.SetEcho).
+var authEcho = []string{"X-Tenant", "X-Empty"}
+
 // TrustedProxy is the Request.From of a proxy the data planes trust to
 // name the client in X-Forwarded-For (controllerConfigMap).
 const TrustedProxy = "127.0.0.50"
@@ -480,6 +484,7 @@ func TestBehaviour(t *testing.T) {
 		t.Run(plane, func(t *testing.T) {
 			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"}),
 				ca: suiteCA, certs: clientCerts}
+			e.auth.SetEcho(authEcho...)
 			e.startController(t, plane)
 			ctx := context.Background()
 			for _, r := range rows {

@@ -35,6 +35,17 @@ type AuthServer struct {
 	seen []*http.Request
 	// quiet users pass without a refreshed session cookie (SetQuiet).
 	quiet []string
+	// echo are request fields a passing answer repeats (SetEcho).
+	echo []string
+}
+
+// SetEcho makes a passing answer (202) repeat each of these request fields
+// the service got as "X-Echo-<name>" (none when it got none), so a test can
+// see through auth-response-headers what the data plane sent it.
+func (a *AuthServer) SetEcho(names ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.echo = append(a.echo, names...)
 }
 
 // SetQuiet makes users pass without the Set-Cookie of a refreshed session,
@@ -89,7 +100,13 @@ func (a *AuthServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Auth-Request-Email", user+"@example.com")
 			a.mu.Lock()
 			quiet := has(a.quiet, user)
+			echo := a.echo
 			a.mu.Unlock()
+			for _, name := range echo {
+				if vs := r.Header.Values(name); len(vs) > 0 {
+					w.Header().Set("X-Echo-"+name, strings.Join(vs, " | "))
+				}
+			}
 			if !quiet {
 				w.Header().Add("Set-Cookie", "_oauth2_proxy="+user+"; Path=/; HttpOnly; Secure")
 			}
