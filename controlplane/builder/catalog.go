@@ -156,7 +156,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "whitelist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "403 for other clients, checked against the client's address: the connection's, or with `use-forwarded-headers`/`enable-real-ip` the one nginx's realip finds in `forwarded-for-header` behind `proxy-real-ip-cidr` (both planes); an invalid list fails closed (503)"},
 	{Name: "allowlist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "as `whitelist-source-range`"},
 	{Name: "denylist-source-range", Group: GroupAccess, Support: Supported, Access: true, Note: "403 for the listed clients, checked before the allow list, as nginx's `deny` lines come first, against the client's address as `whitelist-source-range`; an invalid list fails closed (503)"},
-	{Name: "auth-type", Group: GroupAccess, Support: Partial, Access: true, Note: "`basic` on both planes; `digest` fails closed (not supported yet)"},
+	{Name: "auth-type", Group: GroupAccess, Support: Partial, Access: true, Note: "`basic` on both planes; `digest` fails closed (503): Debian's nginx has no `auth_digest` module, so the nginx plane cannot answer as the Go plane would (docs/compatibility.md)"},
 	{Name: "auth-secret", Group: GroupAccess, Support: Partial, Access: true, Note: "a Secret in the Ingress's namespace; hashes `$apr1$`, `$1$`, `$5$`, `$6$`, bcrypt, `{SHA}`, `{SSHA}`, `{PLAIN}`; a line of another scheme (yescrypt, DES) or a missing Secret fails closed"},
 	{Name: "auth-secret-type", Group: GroupAccess, Support: Supported, Access: true, Note: "`auth-file` or `auth-map`"},
 	{Name: "auth-realm", Group: GroupAccess, Support: Supported, Access: true},
