@@ -1,0 +1,128 @@
+-- switchyard.lease: round-robin leases (docs/pick-protocol.md, 0x04):
+-- positions of a backend's shared rotation Go reserved for this worker,
+-- handed to its requests one each, and to their retries.
+-- In: backend infos. Out: rotation positions.
+
+local ngx = ngx
+local bit = require("bit")
+local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
+local band, rshift = bit.band, bit.rshift
+local floor, min, random = math.floor, math.min, math.random
+local tonumber, pairs = tonumber, pairs
+local ngx_var = ngx.var
+local ngx_now = ngx.now
+local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
+local wire = require("switchyard.wire")
+local T, TWO32, NO_SCORE = wire.T, wire.TWO32, wire.NO_SCORE
+local u16, u32, str8, str16, frame, be32, f64 = wire.u16, wire.u32, wire.str8, wire.str16, wire.frame, wire.be32, wire.f64
+local state = require("switchyard.state")
+local conn = require("switchyard.conn")
+local enqueue, kick, new_id, waiting = conn.enqueue, conn.kick, conn.new_id, conn.waiting
+-- A lease reserves about LEASE_SPAN seconds of this worker's round-robin
+-- picks of a backend, LEASE_MIN to LEASE_MAX positions (the protocol's
+-- bound). Fixed leases of 64, and of 256 refilled at half, ran dry under load
+-- before the refill came back, and each pick then took a round trip.
+local LEASE_MIN, LEASE_MAX, LEASE_SPAN = 16, 1024, 0.04
+-- LEASE_TTL bounds how long a lease is used, in seconds: endpoint changes
+-- reach a worker within it even with no other reply in between. Under load a
+-- lease is used up in milliseconds anyway.
+local LEASE_TTL = 0.1
+
+local _M = {}
+
+-- request_lease asks Go for the backend's next lease, sized to about
+-- LEASE_SPAN seconds of this worker's picks of it since the last request.
+local function request_lease(info, name, now)
+  local dt = now - info.lreq_t
+  if dt < 0.001 then
+    dt = 0.001
+  end
+  local size = floor((info.demand - info.lreq_demand) / dt * LEASE_SPAN)
+  if size < LEASE_MIN then
+    size = LEASE_MIN
+  elseif size > LEASE_MAX then
+    size = LEASE_MAX
+  end
+  info.lreq_t, info.lreq_demand = now, info.demand
+  local id = new_id()
+  if enqueue(frame(T.LEASE, id, str8(name) .. u16(size))) then
+    info.lpending = true
+    waiting[id] = { name = name, info = info, pending = true, lease = true }
+    kick()
+  end
+end
+
+-- lease_next takes the next position of the backend's lease: the next
+-- rotation position Go reserved for this worker. It returns the position
+-- and its index in info.peers, or nil when the worker holds no lease.
+-- The next lease is asked for as soon as the current one starts being
+-- used, so one is in reserve while this one lasts. If the current one runs
+-- out (or expires) before the next arrives, the rotation continues past its
+-- end: the positions Go hands out next, rather than a round trip per
+-- request that would wait for the same slow Go side.
+function _M.next(info, name)
+  local now = ngx_now()
+  info.demand = info.demand + 1
+  local left = info.lleft
+  local expired = now - info.lt >= LEASE_TTL
+  if left == 0 or expired then
+    left = 0
+    local start = info.nstart
+    if start and now - info.nt < LEASE_TTL then
+      -- Positions start+1 .. start+count (uint32).
+      start = start + 1 < TWO32 and start + 1 or 0
+      info.lpos, info.lidx, left, info.lt, info.leased = start, start % info.npeers, info.ncount, info.nt, true
+    end
+    info.nstart = nil
+    if not info.lpending then
+      request_lease(info, name, now)
+    end
+    info.lleft = left
+    -- Continue past the end only of a lease used up within LEASE_TTL: an
+    -- expired one may predate a configuration change.
+    if left == 0 and (expired or not (info.lpending and info.leased)) then
+      return nil
+    end
+  end
+  if left > 0 then
+    info.lleft = left - 1
+  end
+  local pos, idx, np = info.lpos, info.lidx, info.npeers
+  -- The next position and its index in the peer list, counted as Go does
+  -- (uint32 positions: the index restarts when the position wraps).
+  if pos == TWO32 - 1 then
+    info.lpos, info.lidx = 0, 0
+  else
+    local nidx = idx + 1
+    info.lpos, info.lidx = pos + 1, nidx < np and nidx or 0
+  end
+  return pos, idx
+end
+
+-- take_leased fills s from the backend's lease (lease_next).
+function _M.take(s, info, name)
+  local pos, idx = _M.next(info, name)
+  if not pos then
+    return false
+  end
+  local np = info.npeers
+  s.rpeers, s.rn, s.rpos, s.ridx, s.rinfo = info.peers, np, pos, idx, info
+  s.n, s.code, s.alt, s.score, s.backend = np < 3 and np or 3, 0, false, nil, name
+  return true
+end
+
+conn.handlers[T.LEASE_REPLY] = function(s, b)
+  local info = s.info
+  info.lpending = false
+  local code, lgen = byte(b, 7), be32(b, 8)
+  conn.see_gen(lgen)
+  if code == 0 and lgen == info.gen then
+    local start, count, n = be32(b, 12), byte(b, 16) * 256 + byte(b, 17), byte(b, 18) * 256 + byte(b, 19)
+    if n == info.npeers and n > 0 and count > 0 then
+      info.nstart, info.ncount, info.nt = start, count, ngx_now()
+    end
+  end
+  return nil
+end
+
+return _M
