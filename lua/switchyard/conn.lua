@@ -8,17 +8,14 @@
 
 local semaphore = require("ngx.semaphore")
 local ngx = ngx
-local bit = require("bit")
-local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
-local band, rshift = bit.band, bit.rshift
-local floor, min, random = math.floor, math.min, math.random
-local tonumber, pairs = tonumber, pairs
-local ngx_var = ngx.var
-local ngx_now = ngx.now
-local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
 local wire = require("switchyard.wire")
-local T, TWO32, NO_SCORE = wire.T, wire.TWO32, wire.NO_SCORE
-local u16, u32, str8, str16, frame, be32, f64 = wire.u16, wire.u32, wire.str8, wire.str16, wire.frame, wire.be32, wire.f64
+local byte = string.byte
+local min = math.min
+local pairs = pairs
+local ngx_now = ngx.now
+local log, ERR, NOTICE = ngx.log, ngx.ERR, ngx.NOTICE
+local T, TWO32 = wire.T, wire.TWO32
+local frame, be32 = wire.frame, wire.be32
 local opts = require("switchyard.options")
 local state = require("switchyard.state")
 local parse_info, parse_pick = wire.parse_info, wire.parse_pick
@@ -346,6 +343,41 @@ local function ask(s, id, f)
   end
   return s.code ~= nil or s.info ~= nil
 end
+
+-- BATCH_MIN and BATCH_SPAN size the batches of decisions asked for in the
+-- background (leases, premade picks): about BATCH_SPAN seconds of the
+-- worker's demand since the last ask, at least BATCH_MIN. Fixed leases of
+-- 64, and of 256 refilled at half, ran dry under load before the refill came
+-- back, and each pick then took a round trip.
+local BATCH_MIN, BATCH_SPAN = 16, 0.04
+
+-- ask_batch asks Go in the background for a batch of decisions of frame type
+-- typ for info's backend, sized to demand (a counter) since last_demand at
+-- time last_t, at most max, and reports whether the ask was queued. The
+-- reply goes to the type's handler; the waiting entry is marked with kind
+-- ("lease", "premade") so a lost connection clears the right pending flag.
+local function ask_batch(typ, info, name, now, demand, last_t, last_demand, max, kind)
+  local dt = now - last_t
+  if dt < 0.001 then
+    dt = 0.001
+  end
+  local size = math.floor((demand - last_demand) / dt * BATCH_SPAN)
+  if size < BATCH_MIN then
+    size = BATCH_MIN
+  elseif size > max then
+    size = max
+  end
+  local id = new_id()
+  if not enqueue(frame(typ, id, wire.str8(name) .. wire.u16(size))) then
+    return false
+  end
+  local w = { name = name, info = info, pending = true }
+  w[kind] = true
+  waiting[id] = w
+  kick()
+  return true
+end
+_M.ask_batch = ask_batch
 
 _M.log_once, _M.enqueue, _M.kick, _M.new_id, _M.get_slot, _M.ask, _M.see_gen = log_once, enqueue, kick, new_id, get_slot, ask, see_gen
 

@@ -4,25 +4,17 @@
 -- In: backend infos. Out: rotation positions.
 
 local ngx = ngx
-local bit = require("bit")
-local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
-local band, rshift = bit.band, bit.rshift
-local floor, min, random = math.floor, math.min, math.random
-local tonumber, pairs = tonumber, pairs
-local ngx_var = ngx.var
-local ngx_now = ngx.now
-local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
 local wire = require("switchyard.wire")
-local T, TWO32, NO_SCORE = wire.T, wire.TWO32, wire.NO_SCORE
-local u16, u32, str8, str16, frame, be32, f64 = wire.u16, wire.u32, wire.str8, wire.str16, wire.frame, wire.be32, wire.f64
+local byte = string.byte
+local ngx_now = ngx.now
+local T, TWO32 = wire.T, wire.TWO32
+local be32 = wire.be32
 local state = require("switchyard.state")
 local conn = require("switchyard.conn")
-local enqueue, kick, new_id, waiting = conn.enqueue, conn.kick, conn.new_id, conn.waiting
--- A lease reserves about LEASE_SPAN seconds of this worker's round-robin
--- picks of a backend, LEASE_MIN to LEASE_MAX positions (the protocol's
--- bound). Fixed leases of 64, and of 256 refilled at half, ran dry under load
--- before the refill came back, and each pick then took a round trip.
-local LEASE_MIN, LEASE_MAX, LEASE_SPAN = 16, 1024, 0.04
+-- A lease reserves about 40 ms of this worker's round-robin picks of a
+-- backend (conn.ask_batch), at most LEASE_MAX positions (the protocol's
+-- bound).
+local LEASE_MAX = 1024
 -- LEASE_TTL bounds how long a lease is used, in seconds: endpoint changes
 -- reach a worker within it even with no other reply in between. Under load a
 -- lease is used up in milliseconds anyway.
@@ -30,26 +22,13 @@ local LEASE_TTL = 0.1
 
 local _M = {}
 
--- request_lease asks Go for the backend's next lease, sized to about
--- LEASE_SPAN seconds of this worker's picks of it since the last request.
+-- request_lease asks Go for the backend's next lease, sized to about 40 ms
+-- of this worker's picks of it since the last request.
 local function request_lease(info, name, now)
-  local dt = now - info.lreq_t
-  if dt < 0.001 then
-    dt = 0.001
-  end
-  local size = floor((info.demand - info.lreq_demand) / dt * LEASE_SPAN)
-  if size < LEASE_MIN then
-    size = LEASE_MIN
-  elseif size > LEASE_MAX then
-    size = LEASE_MAX
+  if conn.ask_batch(T.LEASE, info, name, now, info.demand, info.lreq_t, info.lreq_demand, LEASE_MAX, "lease") then
+    info.lpending = true
   end
   info.lreq_t, info.lreq_demand = now, info.demand
-  local id = new_id()
-  if enqueue(frame(T.LEASE, id, str8(name) .. u16(size))) then
-    info.lpending = true
-    waiting[id] = { name = name, info = info, pending = true, lease = true }
-    kick()
-  end
 end
 
 -- lease_next takes the next position of the backend's lease: the next

@@ -16,17 +16,14 @@
 -- they share), switchyard.options (settings; this module's table).
 
 local ngx = ngx
-local bit = require("bit")
-local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
-local band, rshift = bit.band, bit.rshift
-local floor, min, random = math.floor, math.min, math.random
-local tonumber, pairs = tonumber, pairs
-local ngx_var = ngx.var
-local ngx_now = ngx.now
-local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
 local wire = require("switchyard.wire")
-local T, TWO32, NO_SCORE = wire.T, wire.TWO32, wire.NO_SCORE
-local u16, u32, str8, str16, frame, be32, f64 = wire.u16, wire.u32, wire.str8, wire.str16, wire.frame, wire.be32, wire.f64
+local char = string.char
+local min = math.min
+local pairs = pairs
+local ngx_var = ngx.var
+local WARN = ngx.WARN
+local T, TWO32 = wire.T, wire.TWO32
+local u32, str8, str16, frame = wire.u32, wire.str8, wire.str16, wire.frame
 local _M = require("switchyard.options")
 local state = require("switchyard.state")
 local conn = require("switchyard.conn")

@@ -7,27 +7,23 @@
 
 local ngx = ngx
 local bit = require("bit")
-local byte, char, sub, find, match = string.byte, string.char, string.sub, string.find, string.match
-local band, rshift = bit.band, bit.rshift
-local floor, min, random = math.floor, math.min, math.random
-local tonumber, pairs = tonumber, pairs
+local wire = require("switchyard.wire")
+local byte, sub = string.byte, string.sub
+local band = bit.band
 local ngx_var = ngx.var
 local ngx_now = ngx.now
-local log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
-local wire = require("switchyard.wire")
-local T, TWO32, NO_SCORE = wire.T, wire.TWO32, wire.NO_SCORE
-local u16, u32, str8, str16, frame, be32, f64 = wire.u16, wire.u32, wire.str8, wire.str16, wire.frame, wire.be32, wire.f64
+local T, NO_SCORE = wire.T, wire.NO_SCORE
+local be32, f64 = wire.be32, wire.f64
 local state = require("switchyard.state")
 local conn = require("switchyard.conn")
 local tables = require("switchyard.tables")
-local enqueue, kick, new_id, waiting = conn.enqueue, conn.kick, conn.new_id, conn.waiting
 local should_set_cookie, sticky_cookie = tables.should_set_cookie, tables.sticky_cookie
 -- PREMADE_MAX bounds the premade picks asked for at once (the protocol's
 -- MaxPremade); STRIDE is the room for each premade pick's candidates in the
 -- flat candidate array (the protocol's MaxCandidates). Batches are sized
 -- and aged like leases (switchyard.lease).
 local PREMADE_MAX, STRIDE = 1024, 8
-local LEASE_MIN, LEASE_SPAN, LEASE_TTL = 16, 0.04, 0.1
+local LEASE_TTL = 0.1
 
 local _M = {}
 
@@ -96,25 +92,12 @@ local function load_premade(info, name, b)
 end
 
 -- request_premade asks Go for the backend's next premade picks, about
--- LEASE_SPAN seconds of this worker's eligible requests to it.
+-- 40 ms of this worker's eligible requests to it (conn.ask_batch).
 local function request_premade(info, name, now)
-  local dt = now - info.preq_t
-  if dt < 0.001 then
-    dt = 0.001
-  end
-  local size = floor((info.pdemand - info.preq_demand) / dt * LEASE_SPAN)
-  if size < LEASE_MIN then
-    size = LEASE_MIN
-  elseif size > PREMADE_MAX then
-    size = PREMADE_MAX
+  if conn.ask_batch(T.PREMADE, info, name, now, info.pdemand, info.preq_t, info.preq_demand, PREMADE_MAX, "premade") then
+    info.ppending = true
   end
   info.preq_t, info.preq_demand = now, info.pdemand
-  local id = new_id()
-  if enqueue(frame(T.PREMADE, id, str8(name) .. u16(size))) then
-    info.ppending = true
-    waiting[id] = { name = name, info = info, pending = true, premade = true }
-    kick()
-  end
 end
 
 -- take_premade fills s with the next of the picks Go made ahead for
