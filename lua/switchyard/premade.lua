@@ -12,24 +12,33 @@ local byte, sub = string.byte, string.sub
 local band = bit.band
 local ngx_var = ngx.var
 local ngx_now = ngx.now
-local T, NO_SCORE = wire.T, wire.NO_SCORE
+local T = wire.T
 local be32, f64 = wire.be32, wire.f64
 local state = require("switchyard.state")
 local conn = require("switchyard.conn")
 local tables = require("switchyard.tables")
 local should_set_cookie, sticky_cookie = tables.should_set_cookie, tables.sticky_cookie
 -- PREMADE_MAX bounds the premade picks asked for at once (the protocol's
--- MaxPremade); STRIDE is the room for each premade pick's candidates in the
--- flat candidate array (the protocol's MaxCandidates). Batches are sized
--- and aged like leases (switchyard.lease).
+-- MaxPremade), STRIDE the candidates of one (its MaxCandidates). Batches are
+-- sized like leases (conn.ask_batch) and used for at most LEASE_TTL.
 local PREMADE_MAX, STRIDE = 1024, 8
 local LEASE_TTL = 0.1
 
 local _M = {}
 
--- load_premade stores a premade reply's picks in info's reserve batch
--- (info.pnext), flat: per pick whether it went to the canary, its backend,
--- its score, and its candidates at (k-1)*STRIDE+1 ... Batches are reused.
+-- bad_batch drops a premade batch that does not read as the protocol says,
+-- and stops using premade picks for this info (its requests ask Go).
+local function bad_batch(info, cur)
+  cur.n, cur.b = 0, nil
+  info.pfailed = true
+  conn.log_once("premade", "a premade batch did not read as the protocol says; asking per request")
+  return false
+end
+
+-- load_premade keeps a premade reply as info's reserve batch (info.pnext).
+-- Its picks are read one at a time as requests take them (take), not here:
+-- reading a batch of a thousand in the reader thread held the worker for
+-- most of a millisecond, in the tail latency of the requests behind it.
 local function load_premade(info, name, b)
   info.ppending = false
   local code, pgen = byte(b, 7), be32(b, 8)
@@ -39,55 +48,12 @@ local function load_premade(info, name, b)
     end
     return nil
   end
-  local n = byte(b, 12) * 256 + byte(b, 13)
   local batch = info.pnext
   if not batch then
-    batch = { n = 0, i = 1, t = 0, alt = {}, backend = {}, score = {}, nc = {}, c = {}, keys = {} }
+    batch = {}
     info.pnext = batch
   end
-  local alt, backend, score, ncs, c, keys = batch.alt, batch.backend, batch.score, batch.nc, batch.c, batch.keys
-  local i, len = 14, #b
-  for k = 1, n do
-    if i + 11 > len then
-      return "bad premade frame"
-    end
-    local flags = byte(b, i)
-    alt[k] = band(flags, 1) == 1
-    local keyed = band(flags, 2) == 2
-    local l = byte(b, i + 1)
-    backend[k] = sub(b, i + 2, i + 1 + l)
-    i = i + 2 + l
-    if sub(b, i, i + 7) == NO_SCORE then
-      score[k] = false
-    else
-      score[k] = f64(b, i)
-    end
-    local nc = byte(b, i + 8)
-    i = i + 9
-    if nc == 0 or nc > STRIDE then
-      return "bad premade candidates"
-    end
-    ncs[k] = nc
-    local base = (k - 1) * STRIDE
-    for j = 1, nc do
-      l = byte(b, i)
-      c[base + j] = sub(b, i + 1, i + l)
-      i = i + 1 + l
-      if keyed then
-        -- A sticky new session: the upstream key of this candidate's
-        -- cookie, which the shim writes (sticky_cookie).
-        l = byte(b, i)
-        keys[base + j] = sub(b, i + 1, i + l)
-        i = i + 1 + l
-      else
-        keys[base + j] = false
-      end
-    end
-  end
-  if i ~= len + 1 then
-    return "bad premade frame"
-  end
-  batch.n, batch.i, batch.t = n, 1, ngx_now()
+  batch.b, batch.n, batch.i, batch.pos, batch.t = b, byte(b, 12) * 256 + byte(b, 13), 1, 14, ngx_now()
   return nil
 end
 
@@ -112,7 +78,7 @@ function _M.take(s, info, name)
   if not cur or cur.i > cur.n or now - cur.t >= LEASE_TTL then
     local nxt = info.pnext
     if cur then
-      cur.n = 0
+      cur.n, cur.b = 0, nil
     end
     if nxt and nxt.n > 0 and now - nxt.t < LEASE_TTL then
       info.pcur, info.pnext = nxt, cur
@@ -128,19 +94,54 @@ function _M.take(s, info, name)
       return false
     end
   end
-  local k = cur.i
-  cur.i = k + 1
-  local nc, base, c, keys = cur.nc[k], (k - 1) * STRIDE, cur.c, cur.keys
-  local cands, cookies = s.cands, s.cookies
-  local recipe = keys[base + 1] and info.recipe
-  local set = recipe and should_set_cookie(recipe)
-  for j = 1, nc do
-    local key = keys[base + j]
-    cands[j] = c[base + j]
-    cookies[j] = set and key and sticky_cookie(recipe, key) or false
+  -- The next pick of the batch: flags u8, backend str8, score f64, ncand
+  -- u8, then ncand x (peer str8 [, key str8 when flags bit 1]).
+  local b, i = cur.b, cur.pos
+  local len = #b
+  if i + 11 > len then
+    return bad_batch(info, cur)
   end
-  s.n, s.code, s.alt, s.backend = nc, 0, cur.alt[k], cur.backend[k]
-  s.score = cur.score[k] or nil
+  local flags, l = byte(b, i), byte(b, i + 1)
+  local backend = sub(b, i + 2, i + 1 + l)
+  i = i + 2 + l
+  local score = nil
+  -- Scores are never negative; -1 (sign bit set) is "not scored".
+  if byte(b, i) < 128 then
+    score = f64(b, i)
+  end
+  local nc = byte(b, i + 8)
+  i = i + 9
+  if not nc or nc == 0 or nc > STRIDE then
+    return bad_batch(info, cur)
+  end
+  local keyed = band(flags, 2) == 2
+  local recipe = keyed and info.recipe
+  local set = recipe and should_set_cookie(recipe)
+  local cands, cookies = s.cands, s.cookies
+  for j = 1, nc do
+    l = byte(b, i)
+    if not l or i + l > len then
+      return bad_batch(info, cur)
+    end
+    cands[j] = sub(b, i + 1, i + l)
+    i = i + 1 + l
+    local cookie = false
+    if keyed then
+      -- A sticky new session: the upstream key of this candidate's
+      -- cookie, which the shim writes from the table's recipe.
+      l = byte(b, i)
+      if not l or i + l > len then
+        return bad_batch(info, cur)
+      end
+      if set then
+        cookie = sticky_cookie(recipe, sub(b, i + 1, i + l))
+      end
+      i = i + 1 + l
+    end
+    cookies[j] = cookie
+  end
+  cur.pos, cur.i = i, cur.i + 1
+  s.n, s.code, s.alt, s.backend, s.score = nc, 0, band(flags, 1) == 1, backend, score
   return true
 end
 
