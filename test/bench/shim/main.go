@@ -17,13 +17,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +92,7 @@ type bench struct {
 }
 
 func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut, binary string) error {
-	root, err := repoRoot()
+	root, err := benchutil.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut,
 		}
 	}
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
-		p, err := freePort(ip)
+		p, err := benchutil.FreePort(ip)
 		if err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut,
 	}
 	defer b.stopGo()
 
-	fmt.Printf("# load before: %s on %d cores; wrk -t2 -d%s, %d rounds, medians\n\n", loadavg(), nproc(), d, rounds)
+	fmt.Printf("# load before: %s on %d cores; wrk -t2 -d%s, %d rounds, medians\n\n", benchutil.Loadavg(), nproc(), d, rounds)
 	fmt.Println("| workers | conns | a plain rps | b Lua rr rps | c shim rps | c/b | c/a | a p50/p99 ms | b p50/p99 ms | c p50/p99 ms | c p99 / b p99 | nginx CPU µs/req a / b / c | b cpu / c cpu | Go CPU µs/req (c) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, w := range workers {
@@ -167,7 +167,7 @@ func run(d time.Duration, rounds int, conns, workers []int, keep bool, pprofOut,
 				a.cpu, bb.cpu, cc.cpu, bb.cpu/cc.cpu, cc.gocpu)
 		}
 	}
-	fmt.Printf("\n# load after: %s\n", loadavg())
+	fmt.Printf("\n# load after: %s\n", benchutil.Loadavg())
 	return nil
 }
 
@@ -228,7 +228,7 @@ http {
 }
 
 func (b *bench) startGo() error {
-	p, err := freePort("127.0.0.1")
+	p, err := benchutil.FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -383,11 +383,6 @@ http {
 }
 `))
 
-var (
-	reqSec = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	pct    = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
-)
-
 // measure starts the front nginx for variant v, warms it, runs wrk once and
 // stops it.
 func (b *bench) measure(v string, workers, conns int, d time.Duration, profile string) (sample, error) {
@@ -396,12 +391,12 @@ func (b *bench) measure(v string, workers, conns int, d time.Duration, profile s
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return sample{}, err
 	}
-	port, err := freePort("127.0.0.1")
+	port, err := benchutil.FreePort("127.0.0.1")
 	if err != nil {
 		return sample{}, err
 	}
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	statusPort, err := freePort("127.0.0.1")
+	statusPort, err := benchutil.FreePort("127.0.0.1")
 	if err != nil {
 		return sample{}, err
 	}
@@ -439,12 +434,12 @@ func (b *bench) measure(v string, workers, conns int, d time.Duration, profile s
 		go func() { profDone <- b.fetchProfile(profile, d) }()
 	}
 	front, goSide := []int{-cmd.Process.Pid}, []int{b.goProc.Process.Pid}
-	cpu0, go0 := cpuTicks(front), cpuTicks(goSide)
+	cpu0, go0 := benchutil.CPUTicks(front), benchutil.CPUTicks(goSide)
 	out, err := exec.Command("wrk", "-t2", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%s", d), "--latency", "http://"+listen+"/").Output()
 	if err != nil {
 		return sample{}, fmt.Errorf("wrk: %w", err)
 	}
-	cpu1, go1 := cpuTicks(front), cpuTicks(goSide)
+	cpu1, go1 := benchutil.CPUTicks(front), benchutil.CPUTicks(goSide)
 	if profDone != nil {
 		if err := <-profDone; err != nil {
 			fmt.Fprintln(os.Stderr, "cpu profile:", err)
@@ -459,73 +454,6 @@ func (b *bench) measure(v string, workers, conns int, d time.Duration, profile s
 		}
 	}
 	return smp, err
-}
-
-// cpuTicks sums utime+stime of the given processes; a negative pid means
-// every process of that process group.
-func cpuTicks(pids []int) int64 {
-	var total int64
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the parenthesised command name.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		pgrp, _ := strconv.Atoi(f[2])
-		match := false
-		for _, p := range pids {
-			if p == pid || (p < 0 && pgrp == -p) {
-				match = true
-			}
-		}
-		if !match {
-			continue
-		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		total += ut + st
-	}
-	return total
-}
-
-func parseWrk(out string) (sample, error) {
-	var s sample
-	m := reqSec.FindStringSubmatch(out)
-	if m == nil {
-		return s, fmt.Errorf("no Requests/sec in wrk output:\n%s", out)
-	}
-	s.rps, _ = strconv.ParseFloat(m[1], 64)
-	if strings.Contains(out, "Non-2xx") || strings.Contains(out, "Socket errors") {
-		return s, fmt.Errorf("wrk saw errors:\n%s", out)
-	}
-	for _, m := range pct.FindAllStringSubmatch(out, -1) {
-		v, _ := strconv.ParseFloat(m[2], 64)
-		switch m[3] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		}
-		if m[1] == "50" {
-			s.p50 = v
-		} else {
-			s.p99 = v
-		}
-	}
-	return s, nil
 }
 
 func (b *bench) postBackends(statusPort int) error {
@@ -593,32 +521,6 @@ func waitHTTP(url string, want int) error {
 	return errors.Join(errors.New("not ready: "+url), last)
 }
 
-func freePort(ip string) (int, error) {
-	ln, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func repoRoot() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
-}
-
 func nproc() int {
 	out, err := exec.Command("nproc").Output()
 	if err != nil {
@@ -626,4 +528,10 @@ func nproc() int {
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
 	return n
+}
+
+// parseWrk reads wrk --latency output (benchutil.ParseWrk).
+func parseWrk(out string) (sample, error) {
+	w, err := benchutil.ParseWrk(out)
+	return sample{rps: w.RPS, p50: w.P50, p99: w.P99}, err
 }

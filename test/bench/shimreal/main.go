@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +141,7 @@ type cell struct {
 }
 
 func run(o options) error {
-	root, err := repoRoot()
+	root, err := benchutil.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -196,7 +197,7 @@ func run(o options) error {
 	total := time.Duration(len(o.workers)*len(o.cases)*len(o.conns)*o.rounds*len(variants)) * perRun
 	fmt.Printf("# matrix: cases %s; workers %v; connections %v; %d rounds of %s (+1 s warm-up each); about %s of load\n",
 		caseNames(o.cases), o.workers, o.conns, o.rounds, o.duration, total.Round(time.Second))
-	fmt.Printf("# load before: %s\n\n", loadavg())
+	fmt.Printf("# load before: %s\n\n", benchutil.Loadavg())
 	fmt.Println("# raw samples: case workers conns round variant rps p50_ms p99_ms nginx_cpu_us_per_req sidecar_cpu_s loadavg1")
 
 	results := map[cell]map[string][]sample{}
@@ -227,7 +228,7 @@ func run(o options) error {
 							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
 						}
 						results[k][v] = append(results[k][v], s)
-						load, _, _ := strings.Cut(loadavg(), " ")
+						load, _, _ := strings.Cut(benchutil.Loadavg(), " ")
 						fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load)
 					}
 				}
@@ -242,7 +243,7 @@ func run(o options) error {
 			}
 		}
 	}
-	fmt.Printf("\n# load after: %s\n\n", loadavg())
+	fmt.Printf("\n# load after: %s\n\n", benchutil.Loadavg())
 	printTable(o, results)
 	return nil
 }
@@ -403,23 +404,6 @@ func medianSample(s []sample) sample {
 		sidecarCPU: pick(func(x sample) float64 { return x.sidecarCPU }),
 		sidecarUS:  pick(func(x sample) float64 { return x.sidecarUS }),
 	}
-}
-
-func repoRoot() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
 }
 
 func nproc() int {

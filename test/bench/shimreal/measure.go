@@ -3,9 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -33,9 +32,9 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 		return sample{}, fmt.Errorf("warm-up: %w", err)
 	}
 	frontPids, sidePids := []int{-f.cmd.Process.Pid}, []int{side.pid}
-	cpu0, side0 := cpuTicks(frontPids), cpuTicks(sidePids)
+	cpu0, side0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
 	s, err := runWrk(f.wrkArgs(c, conns, d, script, true))
-	cpu1, side1 := cpuTicks(frontPids), cpuTicks(sidePids)
+	cpu1, side1 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
 	if err != nil {
 		return sample{}, err
 	}
@@ -49,11 +48,6 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 	return s, nil
 }
 
-var (
-	reqSec = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	pct    = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
-)
-
 func runWrk(args []string) (sample, error) {
 	var stderr bytes.Buffer
 	cmd := exec.Command("wrk", args...)
@@ -65,71 +59,8 @@ func runWrk(args []string) (sample, error) {
 	return parseWrk(string(out))
 }
 
-// parseWrk reads rps and the 50th/99th latency percentiles; any non-2xx
-// answer or socket error fails the run.
+// parseWrk reads wrk --latency output (benchutil.ParseWrk).
 func parseWrk(out string) (sample, error) {
-	var s sample
-	m := reqSec.FindStringSubmatch(out)
-	if m == nil {
-		return s, fmt.Errorf("no Requests/sec in wrk output:\n%s", out)
-	}
-	s.rps, _ = strconv.ParseFloat(m[1], 64)
-	if s.rps == 0 || strings.Contains(out, "Non-2xx") || strings.Contains(out, "Socket errors") {
-		return s, fmt.Errorf("wrk saw errors:\n%s", out)
-	}
-	for _, m := range pct.FindAllStringSubmatch(out, -1) {
-		v, _ := strconv.ParseFloat(m[2], 64)
-		switch m[3] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		}
-		if m[1] == "50" {
-			s.p50 = v
-		} else {
-			s.p99 = v
-		}
-	}
-	return s, nil
-}
-
-// cpuTicks sums utime+stime of the given processes (all their threads); a
-// negative pid means every process of that process group.
-func cpuTicks(pids []int) int64 {
-	var total int64
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The fields after the parenthesised command name.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		pgrp, _ := strconv.Atoi(f[2])
-		match := false
-		for _, p := range pids {
-			if p == pid || (p < 0 && pgrp == -p) {
-				match = true
-			}
-		}
-		if !match {
-			continue
-		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		total += ut + st
-	}
-	return total
+	w, err := benchutil.ParseWrk(out)
+	return sample{rps: w.RPS, p50: w.P50, p99: w.P99}, err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"io"
 	"net"
 	"net/http"
@@ -33,7 +34,7 @@ func startBackends(dir string) (*backends, error) {
 	b := &backends{}
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
 		for _, list := range []*[]string{&b.primary, &b.secondary} {
-			p, err := freePort(ip)
+			p, err := benchutil.FreePort(ip)
 			if err != nil {
 				return nil, err
 			}
@@ -265,12 +266,12 @@ func startFront(dir, variant string, workers int, src sources, side *sidecar) (*
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := freePort("127.0.0.1")
+	port, err := benchutil.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
 	f.listen = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if f.statusPort, err = freePort("127.0.0.1"); err != nil {
+	if f.statusPort, err = benchutil.FreePort("127.0.0.1"); err != nil {
 		return nil, err
 	}
 	var cases []tmplCase
@@ -372,13 +373,4 @@ func waitHTTP(url string, want int) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return errors.Join(errors.New("not ready: "+url), last)
-}
-
-func freePort(ip string) (int, error) {
-	ln, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,0 +1,126 @@
+// Package benchutil holds what the benchmark drivers under test/bench share:
+// reading wrk's output, CPU time from /proc, the machine's load, the
+// repository root and free ports. In: process ids, wrk output. Out: numbers.
+package benchutil
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Wrk is what a wrk --latency run measured: requests per second and the
+// 50th and 99th latency percentiles in milliseconds.
+type Wrk struct {
+	RPS, P50, P99 float64
+}
+
+var (
+	reqSec = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	pct    = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+)
+
+// ParseWrk reads wrk --latency output. A run that saw a non-2xx answer or a
+// socket error, or served nothing, is an error: a benchmark of failures
+// measures nothing.
+func ParseWrk(out string) (Wrk, error) {
+	var w Wrk
+	m := reqSec.FindStringSubmatch(out)
+	if m == nil {
+		return w, fmt.Errorf("no Requests/sec in wrk output:\n%s", out)
+	}
+	w.RPS, _ = strconv.ParseFloat(m[1], 64)
+	if w.RPS == 0 || strings.Contains(out, "Non-2xx") || strings.Contains(out, "Socket errors") {
+		return w, fmt.Errorf("wrk saw errors:\n%s", out)
+	}
+	for _, m := range pct.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if m[1] == "50" {
+			w.P50 = v
+		} else {
+			w.P99 = v
+		}
+	}
+	return w, nil
+}
+
+// CPUTicks sums utime+stime (all threads) of the given processes, in clock
+// ticks (USER_HZ, 100 on Linux); a negative pid means every process of that
+// process group.
+func CPUTicks(pids []int) int64 {
+	var total int64
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the parenthesised command name.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		pgrp, _ := strconv.Atoi(f[2])
+		match := false
+		for _, p := range pids {
+			if p == pid || (p < 0 && pgrp == -p) {
+				match = true
+			}
+		}
+		if !match {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += ut + st
+	}
+	return total
+}
+
+// Loadavg returns the 1, 5 and 15 minute load averages as /proc shows them.
+func Loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:3], " ")
+}
+
+// RepoRoot returns the module's directory.
+func RepoRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// FreePort returns a TCP port free on ip at the time of the call.
+func FreePort(ip string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,43 @@
+package benchutil
+
+import (
+	"os"
+	"testing"
+)
+
+const wrkOut = `Running 5s test @ http://127.0.0.1:8080/
+  2 threads and 8 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   312.00us  100.00us   2.00ms   90.00%
+  Latency Distribution
+     50%  290.00us
+     75%  350.00us
+     90%  420.00us
+     99%    1.20ms
+  120000 requests in 5.00s, 10.00MB read
+Requests/sec:  24000.50
+Transfer/sec:      2.00MB
+`
+
+func TestParseWrk(t *testing.T) {
+	w, err := ParseWrk(wrkOut)
+	if err != nil || w.RPS != 24000.50 || w.P50 != 0.29 || w.P99 != 1.2 {
+		t.Fatalf("ParseWrk = %+v, %v", w, err)
+	}
+	if _, err := ParseWrk(wrkOut + "  Non-2xx or 3xx responses: 3\n"); err == nil {
+		t.Fatal("a run with non-2xx answers parsed as a result")
+	}
+	if _, err := ParseWrk("nothing"); err == nil {
+		t.Fatal("output without Requests/sec parsed as a result")
+	}
+}
+
+func TestCPUTicksCountsThisProcess(t *testing.T) {
+	x := 0
+	for i := range 50_000_000 {
+		x += i
+	}
+	if x == 0 || CPUTicks([]int{os.Getpid()}) <= 0 {
+		t.Fatal("no CPU time for a process that just spent some")
+	}
+}
