@@ -80,12 +80,17 @@ type CookieRecipe struct {
 	Secure, ConditionalNone bool
 	SameSite                string
 	Locations               map[string][]string
+	// ChangeOnFailure: the retries of a returning session go to new
+	// sessions' peers (other than the cookie's), each with its own cookie,
+	// as those of a new session do.
+	ChangeOnFailure bool
 }
 
 // recipe returns s's CookieRecipe.
 func (s *sticky) recipe() *CookieRecipe {
 	c := &CookieRecipe{Name: s.cookieName, BackendKey: string(s.backendKey), HasExpires: s.hasExpires, Expires: s.expires,
-		MaxAge: s.maxAge, Domain: s.domain, Path: s.path, Secure: s.secure, ConditionalNone: s.conditionalNone, SameSite: s.sameSite}
+		MaxAge: s.maxAge, Domain: s.domain, Path: s.path, Secure: s.secure, ConditionalNone: s.conditionalNone, SameSite: s.sameSite,
+		ChangeOnFailure: s.changeOnFailure}
 	if s.hasLocations {
 		c.Locations = s.locations
 	}
@@ -93,7 +98,7 @@ func (s *sticky) recipe() *CookieRecipe {
 }
 
 // ErrNotSticky is NewSessions' answer for a backend whose new sessions it
-// cannot make ahead: not sticky, with a canary, or with change-on-failure.
+// cannot make ahead: not sticky, or with a canary.
 var ErrNotSticky = errors.New("balancer: backend's new sessions cannot be premade")
 
 // NewSessions fills peers and keys with the candidates of a new session of
@@ -107,7 +112,7 @@ func (r *Registry) NewSessions(backend string, a *Attempt, peers, keys []string)
 		return 0, ErrUnknownBackend
 	}
 	s, ok := b.algo.(*sticky)
-	if !ok || len(b.alternatives) > 0 || s.changeOnFailure {
+	if !ok || len(b.alternatives) > 0 {
 		return 0, ErrNotSticky
 	}
 	a.chosen = b
@@ -128,18 +133,16 @@ func (r *Registry) NewSessions(backend string, a *Attempt, peers, keys []string)
 }
 
 // HashTable returns the decision table of a chash, sticky_balanced or
-// sticky_persistent backend without canary alternatives (sticky ones without
-// change-on-failure), or false for any other backend, whose picks depend on
-// more than the key or on a random draw.
+// sticky_persistent backend without canary alternatives, or false for any
+// other backend, whose picks depend on more than the key or on a random draw.
+// A sticky table decides the first attempt of a returning session; with
+// change-on-failure its retries are those of a new session.
 func (r *Registry) HashTable(backend string) (HashTable, bool) {
 	b := r.snap.Load().byName[backend]
 	if b == nil || len(b.alternatives) > 0 {
 		return HashTable{}, false
 	}
 	if s, ok := b.algo.(*sticky); ok {
-		if s.changeOnFailure {
-			return HashTable{}, false
-		}
 		if !s.persistent {
 			return HashTable{Kind: TableSticky, Cookie: s.cookieName, Hashes: s.ring.hashes, Owners: s.ring.owners, Recipe: s.recipe()}, true
 		}
@@ -192,7 +195,7 @@ func (k hashKey) wire() []KeyPart {
 // and cookie ones, which such a request does not meet, and the weight. Such
 // picks can be made ahead of their requests: CandidatePicks with a Request
 // that has no variables is exactly the answer one of them would get. A sticky
-// backend without canary and change-on-failure is premadeable too, for its
+// backend without canary is premadeable too, for its
 // new sessions only (NewSessions): their peers do not depend on the request,
 // and the shim writes their cookies (CookieRecipe).
 func (r *Registry) Premadeable(backend string) bool {
@@ -201,9 +204,9 @@ func (r *Registry) Premadeable(backend string) bool {
 	if b == nil {
 		return false
 	}
-	if s, ok := b.algo.(*sticky); ok {
+	if _, ok := b.algo.(*sticky); ok {
 		// New sessions (NewSessions); the shim writes their cookies.
-		return len(b.alternatives) == 0 && !s.changeOnFailure
+		return len(b.alternatives) == 0
 	}
 	if !varFree(b) {
 		return false

@@ -2,6 +2,8 @@ package lua_test
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -74,6 +76,7 @@ func (e *env) frames(t *testing.T, typ string) float64 {
 func TestShimTables(t *testing.T) {
 	b1, b2, b3, b4 := startBackend(t, "127.0.0.2"), startBackend(t, "127.0.0.3"), startBackend(t, "127.0.0.4"), startBackend(t, "127.0.0.5")
 	canary := startBackend(t, "127.0.0.6")
+	refused := deadAddr(t, "127.0.0.9")
 	// One worker: every request is decided by the worker that served the
 	// configuration POST.
 	e := newEnv(t, 1)
@@ -92,6 +95,9 @@ func TestShimTables(t *testing.T) {
 				"weight": 30, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "", "cookie": ""}}),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
 			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),
+			wire("default-ewmarefused-80", append([]string{refused}, addrs(b1, b2)...), map[string]any{"sessionAffinityConfig": map[string]any{
+				"name": "cookie", "mode": "persistent", "cookieSessionAffinity": map[string]any{"name": "route", "change_on_failure": true,
+					"locations": map[string][]string{"shim.test": {"/ewma-refused/"}}}}}),
 			wire("default-rrrefused-80", addrs(b1, b2, b3, b4, canary), map[string]any{"upstreamHashByConfig": map[string]any{
 				"upstream-hash-by": "$request_uri", "upstream-hash-by-subset": true, "upstream-hash-by-subset-size": 2}}),
 		})
@@ -322,6 +328,43 @@ func TestShimTables(t *testing.T) {
 		t.Logf("%v of 120 new sticky sessions asked Go", asked)
 		if asked > 4 {
 			t.Errorf("%v of 120 new sticky sessions asked Go; want premade sessions for all but the first few", asked)
+		}
+	})
+
+	t.Run("change-on-failure: a session on a refusing peer moves, with a new cookie, without asking Go", func(t *testing.T) {
+		const name = "default-ewmarefused-80"
+		peerKey := func(addr string) string {
+			sum := md5.Sum([]byte(name + addr))
+			return hex.EncodeToString(sum[:])
+		}
+		e.get(t, "/ewma-refused/", "Cookie", "route="+peerKey(b1.addr)) // the table and a premade batch arrive
+		time.Sleep(50 * time.Millisecond)
+		before := e.frames(t, "pick")
+		moved := map[string]int{}
+		for range 40 {
+			code, who, resp := e.get(t, "/ewma-refused/", "Cookie", "route="+peerKey(refused))
+			cookies := resp.Header.Values("Set-Cookie")
+			if code != 200 || (who != b1.addr && who != b2.addr) || len(cookies) == 0 {
+				t.Fatalf("session on the refusing peer: %d from %q, Set-Cookie %q", code, who, cookies)
+			}
+			// The last cookie is the serving peer's.
+			if !strings.HasPrefix(cookies[len(cookies)-1], "route="+peerKey(who)+"|") {
+				t.Fatalf("served by %s with Set-Cookie %q; want its key %s", who, cookies, peerKey(who))
+			}
+			moved[who]++
+		}
+		for range 10 {
+			if code, who, resp := e.get(t, "/ewma-refused/", "Cookie", "route="+peerKey(b2.addr)); code != 200 || who != b2.addr || resp.Header.Get("Set-Cookie") != "" {
+				t.Fatalf("session on a live peer: %d from %q, Set-Cookie %q", code, who, resp.Header.Get("Set-Cookie"))
+			}
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("40 sessions moved off the refusing peer to %v; %v of 50 requests asked Go", moved, asked)
+		if asked > 4 {
+			t.Errorf("%v of 50 change-on-failure requests asked Go; want the table and premade sessions to decide them", asked)
+		}
+		if len(moved) != 2 {
+			t.Errorf("40 moved sessions all went to %v", moved)
 		}
 	})
 

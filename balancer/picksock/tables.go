@@ -143,6 +143,9 @@ func appendRecipe(dst []byte, c *balancer.CookieRecipe) []byte {
 	if c.ConditionalNone {
 		flags |= 4
 	}
+	if c.ChangeOnFailure {
+		flags |= 8
+	}
 	dst = append(dst, flags)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(c.Expires))
 	dst = appendStr8(dst, c.MaxAge)
@@ -167,6 +170,7 @@ func decodeRecipe(r *reader, name string) *balancer.CookieRecipe {
 	c.BackendKey = string(r.bytes(int(r.u8())))
 	flags := r.u8()
 	c.HasExpires, c.Secure, c.ConditionalNone = flags&1 != 0, flags&2 != 0, flags&4 != 0
+	c.ChangeOnFailure = flags&8 != 0
 	c.Expires = int64(r.u64())
 	c.MaxAge = string(r.bytes(int(r.u8())))
 	c.Domain = string(r.bytes(int(r.u16())))

@@ -358,9 +358,11 @@ func TestStickyTablesEqualPick(t *testing.T) {
 		}
 	}
 
-	tc.send(AppendNeedVars(nil, 3, "chg"))
-	if _, info, err := DecodeVarsReply(tc.read()); err != nil || info.HashTable {
-		t.Fatalf("change-on-failure info %+v %v", info, err)
+	// change-on-failure: the table decides first attempts, and says that
+	// retries are new sessions'.
+	chg, _ := table("chg")
+	if chg.Recipe == nil || !chg.Recipe.ChangeOnFailure {
+		t.Fatalf("change-on-failure table recipe %+v", chg.Recipe)
 	}
 }
 

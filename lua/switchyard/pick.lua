@@ -35,7 +35,7 @@ local metrics = require("switchyard.metrics")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
 local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
 local take_leased, lease_next = lease.take, lease.next
-local take_premade, vars_absent = premade.take, premade.vars_absent
+local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
@@ -224,10 +224,17 @@ function _M.pick(name)
   if info.gen == state.gen and state.tables then
     if info.ring then
       if ring_pick(s, info, name) then
-        return s
-      end
+        local recipe = info.recipe
+        if not (recipe and recipe.change_on_failure) then
+          return s
+        end
+        -- change-on-failure: the retries of a returning session are a
+        -- new session's peers (premade by Go), other than the cookie's.
+        if info.premade and not info.pfailed and premade_retries(s, info, name) then
+          return s
+        end
       -- A new sticky session: premade by Go, its cookie written here.
-      if info.premade and not info.pfailed and take_premade(s, info, name) then
+      elseif info.premade and not info.pfailed and take_premade(s, info, name) then
         return s
       end
     elseif info.hashtable and not info.tpending and not info.tfailed then

@@ -147,6 +147,32 @@ end
 
 -- vars_absent reports whether the request has none of the variables the
 -- backend's picks read (premade picks are made for such requests).
+-- retries fills the retries of s, a returning sticky session decided from
+-- the table (its first candidate is the cookie's peer), with the next
+-- premade new session's candidates other than that peer, each with its
+-- cookie: what Go gives the retries of such a request under
+-- change-on-failure. It reports false when no premade pick is at hand.
+local scratch = { cands = {}, cookies = {} }
+function _M.retries(s, info, name)
+  if not _M.take(scratch, info, name) then
+    return false
+  end
+  local peer, cands, cookies = s.cands[1], s.cands, s.cookies
+  local n = 1
+  for j = 1, scratch.n do
+    if n == scratch.n then
+      break
+    end
+    local c = scratch.cands[j]
+    if c ~= peer then
+      n = n + 1
+      cands[n], cookies[n] = c, scratch.cookies[j]
+    end
+  end
+  s.n = n
+  return true
+end
+
 function _M.vars_absent(info)
   local vars = info.vars
   for j = 1, info.nvars do

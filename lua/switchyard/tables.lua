@@ -47,6 +47,7 @@ local function parse_recipe(b, i, name)
   i = i + 1 + l
   local flags = byte(b, i)
   r.has_expires, r.secure, r.cond_none = band(flags, 1) == 1, band(flags, 2) == 2, band(flags, 4) == 4
+  r.change_on_failure = band(flags, 8) == 8
   local hi, lo = be32(b, i + 1), be32(b, i + 5)
   if hi >= 2147483648 then
     hi = hi - TWO32 -- a negative expires
