@@ -49,6 +49,10 @@ type Config struct {
 	// GID, when >= 0 and Chown is true, is the socket's group.
 	GID   int
 	Chown bool
+	// FrameTimeout bounds how long the rest of a frame may take once its
+	// first byte came; a connection stalled mid-frame is closed. Zero means
+	// 5 s.
+	FrameTimeout time.Duration
 }
 
 // RequestMetrics are the request metrics of one label set that a shim
@@ -100,6 +104,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.Mode == 0 {
 		cfg.Mode = 0o660
+	}
+	if cfg.FrameTimeout <= 0 {
+		cfg.FrameTimeout = 5 * time.Second
 	}
 	return &Server{cfg: cfg, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}, subs: map[*conn]struct{}{}}
 }
@@ -217,13 +224,27 @@ func (s *Server) ServeConn(c io.ReadWriteCloser) error {
 		s.mu.Unlock()
 	}()
 	br := bufio.NewReaderSize(c, MaxFrame+4)
+	dl, _ := c.(interface{ SetReadDeadline(time.Time) error })
 	for {
-		hdr, err := br.Peek(4)
-		if err != nil {
+		// An idle connection may wait as long as it likes; once a frame
+		// has begun, the rest of it must come within FrameTimeout, or a
+		// client that stalls mid-frame would hold the connection forever.
+		if _, err := br.Peek(1); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
+		}
+		partial := false
+		if dl != nil && !wholeFrame(br) {
+			partial = true
+			if err := dl.SetReadDeadline(time.Now().Add(s.cfg.FrameTimeout)); err != nil {
+				return err
+			}
+		}
+		hdr, err := br.Peek(4)
+		if err != nil {
+			return fmt.Errorf("picksock: frame header: %w", err)
 		}
 		n, err := FrameLen(hdr)
 		if err != nil {
@@ -231,7 +252,12 @@ func (s *Server) ServeConn(c io.ReadWriteCloser) error {
 		}
 		frame, err := br.Peek(n)
 		if err != nil {
-			return err
+			return fmt.Errorf("picksock: frame body: %w", err)
+		}
+		if partial {
+			if err := dl.SetReadDeadline(time.Time{}); err != nil {
+				return err
+			}
 		}
 		if err := cs.handle(frame); err != nil {
 			return err
@@ -249,6 +275,17 @@ func (s *Server) ServeConn(c io.ReadWriteCloser) error {
 			cs.out = cs.out[:0]
 		}
 	}
+}
+
+// wholeFrame reports whether br holds a whole frame (or one whose length is
+// invalid, which the caller refuses without reading on).
+func wholeFrame(br *bufio.Reader) bool {
+	if br.Buffered() < 4 {
+		return false
+	}
+	hdr, _ := br.Peek(4)
+	n, err := FrameLen(hdr)
+	return err != nil || br.Buffered() >= n
 }
 
 // handle processes one frame and appends any reply to cs.out; the benchmark

@@ -481,3 +481,50 @@ func TestStickyNewSessionsPremade(t *testing.T) {
 		}
 	}
 }
+
+// TestStalledFrameIsClosed: a connection that stops mid-frame is closed after
+// FrameTimeout, while an idle one (no partial frame) stays open and served.
+func TestStalledFrameIsClosed(t *testing.T) {
+	srv := NewServer(Config{Picker: newRegistry(t), FrameTimeout: 200 * time.Millisecond})
+	path := filepath.Join(t.TempDir(), "pick.sock")
+	ln, err := srv.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	defer func() {
+		_ = srv.Close()
+		<-done
+	}()
+	stalled, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	idle, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	frame := AppendNeedVars(nil, 1, "default-web-80")
+	if _, err := stalled.Write(frame[:len(frame)-3]); err != nil { // all but the last bytes
+		t.Fatal(err)
+	}
+	_ = stalled.SetReadDeadline(time.Now().Add(3 * time.Second))
+	start := time.Now()
+	if n, err := stalled.Read(make([]byte, 64)); err == nil || n > 0 {
+		t.Fatalf("a connection stalled mid-frame got %d bytes, %v; want it closed", n, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("closed after %v; want about the 200 ms frame timeout", d)
+	}
+	time.Sleep(300 * time.Millisecond) // idle longer than the frame timeout
+	if _, err := idle.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	tc := &tableClient{t: t, c: idle, br: bufio.NewReader(idle)}
+	if _, info, err := DecodeVarsReply(tc.read()); err != nil || info.Code != CodeOK {
+		t.Fatalf("idle connection's reply: %+v %v", info, err)
+	}
+}
