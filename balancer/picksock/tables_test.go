@@ -495,7 +495,9 @@ func TestStalledFrameIsClosed(t *testing.T) {
 	go func() { done <- srv.Serve(ln) }()
 	defer func() {
 		_ = srv.Close()
-		<-done
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}()
 	stalled, err := net.Dial("unix", path)
 	if err != nil {
