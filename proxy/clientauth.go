@@ -7,7 +7,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -26,6 +28,91 @@ type clientAuth struct {
 	match *regexp.Regexp // auth-tls-match-cn; nil without
 	// crls are ca.crl's revocation lists; nil: no revocation check.
 	crls []*x509.RevocationList
+
+	// verified caches verify's answers by the chain's certificates, so a
+	// connection's requests verify its chain once, as nginx verifies once
+	// per handshake (a verification cost 65 µs and 66 allocations per
+	// request: BenchmarkClientAuthCheck). An answer is kept at most
+	// verifyTTL, and never past the moment it could change (the leaf's
+	// validity, the next update of a revocation list).
+	mu       sync.RWMutex
+	verified map[string]verifyAnswer
+}
+
+// verifyAnswer is a cached outcome of verify, with what the answer's
+// upstream fields need of the leaf.
+type verifyAnswer struct {
+	err             error
+	subject, issuer string
+	escapedPEM      string // ssl-client-cert, when passed upstream
+	until           time.Time
+}
+
+const (
+	// verifyTTL bounds how long a verification is reused.
+	verifyTTL = time.Minute
+	// verifyCacheMax bounds the cached verifications of one server; past
+	// it the cache starts over.
+	verifyCacheMax = 4096
+)
+
+// cachedVerify is verify, reusing an answer for the same chain.
+func (c *clientAuth) cachedVerify(chain []*x509.Certificate) verifyAnswer {
+	now := time.Now()
+	leaf := chain[0]
+	c.mu.RLock()
+	var a verifyAnswer
+	var ok bool
+	if len(chain) == 1 {
+		a, ok = c.verified[string(leaf.Raw)] // no allocation for the lookup
+	} else {
+		a, ok = c.verified[chainKey(chain)]
+	}
+	c.mu.RUnlock()
+	if ok && now.Before(a.until) {
+		return a
+	}
+	a = verifyAnswer{err: c.verify(chain), subject: leaf.Subject.String(), issuer: leaf.Issuer.String()}
+	if c.cfg.PassCertificate {
+		p := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
+		a.escapedPEM = string(appendEscaped(nil, string(p), nginxUnescaped))
+	}
+	until := now.Add(verifyTTL)
+	for _, t := range []time.Time{leaf.NotAfter, leaf.NotBefore} {
+		if now.Before(t) && t.Before(until) {
+			until = t
+		}
+	}
+	for _, crl := range c.crls {
+		if !crl.NextUpdate.IsZero() && now.Before(crl.NextUpdate) && crl.NextUpdate.Before(until) {
+			until = crl.NextUpdate
+		}
+	}
+	c.mu.Lock()
+	if c.verified == nil || len(c.verified) >= verifyCacheMax {
+		c.verified = make(map[string]verifyAnswer)
+	}
+	a.until = until
+	c.verified[chainKey(chain)] = a
+	c.mu.Unlock()
+	return a
+}
+
+// chainKey is the cache key of a chain: its certificates' DER, each with its
+// length first.
+func chainKey(chain []*x509.Certificate) string {
+	if len(chain) == 1 {
+		return string(chain[0].Raw)
+	}
+	var b strings.Builder
+	for i, cert := range chain {
+		if i > 0 {
+			b.WriteString(strconv.Itoa(len(cert.Raw)))
+			b.WriteByte(':')
+		}
+		b.Write(cert.Raw)
+	}
+	return b.String()
 }
 
 func newClientAuth(ca *model.ClientAuth) *clientAuth {
@@ -86,14 +173,13 @@ func (c *clientAuth) check(state *tls.ConnectionState, host []byte) certAnswer {
 		// a certificate: nginx answers 421.
 		return certAnswer{v: verdict{status: 421}}
 	}
-	verify, subject, issuer := "NONE", "", ""
-	var leaf *x509.Certificate
+	verify, subject, issuer, escapedPEM := "NONE", "", "", ""
 	var verr error
 	if len(state.PeerCertificates) > 0 {
-		leaf = state.PeerCertificates[0]
-		subject, issuer = leaf.Subject.String(), leaf.Issuer.String()
+		a := c.cachedVerify(state.PeerCertificates)
+		subject, issuer, escapedPEM, verr = a.subject, a.issuer, a.escapedPEM, a.err
 		verify = "SUCCESS"
-		if verr = c.verify(state.PeerCertificates); verr != nil {
+		if verr != nil {
 			verify = "FAILED:" + verr.Error()
 		}
 	}
@@ -116,9 +202,8 @@ func (c *clientAuth) check(state *tls.ConnectionState, host []byte) certAnswer {
 		return certAnswer{v: verdict{status: 403, body: "client certificate unauthorized"}}
 	}
 	a := certAnswer{fields: make([][2]string, 0, 4)}
-	if c.cfg.PassCertificate && leaf != nil {
-		p := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
-		a.fields = append(a.fields, [2]string{"ssl-client-cert", string(appendEscaped(nil, string(p), nginxUnescaped))})
+	if c.cfg.PassCertificate && escapedPEM != "" {
+		a.fields = append(a.fields, [2]string{"ssl-client-cert", escapedPEM})
 	}
 	a.fields = append(a.fields, [2]string{"ssl-client-verify", verify}, [2]string{"ssl-client-subject-dn", subject},
 		[2]string{"ssl-client-issuer-dn", issuer})
