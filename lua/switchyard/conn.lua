@@ -97,14 +97,14 @@ local function get_slot()
   -- rinfo is the backend info whose rotation a round-robin request's
   -- retries continue (see candidate).
   return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0,
-    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false }
+    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false, recipe = false }
 end
 
 -- release returns a pick result to the pool once its request is done.
 function _M.release(s)
   if s and s.sema and not s.pending then
     s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
-    s.rpeers, s.peer, s.rinfo = false, false, false
+    s.rpeers, s.peer, s.rinfo, s.recipe = false, false, false, false
     npool = npool + 1
     pool[npool] = s
   end

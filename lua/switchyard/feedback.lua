@@ -42,6 +42,15 @@ local function flush_counts()
   end
 end
 
+-- usec1 is usec of a variable that holds one value.
+local function usec1(v)
+  local x = tonumber(v)
+  if not x or x < 0 then
+    return 0
+  end
+  return min(floor(x * 1000000 + 0.5), 4294967295)
+end
+
 local function usec(v)
   local x = tonumber(last(v))
   if not x or x < 0 then
@@ -120,6 +129,15 @@ function _M.feedback(s)
     return
   end
   local backend = str8(name)
+  if not find(addrs, ",", 1, true) and not find(addrs, " ", 1, true) then
+    -- One attempt (the common case): the variables hold one value each,
+    -- read as they are, without splitting lists.
+    local header = ngx_var.upstream_header_time
+    enqueue(frame(T.DONE, 0, backend .. str8(addrs) .. u32(usec1(ngx_var.upstream_connect_time)) ..
+      u32(usec1(header)) .. u32(usec1(ngx_var.upstream_response_time)) ..
+      u16(tonumber(ngx_var.upstream_status) or 0) .. ((header == nil or header == "-") and "\1" or "\0")))
+    return
+  end
   -- Earlier attempts failed (nginx moved on to the next peer).
   local count = 0
   for a in string.gmatch(addrs, "[^%s,]+") do

@@ -34,6 +34,7 @@ local feedback = require("switchyard.feedback")
 local metrics = require("switchyard.metrics")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
 local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
+local sticky_cookie = tables.sticky_cookie
 local take_leased, lease_next = lease.take, lease.next
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
 
@@ -153,7 +154,13 @@ function _M.candidate(s, i)
     return rp[((s.rpos + (i - 1) % s.n) % TWO32) % s.rn + 1], false
   end
   local k = (i - 1) % s.n + 1
-  return s.cands[k], s.cookies[k]
+  local cookie = s.cookies[k]
+  if cookie and s.recipe then
+    -- A premade new sticky session: cookies[k] is the upstream key; the
+    -- Set-Cookie is written now, for the candidate that serves only.
+    cookie = sticky_cookie(s.recipe, cookie)
+  end
+  return s.cands[k], cookie
 end
 
 -- pick_frame builds the pick frame of request id to backend name, with the

@@ -17,7 +17,7 @@ local be32, f64 = wire.be32, wire.f64
 local state = require("switchyard.state")
 local conn = require("switchyard.conn")
 local tables = require("switchyard.tables")
-local should_set_cookie, sticky_cookie = tables.should_set_cookie, tables.sticky_cookie
+local should_set_cookie = tables.should_set_cookie
 -- PREMADE_MAX bounds the premade picks asked for at once (the protocol's
 -- MaxPremade), STRIDE the candidates of one (its MaxCandidates). Batches are
 -- sized like leases (conn.ask_batch) and used for at most LEASE_TTL.
@@ -128,13 +128,14 @@ function _M.take(s, info, name)
     local cookie = false
     if keyed then
       -- A sticky new session: the upstream key of this candidate's
-      -- cookie, which the shim writes from the table's recipe.
+      -- cookie. The cookie itself is written from the table's recipe
+      -- only for the candidate that serves (pick.candidate).
       l = byte(b, i)
       if not l or i + l > len then
         return bad_batch(info, cur)
       end
       if set then
-        cookie = sticky_cookie(recipe, sub(b, i + 1, i + l))
+        cookie = sub(b, i + 1, i + l)
       end
       i = i + 1 + l
     end
@@ -142,6 +143,8 @@ function _M.take(s, info, name)
   end
   cur.pos, cur.i = i, cur.i + 1
   s.n, s.code, s.alt, s.backend, s.score = nc, 0, band(flags, 1) == 1, backend, score
+  -- s.cookies hold upstream keys; pick.candidate writes the cookie.
+  s.recipe = set and recipe or false
   return true
 end
 
@@ -169,7 +172,7 @@ function _M.retries(s, info, name)
       cands[n], cookies[n] = c, scratch.cookies[j]
     end
   end
-  s.n = n
+  s.n, s.recipe = n, scratch.recipe
   return true
 end
 
