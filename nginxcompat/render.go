@@ -87,6 +87,10 @@ type RenderConfig struct {
 	// falls back to round robin over the last peer list; zero keeps the
 	// shim's default, 50 ms.
 	PickTimeout time.Duration
+	// DigestSocket is the unix socket of the digest verifier
+	// (DigestHandler) that auth-type: digest locations ask through
+	// auth_request. Empty: such locations answer 503 (fail closed).
+	DigestSocket string
 	// AuthDir holds the basic-authentication files WriteAuthFiles writes.
 	// Default "/etc/switchyard/auth".
 	AuthDir string
@@ -177,6 +181,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		ProxyProtocol:  rc.HTTPSProxyProtocol,
 		StatusListen:   rc.StatusListen,
 		APISocket:      rc.APISocket,
+		DigestSocket:   rc.DigestSocket,
 		PickSocket:     rc.PickSocket,
 		DefaultListen:  rc.DefaultBackendListen,
 		RequestMetrics: rc.RequestMetrics,
@@ -302,6 +307,7 @@ type view struct {
 	ProxyProtocol  bool // the HTTPS listens take a PROXY header
 	StatusListen   string
 	APISocket      string
+	DigestSocket   string
 	PickSocket     string
 	DefaultListen  string
 	RequestMetrics bool
@@ -353,6 +359,9 @@ type locationV struct {
 	// without basic authentication. basicData is the file's content.
 	BasicRealm, BasicFile string
 	basicData             []byte
+	// DigestKey names the location's digest credentials at the digest
+	// socket (DigestKey); empty without digest authentication.
+	DigestKey string
 	// Auth is the location's external authentication; nil without.
 	Auth                        *authV
 	SSLRedirect                 bool
@@ -532,6 +541,9 @@ func checkRenderConfig(rc RenderConfig) error {
 			return fmt.Errorf("nginxcompat: RenderConfig.%s %q: want stderr or an absolute path", name, p)
 		}
 	}
+	if rc.DigestSocket != "" && !reSocketPath.MatchString(rc.DigestSocket) {
+		return fmt.Errorf("nginxcompat: RenderConfig.DigestSocket %q: want an absolute path", rc.DigestSocket)
+	}
 	if rc.APISocket != "" && !reFilePath.MatchString(rc.APISocket) {
 		return fmt.Errorf("nginxcompat: RenderConfig.APISocket %q: want an absolute path", rc.APISocket)
 	}
@@ -605,7 +617,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	seen := map[string]bool{}
 	for i := range s.Locations {
 		l := &s.Locations[i]
-		lv, err := locationView(l, sv.TLS != "", g, rc.AuthDir, s.Hostname)
+		lv, err := locationView(l, sv.TLS != "", g, rc.AuthDir, rc.DigestSocket, s.Hostname)
 		if err == nil && denyAll {
 			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
 		}
@@ -650,7 +662,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 // reRealm is auth-realm's grammar.
 var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
 
-func locationView(l *model.Location, tls bool, g *globalView, authDir, server string) (*locationV, error) {
+func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSocket, server string) (*locationV, error) {
 	p := l.Path
 	if p == "" {
 		p = "/"
@@ -705,6 +717,17 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, server st
 		}
 		lv.BasicRealm, lv.basicData = ba.Realm, ba.Credentials.File()
 		lv.BasicFile = filepath.Join(authDir, ba.Credentials.Digest()+".htpasswd")
+	}
+	if da := l.DigestAuth; da != nil {
+		switch {
+		case da.Realm == "" || !reRealm.MatchString(da.Realm) || da.Credentials == nil || da.Credentials.Users() == 0:
+			return lv, fmt.Errorf("digest authentication: realm %q or credentials", da.Realm)
+		case l.ExternalAuth != nil || l.BasicAuth != nil:
+			return lv, errors.New("digest authentication with another authentication")
+		case !reSocketPath.MatchString(digestSocket):
+			return lv, fmt.Errorf("digest authentication: no digest socket (%q)", digestSocket)
+		}
+		lv.DigestKey = DigestKey(da)
 	}
 	if l.ExternalAuth != nil {
 		av, err := externalAuthView(l, p, server, g)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -134,6 +135,8 @@ func TestRenderGolden(t *testing.T) {
 	type goldenCase struct {
 		in, out string // testdata/render/<case>.json, and the path without .conf
 		tweak   func(*RenderConfig)
+		// edit, when set, changes the Configuration read from in.
+		edit func(*model.Configuration)
 	}
 	var all []goldenCase
 	for _, in := range cases {
@@ -144,10 +147,31 @@ func TestRenderGolden(t *testing.T) {
 	// The same Configuration rendered with other RenderConfigs.
 	all = append(all, goldenCase{in: "testdata/render/tls.json", out: "testdata/render/tls.passthrough",
 		tweak: func(rc *RenderConfig) { rc.HTTPSListen, rc.HTTPSProxyProtocol = []string{"127.0.0.1:442"}, true }})
+	// auth-type: digest on app.example.com's "/", with the digest socket
+	// and without it (503, fail closed).
+	digest := func(cfg *model.Configuration) {
+		creds, err := digestauth.Parse([]byte("alice:Staff only:" + digestauth.HA1("alice", "Staff only", "s3cret") + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cfg.Servers {
+			for j := range cfg.Servers[i].Locations {
+				if l := &cfg.Servers[i].Locations[j]; cfg.Servers[i].Hostname == "app.example.com" && l.Path == "/" {
+					l.DigestAuth = &model.DigestAuth{Realm: "Staff only", Credentials: creds}
+				}
+			}
+		}
+	}
+	all = append(all, goldenCase{in: "testdata/render/basic.json", out: "testdata/render/digest", edit: digest,
+		tweak: func(rc *RenderConfig) { rc.DigestSocket = "/run/switchyard/digest.sock" }},
+		goldenCase{in: "testdata/render/basic.json", out: "testdata/render/digest.nosocket", edit: digest, tweak: func(*RenderConfig) {}})
 	for _, gc := range all {
 		in := gc.in
 		t.Run(filepath.Base(gc.out), func(t *testing.T) {
 			cfg := loadCase(t, in)
+			if gc.edit != nil {
+				gc.edit(cfg)
+			}
 			grc := goldenRenderConfig
 			gc.tweak(&grc)
 			r, err := Render(cfg, grc)

@@ -82,11 +82,16 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		}
 	}
 	written := map[*authV]bool{}
+	digests := map[string]bool{}
 	for _, l := range sv.Locations {
 		if l.Auth != nil && !written[l.Auth] {
 			// Once per auth: a Prefix path's two locations share it.
 			written[l.Auth] = true
 			writeAuthLocations(b, v, l)
+		}
+		if l.DigestKey != "" && !l.Denied && !digests[l.DigestKey] {
+			digests[l.DigestKey] = true
+			writeDigestLocation(b, v.DigestSocket, l.DigestKey)
 		}
 		writeLocation(b, v, l)
 	}
@@ -166,6 +171,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	}
 	if l.Auth != nil {
 		writeAuthRequest(b, l.Auth)
+	}
+	if l.DigestKey != "" {
+		writeDigestRequest(b, l.DigestKey)
 	}
 	if l.SSLRedirect {
 		b.WriteString("\n            if ($scheme = http) {\n                return ")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -111,6 +112,14 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 		return verdict{status: 401, wwwAuthenticate: `Basic realm="` + ba.Realm + `"`}
 	}
 	return verdict{}
+}
+
+// digestCheck runs auth-type: digest after the location's other checks, as
+// the module's access phase handler follows allow/deny and auth_basic.
+func (p *Proxy) digestCheck(da *model.DigestAuth, method, uri string, f *clientFacts) verdict {
+	a := p.digest.Check(da.Realm, da.Credentials, digestauth.Request{Method: method, URI: uri,
+		Authorization: string(f.authorization), Client: f.remote})
+	return verdict{status: a.Status, wwwAuthenticate: a.WWWAuthenticate}
 }
 
 // basicAuthorized reports whether an Authorization field carries a user and

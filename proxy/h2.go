@@ -366,12 +366,18 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if ta, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
-	if loc.BasicAuth != nil {
+	if loc.BasicAuth != nil || loc.DigestAuth != nil {
 		f.authorization = []byte(r.Header.Get("Authorization"))
 	}
 	if v := tbl.check(vh, rt, &f, host, []byte(r.RequestURI), upath, r.ContentLength); v.status != 0 {
 		w.answer(v)
 		return
+	}
+	if da := loc.DigestAuth; da != nil {
+		if v := p.digestCheck(da, r.Method, r.RequestURI, &f); v.status != 0 {
+			w.answer(v)
+			return
+		}
 	}
 	if ea := loc.ExternalAuth; ea != nil {
 		id := []byte(r.Header.Get("X-Request-ID"))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/valyala/fasthttp"
 )
@@ -82,6 +83,9 @@ type Proxy struct {
 	janitor sync.Once
 	h2      h2Transports // HTTP/2 upstreams
 	auth    *authClient  // external authentication
+	// digest holds the nonces of auth-type: digest across Configurations,
+	// as nginx's shared memory zone survives reloads.
+	digest *digestauth.Verifier
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -108,7 +112,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient()}
+	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient(), digest: digestauth.NewVerifier(digestauth.VerifierConfig{})}
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
 		if err != nil {
@@ -397,12 +401,18 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if ta, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
-	if loc.BasicAuth != nil {
+	if loc.BasicAuth != nil || loc.DigestAuth != nil {
 		f.authorization = ctx.Request.Header.Peek("Authorization")
 	}
 	if v := tbl.check(vh, rt, &f, host, ctx.RequestURI(), ctx.Path(), int64(ctx.Request.Header.ContentLength())); v.status != 0 {
 		answerFast(ctx, v)
 		return
+	}
+	if da := loc.DigestAuth; da != nil {
+		if v := p.digestCheck(da, string(ctx.Method()), string(ctx.RequestURI()), &f); v.status != 0 {
+			answerFast(ctx, v)
+			return
+		}
 	}
 	if loc.ExternalAuth != nil && !p.authorize(ctx, loc.ExternalAuth, &f, host, o) {
 		return

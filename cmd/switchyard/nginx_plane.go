@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/balancer/picksock"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/nginxcompat"
 	"k8s.io/klog/v2"
@@ -30,6 +31,8 @@ type nginxPlane struct {
 	picks   *picksock.Server
 	pickLn  net.Listener
 	api     *http.Server
+	digest  *nginxcompat.DigestHandler
+	digSrv  *http.Server
 	runOnce sync.Once
 	runDone chan struct{} // closed when Run returned; nil before it starts
 	errc    chan<- error
@@ -82,6 +85,21 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 			errc <- err
 		}
 	}()
+	// auth-type: digest: nginx asks the Go verifier through auth_request.
+	digestPath := filepath.Join(dir, "digest.sock")
+	digest := nginxcompat.NewDigestHandler(digestauth.NewVerifier(digestauth.VerifierConfig{}))
+	digestLn, err := nginxcompat.ListenUnix(digestPath, 0o660, gid)
+	if err != nil {
+		pickLn.Close()
+		_ = apiSrv.Close()
+		return nil, fmt.Errorf("digest socket: %w", err)
+	}
+	digSrv := &http.Server{Handler: digest, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := digSrv.Serve(digestLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
 	listen := func(port int) []string {
 		if opts.ListenAddress == "" {
 			return []string{strconv.Itoa(port)}
@@ -109,6 +127,7 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 			StatusListen:       net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)),
 			PickSocket:         pickPath,
 			APISocket:          apiPath,
+			DigestSocket:       digestPath,
 			// Where the builder's upstream-default-backend points when no
 			// --default-backend-service is set.
 			DefaultBackendListen: "127.0.0.1:8181",
@@ -124,9 +143,10 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 	if err != nil {
 		pickLn.Close()
 		_ = apiSrv.Close()
+		_ = digSrv.Close()
 		return nil, err
 	}
-	p := &nginxPlane{ctrl: ctrl, picks: picks, pickLn: pickLn, api: apiSrv, errc: errc}
+	p := &nginxPlane{ctrl: ctrl, picks: picks, pickLn: pickLn, api: apiSrv, digest: digest, digSrv: digSrv, errc: errc}
 	go func() {
 		if err := picks.Serve(pickLn); err != nil {
 			errc <- err
@@ -138,6 +158,8 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 // update hands cfg to nginx (balancer sync, render, test, reload if the file
 // changed) and starts the nginx master after the first accepted file.
 func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration) error {
+	// Before the reload, so the new nginx.conf's digest locations are known.
+	p.digest.Update(cfg)
 	if err := p.ctrl.Update(ctx, cfg); err != nil {
 		return err
 	}
@@ -172,6 +194,7 @@ func (p *nginxPlane) close() {
 		<-p.runDone
 	}
 	_ = p.api.Close()
+	_ = p.digSrv.Close()
 	_ = p.picks.Close()
 	_ = os.Remove(filepath.Join(filepath.Dir(p.pickLn.Addr().String()), "pick.sock"))
 }

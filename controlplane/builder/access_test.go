@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/test/harness"
 	corev1 "k8s.io/api/core/v1"
@@ -332,8 +333,8 @@ func TestBuildClientAuth(t *testing.T) {
 }
 
 // auth-type: basic: the credentials Secret is looked up and every line
-// validated; a missing Secret, a bad line, another namespace or digest
-// authentication fail the Ingress closed.
+// validated; a missing Secret, a bad line or another namespace fail the
+// Ingress closed.
 func TestBuildBasicAuth(t *testing.T) {
 	file := []byte("alice:{PLAIN}pw\n")
 	secret := func(data map[string][]byte) *corev1.Secret {
@@ -351,7 +352,6 @@ func TestBuildBasicAuth(t *testing.T) {
 		{"no auth key", map[string]string{"auth-type": "basic", "auth-secret": "users"}, secret(map[string][]byte{"htpasswd": file}), "auth-secret"},
 		{"a line without a hash", map[string]string{"auth-type": "basic", "auth-secret": "users"}, secret(map[string][]byte{"auth": []byte("alice:{PLAIN}pw\nbob\n")}), "auth-secret"},
 		{"another namespace", map[string]string{"auth-type": "basic", "auth-secret": "other/users"}, secret(map[string][]byte{"auth": file}), "auth-secret"},
-		{"digest", map[string]string{"auth-type": "digest", "auth-secret": "users"}, secret(map[string][]byte{"auth": file}), "auth-type"},
 		{"no auth-secret", map[string]string{"auth-type": "basic"}, nil, "auth-type"},
 		{"bad realm", map[string]string{"auth-type": "basic", "auth-secret": "users", "auth-realm": `a" x`}, secret(map[string][]byte{"auth": file}), "auth-realm"},
 	} {
@@ -378,6 +378,58 @@ func TestBuildBasicAuth(t *testing.T) {
 				}
 				if l.Denied != nil || l.BasicAuth == nil || !l.BasicAuth.Credentials.Verify("alice", "pw") || l.BasicAuth.Realm != tc.ann["auth-realm"] {
 					t.Errorf("denied %+v, basic auth %+v", l.Denied, l.BasicAuth)
+				}
+			}
+		})
+	}
+}
+
+// auth-type: digest: an htdigest file (or auth-map of realm:HA1) whose
+// every line is valid, and auth-realm; anything else fails closed, and so
+// does digest together with an auth-url.
+func TestBuildDigestAuth(t *testing.T) {
+	line := "alice:Staff only:" + digestauth.HA1("alice", "Staff only", "pw")
+	secret := func(data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "users"}, Data: data}
+	}
+	for _, tc := range []struct {
+		name   string
+		ann    map[string]string
+		secret *corev1.Secret
+		denied string
+	}{
+		{"auth-file", map[string]string{"auth-type": "digest", "auth-secret": "users", "auth-realm": "Staff only"}, secret(map[string][]byte{"auth": []byte(line + "\n")}), ""},
+		{"auth-map", map[string]string{"auth-type": "digest", "auth-secret": "users", "auth-realm": "Staff only", "auth-secret-type": "auth-map"},
+			secret(map[string][]byte{"alice": []byte(strings.TrimPrefix(line, "alice:"))}), ""},
+		{"no realm", map[string]string{"auth-type": "digest", "auth-secret": "users"}, secret(map[string][]byte{"auth": []byte(line)}), "auth-realm"},
+		{"missing Secret", map[string]string{"auth-type": "digest", "auth-secret": "users", "auth-realm": "Staff only"}, nil, "auth-secret"},
+		{"a basic line", map[string]string{"auth-type": "digest", "auth-secret": "users", "auth-realm": "Staff only"}, secret(map[string][]byte{"auth": []byte(line + "\nbob:{PLAIN}pw\n")}), "auth-secret"},
+		{"with auth-url", map[string]string{"auth-type": "digest", "auth-secret": "users", "auth-realm": "Staff only", "auth-url": "http://auth.example.com/"},
+			secret(map[string][]byte{"auth": []byte(line)}), "auth-type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := map[string]string{}
+			for k, v := range tc.ann {
+				ann[annotationPrefix+k] = v
+			}
+			in := accessInput(ann, nil, nil)
+			if tc.secret != nil {
+				in.Secrets = []*corev1.Secret{tc.secret}
+			}
+			cfg := Build(in, Options{})
+			for _, s := range cfg.Servers {
+				if s.Hostname != "p.example.com" {
+					continue
+				}
+				l := s.Locations[0]
+				if tc.denied != "" {
+					if l.Denied == nil || l.Denied.Field != annotationPrefix+tc.denied {
+						t.Errorf("denied %+v; want denied by %s", l.Denied, tc.denied)
+					}
+					continue
+				}
+				if l.Denied != nil || l.DigestAuth == nil || l.DigestAuth.Realm != "Staff only" || l.DigestAuth.Credentials.Users() != 1 || l.BasicAuth != nil {
+					t.Errorf("denied %+v, digest auth %+v", l.Denied, l.DigestAuth)
 				}
 			}
 		})

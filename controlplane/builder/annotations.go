@@ -77,6 +77,7 @@ type annotations struct {
 	// and basicAuth the result; nil without auth-type.
 	basicAuthAnn     *basicAuthAnnotations
 	basicAuth        *model.BasicAuth
+	digestAuth       *model.DigestAuth
 	cors             corsAnnotations
 	customHTTPErrors []int
 	defaultBackend   string

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -488,13 +489,15 @@ var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
 // looked up.
 type basicAuthAnnotations struct {
 	secret, secretType, realm string
+	// digest is auth-type: digest.
+	digest bool
 }
 
 var basicAuthKin = []string{"auth-secret", "auth-secret-type", "auth-realm"}
 
 // parseBasicAuth reads auth-type and its kin; nil without auth-type (each
-// kin present is then reported as having no effect). Digest authentication
-// and invalid values fail the Ingress closed.
+// kin present is then reported as having no effect). Invalid values, and
+// digest without auth-realm, fail the Ingress closed.
 func parseBasicAuth(get func(string) (string, bool), bad func(string, string, ...any), warn func(string, string)) *basicAuthAnnotations {
 	typ, ok := get("auth-type")
 	if !ok {
@@ -505,16 +508,15 @@ func parseBasicAuth(get func(string) (string, bool), bad func(string, string, ..
 		}
 		return nil
 	}
+	c := &basicAuthAnnotations{secretType: "auth-file"}
 	switch typ {
 	case "basic":
 	case "digest":
-		bad("auth-type", "digest authentication is not supported yet")
-		return nil
+		c.digest = true
 	default:
 		bad("auth-type", "%q is not basic or digest", typ)
 		return nil
 	}
-	c := &basicAuthAnnotations{secretType: "auth-file"}
 	secret, ok := get("auth-secret")
 	if !ok || strings.TrimSpace(secret) == "" {
 		bad("auth-type", "auth-secret is missing")
@@ -534,6 +536,12 @@ func parseBasicAuth(get func(string) (string, bool), bad func(string, string, ..
 			return nil
 		}
 		c.realm = v
+	}
+	if c.digest && c.realm == "" {
+		// The module treats an empty realm as auth_digest off: ingress-nginx
+		// would serve the Ingress open.
+		bad("auth-realm", "is required with auth-type: digest (without it ingress-nginx serves the Ingress unprotected)")
+		return nil
 	}
 	return c
 }
@@ -561,6 +569,32 @@ func (b *builder) basicAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) 
 		return nil, fmt.Errorf("secret %s/%s: %v", ns, name, err)
 	}
 	return &model.BasicAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
+		Credentials: creds}, nil
+}
+
+// digestAuth looks up the credentials Secret of auth-secret for ing, as
+// basicAuth: its "auth" key an htdigest file (auth-file) or each key a user
+// whose value is "realm:HA1" (auth-map), every line valid.
+func (b *builder) digestAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) (*model.DigestAuth, error) {
+	sec, err := b.ingressSecret(ing, c.secret)
+	if err != nil {
+		return nil, err
+	}
+	ns, name := sec.Namespace, sec.Name
+	var creds *digestauth.Credentials
+	if c.secretType == "auth-map" {
+		creds, err = digestauth.ParseMap(sec.Data)
+	} else {
+		data, ok := sec.Data["auth"]
+		if !ok {
+			return nil, fmt.Errorf("secret %s/%s has no key auth", ns, name)
+		}
+		creds, err = digestauth.Parse(data)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secret %s/%s: %v", ns, name, err)
+	}
+	return &model.DigestAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
 		Credentials: creds}, nil
 }
 

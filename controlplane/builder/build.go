@@ -223,7 +223,15 @@ func Build(in Input, opt Options) *model.Configuration {
 				a.externalAuth = &ea
 			}
 		}
-		if a.basicAuthAnn != nil {
+		if a.basicAuthAnn != nil && a.basicAuthAnn.digest {
+			da, err := b.digestAuth(ing, a.basicAuthAnn)
+			if err != nil {
+				a.deny("auth-secret", err.Error())
+				errs = append(errs, annotationError{key: annotationPrefix + "auth-secret", reason: model.ReasonFailedClosed,
+					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
+			}
+			a.digestAuth = da
+		} else if a.basicAuthAnn != nil {
 			ba, err := b.basicAuth(ing, a.basicAuthAnn)
 			if err != nil {
 				a.deny("auth-secret", err.Error())
@@ -472,11 +480,17 @@ func (b *builder) applyAccess(loc *model.Location, a annotations) {
 		}
 	}
 	loc.BasicAuth = a.basicAuth
+	loc.DigestAuth = a.digestAuth
 	switch {
 	case a.denied != nil:
 		loc.Denied = a.denied
 	case ac.denied != nil:
 		loc.Denied = ac.denied
+	case loc.DigestAuth != nil && loc.ExternalAuth != nil:
+		// One auth_request per location: the nginx plane asks the digest
+		// verifier through it, so it cannot also ask an auth-url.
+		loc.Denied = &model.Denial{Field: annotationPrefix + "auth-type",
+			Reason: "digest authentication together with auth-url or global-auth-url is not supported"}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 )
 
 // Configuration is one complete, immutable snapshot of what the cluster asks
@@ -232,6 +233,10 @@ type Location struct {
 	// BasicAuth, when set, lets through only requests with a user and
 	// password its credentials accept (auth-type: basic).
 	BasicAuth *BasicAuth `json:"basicAuth,omitempty"`
+	// DigestAuth, when set, lets through only requests answering a digest
+	// challenge with a user and password of its credentials (auth-type:
+	// digest). Never set together with BasicAuth or ExternalAuth.
+	DigestAuth *DigestAuth `json:"digestAuth,omitempty"`
 	// ExternalAuth, when set, asks an authentication service about every
 	// request before it goes upstream (auth-url), after the source lists.
 	ExternalAuth *ExternalAuth `json:"externalAuth,omitempty"`
@@ -286,6 +291,20 @@ type BasicAuth struct {
 	// Credentials are its users and password hashes, validated (in JSON:
 	// their number and digest only).
 	Credentials *basicauth.Credentials `json:"credentials"`
+}
+
+// DigestAuth is auth-type: digest with auth-secret, auth-secret-type and
+// auth-realm, as ingress-nginx's nginx-http-auth-digest module runs it
+// (digestauth.Verifier, on both planes).
+type DigestAuth struct {
+	// Realm is auth-realm, never empty: letters, digits, blanks and
+	// - . _ ~ / : only.
+	Realm string `json:"realm"`
+	// Secret is the auth-secret Secret the credentials came from.
+	Secret ObjectRef `json:"secret"`
+	// Credentials are its htdigest lines, validated (in JSON: their number
+	// and digest only).
+	Credentials *digestauth.Credentials `json:"credentials"`
 }
 
 // ExternalAuth is auth-url and its kin, as nginx's auth_request runs them in

@@ -56,7 +56,11 @@ type Request struct {
 	// "stranger" from another), none when empty.
 	HTTPS      bool
 	ClientCert string
-	Want       Want
+	// Digest, when set, first gets a digest challenge with the request
+	// unauthenticated, then sends it answered with these credentials
+	// (rows_digest_test.go); the last answer is checked.
+	Digest *DigestLogin
+	Want   Want
 }
 
 // Want is the expected answer.
@@ -318,6 +322,9 @@ const readyTimeout = 30 * time.Second
 // do sends one request and returns the status, the response header and
 // the backend's account (nil when no echo backend answered).
 func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error) {
+	if r.Digest != nil {
+		return e.doDigest(ctx, r)
+	}
 	from := r.From
 	if from == "" {
 		from = "127.0.0.1"
@@ -386,7 +393,7 @@ func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 		a.Err = err.Error()
 	}
 	for k := range r.Want.Header {
-		a.Header[k] = h.Get(k)
+		a.Header[k] = reDigestNonce.ReplaceAllString(h.Get(k), `nonce="<nonce>"`)
 	}
 	if ec != nil {
 		a.Backend = ec.Backend
