@@ -37,6 +37,10 @@ type Row struct {
 	// expected answer yet, each with a one-line reason: their mismatches
 	// are logged, not failed. README.md lists every entry.
 	KnownDrift map[string]string
+	// ConfigMap are controller ConfigMap keys added to controllerConfigMap
+	// for this row alone (values are templates, as Manifests): the row
+	// then runs on a controller of its own per plane.
+	ConfigMap map[string]string
 }
 
 // Request is one request of a row and the answer it must get.
@@ -188,7 +192,7 @@ func startBackends(t *testing.T) map[string]string {
 }
 
 // manifests renders every row into dir, one file per row.
-func (e *env) manifests(t *testing.T, dir string) {
+func (e *env) manifests(t *testing.T, dir string, rows []Row, extra map[string]string) {
 	t.Helper()
 	funcs := template.FuncMap{
 		"backend": func(n string) string { h, _, _ := net.SplitHostPort(e.backends[n]); return h },
@@ -240,7 +244,19 @@ endpoints:
 	if err := os.WriteFile(filepath.Join(dir, "00-class.yaml"), []byte(class), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "00-configmap.yaml"), []byte(controllerConfigMap), 0o600); err != nil {
+	cm := controllerConfigMap
+	for _, k := range sortedKeys(extra) {
+		tpl, err := template.New(k).Funcs(funcs).Parse(extra[k])
+		if err != nil {
+			t.Fatalf("ConfigMap %s: %v", k, err)
+		}
+		var b bytes.Buffer
+		if err := tpl.Execute(&b, nil); err != nil {
+			t.Fatalf("ConfigMap %s: %v", k, err)
+		}
+		cm += "  " + k + ": " + strconv.Quote(b.String()) + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "00-configmap.yaml"), []byte(cm), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range rows {
@@ -279,11 +295,12 @@ var authEcho = []string{"X-Tenant", "X-Empty"}
 // name the client in X-Forwarded-For (controllerConfigMap).
 const TrustedProxy = "127.0.0.50"
 
-// startController runs the binary on plane with the rows' manifests.
-func (e *env) startController(t *testing.T, plane string) {
+// startController runs the binary on plane with the manifests of rows and
+// the ConfigMap keys extra added to controllerConfigMap.
+func (e *env) startController(t *testing.T, plane string, rows []Row, extra map[string]string) *harness.Process {
 	t.Helper()
 	dir := t.TempDir()
-	e.manifests(t, dir)
+	e.manifests(t, dir, rows, extra)
 	httpPort, httpsPort := harness.FreePort(t, "127.0.0.1"), harness.FreePort(t, "127.0.0.1")
 	status := harness.FreePort(t, "127.0.0.1")
 	args := []string{"controller", "--manifests", dir, "--http-port", strconv.Itoa(httpPort), "--https-port", strconv.Itoa(httpsPort),
@@ -314,6 +331,7 @@ func (e *env) startController(t *testing.T, plane string) {
 			return true, nil
 		})
 	}
+	return p
 }
 
 // readyTimeout bounds the wait for a controller to serve every row.
@@ -492,13 +510,36 @@ func TestBehaviour(t *testing.T) {
 			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"}),
 				ca: suiteCA, certs: clientCerts}
 			e.auth.SetEcho(authEcho...)
-			e.startController(t, plane)
-			ctx := context.Background()
+			// Rows with a ConfigMap of their own run last, each on its own
+			// controller, after the shared one stopped (nginx's built-in
+			// default backend has a fixed port).
+			var shared, own []Row
 			for _, r := range rows {
+				if r.ConfigMap == nil {
+					shared = append(shared, r)
+				} else {
+					own = append(own, r)
+				}
+			}
+			sharedProc := e.startController(t, plane, shared, nil)
+			ctx := context.Background()
+			for i, r := range append(shared, own...) {
+				if i == len(shared) {
+					if err := sharedProc.Stop(); err != nil {
+						t.Error(err)
+					}
+				}
 				if !onPlane(r, plane) {
 					continue
 				}
 				t.Run(r.Name, func(t *testing.T) {
+					e := e
+					if r.ConfigMap != nil {
+						// A controller of the row's own, with its ConfigMap.
+						own := *e
+						own.startController(t, plane, []Row{r}, r.ConfigMap)
+						e = &own
+					}
 					reason, known := r.KnownDrift[plane]
 					drifted := false
 					if known {
