@@ -175,6 +175,10 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	if l.DigestKey != "" {
 		writeDigestRequest(b, l.DigestKey)
 	}
+	if l.BasicFile != "" || l.DigestKey != "" {
+		// As ingress-nginx: the credentials stay with the proxy.
+		b.WriteString("\n            proxy_set_header Authorization \"\";")
+	}
 	if l.SSLRedirect {
 		b.WriteString("\n            if ($scheme = http) {\n                return ")
 		writeInt(b, v.G.HTTPRedirectCode)

@@ -114,6 +114,10 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 	return verdict{}
 }
 
+// clearAuthorization removes the client's Authorization field upstream
+// after basic or digest authentication.
+var clearAuthorization = [][2]string{{"Authorization", ""}}
+
 // digestCheck runs auth-type: digest after the location's other checks, as
 // the module's access phase handler follows allow/deny and auth_basic.
 func (p *Proxy) digestCheck(da *model.DigestAuth, method, uri string, f *clientFacts) verdict {

@@ -379,6 +379,11 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 			return
 		}
 	}
+	if loc.BasicAuth != nil || loc.DigestAuth != nil {
+		// ingress-nginx's proxy_set_header Authorization "": the
+		// credentials stay with the proxy.
+		o.addUpstreamFields(clearAuthorization)
+	}
 	if ea := loc.ExternalAuth; ea != nil {
 		id := []byte(r.Header.Get("X-Request-ID"))
 		if len(id) == 0 {

@@ -414,6 +414,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			return
 		}
 	}
+	if loc.BasicAuth != nil || loc.DigestAuth != nil {
+		// ingress-nginx's proxy_set_header Authorization "": the
+		// credentials stay with the proxy.
+		o.addUpstreamFields(clearAuthorization)
+	}
 	if loc.ExternalAuth != nil && !p.authorize(ctx, loc.ExternalAuth, &f, host, o) {
 		return
 	}

@@ -85,7 +85,7 @@ stringData:
 `,
 		Requests: []Request{
 			{Name: "no credentials", Host: "basic.test", Path: "/", Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Basic realm="Staff only"`}}},
-			{Name: "right password", Host: "basic.test", Path: "/", Header: basic("alice", "s3cret"), Want: Want{Status: 200, Backend: "a"}},
+			{Name: "right password", Host: "basic.test", Path: "/", Header: basic("alice", "s3cret"), Want: Want{Status: 200, Backend: "a", Sent: map[string]string{"Authorization": ""}}},
 			{Name: "wrong password", Host: "basic.test", Path: "/", Header: basic("alice", "S3cret"), Want: Want{Status: 401}},
 			{Name: "unknown user", Host: "basic.test", Path: "/", Header: basic("bob", "s3cret"), Want: Want{Status: 401}},
 			{Name: "missing Secret: fail closed", Host: "nosecret.test", Path: "/", Header: basic("alice", "s3cret"), Want: Want{Status: 503}},

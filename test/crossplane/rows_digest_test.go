@@ -94,7 +94,7 @@ stringData:
 		{Name: "no credentials: the challenge", Host: "digest.test", Path: "/",
 			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>"`}}},
 		{Name: "right password", Host: "digest.test", Path: "/p?q=1", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret"},
-			Want: Want{Status: 200, Backend: "a", URI: "/p?q=1"}},
+			Want: Want{Status: 200, Backend: "a", URI: "/p?q=1", Sent: map[string]string{"Authorization": ""}}},
 		{Name: "wrong password", Host: "digest.test", Path: "/", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "S3cret"},
 			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>"`}}},
 		{Name: "replayed nc", Host: "digest.test", Path: "/", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret", Replay: true},
