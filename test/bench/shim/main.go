@@ -192,28 +192,7 @@ func (b *bench) startBackends() (func(), error) {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, err
 	}
-	var listens strings.Builder
-	for _, a := range b.backends {
-		fmt.Fprintf(&listens, "        listen %s;\n", a)
-	}
-	conf := fmt.Sprintf(`daemon off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path %[1]s/cb;
-    proxy_temp_path %[1]s/p;
-    fastcgi_temp_path %[1]s/f;
-    uwsgi_temp_path %[1]s/u;
-    scgi_temp_path %[1]s/s;
-    server {
-%[2]s        location / { return 200 "ok"; }
-    }
-}
-`, d, listens.String())
+	conf := benchutil.BackendsConf(d, b.backends, `"ok"`)
 	cmd, err := b.startNginx(d, conf)
 	if err != nil {
 		return nil, err

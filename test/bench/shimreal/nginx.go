@@ -45,28 +45,7 @@ func startBackends(dir string) (*backends, error) {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, err
 	}
-	var listens strings.Builder
-	for _, a := range append(append([]string{}, b.primary...), b.secondary...) {
-		fmt.Fprintf(&listens, "        listen %s;\n", a)
-	}
-	conf := fmt.Sprintf(`daemon off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path %[1]s/cb;
-    proxy_temp_path %[1]s/p;
-    fastcgi_temp_path %[1]s/f;
-    uwsgi_temp_path %[1]s/u;
-    scgi_temp_path %[1]s/s;
-    server {
-%[2]s        location / { return 200 "$server_addr:$server_port"; }
-    }
-}
-`, d, listens.String())
+	conf := benchutil.BackendsConf(d, append(append([]string{}, b.primary...), b.secondary...), `"$server_addr:$server_port"`)
 	cmd, err := startNginx(d, conf)
 	if err != nil {
 		return nil, err

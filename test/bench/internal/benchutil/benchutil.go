@@ -124,3 +124,32 @@ func FreePort(ip string) (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// BackendsConf is the nginx.conf of the benchmarks' upstream servers: one
+// worker in dir, listening on every address in listens, answering every
+// request 200 with body (nginx's `return` syntax: a quoted string, which may
+// name variables).
+func BackendsConf(dir string, listens []string, body string) string {
+	var l strings.Builder
+	for _, a := range listens {
+		fmt.Fprintf(&l, "        listen %s;\n", a)
+	}
+	return fmt.Sprintf(`daemon off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path %[1]s/cb;
+    proxy_temp_path %[1]s/p;
+    fastcgi_temp_path %[1]s/f;
+    uwsgi_temp_path %[1]s/u;
+    scgi_temp_path %[1]s/s;
+    server {
+%[2]s        location / { return 200 %[3]s; }
+    }
+}
+`, dir, l.String(), body)
+}
