@@ -13,8 +13,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
@@ -193,17 +191,17 @@ func (b *bench) startBackends() (func(), error) {
 		return nil, err
 	}
 	conf := benchutil.BackendsConf(d, b.backends, `"ok"`)
-	cmd, err := b.startNginx(d, conf)
+	cmd, err := benchutil.StartNginx(b.nginx, d, conf)
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range b.backends {
-		if err := waitHTTP("http://"+a+"/", 200); err != nil {
-			stop(cmd)
+		if err := benchutil.WaitHTTP("http://"+a+"/", 200); err != nil {
+			benchutil.Stop(cmd)
 			return nil, err
 		}
 	}
-	return func() { stop(cmd) }, nil
+	return func() { benchutil.Stop(cmd) }, nil
 }
 
 func (b *bench) startGo() error {
@@ -235,36 +233,7 @@ func (b *bench) startGo() error {
 	}
 }
 
-func (b *bench) stopGo() { stop(b.goProc) }
-
-func stop(cmd *exec.Cmd) {
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
-func (b *bench) startNginx(dir, conf string) (*exec.Cmd, error) {
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command(b.nginx, "-t", "-q", "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log")).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("nginx -t: %v\n%s", err, out)
-	}
-	cmd := exec.Command(b.nginx, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return cmd, cmd.Start()
-}
+func (b *bench) stopGo() { benchutil.Stop(b.goProc) }
 
 var frontTmpl = template.Must(template.New("front").Parse(`load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
@@ -387,20 +356,20 @@ func (b *bench) measure(v string, workers, conns int, d time.Duration, profile s
 	}); err != nil {
 		return sample{}, err
 	}
-	cmd, err := b.startNginx(dir, conf.String())
+	cmd, err := benchutil.StartNginx(b.nginx, dir, conf.String())
 	if err != nil {
 		return sample{}, err
 	}
-	defer stop(cmd)
+	defer benchutil.Stop(cmd)
 	if v == "c" {
-		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/configuration/general", statusPort), 0); err != nil {
+		if err := benchutil.WaitHTTP(fmt.Sprintf("http://127.0.0.1:%d/configuration/general", statusPort), 0); err != nil {
 			return sample{}, err
 		}
 		if err := b.postBackends(statusPort); err != nil {
 			return sample{}, err
 		}
 	}
-	if err := waitHTTP("http://"+listen+"/", 200); err != nil {
+	if err := benchutil.WaitHTTP("http://"+listen+"/", 200); err != nil {
 		return sample{}, err
 	}
 	// Warm up: connections, keepalive pools, the shim's backend info.
@@ -477,27 +446,6 @@ func (b *bench) fetchProfile(path string, d time.Duration) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
-}
-
-// waitHTTP polls url until it answers want (any status when want is 0).
-func waitHTTP(url string, want int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var last error
-	for ctx.Err() == nil {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if want == 0 || resp.StatusCode == want {
-				return nil
-			}
-			last = fmt.Errorf("%s: %s", url, resp.Status)
-		} else {
-			last = err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return errors.Join(errors.New("not ready: "+url), last)
 }
 
 func nproc() int {

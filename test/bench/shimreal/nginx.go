@@ -3,12 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,13 +44,13 @@ func startBackends(dir string) (*backends, error) {
 		return nil, err
 	}
 	conf := benchutil.BackendsConf(d, append(append([]string{}, b.primary...), b.secondary...), `"$server_addr:$server_port"`)
-	cmd, err := startNginx(d, conf)
+	cmd, err := benchutil.StartNginx(nginxBinary, d, conf)
 	if err != nil {
 		return nil, err
 	}
 	b.cmd = cmd
 	for _, a := range append(append([]string{}, b.primary...), b.secondary...) {
-		if err := waitHTTP("http://"+a+"/", 200); err != nil {
+		if err := benchutil.WaitHTTP("http://"+a+"/", 200); err != nil {
 			b.stop()
 			return nil, err
 		}
@@ -60,7 +58,7 @@ func startBackends(dir string) (*backends, error) {
 	return b, nil
 }
 
-func (b *backends) stop() { stop(b.cmd) }
+func (b *backends) stop() { benchutil.Stop(b.cmd) }
 
 // sidecar is `switchyard balancer`, shared by every shim nginx of the run.
 type sidecar struct {
@@ -95,7 +93,7 @@ func startSidecar(dir, bin string) (*sidecar, error) {
 	}
 }
 
-func (s *sidecar) stop() { stop(s.cmd) }
+func (s *sidecar) stop() { benchutil.Stop(s.cmd) }
 
 // front is the nginx under test, one per variant and worker count.
 type front struct {
@@ -265,17 +263,17 @@ func startFront(dir, variant string, workers int, src sources, side *sidecar) (*
 	}); err != nil {
 		return nil, err
 	}
-	if f.cmd, err = startNginx(f.dir, conf.String()); err != nil {
+	if f.cmd, err = benchutil.StartNginx(nginxBinary, f.dir, conf.String()); err != nil {
 		return nil, err
 	}
-	if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/nothing", f.statusPort), 404); err != nil {
+	if err := benchutil.WaitHTTP(fmt.Sprintf("http://127.0.0.1:%d/nothing", f.statusPort), 404); err != nil {
 		f.stop()
 		return nil, fmt.Errorf("%w\n%s", err, f.tail())
 	}
 	return f, nil
 }
 
-func (f *front) stop() { stop(f.cmd) }
+func (f *front) stop() { benchutil.Stop(f.cmd) }
 
 // tail returns the end of the front's error.log, for error messages.
 func (f *front) tail() string {
@@ -296,60 +294,4 @@ func (f *front) errorLines() []string {
 		}
 	}
 	return out
-}
-
-func startNginx(dir, conf string) (*exec.Cmd, error) {
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	errLog := filepath.Join(dir, "error.log")
-	if out, err := exec.Command(nginxBinary, "-t", "-q", "-p", dir, "-c", path, "-e", errLog).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("nginx -t: %v\n%s", err, out)
-	}
-	cmd := exec.Command(nginxBinary, "-p", dir, "-c", path, "-e", errLog)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start nginx: %w", err)
-	}
-	return cmd, nil
-}
-
-// stop ends a process group this program started: SIGTERM (nginx's fast
-// shutdown), then SIGKILL after 5 s.
-func stop(cmd *exec.Cmd) {
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
-// waitHTTP polls url until it answers want.
-func waitHTTP(url string, want int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var last error
-	for ctx.Err() == nil {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return nil
-			}
-			last = fmt.Errorf("%s: %s", url, resp.Status)
-		} else {
-			last = err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return errors.Join(errors.New("not ready: "+url), last)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"io"
 	"net/http"
 	"slices"
@@ -26,7 +27,7 @@ func prepare(fronts map[string]*front, payload []byte, bk *backends, cases []ben
 			return fmt.Errorf("%s: %w", v, err)
 		}
 		for _, c := range allCases {
-			if err := waitHTTP("http://"+f.listen+c.path, 200); err != nil {
+			if err := benchutil.WaitHTTP("http://"+f.listen+c.path, 200); err != nil {
 				return fmt.Errorf("%s: %w\n%s", v, err, f.tail())
 			}
 		}

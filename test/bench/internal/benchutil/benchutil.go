@@ -5,13 +5,19 @@ package benchutil
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Wrk is what a wrk --latency run measured: requests per second and the
@@ -152,4 +158,64 @@ http {
     }
 }
 `, dir, l.String(), body)
+}
+
+// StartNginx writes conf to dir/nginx.conf, checks it with nginx -t, and
+// starts nginx (the binary at path) in the foreground in a process group of
+// its own, its error log in dir.
+func StartNginx(path, dir, conf string) (*exec.Cmd, error) {
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	errLog := filepath.Join(dir, "error.log")
+	if out, err := exec.Command(path, "-t", "-q", "-p", dir, "-c", confPath, "-e", errLog).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("nginx -t: %v\n%s", err, out)
+	}
+	cmd := exec.Command(path, "-p", dir, "-c", confPath, "-e", errLog)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start nginx: %w", err)
+	}
+	return cmd, nil
+}
+
+// Stop ends a process group this program started: SIGTERM (nginx's fast
+// shutdown), then SIGKILL after 5 s.
+func Stop(cmd *exec.Cmd) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// WaitHTTP polls url for up to 10 s until it answers want (any status when
+// want is 0).
+func WaitHTTP(url string, want int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if want == 0 || resp.StatusCode == want {
+				return nil
+			}
+			last = fmt.Errorf("%s: %s", url, resp.Status)
+		} else {
+			last = err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.Join(errors.New("not ready: "+url), last)
 }
