@@ -19,7 +19,8 @@ import (
 // one the Go plane uses, through auth_request: an internal location per
 // credentials passes the request's Authorization field, $request_uri,
 // $request_method and $remote_addr to DigestHandler on a unix socket, and
-// the location copies the answer's WWW-Authenticate onto its 401.
+// the location copies the answer's WWW-Authenticate onto its 401, and its
+// Authentication-Info onto the response it lets through.
 
 // reSocketPath is a unix socket path nginx.conf may name in proxy_pass.
 var reSocketPath = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
@@ -48,7 +49,7 @@ func writeDigestLocation(b *bytes.Buffer, socket, key string) {
 func writeDigestRequest(b *bytes.Buffer, key string) {
 	b.WriteString("\n            auth_request /_digest-auth-")
 	b.WriteString(key)
-	b.WriteString(";\n            auth_request_set $digest_challenge $upstream_http_www_authenticate;\n            add_header WWW-Authenticate $digest_challenge always;")
+	b.WriteString(";\n            auth_request_set $digest_challenge $upstream_http_www_authenticate;\n            add_header WWW-Authenticate $digest_challenge always;\n            auth_request_set $digest_info $upstream_http_authentication_info;\n            add_header Authentication-Info $digest_info always;")
 }
 
 // DigestHandler answers the digest locations' auth_request subrequests:
@@ -108,6 +109,7 @@ func (h *DigestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", a.WWWAuthenticate)
 	}
 	if a.Status == 0 {
+		w.Header().Set("Authentication-Info", a.AuthenticationInfo)
 		w.WriteHeader(http.StatusOK)
 		return
 	}

@@ -86,6 +86,9 @@ type authPass struct {
 	// headers are name, value pairs; an empty value removes the client's
 	// field of that name.
 	headers [][2]string
+	// info is the Authentication-Info field digest authentication adds to
+	// the response (the module's, as add_header ... always).
+	info string
 }
 
 // apply sets the auth-response-headers fields on the upstream request.
@@ -99,6 +102,15 @@ func (a *authPass) apply(h requestHeaders) {
 			h.Set(kv[0], kv[1])
 		}
 	}
+}
+
+// authInfo is digest authentication's Authentication-Info field for the
+// response; empty without.
+func (a *authPass) authInfo() string {
+	if a == nil {
+		return ""
+	}
+	return a.info
 }
 
 // cookieFor is the service's Set-Cookie for a response of status code, as

@@ -120,9 +120,15 @@ var clearAuthorization = [][2]string{{"Authorization", ""}}
 
 // digestCheck runs auth-type: digest after the location's other checks, as
 // the module's access phase handler follows allow/deny and auth_basic.
-func (p *Proxy) digestCheck(da *model.DigestAuth, method, uri string, f *clientFacts) verdict {
+func (p *Proxy) digestCheck(da *model.DigestAuth, method, uri string, f *clientFacts, o *outcome) verdict {
 	a := p.digest.Check(da.Realm, da.Credentials, digestauth.Request{Method: method, URI: uri,
 		Authorization: string(f.authorization), Client: f.remote})
+	if a.Status == 0 && a.AuthenticationInfo != "" {
+		if o.auth == nil {
+			o.auth = &authPass{}
+		}
+		o.auth.info = a.AuthenticationInfo
+	}
 	return verdict{status: a.Status, wwwAuthenticate: a.WWWAuthenticate}
 }
 

@@ -374,7 +374,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	if da := loc.DigestAuth; da != nil {
-		if v := p.digestCheck(da, r.Method, r.RequestURI, &f); v.status != 0 {
+		if v := p.digestCheck(da, r.Method, r.RequestURI, &f, o); v.status != 0 {
 			w.answer(v)
 			return
 		}
@@ -524,6 +524,9 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	if c := o.auth.cookieFor(resp.StatusCode()); c != "" {
 		resp.Header.Add("Set-Cookie", c)
 	}
+	if i := o.auth.authInfo(); i != "" {
+		resp.Header.Set("Authentication-Info", i)
+	}
 	copyFastResponse(w, resp, pick.SetCookie)
 }
 
@@ -641,6 +644,9 @@ func (p *Proxy) h2ToH2(w *h2Writer, r *http.Request, rt *route, view balancer.Re
 	}
 	if c := o.auth.cookieFor(resp.StatusCode); c != "" {
 		h.Add("Set-Cookie", c)
+	}
+	if i := o.auth.authInfo(); i != "" {
+		h.Set("Authentication-Info", i)
 	}
 	if loc.CORS.Enabled {
 		corsHeaders(h, &loc.CORS, r.Header.Get("Origin"), false)

@@ -238,6 +238,9 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, f *clientFacts, vi
 	if c := o.auth.cookieFor(resp.StatusCode); c != "" {
 		h.Add("Set-Cookie", c)
 	}
+	if i := o.auth.authInfo(); i != "" {
+		h.Set("Authentication-Info", i)
+	}
 	if loc.CORS.Enabled {
 		corsHeaders(h, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)
 	}

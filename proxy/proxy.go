@@ -286,7 +286,7 @@ type outcome struct {
 func (o *outcome) setAuth(pass *authPass) {
 	if o.auth != nil {
 		// pass may be a cached answer's, shared: merge into a new one.
-		pass = &authPass{cookie: pass.cookie, always: pass.always,
+		pass = &authPass{cookie: pass.cookie, always: pass.always, info: o.auth.info,
 			headers: append(append([][2]string(nil), o.auth.headers...), pass.headers...)}
 	}
 	o.auth = pass
@@ -409,7 +409,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	if da := loc.DigestAuth; da != nil {
-		if v := p.digestCheck(da, string(ctx.Method()), string(ctx.RequestURI()), &f); v.status != 0 {
+		if v := p.digestCheck(da, string(ctx.Method()), string(ctx.RequestURI()), &f, o); v.status != 0 {
 			answerFast(ctx, v)
 			return
 		}
@@ -509,6 +509,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	}
 	if c := o.auth.cookieFor(ctx.Response.StatusCode()); c != "" {
 		ctx.Response.Header.Add("Set-Cookie", c)
+	}
+	if i := o.auth.authInfo(); i != "" {
+		ctx.Response.Header.Set("Authentication-Info", i)
 	}
 	if loc.CORS.Enabled {
 		corsHeaders(&ctx.Response.Header, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), false)

@@ -168,12 +168,14 @@ type Request struct {
 	Client netip.Addr
 }
 
-// Answer is Check's verdict: Status 0 lets the request through;
-// otherwise it is answered Status (401, or 503 when no nonce can be
-// issued) with WWWAuthenticate when not empty.
+// Answer is Check's verdict: Status 0 lets the request through, and its
+// response carries AuthenticationInfo (the module's Authentication-Info
+// field); otherwise it is answered Status (401, or 503 when no nonce can
+// be issued) with WWWAuthenticate when not empty.
 type Answer struct {
-	Status          int
-	WWWAuthenticate string
+	Status             int
+	WWWAuthenticate    string
+	AuthenticationInfo string
 }
 
 // VerifierConfig configures a Verifier. The zero value uses the system
@@ -364,7 +366,11 @@ func (v *Verifier) Check(realm string, c *Credentials, r Request) Answer {
 			if r.Client.IsValid() {
 				delete(v.fails, r.Client)
 			}
-			return Answer{}
+			// RFC 2617 3.2.3's rspauth: the response digest with
+			// A2 = ":" uri.
+			ha2 := md5.Sum([]byte(":" + f.URI))                                                                                        // #nosec G401
+			rsp := md5.Sum([]byte(ha1 + ":" + f.Nonce + ":" + f.NC + ":" + f.CNonce + ":" + f.QOP + ":" + hex.EncodeToString(ha2[:]))) // #nosec G401
+			return Answer{AuthenticationInfo: `qop="auth", rspauth="` + hex.EncodeToString(rsp[:]) + `", cnonce="` + f.CNonce + `", nc=` + f.NC}
 		}
 	}
 	if r.Client.IsValid() {

@@ -198,6 +198,22 @@ func TestChallengeFormat(t *testing.T) {
 	}
 }
 
+// A passing answer carries Authentication-Info with rspauth, the digest
+// of A2 = ":" uri (RFC 2617 3.2.3).
+func TestAuthenticationInfo(t *testing.T) {
+	v, _, c := newTestVerifier()
+	alice := client{"alice", "Staff only", "s3cret"}
+	ch := v.Check("Staff only", c, Request{Method: "GET", URI: "/x"})
+	auth := alice.authorization(t, ch.WWWAuthenticate, "GET", "/x", "00000001")
+	a := v.Check("Staff only", c, Request{Method: "GET", URI: "/x", Authorization: auth})
+	nonce := reNonce.FindStringSubmatch(ch.WWWAuthenticate)[1]
+	rsp := Response(HA1("alice", "Staff only", "s3cret"), nonce, "00000001", "0a4f113b", "auth", "", "/x")
+	want := Answer{AuthenticationInfo: `qop="auth", rspauth="` + rsp + `", cnonce="0a4f113b", nc=00000001`}
+	if diff := cmp.Diff(want, a); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
 func TestParseAuthorization(t *testing.T) {
 	const nonce = "0123456789abcdef"
 	f, ok := ParseAuthorization(`digest username="Mu\"fasa", realm="r", nonce="` + nonce + `",uri="/a?b",  qop=auth, nc=00000001, cnonce="x", response="y", opaque="z"`)

@@ -23,6 +23,10 @@ type DigestLogin struct {
 // suite compares `nonce="<nonce>"` instead.
 var reDigestNonce = regexp.MustCompile(`nonce="[0-9a-f]{16}"`)
 
+// reDigestRspauth is Authentication-Info's rspauth, which depends on the
+// nonce: compared as `rspauth="<rspauth>"`.
+var reDigestRspauth = regexp.MustCompile(`rspauth="[0-9a-f]{32}"`)
+
 func md5Hex(s string) string {
 	sum := md5.Sum([]byte(s)) // #nosec G401
 	return hex.EncodeToString(sum[:])
@@ -94,7 +98,8 @@ stringData:
 		{Name: "no credentials: the challenge", Host: "digest.test", Path: "/",
 			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>"`}}},
 		{Name: "right password", Host: "digest.test", Path: "/p?q=1", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret"},
-			Want: Want{Status: 200, Backend: "a", URI: "/p?q=1", Sent: map[string]string{"Authorization": ""}}},
+			Want: Want{Status: 200, Backend: "a", URI: "/p?q=1", Sent: map[string]string{"Authorization": ""},
+				Header: map[string]string{"Authentication-Info": `qop="auth", rspauth="<rspauth>", cnonce="0a4f113b", nc=00000001`}}},
 		{Name: "wrong password", Host: "digest.test", Path: "/", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "S3cret"},
 			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>"`}}},
 		{Name: "replayed nc", Host: "digest.test", Path: "/", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret", Replay: true},

@@ -411,7 +411,8 @@ func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 		a.Err = err.Error()
 	}
 	for k := range r.Want.Header {
-		a.Header[k] = reDigestNonce.ReplaceAllString(h.Get(k), `nonce="<nonce>"`)
+		v := reDigestNonce.ReplaceAllString(h.Get(k), `nonce="<nonce>"`)
+		a.Header[k] = reDigestRspauth.ReplaceAllString(v, `rspauth="<rspauth>"`)
 	}
 	if ec != nil {
 		a.Backend = ec.Backend
