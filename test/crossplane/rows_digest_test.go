@@ -17,6 +17,8 @@ type DigestLogin struct {
 	// Replay sends the answered request a second time with the same nonce
 	// and nc; the second answer is checked.
 	Replay bool
+	// NC is the nonce count sent; "00000001" when empty.
+	NC string
 }
 
 // reDigestNonce is a challenge's nonce, which differs per answer: the
@@ -50,7 +52,11 @@ func (e *env) doDigest(ctx context.Context, r Request) (int, http.Header, *echo,
 	if method == "" {
 		method = http.MethodGet
 	}
-	const nc, cnonce = "00000001", "0a4f113b"
+	const cnonce = "0a4f113b"
+	nc := d.NC
+	if nc == "" {
+		nc = "00000001"
+	}
 	ha1 := md5Hex(d.User + ":" + d.Realm + ":" + d.Password)
 	resp := md5Hex(ha1 + ":" + m[1] + ":" + nc + ":" + cnonce + ":auth:" + md5Hex(method+":"+r.Path))
 	second := first
@@ -104,6 +110,8 @@ stringData:
 			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>"`}}},
 		{Name: "replayed nc", Host: "digest.test", Path: "/", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret", Replay: true},
 			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>"`}}},
+		{Name: "nc past auth_digest_replays: stale", Host: "digest.test", Path: "/", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret", NC: "00000014"},
+			Want: Want{Status: 401, Header: map[string]string{"WWW-Authenticate": `Digest algorithm="MD5", qop="auth", realm="Staff only", nonce="<nonce>", stale="true"`}}},
 		{Name: "POST", Method: "POST", Host: "digest.test", Path: "/form", Digest: &DigestLogin{User: "alice", Realm: "Staff only", Password: "s3cret"},
 			Want: Want{Status: 200, Backend: "a"}},
 		{Name: "no auth-realm: fail closed", Host: "digestnorealm.test", Path: "/", Want: Want{Status: 503}},
