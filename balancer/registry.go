@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -56,6 +57,12 @@ type Registry struct {
 
 	changedMu sync.Mutex
 	changed   chan struct{} // closed by the next Sync (see Changed)
+
+	// last and lastErr are the previous Sync's payload and answer (guarded
+	// by mu): a Sync of the same payload changes nothing, not even the
+	// generation, so the nginx shims keep their tables and leases.
+	last    []Backend
+	lastErr error
 }
 
 // snapshot is one immutable generation of balancers.
@@ -216,9 +223,35 @@ func (r *Registry) nowSeconds() float64 {
 // backend is built on its own: one that fails validation keeps its previous
 // balancer (if any) while the others are applied. The error joins the
 // per-backend failures, each naming its backend.
+// Sync keeps backends to compare with the next payload: the caller must not
+// modify it afterwards. A payload equal to the previous one changes nothing,
+// not even Version.
 func (r *Registry) Sync(backends []Backend) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The controller syncs on every change of its Configuration, most of
+	// which leave the backends as they were. ExternalName backends are
+	// resolved again at every Sync, so a payload with one is always built.
+	if r.last != nil && reflect.DeepEqual(r.last, backends) && !hasExternalName(backends) {
+		return r.lastErr
+	}
+	err := r.sync(backends)
+	r.last, r.lastErr = backends, err
+	return err
+}
+
+// hasExternalName reports whether a payload has an ExternalName backend.
+func hasExternalName(backends []Backend) bool {
+	for i := range backends {
+		if _, ok := backends[i].Service.IsExternalName(); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// sync is Sync without the comparison with the previous payload.
+func (r *Registry) sync(backends []Backend) error {
 
 	old := r.snap.Load()
 	next := &snapshot{byName: make(map[string]*backend, len(backends))}

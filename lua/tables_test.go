@@ -90,8 +90,8 @@ func TestShimTables(t *testing.T) {
 		body, err := json.Marshal([]map[string]any{
 			wire("default-hash-80", hashEndpoints, hashBy),
 			wire("default-ewma-80", addrs(b1, b2, b3), map[string]any{"load-balance": "ewma"}),
-			wire("default-wmain-80", addrs(b1, b2), map[string]any{"alternativeBackends": []string{"default-wcanary-80"}}),
-			wire("default-wcanary-80", addrs(canary), map[string]any{"noServer": true, "trafficShapingPolicy": map[string]any{
+			wire("default-wmain-80", addrs(b1, b2), map[string]any{"load-balance": "ewma", "alternativeBackends": []string{"default-wcanary-80"}}),
+			wire("default-wcanary-80", addrs(canary), map[string]any{"load-balance": "ewma", "noServer": true, "trafficShapingPolicy": map[string]any{
 				"weight": 30, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "", "cookie": ""}}),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
 			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),

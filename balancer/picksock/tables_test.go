@@ -190,13 +190,14 @@ func TestHashTableEqualsPick(t *testing.T) {
 
 // TestPremadePicks: an ewma backend's premade picks are distinct candidates of
 // its peers; a canary by weight 30 sends about 30 % of premade picks to the
-// alternative; a chash backend has none.
+// alternative; a chash backend and round robin have none.
 func TestPremadePicks(t *testing.T) {
 	reg := balancer.NewRegistry(balancer.Config{})
 	syncJSON(t, reg, `[
 	 {"name":"e","port":80,"load-balance":"ewma","endpoints":[`+endpointsJSON(4)+`]},
-	 {"name":"main","port":80,"alternativeBackends":["canary"],"endpoints":[{"address":"10.1.0.1","port":"80"},{"address":"10.1.0.2","port":"80"}]},
-	 {"name":"canary","port":80,"noServer":true,"trafficShapingPolicy":{"weight":30,"header":"X-Canary"},"endpoints":[{"address":"10.2.0.1","port":"80"}]},
+	 {"name":"main","port":80,"load-balance":"ewma","alternativeBackends":["canary"],"endpoints":[{"address":"10.1.0.1","port":"80"},{"address":"10.1.0.2","port":"80"}]},
+	 {"name":"canary","port":80,"load-balance":"ewma","noServer":true,"trafficShapingPolicy":{"weight":30,"header":"X-Canary"},"endpoints":[{"address":"10.2.0.1","port":"80"}]},
+	 {"name":"rrmain","port":80,"alternativeBackends":["canary"],"endpoints":[{"address":"10.1.0.1","port":"80"},{"address":"10.1.0.2","port":"80"}]},
 	 {"name":"h","port":80,"upstreamHashByConfig":{"upstream-hash-by":"$request_uri"},"endpoints":[`+endpointsJSON(3)+`]}]`)
 	tc := dialServer(t, reg)
 
@@ -248,6 +249,13 @@ func TestPremadePicks(t *testing.T) {
 		t.Fatalf("%d of %d premade picks went to the 30 %% canary", alt, n)
 	}
 
+	// Round robin (here with a canary) is not premade: unused premade picks
+	// would take positions of its rotation.
+	tc.send(AppendNeedVars(nil, 8, "rrmain"))
+	if _, info, err := DecodeVarsReply(tc.read()); err != nil || info.Premade {
+		t.Fatalf("round robin with a canary: %+v %v", info, err)
+	}
+
 	tc.send(AppendPremade(nil, 7, "h", 10))
 	if _, code, _, picks, err := DecodePremadeReply(tc.read()); err != nil || code != CodeNoTable || len(picks) != 0 {
 		t.Fatalf("chash premade: code %d picks %d %v", code, len(picks), err)
@@ -264,8 +272,10 @@ func TestSubscribePushesGenerations(t *testing.T) {
 	if err != nil || gen != uint32(reg.Version()) {
 		t.Fatalf("first push %d %v; want %d", gen, err, reg.Version())
 	}
-	for range 3 {
-		syncJSON(t, reg, payload)
+	for i := range 3 {
+		// Each payload differs from the last (an equal one changes
+		// nothing, not even the generation).
+		syncJSON(t, reg, strings.ReplaceAll(payload, `"8080"`, fmt.Sprintf(`"%d"`, 9000+i)))
 		gen, err = DecodeGen(tc.read())
 		if err != nil || gen != uint32(reg.Version()) {
 			t.Fatalf("push %d %v; want %d", gen, err, reg.Version())
