@@ -550,52 +550,48 @@ func parseBasicAuth(get func(string) (string, bool), bad func(string, string, ..
 // Ingress's namespace, its "auth" key an htpasswd file (auth-file) or each
 // key a user (auth-map), every line valid.
 func (b *builder) basicAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) (*model.BasicAuth, error) {
-	sec, err := b.ingressSecret(ing, c.secret)
+	creds, ref, err := authSecret(b, ing, c, basicauth.ParseMap, basicauth.Parse)
 	if err != nil {
 		return nil, err
 	}
-	ns, name := sec.Namespace, sec.Name
-	var creds *basicauth.Credentials
-	if c.secretType == "auth-map" {
-		creds, err = basicauth.ParseMap(sec.Data)
-	} else {
-		data, ok := sec.Data["auth"]
-		if !ok {
-			return nil, fmt.Errorf("secret %s/%s has no key auth", ns, name)
-		}
-		creds, err = basicauth.Parse(data)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %v", ns, name, err)
-	}
-	return &model.BasicAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
-		Credentials: creds}, nil
+	return &model.BasicAuth{Realm: c.realm, Secret: ref, Credentials: creds}, nil
 }
 
 // digestAuth looks up the credentials Secret of auth-secret for ing, as
 // basicAuth: its "auth" key an htdigest file (auth-file) or each key a user
 // whose value is "realm:HA1" (auth-map), every line valid.
 func (b *builder) digestAuth(ing *networkingv1.Ingress, c *basicAuthAnnotations) (*model.DigestAuth, error) {
-	sec, err := b.ingressSecret(ing, c.secret)
+	creds, ref, err := authSecret(b, ing, c, digestauth.ParseMap, digestauth.Parse)
 	if err != nil {
 		return nil, err
 	}
+	return &model.DigestAuth{Realm: c.realm, Secret: ref, Credentials: creds}, nil
+}
+
+// authSecret reads the credentials of auth-secret with the parsers of one
+// auth-type: parseMap for auth-map, parse of the "auth" key for auth-file.
+func authSecret[T any](b *builder, ing *networkingv1.Ingress, c *basicAuthAnnotations,
+	parseMap func(map[string][]byte) (T, error), parse func([]byte) (T, error)) (T, model.ObjectRef, error) {
+	var zero T
+	sec, err := b.ingressSecret(ing, c.secret)
+	if err != nil {
+		return zero, model.ObjectRef{}, err
+	}
 	ns, name := sec.Namespace, sec.Name
-	var creds *digestauth.Credentials
+	var creds T
 	if c.secretType == "auth-map" {
-		creds, err = digestauth.ParseMap(sec.Data)
+		creds, err = parseMap(sec.Data)
 	} else {
 		data, ok := sec.Data["auth"]
 		if !ok {
-			return nil, fmt.Errorf("secret %s/%s has no key auth", ns, name)
+			return zero, model.ObjectRef{}, fmt.Errorf("secret %s/%s has no key auth", ns, name)
 		}
-		creds, err = digestauth.Parse(data)
+		creds, err = parse(data)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %v", ns, name, err)
+		return zero, model.ObjectRef{}, fmt.Errorf("secret %s/%s: %v", ns, name, err)
 	}
-	return &model.DigestAuth{Realm: c.realm, Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
-		Credentials: creds}, nil
+	return creds, model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)}, nil
 }
 
 var (
