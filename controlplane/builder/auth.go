@@ -368,16 +368,27 @@ func parseClientAuth(get func(string) (string, bool), bad func(string, string, .
 	return c
 }
 
-// ingressSecret is the Secret an annotation of ing names ("name" or
-// "namespace/name"): only in the Ingress's namespace, as ingress-nginx
-// allows by default.
-func (b *builder) ingressSecret(ing *networkingv1.Ingress, ref string) (*corev1.Secret, error) {
+// sameNamespace splits an annotation's object reference ("name" or
+// "namespace/name") and refuses one outside the Ingress's namespace, as
+// ingress-nginx does by default; kind names the object in the error.
+func sameNamespace(ing *networkingv1.Ingress, ref, kind string) (ns, name string, err error) {
 	ns, name, found := strings.Cut(ref, "/")
 	if !found {
 		ns, name = ing.Namespace, ref
 	}
 	if ns != ing.Namespace {
-		return nil, fmt.Errorf("secret %s/%s is in another namespace, which is not allowed", ns, name)
+		return "", "", fmt.Errorf("%s %s/%s is in another namespace, which is not allowed", kind, ns, name)
+	}
+	return ns, name, nil
+}
+
+// ingressSecret is the Secret an annotation of ing names ("name" or
+// "namespace/name"): only in the Ingress's namespace, as ingress-nginx
+// allows by default.
+func (b *builder) ingressSecret(ing *networkingv1.Ingress, ref string) (*corev1.Secret, error) {
+	ns, name, err := sameNamespace(ing, ref, "secret")
+	if err != nil {
+		return nil, err
 	}
 	sec := b.secrets[ns+"/"+name]
 	if sec == nil {
@@ -707,12 +718,9 @@ func ValidProxySetHeader(name, value string) error {
 // default), existing, every field valid (ValidProxySetHeader); sorted by
 // name.
 func (b *builder) authProxySetHeaders(ing *networkingv1.Ingress, ref string) ([]model.HeaderField, error) {
-	ns, name, found := strings.Cut(ref, "/")
-	if !found {
-		ns, name = ing.Namespace, ref
-	}
-	if ns != ing.Namespace {
-		return nil, fmt.Errorf("configmap %s/%s is in another namespace, which is not allowed", ns, name)
+	ns, name, err := sameNamespace(ing, ref, "configmap")
+	if err != nil {
+		return nil, err
 	}
 	cm := b.cms[ns+"/"+name]
 	if cm == nil {
