@@ -129,6 +129,7 @@ type builder struct {
 	anns     map[*networkingv1.Ingress]annotations   // parsed once
 	affinity map[string]bool                         // backends whose affinity type is set
 	access   globalAccess                            // the ConfigMap's access settings
+	badAddrs map[string]bool                         // slice/address already reported invalid
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
@@ -779,6 +780,9 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balanc
 					continue
 				}
 				for _, addr := range ep.Addresses {
+					if !b.validAddress(es, addr) {
+						continue
+					}
 					key := addr + ":" + strconv.Itoa(int(port))
 					if seen[key] {
 						continue
@@ -799,6 +803,34 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balanc
 	return collect(func(c discoveryv1.EndpointConditions) bool {
 		return c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating
 	})
+}
+
+// validAddress reports whether addr is an address of the slice's type, in
+// its canonical spelling. The API server validates addresses, but
+// --manifests and older servers do not, and a bad one must not reach a data
+// plane: nginx would refuse the whole configuration that carried it. A bad
+// address is skipped, once reported on its EndpointSlice; the rest serve.
+func (b *builder) validAddress(es *discoveryv1.EndpointSlice, addr string) bool {
+	ip, err := netip.ParseAddr(addr)
+	ok := err == nil && ip.Zone() == "" && ip.String() == addr &&
+		(es.AddressType == discoveryv1.AddressTypeIPv4) == ip.Is4()
+	if ok {
+		return true
+	}
+	key := es.Namespace + "/" + es.Name + "/" + addr
+	if b.badAddrs[key] {
+		return false
+	}
+	if b.badAddrs == nil {
+		b.badAddrs = map[string]bool{}
+	}
+	b.badAddrs[key] = true
+	b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{
+		Object:  model.ObjectRef{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name, UID: string(es.UID)},
+		Field:   "endpoints.addresses",
+		Message: fmt.Sprintf("address %q is not a canonical %s address; this endpoint is skipped", addr, es.AddressType),
+	})
+	return false
 }
 
 // isLoopback reports whether an ExternalName points at this host: such

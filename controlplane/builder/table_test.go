@@ -42,20 +42,34 @@ func TestEndpoints(t *testing.T) {
 		name string
 		eps  []discoveryv1.Endpoint
 		want []balancer.Endpoint
+		// bad is how many addresses are reported invalid.
+		bad int
 	}{
-		{"ready, nil conditions count as ready", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, no), ep("10.0.0.2", nil, nil, nil)}, e("10.0.0.1", "10.0.0.2")},
-		{"not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, no, no), ep("10.0.0.2", yes, nil, nil)}, e("10.0.0.2")},
-		{"terminating left out while another is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2")},
-		{"terminating but serving when nothing is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", no, no, yes)}, e("10.0.0.1")},
-		{"duplicates removed", []discoveryv1.Endpoint{ep("10.0.0.1", yes, nil, nil), ep("10.0.0.1", yes, nil, nil)}, e("10.0.0.1")},
-		{"none", nil, nil},
+		{"ready, nil conditions count as ready", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, no), ep("10.0.0.2", nil, nil, nil)}, e("10.0.0.1", "10.0.0.2"), 0},
+		{"not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, no, no), ep("10.0.0.2", yes, nil, nil)}, e("10.0.0.2"), 0},
+		{"terminating left out while another is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2"), 0},
+		{"terminating but serving when nothing is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", no, no, yes)}, e("10.0.0.1"), 0},
+		{"duplicates removed", []discoveryv1.Endpoint{ep("10.0.0.1", yes, nil, nil), ep("10.0.0.1", yes, nil, nil)}, e("10.0.0.1"), 0},
+		{"none", nil, nil, 0},
+		{"invalid addresses skipped, the rest kept", []discoveryv1.Endpoint{ep("127.0.0.1;X", yes, nil, nil), ep("10.0.0.2", yes, nil, nil),
+			ep("010.0.0.3", yes, nil, nil), ep("::1", yes, nil, nil), ep("10.0.0.4 ", yes, nil, nil)}, e("10.0.0.2"), 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc, es := svcWithSlice("ns", "web", tt.eps...)
-			b := &builder{slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
+			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
 			if diff := cmp.Diff(tt.want, b.endpoints(svc, svc.Spec.Ports[0])); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+			// A second use of the same Service reports nothing again.
+			b.endpoints(svc, svc.Spec.Ports[0])
+			if len(b.cfg.Errors) != tt.bad {
+				t.Errorf("errors %v, want %d", b.cfg.Errors, tt.bad)
+			}
+			for _, e := range b.cfg.Errors {
+				if e.Object.Kind != "EndpointSlice" || e.Object.Name != es.Name {
+					t.Errorf("error on %+v, want the EndpointSlice %s", e.Object, es.Name)
+				}
 			}
 		})
 	}

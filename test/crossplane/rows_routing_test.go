@@ -53,6 +53,19 @@ var _ = register(
 		},
 	},
 	Row{
+		// The API server refuses such an address; --manifests does not.
+		// Skipped (with an Event on the slice), the rest of the Service
+		// and every other Ingress keep serving.
+		Name: "an invalid EndpointSlice address is skipped",
+		Manifests: `{{service "a" "badaddr" "demo"}}{{slice "b" "badaddr" "demo" "127.0.0.1;X"}}{{service "b" "goodaddr" "demo"}}` +
+			ingress("badaddr", "badaddr.test", "badaddr", root) + ingress("goodaddr", "goodaddr.test", "goodaddr", root),
+		Requests: []Request{
+			{Name: "the Service's valid endpoint", Host: "badaddr.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "again", Host: "badaddr.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "another Ingress", Host: "goodaddr.test", Path: "/", Want: Want{Status: 200, Backend: "b"}},
+		},
+	},
+	Row{
 		Name: "forwarded fields",
 		Manifests: `{{service "a" "fwd" "demo"}}` + ingress("fwd", "fwd.test", "fwd", root,
 			"upstream-vhost", "internal.example", "x-forwarded-prefix", "/pre"),

@@ -215,6 +215,14 @@ func (e *env) manifests(t *testing.T, dir string, rows []Row, extra map[string]s
 			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n  ca.crl: %s\n",
 				name, base64.StdEncoding.EncodeToString(revokingCA.PEM), base64.StdEncoding.EncodeToString(revokingCA.CRL(t, revokedPEM)))
 		},
+		// slice is a second EndpointSlice of svc with one address on
+		// backend n's port, as --manifests accepts it unvalidated.
+		"slice": func(n, svc, ns, addr string) string {
+			_, p, _ := net.SplitHostPort(e.backends[n])
+			return fmt.Sprintf("---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: %[1]s-2\n  namespace: %[2]s\n"+
+				"  labels: {kubernetes.io/service-name: %[1]s}\naddressType: IPv4\nports:\n- {name: http, port: %[4]s, protocol: TCP}\n"+
+				"endpoints:\n- addresses: [%[3]q]\n  conditions: {ready: true}\n", svc, ns, addr, p)
+		},
 		"service": func(n, svc, ns string) string {
 			h, p, _ := net.SplitHostPort(e.backends[n])
 			return fmt.Sprintf(`---
