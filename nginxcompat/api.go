@@ -152,6 +152,12 @@ func (a *API) serve(r *http.Request) (int, []byte, error) {
 		if err != nil {
 			return 0, nil, err
 		}
+		// Lua stores any body here; the controller's GeneralConfig is a
+		// JSON object, so null and non-objects are refused (issue 20).
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+			return 0, nil, apiErr(http.StatusBadRequest, "decode general: want a JSON object")
+		}
 		a.mu.Lock()
 		a.general = body
 		a.mu.Unlock()

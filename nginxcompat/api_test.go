@@ -81,6 +81,61 @@ func TestConfigurationAPI(t *testing.T) {
 	}
 }
 
+// Issue 20: every /configuration body is checked before it is stored.
+// null and bodies of the wrong JSON type are refused with 400 on each path
+// that takes a body; [] is a valid backends payload, as in ingress-nginx.
+func TestConfigurationBodyTypes(t *testing.T) {
+	rows := []struct {
+		name, uri, body string
+		status          int
+	}{
+		{"backends null", "/configuration/backends", "null", 400},
+		{"backends null with spaces", "/configuration/backends", " null\n", 400},
+		{"backends object", "/configuration/backends", `{"name":"x"}`, 400},
+		{"backends string", "/configuration/backends", `"[]"`, 400},
+		{"backends number", "/configuration/backends", "1", 400},
+		{"backends true", "/configuration/backends", "true", 400},
+		{"backends array of null", "/configuration/backends", "[null]", 400},
+		{"backends array of numbers", "/configuration/backends", "[1]", 400},
+		{"backends empty array", "/configuration/backends", "[]", 201},
+		{"servers null", "/configuration/servers", "null", 400},
+		{"servers array", "/configuration/servers", "[]", 400},
+		{"servers string", "/configuration/servers", `"x"`, 400},
+		{"servers empty object", "/configuration/servers", "{}", 400},
+		{"servers null maps", "/configuration/servers", `{"servers":null,"certificates":null}`, 400},
+		{"servers ok", "/configuration/servers", `{"servers":{},"certificates":{}}`, 201},
+		{"general null", "/configuration/general", "null", 400},
+		{"general array", "/configuration/general", "[]", 400},
+		{"general string", "/configuration/general", `"x"`, 400},
+		{"general not json", "/configuration/general", `{x`, 400},
+		{"general object", "/configuration/general", `{}`, 201},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			reg := balancer.NewRegistry(balancer.Config{})
+			api, err := NewConfigurationAPI(APIConfig{Backends: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status, body := do(t, api, "POST", "/configuration/backends", backendsBody); status != 201 {
+				t.Fatalf("seed: %d %q", status, body)
+			}
+			status, body := do(t, api, "POST", r.uri, r.body)
+			if status != r.status {
+				t.Fatalf("POST %s %q: got %d %q; want %d", r.uri, r.body, status, body, r.status)
+			}
+			_, stored := do(t, api, "GET", "/configuration/backends", "")
+			want := backendsBody
+			if r.uri == "/configuration/backends" && status == 201 {
+				want = r.body
+			}
+			if stored != want {
+				t.Errorf("stored backends after POST %s %q: got %.80q; want %.80q", r.uri, r.body, stored, want)
+			}
+		})
+	}
+}
+
 // FuzzConfigurationBackends: no body panics the API, and a rejected body
 // leaves the stored payload unchanged.
 func FuzzConfigurationBackends(f *testing.F) {
