@@ -1,0 +1,220 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-proxy/switchyard/test/harness"
+)
+
+// The load every setup runs: a few keep-alive clients at a bounded rate.
+const (
+	loadClients = 8
+	loadRate    = 400 // requests per second, all clients together
+	loadTimeout = 2 * time.Second
+)
+
+// Windows: a fault's window lasts at least minWindow after the kill (or
+// the restart), and ends once the load has been clean for quietPeriod; a
+// fault that has not settled within settleTimeout fails the test.
+const (
+	minWindow     = time.Second
+	quietPeriod   = 500 * time.Millisecond
+	settleTimeout = 15 * time.Second
+)
+
+// result is what one fault cost.
+type result struct {
+	Setup, Fault string
+	// Sent is the requests in the window (in flight at the kill or
+	// started after it, until the window closed), Failed those that got a
+	// transport error or a non-2xx status, Stale the failed ones that went
+	// out on a kept-alive connection and got no byte back (a replaying
+	// client would have retried them).
+	Sent, Failed, Stale int
+	// Down is from the kill to the restart (controller, sidecar); zero
+	// when nothing was restarted.
+	Down time.Duration
+	// LastFailure is from the kill to the end of the last failed request;
+	// zero when none failed.
+	LastFailure time.Duration
+	// Served is from the restart (or the kill when nothing was restarted)
+	// to the first 2xx of a request sent after it.
+	Served time.Duration
+	// Errors counts the failures by kind.
+	Errors map[string]int
+}
+
+var (
+	reportMu sync.Mutex
+	report   []result // guarded by reportMu
+)
+
+// rig is one setup under load.
+type rig struct {
+	t     *testing.T
+	setup string
+	load  *load
+}
+
+// startRig starts the load on addr (Host host, path path), stops it at the
+// end of the test, and checks that a clean half second precedes the first
+// fault.
+func startRig(t *testing.T, setup, addr, host, path string) *rig {
+	t.Helper()
+	l := startLoad(loadConfig{Addr: addr, Host: host, Path: path, Clients: loadClients, Rate: loadRate, Timeout: loadTimeout})
+	t.Cleanup(l.stop)
+	r := &rig{t: t, setup: setup, load: l}
+	start := time.Now()
+	if _, err := r.settle(start, start); err != nil {
+		t.Fatalf("%s before any fault: %v", setup, err)
+	}
+	if bad := failures(l.snapshot(start)); len(bad) > 0 {
+		t.Fatalf("%s before any fault: %d failed requests, first %+v", setup, len(bad), bad[0])
+	}
+	return r
+}
+
+// fault runs kill, then restart when not nil (it returns when the
+// replacement was started), and waits until the load has settled. It
+// records and returns the window's tally.
+func (r *rig) fault(name string, kill, restart func()) result {
+	r.t.Helper()
+	at := time.Now()
+	kill()
+	from := at
+	res := result{Setup: r.setup, Fault: name}
+	if restart != nil {
+		from = time.Now()
+		restart()
+		res.Down = from.Sub(at)
+	}
+	end, err := r.settle(at, from)
+	if err != nil {
+		r.t.Errorf("%s, %s: %v", r.setup, name, err)
+		end = time.Now()
+	}
+	res.Errors = map[string]int{}
+	firstOK := time.Time{}
+	for _, s := range r.load.snapshot(at) {
+		if !s.start.Before(end) {
+			continue
+		}
+		res.Sent++
+		if s.failed() {
+			res.Failed++
+			if s.stale {
+				res.Stale++
+			}
+			res.Errors[kind(s)]++
+			res.LastFailure = max(res.LastFailure, s.done.Sub(at))
+		} else if !s.start.Before(from) && (firstOK.IsZero() || s.done.Before(firstOK)) {
+			firstOK = s.done
+		}
+	}
+	if !firstOK.IsZero() {
+		res.Served = firstOK.Sub(from)
+	}
+	r.t.Logf("%s, %s: %d requests, %d failed (%d stale keep-alive), last failure at +%v, down %v, first 2xx %v after, errors %v",
+		r.setup, name, res.Sent, res.Failed, res.Stale, res.LastFailure.Round(time.Millisecond), res.Down.Round(time.Millisecond),
+		res.Served.Round(time.Millisecond), res.Errors)
+	reportMu.Lock()
+	report = append(report, res)
+	reportMu.Unlock()
+	return res
+}
+
+// settle waits until, minWindow after from, the load has been clean for
+// quietPeriod with answers from every client, and returns when that was.
+func (r *rig) settle(at, from time.Time) (time.Time, error) {
+	var end time.Time
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	err := harness.Poll(ctx, "the load to run clean", func(context.Context) (bool, error) {
+		now := time.Now()
+		if now.Sub(from) < minWindow {
+			return false, nil
+		}
+		quietFrom := now.Add(-quietPeriod)
+		clients := map[int]bool{}
+		for _, s := range r.load.snapshot(at) {
+			if s.failed() && !s.done.Before(quietFrom) {
+				return false, fmt.Errorf("a request failed at +%v: %s", s.done.Sub(at).Round(time.Millisecond), describe(s))
+			}
+			if !s.failed() && !s.start.Before(quietFrom) {
+				clients[s.client] = true
+			}
+		}
+		if len(clients) < loadClients {
+			return false, fmt.Errorf("only %d of %d clients were answered in the last %v", len(clients), loadClients, quietPeriod)
+		}
+		end = now
+		return true, nil
+	})
+	return end, err
+}
+
+// failures returns the failed samples.
+func failures(ss []sample) []sample {
+	var out []sample
+	for _, s := range ss {
+		if s.failed() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// kind names a failure for the tally: the status, or the error's kind.
+func kind(s sample) string {
+	if s.err == "" {
+		return fmt.Sprintf("status %d", s.status)
+	}
+	return s.kind
+}
+
+func describe(s sample) string {
+	if s.err != "" {
+		return s.err
+	}
+	return fmt.Sprintf("status %d %.80q", s.status, s.body)
+}
+
+// writeReport logs the table of every fault run and writes it to
+// $SWITCHYARD_CHAOS_REPORT when set.
+func writeReport(t *testing.T) {
+	reportMu.Lock()
+	rows := append([]result(nil), report...)
+	reportMu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "| setup | fault | requests in window | failed | of which stale keep-alive | last failure after kill | down | first 2xx after restart | failures by kind |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range rows {
+		var kinds []string
+		for k, n := range r.Errors {
+			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Failed, r.Stale,
+			ms(r.LastFailure), ms(r.Down), ms(r.Served), strings.Join(kinds, "; "))
+	}
+	t.Logf("failed requests per fault (%d clients, %d requests/s, backends answer after %v):\n%s", loadClients, loadRate, backendDelay, b.String())
+	if path := os.Getenv("SWITCHYARD_CHAOS_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil { //nolint:gosec // a report for people to read
+			t.Errorf("write the report: %v", err)
+		}
+	}
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
