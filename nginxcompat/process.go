@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -61,6 +62,13 @@ type ControllerConfig struct {
 	ReloadTimeout time.Duration
 	// Stdout and Stderr receive nginx's output; nil: os.Stderr.
 	Stderr io.Writer
+	// ReassertInterval is how often Run syncs the last Configuration's
+	// backends to Backends again, so that a foreign POST
+	// /configuration/backends (which replaces the balancer's payload, `[]`
+	// included) is undone within it (issue 20). Zero means 10s; negative
+	// means never. A Sync of the payload the balancer already holds changes
+	// nothing, not even its generation.
+	ReassertInterval time.Duration
 }
 
 // Controller renders, tests, reloads and supervises one nginx master.
@@ -76,12 +84,45 @@ type Controller struct {
 	serving     chan struct{} // closed once the first generation answers
 	servingOnce sync.Once
 
+	stderr *lastEmerg // immutable; wraps cfg.Stderr
+
 	mu       sync.Mutex // guards the fields below and serializes Update
 	running  []byte     // the file nginx serves (rendered bytes)
 	checksum string
 	master   *exec.Cmd
-	exited   chan struct{} // closed when master exits
+	cur      *nginxProc // master's
 	reloads  int
+
+	syncMu       sync.Mutex // serializes backend syncs; guards the fields below
+	backends     []balancer.Backend
+	haveBackends bool
+
+	readyMu  sync.Mutex // guards the fields below; never held while waiting
+	proc     *nginxProc // the master started last; nil before and after Run
+	readyErr error      // why proc does not count as serving; nil: it serves
+	wantSum  string     // checksum of the file installed last
+}
+
+// nginxProc is one nginx master started by Run.
+type nginxProc struct {
+	pid    int
+	exited chan struct{} // closed once the master and its group are gone
+
+	// written before exited is closed
+	state *os.ProcessState
+	emerg string // nginx's last [emerg] line before it exited
+}
+
+// exitError says how p ended.
+func (p *nginxProc) exitError() error {
+	why := "exited"
+	if p.state != nil {
+		why = p.state.String()
+	}
+	if p.emerg != "" {
+		return fmt.Errorf("nginx master (pid %d) %s: %s", p.pid, why, p.emerg)
+	}
+	return fmt.Errorf("nginx master (pid %d) %s", p.pid, why)
 }
 
 // NewController validates cfg.
@@ -104,11 +145,15 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
+	if cfg.ReassertInterval == 0 {
+		cfg.ReassertInterval = 10 * time.Second
+	}
 	cfg.Render = cfg.Render.withDefaults()
 	if err := checkRenderConfig(cfg.Render); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, serving: make(chan struct{}),
+	c := &Controller{cfg: cfg, serving: make(chan struct{}), stderr: &lastEmerg{w: cfg.Stderr},
+		readyErr: errNotStarted,
 		success: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of Ingress controller reload operations"}),
 		errorsTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nginx_ingress_controller", Name: "errors",
@@ -153,6 +198,41 @@ var (
 	_ Tester   = (*Controller)(nil)
 	_ Reloader = (*Controller)(nil)
 )
+
+var (
+	errNotStarted = errors.New("nginx has not been started")
+	errStopped    = errors.New("nginx was stopped")
+)
+
+// Ready is nil while the nginx that serves is the master Run started, its
+// workers answered the checksum of the file installed last, and that master
+// still runs; otherwise it says why not (not started yet, starting, exited
+// and restarting, e.g. bind() failing, a reload not confirmed). A file nginx
+// -t refused does not count: the previous one keeps serving and the
+// Ingress gets the error. Issue 20: /readyz answers from it.
+func (c *Controller) Ready() error {
+	c.readyMu.Lock()
+	defer c.readyMu.Unlock()
+	if c.proc == nil {
+		return c.readyErr
+	}
+	select {
+	case <-c.proc.exited:
+		return fmt.Errorf("%w; restarting", c.proc.exitError())
+	default:
+	}
+	return c.readyErr
+}
+
+// setReady records whether p serves (err nil) or why not; a report about a
+// master that is no longer the current one is dropped.
+func (c *Controller) setReady(p *nginxProc, err error) {
+	c.readyMu.Lock()
+	defer c.readyMu.Unlock()
+	if c.proc == p {
+		c.readyErr = err
+	}
+}
 
 // Reloads is the number of successful reloads (SIGHUPs that took effect).
 func (c *Controller) Reloads() int {
@@ -267,10 +347,8 @@ func unquoteSet(l []byte) string {
 // accepting. A refused file leaves the running
 // configuration serving and returns a *ConfigError.
 func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error {
-	if c.cfg.Backends != nil {
-		if err := c.cfg.Backends.Sync(cfg.Backends); err != nil {
-			return fmt.Errorf("sync backends: %w", err)
-		}
+	if err := c.syncBackends(cfg.Backends, true); err != nil {
+		return fmt.Errorf("sync backends: %w", err)
 	}
 	r, err := Render(cfg, c.cfg.Render)
 	if err != nil {
@@ -313,6 +391,31 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 	return nil
 }
 
+// syncBackends hands backends to the balancer. With remember, they become
+// the payload reassert syncs again; without, remembered ones are synced.
+func (c *Controller) syncBackends(backends []balancer.Backend, remember bool) error {
+	if c.cfg.Backends == nil {
+		return nil
+	}
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	if remember {
+		c.backends, c.haveBackends = backends, true
+	}
+	if !c.haveBackends {
+		return nil
+	}
+	return c.cfg.Backends.Sync(c.backends)
+}
+
+// reassert syncs the last Configuration's backends again: a foreign POST
+// /configuration/backends does not outlive ReassertInterval.
+func (c *Controller) reassert() {
+	if err := c.syncBackends(nil, false); err != nil {
+		c.cfg.Logf("nginxcompat: re-assert backends: %v", err)
+	}
+}
+
 // install tests r in a temp file, renames it into place and reloads (or, if
 // nginx is not running yet, leaves it for Run to start). c.mu is held.
 func (c *Controller) install(ctx context.Context, r *Rendered) error {
@@ -334,20 +437,28 @@ func (c *Controller) install(ctx context.Context, r *Rendered) error {
 		return fmt.Errorf("install nginx.conf: %w", err)
 	}
 	c.running, c.checksum = r.Conf, r.Checksum
+	c.readyMu.Lock()
+	c.wantSum = r.Checksum
+	c.readyMu.Unlock()
 	if c.master == nil {
 		// Run starts nginx on this file, which nginx -t accepted.
 		c.lastOK.Set(1)
 		c.lastOKTime.SetToCurrentTime()
 		return nil
 	}
-	master := c.master.Process.Pid
+	p := c.cur
+	master := p.pid
 	oldWorkers := workerPIDs(master)
 	if err := c.master.Process.Signal(syscall.SIGHUP); err != nil {
-		return fmt.Errorf("signal nginx: %w", err)
-	}
-	if err := c.waitChecksum(ctx, r.Checksum); err != nil {
+		err = fmt.Errorf("signal nginx: %w", err)
+		c.setReady(p, err)
 		return err
 	}
+	if err := c.waitChecksum(ctx, r.Checksum, p); err != nil {
+		c.setReady(p, fmt.Errorf("reload not confirmed: %w", err))
+		return err
+	}
+	c.setReady(p, nil)
 	// The new generation serves; done once the old one stopped accepting,
 	// so a connection made after Update returns gets the new file.
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReloadTimeout)
@@ -363,33 +474,58 @@ func (c *Controller) install(ctx context.Context, r *Rendered) error {
 	return nil
 }
 
-// waitChecksum polls the status server until it answers sum: the new
-// generation's workers are serving.
-func (c *Controller) waitChecksum(ctx context.Context, sum string) error {
+// waitChecksum polls the status server until a worker of p answers sum:
+// the new generation of the master this Controller started is serving. It
+// gives up when p exits.
+func (c *Controller) waitChecksum(ctx context.Context, sum string, p *nginxProc) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReloadTimeout)
 	defer cancel()
-	url := "http://" + c.cfg.Render.StatusListen + "/config-checksum"
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	var last error
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := client.Do(req); err == nil {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 128))
-			_ = resp.Body.Close()
-			if string(b) == sum {
-				return nil
-			}
+		last = c.probeChecksum(ctx, sum, p.pid)
+		if last == nil {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for nginx to serve checksum %s: %w", sum, ctx.Err())
+			return fmt.Errorf("wait for nginx to serve checksum %s: %w (last: %v)", sum, ctx.Err(), last)
+		case <-p.exited:
+			return p.exitError()
 		case <-tick.C:
 		}
 	}
+}
+
+var checksumClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// probeChecksum asks the status server once: nil if a worker of master
+// answers sum. Issue 20: a worker left by a previous master answers on the
+// same port the checksum of the same file; it is not ours.
+func (c *Controller) probeChecksum(ctx context.Context, sum string, master int) error {
+	url := "http://" + c.cfg.Render.StatusListen + "/config-checksum"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := checksumClient.Do(req)
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 128))
+	_ = resp.Body.Close()
+	if string(b) != sum {
+		return fmt.Errorf("status server answers checksum %.16s", b)
+	}
+	worker, err := strconv.Atoi(resp.Header.Get("X-Worker-Pid"))
+	if err != nil {
+		return fmt.Errorf("status server answers without X-Worker-Pid: %w", err)
+	}
+	if ppid := parentPID(worker); ppid != master {
+		return fmt.Errorf("checksum answered by nginx worker %d of pid %d, not of our master %d", worker, ppid, master)
+	}
+	return nil
 }
 
 // Serving is closed once nginx, started by Run, first answers the checksum
@@ -397,11 +533,13 @@ func (c *Controller) waitChecksum(ctx context.Context, sum string) error {
 // (readiness).
 func (c *Controller) Serving() <-chan struct{} { return c.serving }
 
-// Run starts the nginx master (foreground, own process group) on the file
-// installed by the first successful Update, restarts it whenever it dies,
-// and on ctx's end sends SIGQUIT (graceful: nginx stops accepting and drains
-// for worker-shutdown-timeout) and waits for the group to exit. Call Update
-// once before Run.
+// Run starts the nginx master (foreground, own process group, ended by the
+// kernel if this process dies) on the file installed by the first successful
+// Update, after ending what a previous master of the same pid file left
+// running; restarts it whenever it dies; syncs the last backends again every
+// ReassertInterval; and on ctx's end sends SIGQUIT (graceful: nginx stops
+// accepting and drains for worker-shutdown-timeout) and waits for the group
+// to exit. Call Update once before Run.
 func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running == nil {
@@ -409,10 +547,24 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("nginxcompat: Run before a successful Update")
 	}
 	c.mu.Unlock()
+	var reassert <-chan time.Time
+	if c.cfg.ReassertInterval > 0 {
+		t := time.NewTicker(c.cfg.ReassertInterval)
+		defer t.Stop()
+		reassert = t.C
+	}
 	backoff := 50 * time.Millisecond
 	for {
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		killed, err := killStale(kctx, c.cfg.Render.PIDFile, c.cfg.Nginx, c.cfg.ConfPath)
+		cancel()
+		if err != nil {
+			c.cfg.Logf("nginxcompat: processes of a previous nginx: %v", err)
+		} else if len(killed) > 0 {
+			c.cfg.Logf("nginxcompat: killed %d processes a previous nginx master left running (pids %v)", len(killed), killed)
+		}
 		started := time.Now()
-		exited, err := c.start()
+		p, err := c.start()
 		if err != nil {
 			return err
 		}
@@ -420,25 +572,35 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.mu.Lock()
 		sum := c.checksum
 		c.mu.Unlock()
-		if err := c.waitChecksum(ctx, sum); err != nil {
+		if err := c.waitChecksum(ctx, sum, p); err != nil {
 			if ctx.Err() == nil {
 				c.cfg.Logf("nginxcompat: nginx did not come up: %v", err)
 			}
+			c.setReady(p, fmt.Errorf("nginx master (pid %d) does not serve: %w", p.pid, err))
 		} else {
+			c.setReady(p, nil)
 			c.servingOnce.Do(func() { close(c.serving) })
 		}
-		select {
-		case <-ctx.Done():
-			c.stop()
-			return nil
-		case <-exited:
+	running:
+		for {
+			select {
+			case <-ctx.Done():
+				c.stop()
+				return nil
+			case <-p.exited:
+				break running
+			case <-reassert:
+				c.reassert()
+				c.recheck(ctx, p)
+			}
 		}
-		c.cfg.Logf("nginxcompat: nginx master exited; restarting")
+		c.cfg.Logf("nginxcompat: %v; restarting", p.exitError())
 		if time.Since(started) > 10*time.Second {
 			backoff = 50 * time.Millisecond
 		}
 		select {
 		case <-ctx.Done():
+			c.stop()
 			return nil
 		case <-time.After(backoff):
 		}
@@ -446,43 +608,118 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Controller) start() (<-chan struct{}, error) {
+// recheck probes a master that does not count as serving (its first
+// generation or a reload was not confirmed in time) once more.
+func (c *Controller) recheck(ctx context.Context, p *nginxProc) {
+	c.readyMu.Lock()
+	ok, sum := c.readyErr == nil, c.wantSum
+	c.readyMu.Unlock()
+	if ok {
+		return
+	}
+	if c.probeChecksum(ctx, sum, p.pid) == nil {
+		c.setReady(p, nil)
+	}
+}
+
+func (c *Controller) start() (*nginxProc, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cmd := exec.Command(c.cfg.Nginx, "-e", "stderr", "-g", "daemon off; master_process on;",
 		"-p", filepath.Dir(c.cfg.ConfPath), "-c", c.cfg.ConfPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout = c.cfg.Stderr
-	cmd.Stderr = c.cfg.Stderr
-	if err := cmd.Start(); err != nil {
+	cmd.Stderr = c.stderr
+	c.stderr.reset()
+	// SIGTERM when this process dies, however it dies: the master ends
+	// its workers before it exits (orphans.go).
+	if err := startTiedToProcess(cmd, syscall.SIGTERM); err != nil {
 		return nil, fmt.Errorf("start nginx: %w", err)
 	}
-	exited := make(chan struct{})
-	pgid := cmd.Process.Pid
+	p := &nginxProc{pid: cmd.Process.Pid, exited: make(chan struct{})}
 	go func() {
 		// Process.Wait, not cmd.Wait: the workers hold the output pipe,
 		// so cmd.Wait would not return before they are gone.
-		_, _ = cmd.Process.Wait()
+		st, _ := cmd.Process.Wait()
 		// Workers outlive a killed master and keep the listening
 		// sockets: end the whole group before a new master binds.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = cmd.Wait() // release the output copier
-		close(exited)
+		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+		_ = cmd.Wait() // release the output copiers
+		p.state, p.emerg = st, c.stderr.last()
+		close(p.exited)
 	}()
-	c.master, c.exited = cmd, exited
-	return exited, nil
+	c.master, c.cur = cmd, p
+	c.readyMu.Lock()
+	c.proc = p
+	c.readyErr = fmt.Errorf("nginx master (pid %d) started, not serving yet", p.pid)
+	c.readyMu.Unlock()
+	return p, nil
 }
 
 // stop sends SIGQUIT and waits for the master (which waits for its
 // draining workers).
 func (c *Controller) stop() {
 	c.mu.Lock()
-	m, exited := c.master, c.exited
-	c.master = nil
+	m, p := c.master, c.cur
+	c.master, c.cur = nil, nil
 	c.mu.Unlock()
+	c.readyMu.Lock()
+	c.proc, c.readyErr = nil, errStopped
+	c.readyMu.Unlock()
 	if m == nil {
 		return
 	}
 	_ = m.Process.Signal(syscall.SIGQUIT)
-	<-exited
+	<-p.exited
+}
+
+// lastEmerg passes nginx's stderr on and remembers its last [emerg] line
+// (a bind() that failed), for Ready.
+type lastEmerg struct {
+	w io.Writer // immutable
+
+	mu         sync.Mutex // guards the fields below
+	partial    []byte
+	prev, line string // the last two distinct [emerg] messages
+}
+
+func (e *lastEmerg) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	e.partial = append(e.partial, p...)
+	rest := e.partial
+	for {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
+		}
+		if j := bytes.Index(rest[:i], []byte("[emerg]")); j >= 0 {
+			// "… [emerg] 12#12: bind() to … failed (98: …)" and then
+			// "still could not bind()": the last two say why.
+			if l := string(bytes.TrimSpace(rest[j+len("[emerg]") : i])); l != e.line {
+				e.prev, e.line = e.line, l
+			}
+		}
+		rest = rest[i+1:]
+	}
+	if len(rest) > 4096 {
+		rest = nil // a line that long is not nginx's
+	}
+	e.partial = e.partial[:copy(e.partial, rest)]
+	e.mu.Unlock()
+	return e.w.Write(p)
+}
+
+func (e *lastEmerg) reset() {
+	e.mu.Lock()
+	e.partial, e.prev, e.line = nil, "", ""
+	e.mu.Unlock()
+}
+
+func (e *lastEmerg) last() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.prev == "" {
+		return e.line
+	}
+	return e.prev + "; " + e.line
 }
