@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -38,6 +39,7 @@ func TestChaos(t *testing.T) {
 	t.Run("go", testGoPlane)
 	t.Run("nginx", testNginxPlane)
 	t.Run("sidecar", testSidecar)
+	t.Run("l4", testL4)
 	writeReport(t)
 }
 
@@ -47,26 +49,29 @@ type controller struct {
 	t      *testing.T
 	args   []string
 	http   string // the data plane's HTTP address
+	https  string // the data plane's HTTPS address
 	status string // the status port's address
 	starts int
 	proc   *harness.Process
 }
 
-// newController starts `switchyard controller` on the manifests of bs,
-// with extra flags, and waits until it proxies to a backend.
-func newController(t *testing.T, bs []*backend, extra ...string) *controller {
+// newController starts `switchyard controller` on the manifests of bs and
+// the objects in yaml, with extra flags, and waits until it proxies to a
+// backend.
+func newController(t *testing.T, bs []*backend, yaml string, extra ...string) *controller {
 	t.Helper()
 	dir := t.TempDir()
-	writeManifests(t, dir, bs)
+	writeManifests(t, dir, bs, yaml)
 	c := &controller{t: t,
 		http:   harness.FreeAddr(t, "127.0.0.1"),
+		https:  harness.FreeAddr(t, "127.0.0.1"),
 		status: harness.FreeAddr(t, "127.0.0.1"),
 	}
 	_, httpPort, _ := net.SplitHostPort(c.http)
+	_, httpsPort, _ := net.SplitHostPort(c.https)
 	_, statusPort, _ := net.SplitHostPort(c.status)
 	c.args = append([]string{"controller", "--manifests", dir, "--http-port", httpPort,
-		"--https-port", strconv.Itoa(harness.FreePort(t, "127.0.0.1")), "--status-port", statusPort,
-		"--listen-address", "127.0.0.1"}, extra...)
+		"--https-port", httpsPort, "--status-port", statusPort, "--listen-address", "127.0.0.1"}, extra...)
 	c.start()
 	harness.WaitFor(t, readyTimeout, "controller /readyz", c.proc, harness.HTTPReady("http://"+c.status+"/readyz", 200, nil, nil))
 	harness.WaitFor(t, readyTimeout, "a 2xx through the data plane", c.proc, proxies(c.http))
@@ -107,9 +112,9 @@ func proxies(addr string) func(ctx context.Context) (bool, error) {
 	}
 }
 
-// writeManifests writes the IngressClass, and a Service whose
-// EndpointSlice lists the backends, routed from chaos.test/.
-func writeManifests(t *testing.T, dir string, bs []*backend) {
+// writeManifests writes the IngressClass, a Service whose EndpointSlice
+// lists the backends, routed from chaos.test/, and the objects in extra.
+func writeManifests(t *testing.T, dir string, bs []*backend, extra string) {
 	t.Helper()
 	var ips []string
 	_, port, _ := net.SplitHostPort(bs[0].addr)
@@ -152,9 +157,22 @@ spec:
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: chaos, port: {name: http}}}}
-`, port, strings.Join(ips, ", "))
+`, port, strings.Join(ips, ", ")) + extra
 	if err := os.WriteFile(filepath.Join(dir, "chaos.yaml"), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkRecovered checks that, after a fault that stops the data plane, the
+// first 2xx and the last failure came within servedWithin of the restart
+// (of the kill when nothing was restarted).
+func checkRecovered(t *testing.T, res result) {
+	t.Helper()
+	if res.Served == 0 || res.Served > servedWithin {
+		t.Errorf("%s, %s: first 2xx %v after the restart; want within %v", res.Setup, res.Fault, res.Served, servedWithin)
+	}
+	if last := res.LastFailure - res.Down; last > servedWithin {
+		t.Errorf("%s, %s: the last failure ended %v after the restart; want within %v", res.Setup, res.Fault, last, servedWithin)
 	}
 }
 
@@ -170,8 +188,8 @@ func killBackend(t *testing.T, b *backend) func() {
 // testGoPlane: `switchyard controller --data-plane=go`.
 func testGoPlane(t *testing.T) {
 	bs := startBackends(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	c := newController(t, bs)
-	r := startRig(t, "go plane", c.http, "chaos.test", "/")
+	c := newController(t, bs, "")
+	r := startRig(t, "go plane", loadConfig{Addr: c.http, Host: "chaos.test", Path: "/"})
 
 	// ingress-nginx's proxy-next-upstream "error timeout" with 3 tries:
 	// a refused connection goes to the next endpoint, and so does a GET
@@ -184,9 +202,7 @@ func testGoPlane(t *testing.T) {
 	// The controller is the data plane: everything fails until it is
 	// back.
 	res = r.fault("kill -9 the controller, restart it", c.kill, c.start)
-	if res.Served == 0 || res.Served > servedWithin {
-		t.Errorf("go plane, controller restarted: first 2xx %v after the restart; want within %v", res.Served, servedWithin)
-	}
+	checkRecovered(t, res)
 }
 
 // nginxController is a controller on --data-plane=nginx: its nginx's
@@ -209,23 +225,53 @@ func (n *nginxController) master() int {
 	return pid
 }
 
-// worker returns the pid of one of master's worker processes.
-func worker(t *testing.T, master int) int {
+// busiestWorker returns the pid of master's worker process with the most
+// open sockets: the one holding the load's connections, when nginx put them
+// all on one worker.
+func busiestWorker(t *testing.T, master int) int {
 	t.Helper()
+	best, most := 0, -1
 	for _, pid := range harness.ChildPIDs(master) {
-		if strings.HasPrefix(harness.Cmdline(pid), "nginx: worker process") {
-			return pid
+		if !strings.HasPrefix(harness.Cmdline(pid), "nginx: worker process") {
+			continue
+		}
+		if n := sockets(pid); n > most {
+			best, most = pid, n
 		}
 	}
-	t.Fatalf("nginx master %d has no worker process", master)
-	return 0
+	if best == 0 {
+		t.Fatalf("nginx master %d has no worker process", master)
+	}
+	return best
 }
 
-// killPID sends SIGKILL to pid.
+// sockets counts pid's open sockets.
+func sockets(pid int) int {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+// killPID sends SIGKILL to pid and waits until it is gone (a zombie at
+// most: its sockets are closed).
 func killPID(t *testing.T, pid int) func() {
 	return func() {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill -9 %d: %v", pid, err)
+		}
+		if err := harness.WaitUntil(t.Context(), readyTimeout, fmt.Sprintf("pid %d to die", pid), nil, func(context.Context) (bool, error) {
+			return !harness.Alive(pid), nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -252,21 +298,19 @@ func testNginxPlane(t *testing.T) {
 	args := harness.NginxPlaneArgs(t, "../../lua")
 	n := &nginxController{dir: flagValue(t, args, "--nginx-dir")}
 	killNginxIn(t, n.dir) // before the controller's own cleanup, so it runs after it
-	n.controller = newController(t, bs, args...)
-	r := startRig(t, "nginx plane", n.http, "chaos.test", "/")
+	n.controller = newController(t, bs, "", args...)
+	r := startRig(t, "nginx plane", loadConfig{Addr: n.http, Host: "chaos.test", Path: "/"})
 
 	// The master starts a new worker; only the connections the killed
 	// worker held fail, each at most once.
-	res := r.fault("kill -9 an nginx worker", killPID(t, worker(t, n.master())), nil)
+	res := r.fault("kill -9 the busiest nginx worker", killPID(t, busiestWorker(t, n.master())), nil)
 	if res.Failed > loadClients {
 		t.Errorf("nginx plane, worker killed: %d requests failed (%v); want at most one per client connection (%d)", res.Failed, res.Errors, loadClients)
 	}
 
 	// The controller ends the dead master's group and starts nginx again.
 	res = r.fault("kill -9 the nginx master", killPID(t, n.master()), nil)
-	if res.Served == 0 || res.Served > servedWithin {
-		t.Errorf("nginx plane, master killed: first 2xx %v after the kill; want within %v", res.Served, servedWithin)
-	}
+	checkRecovered(t, res)
 
 	res = r.fault("kill -9 a backend", killBackend(t, bs[0]), nil)
 	if res.Failed != 0 {
@@ -277,9 +321,7 @@ func testNginxPlane(t *testing.T) {
 	// the restarted controller must take nginx over (or replace it).
 	old := n.master()
 	res = r.fault("kill -9 the controller, restart it", n.kill, n.start)
-	if res.Served == 0 || res.Served > servedWithin {
-		t.Errorf("nginx plane, controller restarted: first 2xx %v after the restart; want within %v", res.Served, servedWithin)
-	}
+	checkRecovered(t, res)
 	harness.WaitFor(t, readyTimeout, "the restarted controller's /readyz", n.proc, harness.HTTPReady("http://"+n.status+"/readyz", 200, nil, nil))
 	if err := harness.WaitUntil(t.Context(), orphanGoneWithin, "the killed controller's nginx master to go", nil, func(context.Context) (bool, error) {
 		return !harness.Alive(old), nil
@@ -416,7 +458,7 @@ func unixReady(path string) func(context.Context) (bool, error) {
 func testSidecar(t *testing.T) {
 	bs := startBackends(t, "127.0.0.8", "127.0.0.9", "127.0.0.10")
 	s := newSidecar(t, bs)
-	r := startRig(t, "sidecar", s.listen, "chaos.test", "/")
+	r := startRig(t, "sidecar", loadConfig{Addr: s.listen, Host: "chaos.test", Path: "/"})
 
 	// The shim serves from its last peer list while Go is down, and the
 	// restarted sidecar answers from its state file.
@@ -425,8 +467,93 @@ func testSidecar(t *testing.T) {
 		t.Errorf("sidecar killed: %d of %d requests failed (%v); want 0: the shim serves round robin from its last peer list", res.Failed, res.Sent, res.Errors)
 	}
 
-	res = r.fault("kill -9 an nginx worker", killPID(t, worker(t, s.nginx.Pid())), nil)
+	res = r.fault("kill -9 the busiest nginx worker", killPID(t, busiestWorker(t, s.nginx.Pid())), nil)
 	if res.Failed > loadClients {
 		t.Errorf("sidecar, worker killed: %d requests failed (%v); want at most one per client connection (%d)", res.Failed, res.Errors, loadClients)
+	}
+}
+
+// l4YAML is a tcp-services ConfigMap sending port to the chaos Service,
+// and an ssl-passthrough Ingress for pass.test to the backends' TLS port.
+func l4YAML(bs []*backend, port int) string {
+	var ips []string
+	_, tlsPort, _ := net.SplitHostPort(bs[0].tlsAddr)
+	for _, b := range bs {
+		h, _, _ := net.SplitHostPort(b.tlsAddr)
+		ips = append(ips, strconv.Quote(h))
+	}
+	return fmt.Sprintf(`---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: tcp-services, namespace: demo}
+data:
+  "%[1]d": demo/chaos:80
+---
+apiVersion: v1
+kind: Service
+metadata: {name: chaos-tls, namespace: demo}
+spec:
+  ports:
+  - {name: https, port: 443, targetPort: %[2]s}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: chaos-tls-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: chaos-tls}
+addressType: IPv4
+ports:
+- {name: https, port: %[2]s, protocol: TCP}
+endpoints:
+- addresses: [%[3]s]
+  conditions: {ready: true}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: pass
+  namespace: demo
+  annotations: {nginx.ingress.kubernetes.io/ssl-passthrough: "true"}
+spec:
+  ingressClassName: switchyard
+  rules:
+  - host: pass.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: chaos-tls, port: {name: https}}}}
+`, port, tlsPort, strings.Join(ips, ", "))
+}
+
+// testL4: a TCP service (tcp-services) and SSL passthrough, both Go's
+// tcpproxy on either plane, with one connection per request: after a
+// backend is killed, new connections go to the living ones.
+func testL4(t *testing.T) {
+	bs := startBackends(t, "127.0.0.11", "127.0.0.12", "127.0.0.13")
+	tcpAddr := harness.FreeAddr(t, "127.0.0.1")
+	_, tcpPort, _ := net.SplitHostPort(tcpAddr)
+	port, _ := strconv.Atoi(tcpPort)
+	c := newController(t, bs, l4YAML(bs, port), "--enable-ssl-passthrough", "--tcp-services-configmap", "demo/tcp-services")
+	harness.WaitFor(t, readyTimeout, "the TCP service", c.proc, harness.TCPReady(tcpAddr))
+
+	for _, l := range []struct {
+		setup  string
+		cfg    loadConfig
+		victim *backend
+	}{
+		{"TCP service", loadConfig{Addr: tcpAddr, Host: "chaos.test", Path: "/", Close: true}, bs[0]},
+		{"SSL passthrough", loadConfig{Addr: c.https, Host: "pass.test", Path: "/", Close: true,
+			TLS: &tls.Config{ServerName: "pass.test", InsecureSkipVerify: true}}, bs[1]}, //nolint:gosec // the backends' self-signed certificates
+	} {
+		r := startRig(t, l.setup, l.cfg)
+		res := r.fault("kill -9 a backend", killBackend(t, l.victim), nil)
+		r.load.stop()
+		// tcpproxy dials the next endpoint when a connect fails.
+		if res.NewConn != 0 {
+			t.Errorf("%s, backend killed: %d requests on connections made after the kill failed (%v); want 0", l.setup, res.NewConn, res.Errors)
+		}
+		if res.Failed > loadClients {
+			t.Errorf("%s, backend killed: %d requests failed (%v); want at most the %d in flight", l.setup, res.Failed, res.Errors, loadClients)
+		}
 	}
 }

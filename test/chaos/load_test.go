@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -28,12 +29,20 @@ type loadConfig struct {
 	Rate int
 	// Timeout bounds one request, dial included.
 	Timeout time.Duration
+	// Close sends each request on a new connection (Connection: close):
+	// for TCP services and SSL passthrough, which pin a connection to one
+	// backend.
+	Close bool
+	// TLS, when not nil, wraps each connection in a TLS client.
+	TLS *tls.Config
 }
 
 // sample is one request.
 type sample struct {
 	start, done time.Time
-	client      int
+	// connAt is when the request's connection was dialled.
+	connAt time.Time
+	client int
 	// status is the response's, 0 after a transport error err.
 	status int
 	err    string
@@ -124,11 +133,12 @@ func (l *load) client(ctx context.Context, id int, interval time.Duration) {
 			c, err = l.dial(ctx)
 		}
 		if err == nil {
+			s.connAt = c.at
 			var keep bool
 			s.status, s.body, keep, err = c.roundTrip(l.cfg, time.Now().Add(l.cfg.Timeout))
 			s.stale = err != nil && c.used > 0 && !c.got
 			c.used++
-			if err != nil || !keep {
+			if err != nil || !keep || l.cfg.Close {
 				c.Close()
 				c = nil
 			}
@@ -150,18 +160,31 @@ func (l *load) client(ctx context.Context, id int, interval time.Duration) {
 type conn struct {
 	net.Conn
 	r    *bufio.Reader
-	used int // requests answered on it
+	at   time.Time // dialled
+	used int       // requests answered on it
 	// got is set once a byte of the current answer has been read.
 	got bool
 }
 
 func (l *load) dial(ctx context.Context) (*conn, error) {
+	at := time.Now()
 	d := net.Dialer{Timeout: l.cfg.Timeout}
 	nc, err := d.DialContext(ctx, "tcp", l.cfg.Addr)
 	if err != nil {
 		return nil, &stageError{"dial", err}
 	}
-	c := &conn{Conn: nc}
+	if l.cfg.TLS != nil {
+		tc := tls.Client(nc, l.cfg.TLS)
+		hctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, &stageError{"TLS handshake", err}
+		}
+		nc = tc
+	}
+	c := &conn{Conn: nc, at: at}
 	c.r = bufio.NewReader(readNotifier{c})
 	return c, nil
 }
@@ -184,7 +207,11 @@ func (c *conn) roundTrip(cfg loadConfig, deadline time.Time) (status int, body s
 		return 0, "", false, err
 	}
 	c.got = false
-	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: switchyard-chaos\r\n\r\n", cfg.Path, cfg.Host); err != nil {
+	closeField := ""
+	if cfg.Close {
+		closeField = "Connection: close\r\n"
+	}
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: switchyard-chaos\r\n%s\r\n", cfg.Path, cfg.Host, closeField); err != nil {
 		return 0, "", false, &stageError{"write", err}
 	}
 	resp, err := http.ReadResponse(c.r, nil)

@@ -2,8 +2,15 @@ package chaos
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -19,7 +26,9 @@ import (
 )
 
 // backendEnv makes the test binary a backend instead of running tests:
-// "name@ip:port". A backend in a process of its own is what kill -9 needs.
+// "name@ip:port@ip:tlsport", HTTP on the first address and HTTPS (a
+// self-signed certificate, for SSL passthrough) on the second. A backend
+// in a process of its own is what kill -9 needs.
 const backendEnv = "SWITCHYARD_CHAOS_BACKEND"
 
 // backendDelay is how long a backend takes per request, so that requests
@@ -67,12 +76,23 @@ func (s suiteM) Run() int {
 // serveBackend answers every request with the backend's name after
 // backendDelay, until SIGTERM or SIGKILL.
 func serveBackend(spec string) int {
-	name, addr, ok := strings.Cut(spec, "@")
-	if !ok {
-		fmt.Fprintf(os.Stderr, "%s=%q: want name@ip:port\n", backendEnv, spec)
+	f := strings.Split(spec, "@")
+	if len(f) != 3 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want name@ip:port@ip:tlsport\n", backendEnv, spec)
 		return 2
 	}
-	ln, err := net.Listen("tcp", addr)
+	name := f[0]
+	ln, err := net.Listen("tcp", f[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cert, err := selfSigned(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tlsLn, err := tls.Listen("tcp", f[2], &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -88,17 +108,35 @@ func serveBackend(spec string) int {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(tlsLn) }()
+	go func() { errc <- srv.Serve(ln) }()
+	if err := <-errc; err != nil && err != http.ErrServerClosed {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
 }
 
+// selfSigned returns a fresh self-signed certificate for host.
+func selfSigned(host string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("generate a key: %w", err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("create a certificate: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
 // backend is a backend process.
 type backend struct {
-	name, addr string
-	proc       *harness.Process
+	name, addr, tlsAddr string
+	proc                *harness.Process
 }
 
 // startBackends starts one backend process per IP, all on one port (an
@@ -110,15 +148,18 @@ func startBackends(t *testing.T, ips ...string) []*backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := harness.FreePort(t, ips[0])
+	port, tlsPort := harness.FreePort(t, ips[0]), harness.FreePort(t, ips[0])
 	var out []*backend
 	for i, ip := range ips {
-		b := &backend{name: fmt.Sprintf("backend-%d", i+1), addr: net.JoinHostPort(ip, fmt.Sprint(port))}
-		b.proc = harness.StartProcess(t, harness.Cmd{Name: b.name, Path: exe, Env: []string{backendEnv + "=" + b.name + "@" + b.addr}})
+		b := &backend{name: fmt.Sprintf("backend-%d", i+1), addr: net.JoinHostPort(ip, fmt.Sprint(port)),
+			tlsAddr: net.JoinHostPort(ip, fmt.Sprint(tlsPort))}
+		b.proc = harness.StartProcess(t, harness.Cmd{Name: b.name, Path: exe,
+			Env: []string{backendEnv + "=" + b.name + "@" + b.addr + "@" + b.tlsAddr}})
 		out = append(out, b)
 	}
 	for _, b := range out {
 		harness.WaitFor(t, readyTimeout, b.name, b.proc, harness.TCPReady(b.addr))
+		harness.WaitFor(t, readyTimeout, b.name+" (TLS)", b.proc, harness.TCPReady(b.tlsAddr))
 	}
 	return out
 }

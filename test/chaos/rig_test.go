@@ -34,10 +34,14 @@ type result struct {
 	Setup, Fault string
 	// Sent is the requests in the window (in flight at the kill or
 	// started after it, until the window closed), Failed those that got a
-	// transport error or a non-2xx status, Stale the failed ones that went
-	// out on a kept-alive connection and got no byte back (a replaying
-	// client would have retried them).
-	Sent, Failed, Stale int
+	// transport error or a non-2xx status, InFlight the failed ones sent
+	// before the kill, Stale the failed ones that went out on a kept-alive
+	// connection and got no byte back (a client that replays idempotent
+	// requests, as Go's net/http and browsers do, would have sent them
+	// again).
+	// NewConn is the failed ones on a connection dialled after the killed
+	// process was gone.
+	Sent, Failed, InFlight, Stale, NewConn int
 	// Down is from the kill to the restart (controller, sidecar); zero
 	// when nothing was restarted.
 	Down time.Duration
@@ -63,12 +67,15 @@ type rig struct {
 	load  *load
 }
 
-// startRig starts the load on addr (Host host, path path), stops it at the
-// end of the test, and checks that a clean half second precedes the first
-// fault.
-func startRig(t *testing.T, setup, addr, host, path string) *rig {
+// startRig starts the load cfg (Clients, Rate and Timeout zero: the
+// defaults above), stops it at the end of the test, and checks that a
+// clean second precedes the first fault.
+func startRig(t *testing.T, setup string, cfg loadConfig) *rig {
 	t.Helper()
-	l := startLoad(loadConfig{Addr: addr, Host: host, Path: path, Clients: loadClients, Rate: loadRate, Timeout: loadTimeout})
+	if cfg.Clients == 0 {
+		cfg.Clients, cfg.Rate, cfg.Timeout = loadClients, loadRate, loadTimeout
+	}
+	l := startLoad(cfg)
 	t.Cleanup(l.stop)
 	r := &rig{t: t, setup: setup, load: l}
 	start := time.Now()
@@ -81,13 +88,14 @@ func startRig(t *testing.T, setup, addr, host, path string) *rig {
 	return r
 }
 
-// fault runs kill, then restart when not nil (it returns when the
-// replacement was started), and waits until the load has settled. It
-// records and returns the window's tally.
+// fault runs kill (it returns once the process is gone), then restart
+// when not nil (it returns when the replacement was started), and waits
+// until the load has settled. It records and returns the window's tally.
 func (r *rig) fault(name string, kill, restart func()) result {
 	r.t.Helper()
 	at := time.Now()
 	kill()
+	gone := time.Now()
 	from := at
 	res := result{Setup: r.setup, Fault: name}
 	if restart != nil {
@@ -112,6 +120,12 @@ func (r *rig) fault(name string, kill, restart func()) result {
 			if s.stale {
 				res.Stale++
 			}
+			if s.start.Before(at) {
+				res.InFlight++
+			}
+			if (s.connAt.IsZero() && !s.start.Before(gone)) || !s.connAt.Before(gone) {
+				res.NewConn++
+			}
 			res.Errors[kind(s)]++
 			res.LastFailure = max(res.LastFailure, s.done.Sub(at))
 		} else if !s.start.Before(from) && (firstOK.IsZero() || s.done.Before(firstOK)) {
@@ -121,8 +135,8 @@ func (r *rig) fault(name string, kill, restart func()) result {
 	if !firstOK.IsZero() {
 		res.Served = firstOK.Sub(from)
 	}
-	r.t.Logf("%s, %s: %d requests, %d failed (%d stale keep-alive), last failure at +%v, down %v, first 2xx %v after, errors %v",
-		r.setup, name, res.Sent, res.Failed, res.Stale, res.LastFailure.Round(time.Millisecond), res.Down.Round(time.Millisecond),
+	r.t.Logf("%s, %s: %d requests, %d failed (%d in flight at the kill, %d stale keep-alive, %d on new connections), last failure at +%v, down %v, first 2xx %v after, errors %v",
+		r.setup, name, res.Sent, res.Failed, res.InFlight, res.Stale, res.NewConn, res.LastFailure.Round(time.Millisecond), res.Down.Round(time.Millisecond),
 		res.Served.Round(time.Millisecond), res.Errors)
 	reportMu.Lock()
 	report = append(report, res)
@@ -151,8 +165,8 @@ func (r *rig) settle(at, from time.Time) (time.Time, error) {
 				clients[s.client] = true
 			}
 		}
-		if len(clients) < loadClients {
-			return false, fmt.Errorf("only %d of %d clients were answered in the last %v", len(clients), loadClients, quietPeriod)
+		if len(clients) < r.load.cfg.Clients {
+			return false, fmt.Errorf("only %d of %d clients were answered in the last %v", len(clients), r.load.cfg.Clients, quietPeriod)
 		}
 		end = now
 		return true, nil
@@ -193,15 +207,15 @@ func writeReport(t *testing.T) {
 	rows := append([]result(nil), report...)
 	reportMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | fault | requests in window | failed | of which stale keep-alive | last failure after kill | down | first 2xx after restart | failures by kind |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(&b, "| setup | fault | requests in window | failed | in flight at the kill | stale keep-alive | on new connections | last failure after kill | down | first 2xx after restart (or kill) | failures by kind |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		var kinds []string
 		for k, n := range r.Errors {
 			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
 		}
 		sort.Strings(kinds)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Failed, r.Stale,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Failed, r.InFlight, r.Stale, r.NewConn,
 			ms(r.LastFailure), ms(r.Down), ms(r.Served), strings.Join(kinds, "; "))
 	}
 	t.Logf("failed requests per fault (%d clients, %d requests/s, backends answer after %v):\n%s", loadClients, loadRate, backendDelay, b.String())
