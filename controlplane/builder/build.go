@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Input is a snapshot of the informer caches. Slices may be in any order.
@@ -378,7 +380,7 @@ func (b *builder) defaultServer() {
 		SessionAffinity: balancer.SessionAffinityConfig{CookieSessionAffinity: balancer.CookieSessionAffinity{}}}
 	if ns, name, ok := strings.Cut(b.opt.DefaultBackendService, "/"); ok {
 		if svc := b.services[ns+"/"+name]; svc != nil && len(svc.Spec.Ports) > 0 {
-			def.Endpoints = b.endpoints(svc, svc.Spec.Ports[0])
+			def.Endpoints = b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 		}
 	}
 	if len(def.Endpoints) == 0 {
@@ -680,7 +682,7 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 	if spec, err := jsonMarshal(svc.Spec); err == nil {
 		be.Service.Spec = spec
 	}
-	be.Endpoints = b.endpoints(svc, svc.Spec.Ports[0])
+	be.Endpoints = b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 	b.backends[name] = be
 	return name
 }
@@ -718,13 +720,16 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 	svc := b.services[ing.Namespace+"/"+sb.Name]
 	if svc == nil {
 		b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s does not exist; the backend has no endpoints", ing.Namespace, sb.Name))
+	} else if svc.Spec.Type == corev1.ServiceTypeExternalName && !validExternalName(svc.Spec.ExternalName) {
+		b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s is an ExternalName whose name %q is neither an IP nor a DNS name; the backend has no endpoints",
+			ing.Namespace, sb.Name, svc.Spec.ExternalName))
 	} else if sp, ok := servicePort(svc, sb.Port); !ok {
 		b.objErr(ing, field+".backend.service.port", fmt.Sprintf("Service %s/%s has no port %s; the backend has no endpoints", ing.Namespace, sb.Name, port))
 	} else {
 		if spec, err := jsonMarshal(svc.Spec); err == nil {
 			be.Service.Spec = spec
 		}
-		be.Endpoints = b.endpoints(svc, sp)
+		be.Endpoints = b.endpoints(svc, sp, corev1.ProtocolTCP)
 		if svc.Spec.Type == corev1.ServiceTypeExternalName && isLoopback(svc.Spec.ExternalName) {
 			b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s is an ExternalName pointing at loopback (%s), which is refused; the backend has no endpoints",
 				ing.Namespace, sb.Name, svc.Spec.ExternalName))
@@ -734,21 +739,47 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 	return be
 }
 
+// servicePort finds the Service port an Ingress backend names, as
+// ingress-nginx does: the first port whose number, target port or name
+// spells the backend's port. An ExternalName Service needs no ports: a
+// numbered backend port is then its own target port (the ExternalName's
+// endpoint gets it).
 func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1.ServicePort, bool) {
+	want := portString(p)
 	for _, sp := range svc.Spec.Ports {
-		if (p.Name != "" && sp.Name == p.Name) || (p.Name == "" && sp.Port == p.Number) {
+		if strconv.Itoa(int(sp.Port)) == want || sp.TargetPort.String() == want || sp.Name == want {
 			return sp, true
 		}
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName && p.Name == "" && p.Number > 0 {
+		return corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: p.Number, TargetPort: intstr.FromInt32(p.Number)}, true
 	}
 	return corev1.ServicePort{}, false
 }
 
-// endpoints lists the ready endpoints of a Service port from its
-// EndpointSlices: ready (serving and not terminating) ones, or, when none is
-// ready, the serving-but-terminating ones; duplicates by ip:port removed.
-func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balancer.Endpoint {
+// validExternalName reports whether an ExternalName Service's name is an IP
+// or a DNS subdomain (a trailing dot allowed); ingress-nginx gives other
+// names no endpoints.
+func validExternalName(name string) bool {
+	if net.ParseIP(name) != nil {
+		return true
+	}
+	return len(validation.IsDNS1123Subdomain(strings.TrimSuffix(name, "."))) == 0
+}
+
+// endpoints lists the endpoints of a Service port as ingress-nginx does: an
+// ExternalName Service's one endpoint (its name and target port), or the
+// ready endpoints of its EndpointSlices (ready unset counts as ready,
+// terminating is not looked at; nothing else stands in when none is ready),
+// deduplicated by address and port. A slice's ports are those of the
+// protocol proto (TCP for HTTP) named like the Service port (any name when the Service port
+// has none); a slice port of another name, or a slice without ports, gives
+// the Service's numeric target port instead (ingress-nginx #7390), and
+// nothing when the target port is a name. Slices are read in name order
+// (ingress-nginx's order is its cache's, which varies).
+func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) []balancer.Endpoint {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		if isLoopback(svc.Spec.ExternalName) {
+		if isLoopback(svc.Spec.ExternalName) || !validExternalName(svc.Spec.ExternalName) {
 			return nil
 		}
 		port := sp.TargetPort.String()
@@ -759,50 +790,57 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort) []balanc
 	}
 	slices := append([]*discoveryv1.EndpointSlice(nil), b.slices[svc.Namespace+"/"+svc.Name]...)
 	sort.Slice(slices, func(i, j int) bool { return slices[i].Name < slices[j].Name })
-	collect := func(accept func(c discoveryv1.EndpointConditions) bool) []balancer.Endpoint {
-		var out []balancer.Endpoint
-		seen := map[string]bool{}
-		for _, es := range slices {
-			if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
+	numericTarget := int32(0)
+	if sp.TargetPort.Type == intstr.Int {
+		numericTarget = sp.TargetPort.IntVal
+	}
+	var out []balancer.Endpoint
+	seen := map[string]bool{}
+	var ports []int32
+	for _, es := range slices {
+		if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		ports = ports[:0]
+		if len(es.Ports) == 0 && numericTarget > 0 {
+			ports = append(ports, numericTarget)
+		}
+		for _, p := range es.Ports {
+			if p.Protocol != nil && *p.Protocol != proto {
 				continue
 			}
-			var port int32 = -1
-			for _, p := range es.Ports {
-				if p.Port != nil && ptrStr(p.Name) == sp.Name {
-					port = *p.Port
-				}
+			port := int32(0)
+			if p.Port != nil && (sp.Name == "" || ptrStr(p.Name) == sp.Name) {
+				port = *p.Port
 			}
-			if port < 0 {
+			if port == 0 {
+				port = numericTarget
+			}
+			if port > 0 {
+				ports = append(ports, port)
+			}
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
 				continue
 			}
-			for _, ep := range es.Endpoints {
-				if !accept(ep.Conditions) {
-					continue
-				}
+			for _, port := range ports {
+				ps := strconv.Itoa(int(port))
 				for _, addr := range ep.Addresses {
 					if !b.validAddress(es, addr) {
 						continue
 					}
-					key := addr + ":" + strconv.Itoa(int(port))
+					key := addr + ":" + ps
 					if seen[key] {
 						continue
 					}
 					seen[key] = true
-					out = append(out, balancer.Endpoint{Address: addr, Port: balancer.PortString(strconv.Itoa(int(port)))})
+					out = append(out, balancer.Endpoint{Address: addr, Port: balancer.PortString(ps)})
 				}
 			}
 		}
-		return out
 	}
-	ready := collect(func(c discoveryv1.EndpointConditions) bool {
-		return (c.Ready == nil || *c.Ready) && (c.Terminating == nil || !*c.Terminating)
-	})
-	if len(ready) > 0 {
-		return ready
-	}
-	return collect(func(c discoveryv1.EndpointConditions) bool {
-		return c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating
-	})
+	return out
 }
 
 // validAddress reports whether addr is an address of the slice's type, in
@@ -831,6 +869,14 @@ func (b *builder) validAddress(es *discoveryv1.EndpointSlice, addr string) bool 
 		Message: fmt.Sprintf("address %q is not a canonical %s address; this endpoint is skipped", addr, es.AddressType),
 	})
 	return false
+}
+
+// l4Protocol is the EndpointSlice protocol of a tcp- or udp-services entry.
+func l4Protocol(proto string) corev1.Protocol {
+	if proto == "udp" {
+		return corev1.ProtocolUDP
+	}
+	return corev1.ProtocolTCP
 }
 
 // isLoopback reports whether an ExternalName points at this host: such
@@ -1120,7 +1166,7 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 		}
 		backend := proto + "-" + ns + "-" + name + "-" + parts[1]
 		if b.backends[backend] == nil {
-			be := &balancer.Backend{Name: backend, Port: balancer.PortNumber(listen), Endpoints: b.endpoints(svc, sp)}
+			be := &balancer.Backend{Name: backend, Port: balancer.PortNumber(listen), Endpoints: b.endpoints(svc, sp, l4Protocol(proto))}
 			// Only the spec travels with a stream backend (spec §1.6), so the
 			// data plane can tell an ExternalName service.
 			if spec, err := jsonMarshal(svc.Spec); err == nil {

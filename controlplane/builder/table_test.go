@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func svcWithSlice(ns, name string, eps ...discoveryv1.Endpoint) (*corev1.Service, *discoveryv1.EndpointSlice) {
@@ -47,8 +48,11 @@ func TestEndpoints(t *testing.T) {
 	}{
 		{"ready, nil conditions count as ready", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, no), ep("10.0.0.2", nil, nil, nil)}, e("10.0.0.1", "10.0.0.2"), 0},
 		{"not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, no, no), ep("10.0.0.2", yes, nil, nil)}, e("10.0.0.2"), 0},
-		{"terminating left out while another is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2"), 0},
-		{"terminating but serving when nothing is ready", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", no, no, yes)}, e("10.0.0.1"), 0},
+		{"terminating and not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2"), 0},
+		// ingress-nginx reads Ready only: nothing stands in for it.
+		{"serving but not ready: none", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", no, no, yes)}, nil, 0},
+		// publishNotReadyAddresses keeps terminating endpoints ready.
+		{"ready and terminating kept", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.1", "10.0.0.2"), 0},
 		{"duplicates removed", []discoveryv1.Endpoint{ep("10.0.0.1", yes, nil, nil), ep("10.0.0.1", yes, nil, nil)}, e("10.0.0.1"), 0},
 		{"none", nil, nil, 0},
 		{"invalid addresses skipped, the rest kept", []discoveryv1.Endpoint{ep("127.0.0.1;X", yes, nil, nil), ep("10.0.0.2", yes, nil, nil),
@@ -58,11 +62,11 @@ func TestEndpoints(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			svc, es := svcWithSlice("ns", "web", tt.eps...)
 			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
-			if diff := cmp.Diff(tt.want, b.endpoints(svc, svc.Spec.Ports[0])); diff != "" {
+			if diff := cmp.Diff(tt.want, b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
 			// A second use of the same Service reports nothing again.
-			b.endpoints(svc, svc.Spec.Ports[0])
+			b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 			if len(b.cfg.Errors) != tt.bad {
 				t.Errorf("errors %v, want %d", b.cfg.Errors, tt.bad)
 			}
@@ -70,6 +74,94 @@ func TestEndpoints(t *testing.T) {
 				if e.Object.Kind != "EndpointSlice" || e.Object.Name != es.Name {
 					t.Errorf("error on %+v, want the EndpointSlice %s", e.Object, es.Name)
 				}
+			}
+		})
+	}
+}
+
+// TestEndpointPorts: which port of an EndpointSlice an endpoint gets, as
+// ingress-nginx chooses it (its #7390 fallback to a numeric target port).
+func TestEndpointPorts(t *testing.T) {
+	tcp, udp := ptr(corev1.ProtocolTCP), ptr(corev1.ProtocolUDP)
+	port := func(name string, n int32, proto *corev1.Protocol) discoveryv1.EndpointPort {
+		p := discoveryv1.EndpointPort{Port: ptr(n), Protocol: proto}
+		if name != "" {
+			p.Name = ptr(name)
+		}
+		return p
+	}
+	tests := []struct {
+		name  string
+		sp    corev1.ServicePort
+		ports []discoveryv1.EndpointPort
+		proto corev1.Protocol
+		want  []string
+	}{
+		{"name matches", corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+			[]discoveryv1.EndpointPort{port("metrics", 9090, tcp), port("http", 8081, tcp)}, corev1.ProtocolTCP, []string{"9.0.0.1:8080", "9.0.0.1:8081"}},
+		{"name differs, numeric target port used", corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+			[]discoveryv1.EndpointPort{port("web", 8081, tcp)}, corev1.ProtocolTCP, []string{"9.0.0.1:8080"}},
+		{"name differs, named target port: none", corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromString("web")},
+			[]discoveryv1.EndpointPort{port("web", 8081, tcp)}, corev1.ProtocolTCP, nil},
+		{"unnamed Service port takes every slice port", corev1.ServicePort{Port: 80, TargetPort: intstr.FromInt32(8080)},
+			[]discoveryv1.EndpointPort{port("a", 8081, tcp), port("", 8082, tcp)}, corev1.ProtocolTCP, []string{"9.0.0.1:8081", "9.0.0.1:8082"}},
+		{"slice without ports, numeric target port", corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+			nil, corev1.ProtocolTCP, []string{"9.0.0.1:8080"}},
+		{"slice without ports, named target port: none", corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromString("http")},
+			nil, corev1.ProtocolTCP, nil},
+		{"other protocol skipped", corev1.ServicePort{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(53)},
+			[]discoveryv1.EndpointPort{port("dns", 5353, tcp), port("dns", 53, udp)}, corev1.ProtocolUDP, []string{"9.0.0.1:53"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{tt.sp}}}
+			es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"}, AddressType: discoveryv1.AddressTypeIPv4,
+				Ports: tt.ports, Endpoints: []discoveryv1.Endpoint{ep("9.0.0.1", nil, nil, nil)}}
+			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
+			var got []string
+			for _, e := range b.endpoints(svc, tt.sp, tt.proto) {
+				got = append(got, e.Address+":"+e.Port.Str)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestExternalNamePorts: an ExternalName Service's endpoint is its name and
+// the port the Ingress names, through the Service's ports when it has them
+// (a numeric backend port is enough when it has none, the usual case).
+func TestExternalNamePorts(t *testing.T) {
+	tests := []struct {
+		name    string
+		ext     string
+		ports   []corev1.ServicePort
+		backend networkingv1.ServiceBackendPort
+		want    []balancer.Endpoint
+	}{
+		{"no ports, numbered backend", "api.example.com", nil, networkingv1.ServiceBackendPort{Number: 443},
+			[]balancer.Endpoint{{Address: "api.example.com", Port: balancer.PortString("443")}}},
+		{"port by number, its target port", "api.example.com", []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			networkingv1.ServiceBackendPort{Number: 80}, []balancer.Endpoint{{Address: "api.example.com", Port: balancer.PortString("8080")}}},
+		{"port by name", "10.9.9.9", []corev1.ServicePort{{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			networkingv1.ServiceBackendPort{Name: "web"}, []balancer.Endpoint{{Address: "10.9.9.9", Port: balancer.PortString("8080")}}},
+		{"no ports, named backend: none", "api.example.com", nil, networkingv1.ServiceBackendPort{Name: "web"}, nil},
+		{"not a DNS name: none", "api_example com", nil, networkingv1.ServiceBackendPort{Number: 80}, nil},
+		{"loopback: none", "localhost", nil, networkingv1.ServiceBackendPort{Number: 80}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext"},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: tt.ext, Ports: tt.ports}}
+			b := &builder{cfg: &model.Configuration{}, services: map[string]*corev1.Service{"ns/ext": svc}, backends: map[string]*balancer.Backend{}}
+			ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ing"}}
+			be := b.backend(ing, annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, "spec")
+			if diff := cmp.Diff(tt.want, be.Endpoints); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+			if len(tt.want) == 0 && len(b.cfg.Errors) == 0 {
+				t.Errorf("no endpoints and no error")
 			}
 		})
 	}
