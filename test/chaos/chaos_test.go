@@ -176,6 +176,19 @@ func checkRecovered(t *testing.T, res result) {
 	}
 }
 
+// checkWorkerKill checks the cost of an nginx worker's death: the
+// connections it held fail, each at most once (a client has one at a
+// time), and connections made after it reach the living workers.
+func checkWorkerKill(t *testing.T, res result) {
+	t.Helper()
+	if res.Failed > loadClients {
+		t.Errorf("%s, %s: %d requests failed (%v); want at most one per client connection (%d)", res.Setup, res.Fault, res.Failed, res.Errors, loadClients)
+	}
+	if res.NewConn != 0 {
+		t.Errorf("%s, %s: %d requests failed on connections made after the kill (%v); want 0", res.Setup, res.Fault, res.NewConn, res.Errors)
+	}
+}
+
 // killBackend kills backend b with SIGKILL.
 func killBackend(t *testing.T, b *backend) func() {
 	return func() {
@@ -304,9 +317,7 @@ func testNginxPlane(t *testing.T) {
 	// The master starts a new worker; only the connections the killed
 	// worker held fail, each at most once.
 	res := r.fault("kill -9 the busiest nginx worker", killPID(t, busiestWorker(t, n.master())), nil)
-	if res.Failed > loadClients {
-		t.Errorf("nginx plane, worker killed: %d requests failed (%v); want at most one per client connection (%d)", res.Failed, res.Errors, loadClients)
-	}
+	checkWorkerKill(t, res)
 
 	// The controller ends the dead master's group and starts nginx again.
 	res = r.fault("kill -9 the nginx master", killPID(t, n.master()), nil)
@@ -468,9 +479,7 @@ func testSidecar(t *testing.T) {
 	}
 
 	res = r.fault("kill -9 the busiest nginx worker", killPID(t, busiestWorker(t, s.nginx.Pid())), nil)
-	if res.Failed > loadClients {
-		t.Errorf("sidecar, worker killed: %d requests failed (%v); want at most one per client connection (%d)", res.Failed, res.Errors, loadClients)
-	}
+	checkWorkerKill(t, res)
 }
 
 // l4YAML is a tcp-services ConfigMap sending port to the chaos Service,

@@ -40,8 +40,9 @@ type result struct {
 	// requests, as Go's net/http and browsers do, would have sent them
 	// again).
 	// NewConn is the failed ones on a connection dialled after the killed
-	// process was gone.
-	Sent, Failed, InFlight, Stale, NewConn int
+	// process was gone. Exposed is every request in flight at the kill,
+	// failed or not.
+	Sent, Exposed, Failed, InFlight, Stale, NewConn int
 	// Down is from the kill to the restart (controller, sidecar); zero
 	// when nothing was restarted.
 	Down time.Duration
@@ -115,6 +116,9 @@ func (r *rig) fault(name string, kill, restart func()) result {
 			continue
 		}
 		res.Sent++
+		if s.start.Before(at) {
+			res.Exposed++
+		}
 		if s.failed() {
 			res.Failed++
 			if s.stale {
@@ -135,8 +139,8 @@ func (r *rig) fault(name string, kill, restart func()) result {
 	if !firstOK.IsZero() {
 		res.Served = firstOK.Sub(from)
 	}
-	r.t.Logf("%s, %s: %d requests, %d failed (%d in flight at the kill, %d stale keep-alive, %d on new connections), last failure at +%v, down %v, first 2xx %v after, errors %v",
-		r.setup, name, res.Sent, res.Failed, res.InFlight, res.Stale, res.NewConn, res.LastFailure.Round(time.Millisecond), res.Down.Round(time.Millisecond),
+	r.t.Logf("%s, %s: %d requests (%d in flight at the kill), %d failed (%d in flight at the kill, %d stale keep-alive, %d on new connections), last failure at +%v, down %v, first 2xx %v after, errors %v",
+		r.setup, name, res.Sent, res.Exposed, res.Failed, res.InFlight, res.Stale, res.NewConn, res.LastFailure.Round(time.Millisecond), res.Down.Round(time.Millisecond),
 		res.Served.Round(time.Millisecond), res.Errors)
 	reportMu.Lock()
 	report = append(report, res)
@@ -207,15 +211,15 @@ func writeReport(t *testing.T) {
 	rows := append([]result(nil), report...)
 	reportMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | fault | requests in window | failed | in flight at the kill | stale keep-alive | on new connections | last failure after kill | down | first 2xx after restart (or kill) | failures by kind |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(&b, "| setup | fault | requests in window | in flight at the kill | failed | failed in flight at the kill | stale keep-alive | on new connections | last failure after kill | down | first 2xx after restart (or kill) | failures by kind |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		var kinds []string
 		for k, n := range r.Errors {
 			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
 		}
 		sort.Strings(kinds)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Failed, r.InFlight, r.Stale, r.NewConn,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Exposed, r.Failed, r.InFlight, r.Stale, r.NewConn,
 			ms(r.LastFailure), ms(r.Down), ms(r.Served), strings.Join(kinds, "; "))
 	}
 	t.Logf("failed requests per fault (%d clients, %d requests/s, backends answer after %v):\n%s", loadClients, loadRate, backendDelay, b.String())
