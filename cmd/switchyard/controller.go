@@ -171,7 +171,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if err != nil {
 		return fmt.Errorf("listen for status: %w", err)
 	}
-	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics), ReadHeaderTimeout: 10 * time.Second}
+	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics, ngx.readiness()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := statusSrv.Serve(statusLn); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
@@ -267,8 +267,10 @@ func clusterClient(opts controllerOptions) (kubernetes.Interface, func(context.C
 }
 
 // statusMux serves the status port: the status page, health, readiness and
-// metrics.
-func statusMux(ctrl *controlplane.Controller, reg *balancer.Registry, history *statuspage.History, m *controllerMetrics) http.Handler {
+// metrics. dataPlane, when not nil, says why the data plane does not serve
+// (nginx: the master we started is not up or not configured by us); /readyz
+// answers 503 with it (issue 20).
+func statusMux(ctrl *controlplane.Controller, reg *balancer.Registry, history *statuspage.History, m *controllerMetrics, dataPlane func() error) http.Handler {
 	mux := http.NewServeMux()
 	page := statuspage.New(statuspage.Config{History: history, Snapshot: func() statuspage.Snapshot {
 		return snapshot(ctrl, reg)
@@ -278,10 +280,17 @@ func statusMux(ctrl *controlplane.Controller, reg *balancer.Registry, history *s
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-ctrl.Ready():
-			_, _ = io.WriteString(w, "ok\n")
 		default:
 			http.Error(w, "waiting for the first sync", http.StatusServiceUnavailable)
+			return
 		}
+		if dataPlane != nil {
+			if err := dataPlane(); err != nil {
+				http.Error(w, "data plane not serving: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	registerDebugHandlers(mux, ctrl, reg)

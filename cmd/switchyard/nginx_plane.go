@@ -186,6 +186,16 @@ func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration) error
 	}
 }
 
+// readiness is what /readyz asks besides the first sync: nil (nothing) for
+// the Go data plane, where p is nil; with nginx, whether the master this
+// process started serves the file it installed last (nginxcompat Ready).
+func (p *nginxPlane) readiness() func() error {
+	if p == nil {
+		return nil
+	}
+	return p.ctrl.Ready
+}
+
 // close waits for nginx to drain and exit (its Run context must have ended)
 // and then stops the pick socket, which the draining workers still use.
 func (p *nginxPlane) close() {

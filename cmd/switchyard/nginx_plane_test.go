@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -297,4 +298,185 @@ func TestControllerNginxDataPlane(t *testing.T) {
 func nginxPlaneArgs(t *testing.T) []string {
 	t.Helper()
 	return harness.NginxPlaneArgs(t, "../../lua")
+}
+
+// helperArgsEnv makes the test binary run `switchyard <args>` (one per
+// line) instead of the tests: the controller as its own process, which a
+// test can kill -9.
+const helperArgsEnv = "SWITCHYARD_TEST_RUN_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(helperArgsEnv); args != "" {
+		os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// startControllerProcess runs `switchyard controller args…` as a process of
+// its own (this test binary, through TestMain).
+func startControllerProcess(t *testing.T, name string, args []string) *harness.Process {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return harness.StartProcess(t, harness.Cmd{Name: name, Path: self,
+		Env: []string{helperArgsEnv + "=" + strings.Join(append([]string{"controller"}, args...), "\n")}})
+}
+
+// liveGroup lists the live (not zombie) processes of process group pgid.
+func liveGroup(t *testing.T, pgid int) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		// state ppid pgrp after the command's parentheses.
+		f := strings.Fields(s[i+1:])
+		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			out = append(out, e.Name()+" "+s[strings.IndexByte(s, '(')+1:i])
+		}
+	}
+	return out
+}
+
+// readPID reads nginx's pid file.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// Issue 20: kill -9 of `switchyard controller --data-plane=nginx` takes its
+// nginx master and workers along (they held the ports and served the old
+// file); a controller restarted on the same directory gets the ports, turns
+// ready and serves an Ingress added meanwhile. /readyz answers 503 while
+// the nginx master it started is down, and 200 once it serves again.
+func TestControllerKill9TakesNginxAlong(t *testing.T) {
+	p1, p2 := freePort(t), freePort(t)
+	for i, p := range []int{p1, p2} {
+		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	manifests := quickstartDir(t, p1, p2)
+	httpPort, statusPort := freePort(t), freePort(t)
+	ngx := nginxPlaneArgs(t)
+	args := append([]string{"--manifests", manifests, "--http-port", strconv.Itoa(httpPort),
+		"--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(statusPort),
+		"--listen-address", "127.0.0.1"}, ngx...)
+	dir := ""
+	for i := range ngx {
+		if ngx[i] == "--nginx-dir" {
+			dir = ngx[i+1]
+		}
+	}
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", statusPort)
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(url, host string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	serves := func(host, prefix string) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) {
+			code, body := get(fmt.Sprintf("http://127.0.0.1:%d/", httpPort), host)
+			if code != 200 || !strings.HasPrefix(body, prefix) {
+				return false, fmt.Errorf("%s: %d %.100q", host, code, body)
+			}
+			return true, nil
+		}
+	}
+
+	first := startControllerProcess(t, "controller-1", args)
+	harness.WaitFor(t, defaultTestTimeout, "/readyz 200", first, harness.HTTPReady(readyz, 200, nil, nil))
+	harness.WaitFor(t, 5*time.Second, "echo.localhost", first, serves("echo.localhost", "backend-"))
+	master := readPID(t, filepath.Join(dir, "nginx.pid"))
+	if g := liveGroup(t, master); len(g) < 2 {
+		t.Fatalf("nginx group %d: %v; want the master and its workers", master, g)
+	}
+	t.Cleanup(func() {
+		// Should the test fail with nginx orphaned, do not leak it.
+		if g := liveGroup(t, master); len(g) > 0 && strings.Contains(g[0], "nginx") {
+			_ = syscall.Kill(-master, syscall.SIGKILL)
+		}
+	})
+	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Stop() // it was killed; do not report that at cleanup
+	killed := time.Now()
+	for {
+		g := liveGroup(t, master)
+		if len(g) == 0 {
+			break
+		}
+		if time.Since(killed) > 2*time.Second {
+			t.Fatalf("2 s after kill -9 of the controller, nginx still runs: %v", g)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("nginx gone %v after kill -9 of the controller", time.Since(killed))
+
+	// Restarted on the same directory, with an Ingress added meanwhile.
+	fresh := localBackendYAML("fresh", "fresh.localhost", p1, "", "")
+	if err := os.WriteFile(filepath.Join(manifests, "60-fresh.yaml"), []byte(fresh), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := startControllerProcess(t, "controller-2", args)
+	harness.WaitFor(t, defaultTestTimeout, "/readyz 200 after the restart", second, harness.HTTPReady(readyz, 200, nil, nil))
+	harness.WaitFor(t, 5*time.Second, "the new Ingress", second, serves("fresh.localhost", "backend-1"))
+
+	// kill -9 of the nginx master: /readyz says so until nginx serves again.
+	master2 := readPID(t, filepath.Join(dir, "nginx.pid"))
+	if master2 == master {
+		t.Fatalf("the restarted controller's nginx has the old pid %d", master)
+	}
+	if err := syscall.Kill(master2, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed = time.Now()
+	saw503 := ""
+	for saw503 == "" {
+		if code, body := get(readyz, ""); code == http.StatusServiceUnavailable {
+			saw503 = body
+		} else if time.Since(killed) > time.Second {
+			t.Fatalf("/readyz 1 s after kill -9 of nginx: %d %q; want 503", code, body)
+		}
+	}
+	t.Logf("/readyz %v after kill -9 of nginx: 503 %q", time.Since(killed), saw503)
+	if !strings.Contains(saw503, "nginx") {
+		t.Errorf("/readyz 503 body %q does not say what is wrong with nginx", saw503)
+	}
+	harness.WaitFor(t, 5*time.Second, "/readyz 200 after nginx restarted", second, harness.HTTPReady(readyz, 200, nil, nil))
+	harness.WaitFor(t, 5*time.Second, "the new Ingress after nginx restarted", second, serves("fresh.localhost", "backend-1"))
 }
