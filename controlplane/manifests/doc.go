@@ -4,7 +4,9 @@
 //
 // In: *.yaml / *.yml / *.json files (multi-document YAML allowed) holding
 // Ingress, IngressClass, Service, EndpointSlice, Secret, ConfigMap and
-// Namespace objects. Out: a client-go clientset backed by an in-memory object
+// Namespace objects; documents of other kinds (the Deployment most examples
+// put beside their Service and Ingress, custom resources) are skipped, each
+// kind reported once. Out: a client-go clientset backed by an in-memory object
 // tracker whose watches fire when the files change (fsnotify). A file that
 // does not parse is reported and skipped; the objects it held before keep
 // their last good state, and every other file keeps serving.

@@ -3,6 +3,7 @@ package manifests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 )
 
 // maxFileSize bounds one manifest file; larger files are reported and skipped.
@@ -51,6 +54,12 @@ type Config struct {
 	// OnError is called for every file that cannot be used, with the file's
 	// path and why. Nil discards the reports (Load still returns them).
 	OnError func(path string, err error)
+	// OnSkip is called for each kind a file holds that the controller does
+	// not use (a Deployment beside its Service and Ingress, as most
+	// examples have them), with how many documents of that kind were
+	// skipped; again only when a file's skipped kinds change. Nil logs
+	// them through klog.
+	OnSkip func(path, kind string, n int)
 	// Debounce is how long Run waits after a file event before re-reading,
 	// so an editor's write-rename-chmod burst is one reload. Zero means
 	// 100ms.
@@ -76,6 +85,8 @@ type Source struct {
 	applied map[key]runtime.Object
 	// version is the last resourceVersion handed out.
 	version int
+	// skipped is what each file skipped, as last reported.
+	skipped map[string]string
 }
 
 // Load reads every manifest in cfg.Dir into a new Source. Files that fail are
@@ -100,6 +111,12 @@ func Load(cfg Config) (*Source, error) {
 		client:  fake.NewSimpleClientset(),
 		byFile:  map[string]map[key]runtime.Object{},
 		applied: map[key]runtime.Object{},
+		skipped: map[string]string{},
+	}
+	if s.cfg.OnSkip == nil {
+		s.cfg.OnSkip = func(path, kind string, n int) {
+			klog.InfoS("manifests: documents of a kind the controller does not use skipped", "file", path, "kind", kind, "documents", n)
+		}
 	}
 	return s, s.Reload()
 }
@@ -129,7 +146,10 @@ func (s *Source) Reload() error {
 		}
 		path := filepath.Join(s.cfg.Dir, name)
 		seen[path] = true
-		objs, err := readFile(path)
+		objs, skipped, err := readFile(path)
+		if err == nil {
+			s.reportSkipped(path, skipped)
+		}
 		if err != nil {
 			err = fmt.Errorf("manifests: %s: %w", path, err)
 			errs = append(errs, err)
@@ -143,6 +163,11 @@ func (s *Source) Reload() error {
 	for path := range s.byFile {
 		if !seen[path] {
 			delete(s.byFile, path)
+		}
+	}
+	for path := range s.skipped {
+		if !seen[path] {
+			delete(s.skipped, path)
 		}
 	}
 
@@ -267,60 +292,91 @@ func isManifest(name string) bool {
 	return false
 }
 
+// reportSkipped tells OnSkip what path skipped, when that changed.
+func (s *Source) reportSkipped(path string, skipped map[string]int) {
+	kinds := sortedKeys(skipped)
+	var sum strings.Builder
+	for _, k := range kinds {
+		fmt.Fprintf(&sum, "%s=%d;", k, skipped[k])
+	}
+	if s.skipped[path] == sum.String() {
+		return
+	}
+	s.skipped[path] = sum.String()
+	for _, k := range kinds {
+		s.cfg.OnSkip(path, k, skipped[k])
+	}
+}
+
 // readFile decodes every document of one file. Any bad document fails the
-// whole file, so a half-edited file never serves half its objects.
-func readFile(path string) (map[key]runtime.Object, error) {
+// whole file, so a half-edited file never serves half its objects;
+// documents of kinds the controller does not use are skipped (counted by
+// kind).
+func readFile(path string) (map[key]runtime.Object, map[string]int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
+		return nil, nil, fmt.Errorf("larger than %d bytes", maxFileSize)
 	}
 	return decode(data)
 }
 
-// decode parses multi-document YAML or JSON into supported objects.
-func decode(data []byte) (map[key]runtime.Object, error) {
+// decode parses multi-document YAML or JSON into supported objects, and
+// counts the documents of other kinds (Deployments, CRDs, ...) by
+// apiVersion and kind. A document that is not an object with apiVersion and
+// kind, or a supported kind that does not decode, fails.
+func decode(data []byte) (map[key]runtime.Object, map[string]int, error) {
 	out := map[key]runtime.Object{}
+	skipped := map[string]int{}
 	reader := utilyaml.NewYAMLReader(bufioReader(data))
 	deserializer := scheme.Codecs.UniversalDeserializer()
 	for i := 1; ; i++ {
 		doc, err := reader.Read()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return out, skipped, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+			return nil, nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 			continue
 		}
 		obj, gvk, err := deserializer.Decode(doc, nil, nil)
+		if err != nil && runtime.IsNotRegisteredError(err) {
+			// A kind the scheme does not know (a CRD): not ours either.
+			var tm metav1.TypeMeta
+			if js, jerr := utilyaml.ToJSON(doc); jerr == nil && json.Unmarshal(js, &tm) == nil && tm.Kind != "" && tm.APIVersion != "" {
+				skipped[tm.APIVersion+" "+tm.Kind]++
+				continue
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+			return nil, nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		gvr, ok := resources[*gvk]
 		if !ok {
-			return nil, fmt.Errorf("document %d: kind %s is not supported (want Ingress, IngressClass, Service, EndpointSlice, Secret, ConfigMap or Namespace)", i, gvk)
+			skipped[gvk.GroupVersion().String()+" "+gvk.Kind]++
+			continue
 		}
 		m, err := meta.Accessor(obj)
 		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+			return nil, nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		if m.GetName() == "" {
-			return nil, fmt.Errorf("document %d: %s has no metadata.name", i, gvk.Kind)
+			return nil, nil, fmt.Errorf("document %d: %s has no metadata.name", i, gvk.Kind)
 		}
 		ns := m.GetNamespace()
 		clusterScoped := gvk.Kind == "IngressClass" || gvk.Kind == "Namespace"
 		switch {
 		case clusterScoped && ns != "":
-			return nil, fmt.Errorf("document %d: %s %s is cluster-scoped but has namespace %q", i, gvk.Kind, m.GetName(), ns)
+			return nil, nil, fmt.Errorf("document %d: %s %s is cluster-scoped but has namespace %q", i, gvk.Kind, m.GetName(), ns)
 		case !clusterScoped && ns == "":
 			ns = "default"
 			m.SetNamespace(ns)
@@ -337,7 +393,7 @@ func decode(data []byte) (map[key]runtime.Object, error) {
 		}
 		k := key{gvr: gvr, namespace: ns, name: m.GetName()}
 		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("document %d: %s %s/%s appears twice", i, gvk.Kind, ns, m.GetName())
+			return nil, nil, fmt.Errorf("document %d: %s %s/%s appears twice", i, gvk.Kind, ns, m.GetName())
 		}
 		out[k] = obj
 	}

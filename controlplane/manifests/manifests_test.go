@@ -2,12 +2,14 @@ package manifests
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -89,7 +91,7 @@ func TestLoadRejectsBadFilesAndKeepsTheRest(t *testing.T) {
 	tests := []struct {
 		name, content, wantErr string
 	}{
-		{"unsupported kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n", "not supported"},
+		{"no kind", "apiVersion: v1\nmetadata:\n  name: x\n", "document 1"},
 		{"no name", "apiVersion: v1\nkind: Service\nmetadata: {}\n", "no metadata.name"},
 		{"not yaml", "apiVersion: v1\nkind: Service\nmetadata: [\n", "document 1"},
 		{"namespaced cluster object", "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: a\n  namespace: b\n", "cluster-scoped"},
@@ -114,6 +116,42 @@ func TestLoadRejectsBadFilesAndKeepsTheRest(t *testing.T) {
 				t.Errorf("good file not served: %v", err)
 			}
 		})
+	}
+}
+
+// TestOtherKindsSkipped: a file that holds a Deployment and a custom
+// resource beside its Service and Ingress (as most examples do) serves its
+// Service and Ingress; the other kinds are reported once per kind, and not
+// again on a reload that reads the same file.
+func TestOtherKindsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: echo\n  namespace: demo\nspec:\n  selector: {matchLabels: {app: echo}}\n" +
+		"  template:\n    metadata: {labels: {app: echo}}\n    spec: {containers: [{name: echo, image: echo}]}\n"
+	custom := "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n"
+	writeFile(t, dir, "all.yaml", deployment+"---\n"+ingressYAML+"---\n"+deployment[:len("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: ")]+"echo2\n---\n"+custom)
+	var skipped []string
+	s, err := Load(Config{Dir: dir, OnSkip: func(path, kind string, n int) {
+		skipped = append(skipped, fmt.Sprintf("%s %s %d", filepath.Base(path), kind, n))
+	}})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	ctx := context.Background()
+	if _, err := s.Client().NetworkingV1().Ingresses("demo").Get(ctx, "echo", getOpts); err != nil {
+		t.Errorf("Ingress not served: %v", err)
+	}
+	if _, err := s.Client().CoreV1().Services("demo").Get(ctx, "echo", getOpts); err != nil {
+		t.Errorf("Service not served: %v", err)
+	}
+	want := []string{"all.yaml apps/v1 Deployment 2", "all.yaml example.com/v1 Widget 1"}
+	if diff := cmp.Diff(want, skipped); diff != "" {
+		t.Errorf("skipped (-want +got):\n%s", diff)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if len(skipped) != 2 {
+		t.Errorf("a reload of the same file reported again: %q", skipped)
 	}
 }
 
