@@ -168,17 +168,3 @@ func (c *lazyDeadlineConn) CloseWrite() error {
 	}
 	return c.Conn.Close()
 }
-
-// lazyDeadlineListener wraps accepted connections in lazyDeadlineConn.
-type lazyDeadlineListener struct {
-	net.Listener
-	lag time.Duration
-}
-
-func (l lazyDeadlineListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &lazyDeadlineConn{Conn: c, lag: l.lag}, nil
-}

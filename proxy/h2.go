@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/netutil"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -80,9 +79,10 @@ type classifier func(net.Conn) (conn net.Conn, h2 bool, err error)
 // drains both: fasthttp finishes its requests, HTTP/2 connections get a
 // GOAWAY and end when their streams have.
 func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server, classify classifier) error {
-	// MaxConns for both front ends: no more connections are accepted while
-	// that many are open (fasthttp's Concurrency caps only HTTP/1).
-	ln = netutil.LimitListener(ln, p.cfg.MaxConns)
+	// One cap of open connections for both front ends, idle ones closed
+	// first (conns.go).
+	tl := p.track(ctx, ln)
+	ln = tl
 	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
 	var served sync.WaitGroup
 	served.Go(func() { _ = p.server.Serve(h1) })
@@ -129,16 +129,26 @@ func acceptSplit(ln net.Listener, classify classifier, h1, h2 *connQueue) error 
 	}
 }
 
-// dispatch classifies c and queues it for its front end.
+// dispatch classifies c and queues it for its front end. Until its first
+// request an HTTP/1.1 connection is idle again (its handshake or preface
+// peek made it active); an HTTP/2 one is idle while it has no streams.
 func dispatch(c net.Conn, classify classifier, h1, h2 *connQueue) {
 	conn, isH2, err := classify(c)
+	tc, _ := c.(*trackedConn)
 	switch {
 	case err != nil:
 		_ = c.Close()
+	case tc == nil && isH2:
+		h2.push(conn)
+	case tc == nil:
+		h1.push(conn)
 	case isH2:
+		tc.h2.Store(true)
+		tc.idle(connKeepAlive)
 		h2.push(conn)
 	default:
-		h1.push(conn)
+		tc.idle(connNew)
+		h1.push(newH1Conn(conn, tc))
 	}
 }
 
@@ -234,12 +244,15 @@ func (p *Proxy) h2Server(protos *http.Protocols) (*http.Server, error) {
 	hs := &http.Server{
 		Handler:           http.HandlerFunc(p.serveH2),
 		ReadHeaderTimeout: p.cfg.ReadTimeout,
-		IdleTimeout:       p.cfg.IdleTimeout,
-		MaxHeaderBytes:    p.cfg.MaxHeaderBytes,
-		Protocols:         protos,
-		ErrorLog:          log.New(io.Discard, "", 0), // client errors are not ours to log
+		// The reaper closes connections without streams at keep-alive
+		// (conns.go); these are the servers' backstops.
+		IdleTimeout:    maxKeepAlive,
+		MaxHeaderBytes: p.cfg.MaxHeaderBytes,
+		Protocols:      protos,
+		ConnState:      h2ConnState,
+		ErrorLog:       log.New(io.Discard, "", 0), // client errors are not ours to log
 	}
-	if err := http2.ConfigureServer(hs, &http2.Server{IdleTimeout: p.cfg.IdleTimeout}); err != nil {
+	if err := http2.ConfigureServer(hs, &http2.Server{IdleTimeout: maxKeepAlive, MaxConcurrentStreams: h2MaxStreams}); err != nil {
 		return nil, fmt.Errorf("proxy: configure http2: %w", err)
 	}
 	return hs, nil

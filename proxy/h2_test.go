@@ -5,14 +5,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -316,49 +314,4 @@ func TestHTTP2UpstreamTrailersAndAbort(t *testing.T) {
 	if b, err := io.ReadAll(aresp.Body); err == nil {
 		t.Errorf("read %d bytes and a clean end; want an error for the aborted body", len(b))
 	}
-}
-
-// TestMaxConnsTLS: the TLS port (HTTP/1.1 and HTTP/2 alike) holds at most
-// MaxConns open connections: the next one is not served until one closes.
-func TestMaxConnsTLS(t *testing.T) {
-	a := backend(t, "a")
-	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
-		Servers:  []model.Server{{Hostname: "m.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "a")}}},
-	}
-	p, _ := newProxy(t, cfg, Config{MaxConns: 2})
-	addr := serve(t, p.ServeTLS)
-	handshake := func(wait time.Duration) (*tls.Conn, error) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		tc := tls.Client(c, &tls.Config{ServerName: "m.test", InsecureSkipVerify: true, NextProtos: []string{"h2"}})
-		_ = tc.SetDeadline(time.Now().Add(wait))
-		if err := tc.Handshake(); err != nil {
-			tc.Close()
-			return nil, err
-		}
-		_ = tc.SetDeadline(time.Time{})
-		return tc, nil
-	}
-	var open []*tls.Conn
-	for i := range 2 {
-		c, err := handshake(5 * time.Second)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i+1, err)
-		}
-		open = append(open, c)
-	}
-	if c, err := handshake(300 * time.Millisecond); err == nil {
-		c.Close()
-		t.Fatal("a third connection was served with MaxConns 2")
-	}
-	open[0].Close()
-	c, err := handshake(5 * time.Second)
-	if err != nil {
-		t.Fatalf("after one closed: %v", err)
-	}
-	c.Close()
-	open[1].Close()
 }

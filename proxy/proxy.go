@@ -35,15 +35,21 @@ var _ Picker = (*balancer.Registry)(nil)
 type Config struct {
 	// Picker chooses peers. Required.
 	Picker Picker
-	// MaxConns caps concurrent client connections; zero means 10000.
+	// MaxConns, when not zero, caps the open client connections in place
+	// of the Configuration's max-worker-connections × worker processes
+	// (conns.go).
 	MaxConns int
 	// ReadTimeout bounds reading a client request (slow-loris defence);
 	// zero means 60s.
 	ReadTimeout time.Duration
-	// IdleTimeout closes idle keep-alive client connections; zero means 75s
-	// (nginx keepalive_timeout).
+	// IdleTimeout, when not zero, closes idle keep-alive client
+	// connections after it in place of the Configuration's keep-alive
+	// (75s by default, nginx keepalive_timeout).
 	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds request headers; zero means 16 KiB.
+	// MaxHeaderBytes is the read buffer a request head must fit in; zero
+	// means 33 KiB, nginx's default head capacity (headread.go): the
+	// Configuration's client-header-buffer-size and
+	// large-client-header-buffers decide which heads are taken, up to it.
 	MaxHeaderBytes int
 	// BodyBufferBytes is how much of a request body is read before the
 	// request goes upstream: a body that fits is sent whole and may be
@@ -86,6 +92,13 @@ type Proxy struct {
 	// digest holds the nonces of auth-type: digest across Configurations,
 	// as nginx's shared memory zone survives reloads.
 	digest *digestauth.Verifier
+	// conns holds the connection settings of the Configuration in use;
+	// tracker counts and tracks the client connections of every port.
+	conns   atomic.Pointer[connSettings]
+	tracker *connTracker
+	// reaper closes idle client connections past their timeouts; the
+	// first Serve starts it.
+	reaper sync.Once
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -93,17 +106,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Picker == nil {
 		return nil, errors.New("proxy: Config.Picker is required")
 	}
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = 10000
-	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 60 * time.Second
 	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = 75 * time.Second
-	}
 	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = 16 << 10
+		cfg.MaxHeaderBytes = defaultHeadBuffer
 	}
 	if cfg.BodyBufferBytes <= 0 {
 		cfg.BodyBufferBytes = 64 << 10
@@ -121,15 +128,24 @@ func New(cfg Config) (*Proxy, error) {
 		p.metrics = m
 	}
 	p.routes.Store(newTable(&model.Configuration{}))
+	p.conns.Store(settingsOf(&model.Global{}, &cfg))
+	p.tracker = newConnTracker(&p.conns)
 	empty := map[clientKey]*peerPool{}
 	p.pools.Store(&empty)
 	p.server = &fasthttp.Server{
-		Handler:                       p.ServeHTTP,
-		Name:                          "switchyard",
-		Concurrency:                   cfg.MaxConns,
-		ReadTimeout:                   cfg.ReadTimeout,
-		IdleTimeout:                   cfg.IdleTimeout,
+		Handler: p.ServeHTTP,
+		Name:    "switchyard",
+		// Open connections are capped by the tracker (conns.go), which
+		// closes idle ones first; fasthttp's own cap would answer 503.
+		Concurrency: fastConcurrency,
+		ConnState:   fastConnState,
+		ReadTimeout: cfg.ReadTimeout,
+		// The reaper closes idle connections at keep-alive; this is
+		// fasthttp's backstop.
+		IdleTimeout:                   maxKeepAlive,
 		ReadBufferSize:                cfg.MaxHeaderBytes,
+		ErrorHandler:                  fastError,
+		Logger:                        discardLogger{},
 		MaxRequestBodySize:            cfg.BodyBufferBytes,
 		StreamRequestBody:             true,
 		DisablePreParseMultipartForm:  true,
@@ -147,6 +163,7 @@ func New(cfg Config) (*Proxy, error) {
 // Update swaps in the routes of cfg. Requests in flight finish on the routes
 // they started with.
 func (p *Proxy) Update(cfg *model.Configuration) {
+	p.conns.Store(settingsOf(&cfg.Global, &p.cfg))
 	p.certs.update(cfg)
 	p.auth.setTimeouts(cfg.Global.Proxy)
 	p.routes.Store(newTable(cfg))
@@ -164,9 +181,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// fasthttp moves the read deadline twice per request; the kernel timer
 	// is re-armed about once per timeout instead (clock.go).
-	ln = lazyDeadlineListener{Listener: ln, lag: p.clientLag()}
+	tl := p.track(ctx, ln)
 	errc := make(chan error, 1)
-	go func() { errc <- p.server.Serve(ln) }()
+	go func() { errc <- p.server.Serve(h1Listener{trackingListener: tl, lag: p.clientLag()}) }()
 	select {
 	case err := <-errc:
 		return err
@@ -177,11 +194,24 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 
 // clientLag is how far a client connection's armed deadline may lag the
 // one asked for (an early wake-up that re-arms, never an early timeout):
-// the longer of ReadTimeout and IdleTimeout, so fasthttp's alternation
-// between the two does not re-arm the timer per request.
+// the longer of ReadTimeout and fasthttp's idle backstop, so fasthttp's
+// alternation between the two does not re-arm the timer per request.
 func (p *Proxy) clientLag() time.Duration {
-	return max(p.cfg.ReadTimeout, p.cfg.IdleTimeout)
+	return max(p.cfg.ReadTimeout, maxKeepAlive)
 }
+
+// track wraps ln in the connection tracker and starts, once, the reaper
+// of idle connections, until ctx ends.
+func (p *Proxy) track(ctx context.Context, ln net.Listener) *trackingListener {
+	p.reaper.Do(func() { go p.tracker.runReaper(ctx.Done()) })
+	return p.tracker.listener(ln)
+}
+
+// discardLogger drops fasthttp's log lines: a client's broken request is
+// not ours to log (nginx logs it at info level, off by default).
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
 
 // startJanitor starts, once, the goroutine that closes upstream
 // connections idle for upstreamIdleTime, until ctx ends; then it closes
@@ -319,6 +349,11 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	// fasthttp read the clock just before calling the handler.
 	start := ctx.Time()
 	p.handle(ctx, &o)
+	if s := p.conns.Load(); s.keepAlive == 0 || ctx.ConnRequestNum() >= s.keepAliveRequests {
+		// keep-alive 0, or keep-alive-requests reached: nginx closes
+		// after this response.
+		ctx.Response.SetConnectionClose()
+	}
 	if p.metrics == nil && p.cfg.AccessLog == nil {
 		return
 	}
@@ -354,6 +389,10 @@ type exchange struct {
 }
 
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
+	if v := headVerdict(ctx.Conn()); v != 0 {
+		refuseHead(ctx, v)
+		return
+	}
 	if ctx.Request.Header.ContentLength() == -1 && hasRawHeader(ctx.Request.Header.RawHeaders(), "content-length") {
 		// Request smuggling defence: fasthttp lets Transfer-Encoding win
 		// over Content-Length; nginx (since 1.21.1) refuses the request and

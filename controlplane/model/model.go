@@ -557,6 +557,35 @@ type Global struct {
 	HSTSPreload           bool   `json:"hstsPreload,omitempty"`
 	// Proxy holds the ConfigMap defaults of the per-location proxy settings.
 	Proxy Proxy `json:"proxy"`
+
+	// Client connections and request heads (docs/compatibility.md, "Client
+	// connections" and "Request heads"). Each zero value is ingress-nginx's
+	// default.
+	//
+	// KeepAliveSeconds is keep-alive; 0 means 75. DisableKeepAlive is
+	// keep-alive: "0" or keep-alive-requests: "0" (every connection closes
+	// after one request).
+	KeepAliveSeconds int  `json:"keepAliveSeconds,omitempty"`
+	DisableKeepAlive bool `json:"disableKeepAlive,omitempty"`
+	// KeepAliveRequests is keep-alive-requests: a client connection closes
+	// after this many requests; 0 means 1000.
+	KeepAliveRequests int `json:"keepAliveRequests,omitempty"`
+	// MaxWorkerConnections is max-worker-connections, nginx's
+	// worker_connections per worker; 0 means 16384. The Go data plane caps
+	// its open client connections at MaxWorkerConnections × WorkerProcesses.
+	MaxWorkerConnections int `json:"maxWorkerConnections,omitempty"`
+	// WorkerProcesses is worker-processes; 0 means auto (one per CPU).
+	WorkerProcesses int `json:"workerProcesses,omitempty"`
+	// ClientHeaderTimeoutSeconds is client-header-timeout; 0 means 60.
+	ClientHeaderTimeoutSeconds int `json:"clientHeaderTimeoutSeconds,omitempty"`
+	// ClientHeaderBufferSize is client-header-buffer-size in bytes; 0
+	// means 1024.
+	ClientHeaderBufferSize int `json:"clientHeaderBufferSize,omitempty"`
+	// LargeClientHeaderBuffers and LargeClientHeaderBufferSize are
+	// large-client-header-buffers, number and size in bytes; 0 means 4
+	// and 8192.
+	LargeClientHeaderBuffers    int `json:"largeClientHeaderBuffers,omitempty"`
+	LargeClientHeaderBufferSize int `json:"largeClientHeaderBufferSize,omitempty"`
 	// Raw is every ConfigMap key as given.
 	Raw map[string]string `json:"raw,omitempty"`
 }
