@@ -32,9 +32,13 @@ type annotations struct {
 	canaryHeader        string
 	canaryHeaderValue   string
 	canaryHeaderPattern string
-	canaryCookie        string
-	canaryWeight        int
-	canaryWeightTotal   int
+	// canaryInvalid names the first canary-* annotation whose value is
+	// refused: such a canary Ingress is not used at all, as ingress-nginx
+	// refuses an Ingress with an invalid annotation value.
+	canaryInvalid     string
+	canaryCookie      string
+	canaryWeight      int
+	canaryWeightTotal int
 
 	useRegex bool
 
@@ -255,6 +259,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 
 	a.canary = boolean("canary")
 	if a.canary {
+		before := len(errs)
 		a.canaryHeader = token("canary-by-header")
 		if v, ok := get("canary-by-header-value"); ok {
 			if !reHeaderVal.MatchString(v) {
@@ -276,6 +281,9 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 		if n, ok := integer("canary-weight", 0, 1<<31-1); ok {
 			a.canaryWeight = n
+		}
+		if len(errs) > before {
+			a.canaryInvalid = errs[before].key
 		}
 	}
 	a.useRegex = boolean("use-regex")

@@ -258,7 +258,14 @@ func Build(in Input, opt Options) *model.Configuration {
 	b.defaultServer()
 	var canaries []*networkingv1.Ingress
 	for _, ing := range ours {
-		if b.anns[ing].canary {
+		if a := b.anns[ing]; a.canary {
+			if a.canaryInvalid != "" {
+				// ingress-nginx refuses the whole Ingress; the primary
+				// keeps all the traffic rather than a header alone
+				// deciding without its value or pattern.
+				b.objErr(ing, a.canaryInvalid, "the canary Ingress is not used: its canary annotations are invalid; the primary serves every request")
+				continue
+			}
 			canaries = append(canaries, ing)
 			continue
 		}

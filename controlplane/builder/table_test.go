@@ -1,6 +1,8 @@
 package builder
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -253,6 +255,13 @@ func TestInvalidAnnotationValues(t *testing.T) {
 			if len(errs) != 1 || errs[0].key != annotationPrefix+key || errs[0].msg == "" {
 				t.Fatalf("errors = %+v; want one naming %s", errs, key)
 			}
+			if strings.HasPrefix(key, "canary-") {
+				// The canary Ingress is then not used (TestInvalidCanaryNotUsed).
+				if got.canaryInvalid != annotationPrefix+key {
+					t.Errorf("canaryInvalid = %q; want %s", got.canaryInvalid, key)
+				}
+				got.canaryInvalid = ""
+			}
 			want := want
 			if _, inBase := base[annotationPrefix+key]; inBase {
 				// An invalid value is the same as no value.
@@ -266,6 +275,57 @@ func TestInvalidAnnotationValues(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, got, cmp.AllowUnexported(annotations{}, corsAnnotations{})); diff != "" {
 				t.Errorf("an invalid value changed the result (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestInvalidCanaryNotUsed: a canary Ingress with a canary annotation whose
+// value is refused is not merged at all (ingress-nginx refuses the whole
+// Ingress), so a header alone never routes to it without its value or
+// pattern; one error names the annotation.
+func TestInvalidCanaryNotUsed(t *testing.T) {
+	class := "switchyard"
+	for _, tt := range []struct{ key, value string }{
+		{"canary-by-header-pattern", "(unclosed"},
+		{"canary-by-header-value", "a\tb"},
+		{"canary-weight", "thirty"},
+		{"canary-weight-total", "-1"},
+	} {
+		t.Run(tt.key, func(t *testing.T) {
+			mk := func(name string, created int64, svc string, ann map[string]string) *networkingv1.Ingress {
+				return &networkingv1.Ingress{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann, CreationTimestamp: metav1.Unix(created, 0)},
+					Spec: networkingv1.IngressSpec{IngressClassName: &class, DefaultBackend: &networkingv1.IngressBackend{
+						Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Name: "http"}}}},
+				}
+			}
+			main, mainES := svcWithSlice("ns", "main", ep("10.0.0.1", nil, nil, nil))
+			canary, canaryES := svcWithSlice("ns", "canary", ep("10.0.0.2", nil, nil, nil))
+			cfg := Build(Input{
+				IngressClasses: []*networkingv1.IngressClass{{ObjectMeta: metav1.ObjectMeta{Name: class},
+					Spec: networkingv1.IngressClassSpec{Controller: DefaultControllerClass}}},
+				Services:       []*corev1.Service{main, canary},
+				EndpointSlices: []*discoveryv1.EndpointSlice{mainES, canaryES},
+				Ingresses: []*networkingv1.Ingress{
+					mk("c", 2, "canary", map[string]string{annotationPrefix + "canary": "true", annotationPrefix + "canary-by-header": "X-Canary",
+						annotationPrefix + tt.key: tt.value}),
+					mk("m", 1, "main", nil),
+				},
+			}, Options{})
+			for _, be := range cfg.Backends {
+				if len(be.AlternativeBackends) > 0 || be.Name == "ns-canary-http" {
+					t.Errorf("backend %s: alternatives %v; the canary must not be used", be.Name, be.AlternativeBackends)
+				}
+			}
+			var fields []string
+			for _, e := range cfg.Errors {
+				if e.Object.Name == "c" {
+					fields = append(fields, e.Field)
+				}
+			}
+			if !slices.Contains(fields, annotationPrefix+tt.key) {
+				t.Errorf("errors on the canary name %q; want %s", fields, tt.key)
 			}
 		})
 	}

@@ -154,6 +154,18 @@ var _ = register(
 		},
 	},
 	Row{
+		// ingress-nginx refuses such a canary Ingress whole; before, the
+		// header alone routed "always" to the canary, without its pattern.
+		Name: "a canary with an invalid header pattern is not used",
+		Manifests: `{{service "a" "badcanary" "demo"}}{{service "b" "badcanary-c" "demo"}}` + ingress("badcanary", "badcanary.test", "badcanary", root) +
+			ingress("badcanary-c", "badcanary.test", "badcanary-c", root, "canary", "true", "canary-by-header", "X-Canary",
+				"canary-by-header-pattern", "(unclosed", "canary-weight", "100"),
+		Requests: []Request{
+			{Name: "always", Host: "badcanary.test", Path: "/", Header: map[string]string{"X-Canary": "always"}, Want: Want{Status: 200, Backend: "a"}},
+			{Name: "weight 100 does not apply either", Host: "badcanary.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+		},
+	},
+	Row{
 		Name:      "a refused snippet: the rest of the Ingress serves",
 		Manifests: `{{service "a" "snip" "demo"}}` + ingress("snip", "snip.test", "snip", root, "configuration-snippet", "return 200 'x';"),
 		Requests:  []Request{{Host: "snip.test", Path: "/", Want: Want{Status: 200, Backend: "a"}}},
