@@ -472,15 +472,30 @@ func testSidecar(t *testing.T) {
 	r := startRig(t, "sidecar", loadConfig{Addr: s.listen, Host: "chaos.test", Path: "/"})
 
 	// The shim serves from its last peer list while Go is down, and the
-	// restarted sidecar answers from its state file.
-	res := r.fault("kill -9 the sidecar, restart it", s.killGo, s.startGo)
-	if res.Failed != 0 {
-		t.Errorf("sidecar killed: %d of %d requests failed (%v); want 0: the shim serves round robin from its last peer list", res.Failed, res.Sent, res.Errors)
+	// restarted sidecar answers from its state file: at once, as a
+	// kubelet restarts it, and after an outage of sidecarDown.
+	for _, f := range []struct {
+		name    string
+		restart func()
+	}{
+		{"kill -9 the sidecar, restart it", s.startGo},
+		{fmt.Sprintf("kill -9 the sidecar, restart it %v later", sidecarDown), func() {
+			<-time.After(sidecarDown) // the outage itself
+			s.startGo()
+		}},
+	} {
+		res := r.fault(f.name, s.killGo, f.restart)
+		if res.Failed != 0 {
+			t.Errorf("%s: %d of %d requests failed (%v); want 0: the shim serves round robin from its last peer list", f.name, res.Failed, res.Sent, res.Errors)
+		}
 	}
 
-	res = r.fault("kill -9 the busiest nginx worker", killPID(t, busiestWorker(t, s.nginx.Pid())), nil)
+	res := r.fault("kill -9 the busiest nginx worker", killPID(t, busiestWorker(t, s.nginx.Pid())), nil)
 	checkWorkerKill(t, res)
 }
+
+// sidecarDown is how long the sidecar stays dead in its second kill.
+const sidecarDown = time.Second
 
 // l4YAML is a tcp-services ConfigMap sending port to the chaos Service,
 // and an ssl-passthrough Ingress for pass.test to the backends' TLS port.

@@ -90,7 +90,7 @@ func startRig(t *testing.T, setup string, cfg loadConfig) *rig {
 }
 
 // fault runs kill (it returns once the process is gone), then restart
-// when not nil (it returns when the replacement was started), and waits
+// when not nil (it returns once the replacement was started), and waits
 // until the load has settled. It records and returns the window's tally.
 func (r *rig) fault(name string, kill, restart func()) result {
 	r.t.Helper()
@@ -100,8 +100,8 @@ func (r *rig) fault(name string, kill, restart func()) result {
 	from := at
 	res := result{Setup: r.setup, Fault: name}
 	if restart != nil {
-		from = time.Now()
 		restart()
+		from = time.Now()
 		res.Down = from.Sub(at)
 	}
 	end, err := r.settle(at, from)
