@@ -156,8 +156,10 @@ func staleGroup(pidFile, nginx, confPath string) ([]int, error) {
 		return nil, nil
 	}
 	if alive(pgid) {
+		// The master's title ends with its arguments: "… -c <confPath>".
 		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pgid) + "/cmdline")
-		if !isNginx(pgid, nginx) || !bytes.Contains(cmdline, []byte(confPath)) {
+		ours := bytes.HasSuffix(bytes.TrimRight(cmdline, "\x00"), []byte(" -c "+confPath))
+		if !isNginx(pgid, nginx) || !ours {
 			// pid reused, or someone else's nginx.
 			if isNginx(pgid, nginx) {
 				return nil, fmt.Errorf("%w: pid %d", errForeignMaster, pgid)

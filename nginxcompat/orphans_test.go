@@ -2,6 +2,7 @@ package nginxcompat
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -227,5 +228,51 @@ func TestReadyFollowsTheMaster(t *testing.T) {
 	_ = waitReady(t, c, 5*time.Second, "nil after the restart", func(err error) bool { return err == nil })
 	if _, body, err := get(cl, "http://"+f.httpAddr+"/s", "a.example.com"); err != nil || body != "/s a.example.com" {
 		t.Errorf("Ready after the restart but not serving: %q %v", body, err)
+	}
+}
+
+// killStale touches only nginx: a pid file naming a live master of another
+// configuration, or a process that is not nginx, kills nothing.
+func TestKillStaleSparesOthers(t *testing.T) {
+	f, other := newFaultSetup(t), newFaultSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	oc := other.controller(t)
+	if err := oc.Update(ctx, other.config("other.example.com", "/")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, oc)
+	waitServing(t, testClient(), time.Now().Add(5*time.Second), "http://"+other.httpAddr+"/o", "other.example.com", "/o other.example.com")
+	otherMaster := readPIDFile(other.rc.PIDFile)
+	sleeper := exec.Command("sleep", "30")
+	sleeper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+
+	for _, r := range []struct {
+		name    string
+		pid     int
+		wantErr error
+	}{
+		{"master of another configuration", otherMaster, errForeignMaster},
+		{"not nginx", sleeper.Process.Pid, nil},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			if err := os.WriteFile(f.rc.PIDFile, []byte(strconv.Itoa(r.pid)+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			killed, err := killStale(ctx, f.rc.PIDFile, f.nginx, f.dir+"/nginx.conf")
+			if !errors.Is(err, r.wantErr) || len(killed) != 0 {
+				t.Errorf("killStale: killed %v, %v; want none, %v", killed, err, r.wantErr)
+			}
+			if !alive(r.pid) {
+				t.Errorf("pid %d was killed", r.pid)
+			}
+		})
+	}
+	if g := groupMembers(t, otherMaster); len(g) < 2 {
+		t.Errorf("the other nginx's group: %v; want its master and workers", g)
 	}
 }
