@@ -8,6 +8,10 @@
 // Configuration to nginx.conf bytes; Controller (process.go) is the sink that
 // writes certificates, tests, installs, reloads and supervises nginx, behind
 // the Tester/Reloader seam. Endpoint-only changes never reload nginx.
+// nginx dies with this process, and what a previous master left running is
+// killed before a new one starts (orphans.go); Ready says whether the nginx
+// that serves is ours and configured by us, and the backends are synced again
+// every ReassertInterval to undo foreign POSTs (issue 20).
 //
 // In: model.Configuration, /configuration request bodies. Out: nginx.conf on
 // disk, signals to nginx, balancer.Registry syncs. Never imports client-go.

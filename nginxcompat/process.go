@@ -67,7 +67,11 @@ type ControllerConfig struct {
 	// /configuration/backends (which replaces the balancer's payload, `[]`
 	// included) is undone within it (issue 20). Zero means 10s; negative
 	// means never. A Sync of the payload the balancer already holds changes
-	// nothing, not even its generation.
+	// nothing, not even its generation, so the cost is one comparison of
+	// the payload per interval; 10s bounds the outage of a stray `[]` to
+	// about what one failed readiness probe period is in Kubernetes. A
+	// payload with an ExternalName backend is built again (its names
+	// resolved again) at every Sync.
 	ReassertInterval time.Duration
 }
 
