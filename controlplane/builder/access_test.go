@@ -170,9 +170,9 @@ func TestBuildFailsClosed(t *testing.T) {
 		reasons          []string // Event reasons of cfg.Errors, in order
 	}{
 		{
-			name:      "limit-rps denies every location of its Ingress, its default backend included",
+			name:      "limit-rps denies every location of its Ingress",
 			protected: map[string]string{limitRPS: "10"},
-			want:      map[string][]string{"_": {limitRPS}, "p.example.com": {limitRPS, limitRPS}, "o.example.com": {"", ""}},
+			want:      map[string][]string{"_": {""}, "p.example.com": {limitRPS, limitRPS}, "o.example.com": {"", ""}},
 			reasons:   []string{model.ReasonFailedClosed},
 		},
 		{
@@ -186,14 +186,14 @@ func TestBuildFailsClosed(t *testing.T) {
 		{
 			name:    "global-auth-snippet is refused: every Ingress fails closed",
 			cm:      map[string]string{"global-auth-url": "http://auth.example.com/", "global-auth-snippet": "return 200;"},
-			want:    map[string][]string{"_": {cmSnippet}, "p.example.com": {cmSnippet, cmSnippet}, "o.example.com": {cmSnippet, cmSnippet}},
+			want:    map[string][]string{"_": {""}, "p.example.com": {cmSnippet, cmSnippet}, "o.example.com": {cmSnippet, cmSnippet}},
 			reasons: []string{model.ReasonFailedClosed},
 		},
 		{
 			name:      "block-user-agents denies every Ingress, enable-global-auth or not",
 			protected: map[string]string{annotationPrefix + "enable-global-auth": "false"},
 			cm:        map[string]string{"block-user-agents": "~*curl"},
-			want: map[string][]string{"_": {"ConfigMap sys/switchyard: block-user-agents"},
+			want: map[string][]string{"_": {""},
 				"p.example.com": {"ConfigMap sys/switchyard: block-user-agents", "ConfigMap sys/switchyard: block-user-agents"},
 				"o.example.com": {"ConfigMap sys/switchyard: block-user-agents", "ConfigMap sys/switchyard: block-user-agents"}},
 			reasons: []string{model.ReasonFailedClosed},
@@ -201,7 +201,7 @@ func TestBuildFailsClosed(t *testing.T) {
 		{
 			name:    "an invalid ConfigMap allow list denies every Ingress",
 			cm:      map[string]string{"whitelist-source-range": "10.0.0.0/8,nope"},
-			want:    map[string][]string{"_": {"ConfigMap sys/switchyard: whitelist-source-range"}, "p.example.com": {"ConfigMap sys/switchyard: whitelist-source-range", "ConfigMap sys/switchyard: whitelist-source-range"}, "o.example.com": {"ConfigMap sys/switchyard: whitelist-source-range", "ConfigMap sys/switchyard: whitelist-source-range"}},
+			want:    map[string][]string{"_": {""}, "p.example.com": {"ConfigMap sys/switchyard: whitelist-source-range", "ConfigMap sys/switchyard: whitelist-source-range"}, "o.example.com": {"ConfigMap sys/switchyard: whitelist-source-range", "ConfigMap sys/switchyard: whitelist-source-range"}},
 			reasons: []string{model.ReasonFailedClosed},
 		},
 		{
@@ -244,7 +244,7 @@ func TestConfigMapSourceRanges(t *testing.T) {
 		got[s.Hostname] = [2]string{fmtPrefixes(l.DenySourceRanges), fmtPrefixes(l.AllowSourceRanges)}
 	}
 	want := map[string][2]string{
-		"_":             {"203.0.113.0/24 192.168.9.0/24", "192.168.0.0/16"}, // the protected Ingress's default backend
+		"_":             {"203.0.113.0/24", ""}, // the default server: block-cidrs only
 		"p.example.com": {"203.0.113.0/24 192.168.9.0/24", "192.168.0.0/16"},
 		"o.example.com": {"203.0.113.0/24 10.9.0.0/16", "10.0.0.0/8"},
 	}
@@ -468,6 +468,9 @@ func TestBuildGlobalAuth(t *testing.T) {
 	cfg = Build(accessInput(nil, nil, map[string]string{"global-auth-url": "http://global.example.com/auth"}), Options{})
 	for _, s := range cfg.Servers {
 		for _, l := range s.Locations {
+			if l.IsDefaultBackend {
+				continue // the built-in 404 proxies nowhere
+			}
 			if l.ExternalAuth == nil || l.ExternalAuth.URL[0].Literal != "http://global.example.com/auth" {
 				t.Errorf("%s%s: no global auth", s.Hostname, l.Path)
 			}
@@ -532,6 +535,9 @@ func TestBuildRealIP(t *testing.T) {
 			}
 			for _, s := range cfg.Servers {
 				for _, l := range s.Locations {
+					if l.IsDefaultBackend {
+						continue // the built-in 404 has no allow or deny list to fail
+					}
 					if (l.Denied != nil) != tc.denied {
 						t.Errorf("%s%s: denied %+v; want denied %v", s.Hostname, l.Path, l.Denied, tc.denied)
 					}

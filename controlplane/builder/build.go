@@ -128,10 +128,13 @@ type builder struct {
 	cms      map[string]*corev1.ConfigMap            // ns/name
 	backends map[string]*balancer.Backend            // by name
 	servers  map[string]*model.Server                // by hostname
-	anns     map[*networkingv1.Ingress]annotations   // parsed once
-	affinity map[string]bool                         // backends whose affinity type is set
-	access   globalAccess                            // the ConfigMap's access settings
-	badAddrs map[string]bool                         // slice/address already reported invalid
+	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
+	// of the Ingress that created them: any Ingress's "/" path replaces it.
+	hostRoots map[string]bool
+	anns      map[*networkingv1.Ingress]annotations // parsed once
+	affinity  map[string]bool                       // backends whose affinity type is set
+	access    globalAccess                          // the ConfigMap's access settings
+	badAddrs  map[string]bool                       // slice/address already reported invalid
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
@@ -509,6 +512,18 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 	a := b.anns[ing]
 	ref := model.ObjectRef{Kind: "Ingress", Namespace: ing.Namespace, Name: ing.Name, UID: string(ing.UID)}
 	tlsHosts := b.tls(ing)
+	// spec.defaultBackend, as ingress-nginx uses it: the "/" of each host
+	// this Ingress is the first to name, or, with no rules, the catch-all
+	// server's "/". Its backend is made first, with port 0, as
+	// ingress-nginx makes it.
+	var rootPath *networkingv1.HTTPIngressPath
+	if d := ing.Spec.DefaultBackend; d != nil && d.Service != nil {
+		rootPath = &networkingv1.HTTPIngressPath{Path: "/", PathType: ptr(networkingv1.PathTypePrefix), Backend: *d}
+		name := ing.Namespace + "-" + d.Service.Name + "-" + portString(d.Service.Port)
+		if b.backends[name] == nil {
+			b.backend(ing, a, d.Service, "spec.defaultBackend").Port = balancer.PortNumber(0)
+		}
+	}
 	for ri, rule := range ing.Spec.Rules {
 		host := rule.Host
 		if host == "" {
@@ -516,6 +531,15 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 		} else if err := validateHost(host); err != nil {
 			b.objErr(ing, fmt.Sprintf("spec.rules[%d].host", ri), err.Error()+"; the rule is ignored")
 			continue
+		}
+		if b.servers[host] == nil && rootPath != nil {
+			if loc, ok := b.location(ing, ref, a, host, *rootPath, "spec.defaultBackend"); ok {
+				b.server(host).Locations = append(b.server(host).Locations, loc)
+				if b.hostRoots == nil {
+					b.hostRoots = map[string]bool{}
+				}
+				b.hostRoots[host] = true
+			}
 		}
 		if rule.HTTP == nil {
 			continue
@@ -542,6 +566,12 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 				continue
 			}
 			if existing := findLocation(srv, loc.Path, loc.PathType); existing >= 0 {
+				if b.hostRoots[host] && loc.Path == "/" && loc.PathType == model.PathTypePrefix {
+					// The host's "/" from an Ingress default backend.
+					delete(b.hostRoots, host)
+					srv.Locations[existing] = loc
+					continue
+				}
 				if !srv.Locations[existing].IsDefaultBackend || host != model.CatchAllHost {
 					// The oldest Ingress already owns this host and path.
 					b.objErr(ing, field, fmt.Sprintf("path %s %q on host %s is already served by Ingress %s/%s; ignored",
@@ -554,9 +584,10 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 			srv.Locations = append(srv.Locations, loc)
 		}
 	}
-	if d := ing.Spec.DefaultBackend; d != nil && d.Service != nil {
-		// An Ingress default backend serves the catch-all server's "/".
-		loc, ok := b.location(ing, ref, a, model.CatchAllHost, networkingv1.HTTPIngressPath{Path: "/", PathType: ptr(networkingv1.PathTypePrefix), Backend: *d}, "spec.defaultBackend")
+	if rootPath != nil && len(ing.Spec.Rules) == 0 {
+		// An Ingress with a default backend and no rules serves the
+		// catch-all server's "/".
+		loc, ok := b.location(ing, ref, a, model.CatchAllHost, *rootPath, "spec.defaultBackend")
 		if ok {
 			srv := b.servers[model.CatchAllHost]
 			if i := findLocation(srv, "/", model.PathTypePrefix); i >= 0 && srv.Locations[i].IsDefaultBackend {

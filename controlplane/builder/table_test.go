@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -328,5 +329,85 @@ func TestInvalidCanaryNotUsed(t *testing.T) {
 				t.Errorf("errors on the canary name %q; want %s", fields, tt.key)
 			}
 		})
+	}
+}
+
+// TestIngressDefaultBackend: spec.defaultBackend as ingress-nginx uses it.
+// With rules, it is the "/" of each host the Ingress is the first to name
+// (any Ingress's "/" path replaces it), with the Ingress's annotations;
+// with no rules, the catch-all server's "/". Its backend is made first, with
+// port 0.
+func TestIngressDefaultBackend(t *testing.T) {
+	class := "switchyard"
+	backend := func(svc string) networkingv1.IngressBackend {
+		return networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: svc, Port: networkingv1.ServiceBackendPort{Number: 80}}}
+	}
+	rule := func(host string, paths ...string) networkingv1.IngressRule {
+		r := networkingv1.IngressRule{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{}}}
+		for _, p := range paths {
+			r.HTTP.Paths = append(r.HTTP.Paths, networkingv1.HTTPIngressPath{Path: p, PathType: ptr(networkingv1.PathTypePrefix), Backend: backend("paths")})
+		}
+		return r
+	}
+	mk := func(name string, created int64, def string, ann map[string]string, rules ...networkingv1.IngressRule) *networkingv1.Ingress {
+		ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann, CreationTimestamp: metav1.Unix(created, 0)},
+			Spec: networkingv1.IngressSpec{IngressClassName: &class, Rules: rules}}
+		if def != "" {
+			b := backend(def)
+			ing.Spec.DefaultBackend = &b
+		}
+		return ing
+	}
+	var svcs []*corev1.Service
+	var slices []*discoveryv1.EndpointSlice
+	for i, name := range []string{"paths", "fallback", "late", "catch"} {
+		svc, es := svcWithSlice("ns", name, ep(fmt.Sprintf("10.0.0.%d", i+1), nil, nil, nil))
+		svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
+		svcs, slices = append(svcs, svc), append(slices, es)
+	}
+	cfg := Build(Input{
+		IngressClasses: []*networkingv1.IngressClass{{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: networkingv1.IngressClassSpec{Controller: DefaultControllerClass}}},
+		Services:       svcs, EndpointSlices: slices,
+		Ingresses: []*networkingv1.Ingress{
+			// a.test and b.test are first named here: their "/" is "fallback"'s.
+			mk("first", 1, "fallback", map[string]string{annotationPrefix + "limit-rps": "5"}, rule("a.test", "/api"), rule("b.test", "/api")),
+			// b.test's "/" path replaces it; c.test was first named by an
+			// Ingress without default backend, so "late" does not apply.
+			mk("second", 2, "", nil, rule("b.test", "/"), rule("c.test", "/x")),
+			mk("third", 3, "late", nil, rule("c.test", "/y")),
+			// No rules: the catch-all's "/".
+			mk("fourth", 4, "catch", nil),
+		},
+	}, Options{})
+	got := map[string]string{}
+	for _, s := range cfg.Servers {
+		for _, l := range s.Locations {
+			v := l.Backend
+			if l.Denied != nil {
+				v += " denied"
+			}
+			got[s.Hostname+l.Path] = v
+		}
+	}
+	want := map[string]string{
+		"a.test/": "ns-fallback-80 denied", "a.test/api": "ns-paths-80 denied",
+		"b.test/": "ns-paths-80", "b.test/api": "ns-paths-80 denied",
+		"c.test/x": "ns-paths-80", "c.test/y": "ns-paths-80",
+		"_/": "ns-catch-80",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("locations (-want +got):\n%s", diff)
+	}
+	for _, be := range cfg.Backends {
+		wantPort := "80"
+		switch be.Name {
+		case "ns-fallback-80", "ns-catch-80", "ns-late-80":
+			wantPort = "0"
+		case model.DefaultBackendName:
+			continue
+		}
+		if be.Port.Str != wantPort {
+			t.Errorf("backend %s port %q; want %s", be.Name, be.Port.Str, wantPort)
+		}
 	}
 }
