@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"runtime"
@@ -437,6 +438,19 @@ type h1Conn struct {
 	net.Conn
 	tc   *trackedConn
 	head lfHead
+	// sawEOF: a read met the client's end of the stream.
+	sawEOF bool
+}
+
+// h1ConnOf is the h1Conn of a connection fasthttp serves, nil if none.
+func h1ConnOf(c net.Conn) *h1Conn {
+	switch x := c.(type) {
+	case *h1Conn:
+		return x
+	case *h1TLSConn:
+		return &x.h1Conn
+	}
+	return nil
 }
 
 func newH1Conn(c net.Conn, tc *trackedConn) net.Conn {
@@ -448,11 +462,16 @@ func newH1Conn(c net.Conn, tc *trackedConn) net.Conn {
 	return &h
 }
 
-func (c *h1Conn) Read(b []byte) (int, error) {
+func (c *h1Conn) Read(b []byte) (n int, err error) {
 	if !c.head.on {
-		return c.Conn.Read(b)
+		n, err = c.Conn.Read(b)
+	} else {
+		n, err = c.head.read(c.Conn, b)
 	}
-	return c.head.read(c.Conn, b)
+	if err == io.EOF {
+		c.sawEOF = true
+	}
+	return n, err
 }
 
 // CloseWrite half-closes the connection (closeWrite after an upgrade).

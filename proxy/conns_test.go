@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -148,15 +147,7 @@ func TestBusyConnectionsMakeNewOnesWait(t *testing.T) {
 		busy = append(busy, c)
 	}
 	// Both requests are in flight once the proxy holds two active ones.
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	for p.countState(connActive) < 2 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the two slow requests never became active: %d %d %d open %d starved %v", p.countState(connNew), p.countState(connKeepAlive), p.countState(connActive), p.tracker.open.Load(), p.tracker.starved.Load())
-		case <-time.After(time.Millisecond):
-		}
-	}
+	waitFor(t, func() bool { return p.countState(connActive) == 2 })
 	c := dialTest(t, addr)
 	if _, err := io.WriteString(c, "GET /fast HTTP/1.1\r\nHost: busy.test\r\n\r\n"); err != nil {
 		t.Fatal(err)

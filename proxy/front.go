@@ -163,6 +163,10 @@ func statusText(code int) string {
 		return "403 Forbidden"
 	case 404:
 		return "404 Not Found"
+	case 400:
+		return "400 Bad Request"
+	case 408:
+		return "408 Request Time-out"
 	case 413:
 		return "413 Request Entity Too Large"
 	case 421:
@@ -177,12 +181,17 @@ func statusText(code int) string {
 	return "502 Bad Gateway"
 }
 
-// failureStatus is the answer for a request whose attempts failed: 503 for
-// a backend without endpoints, 413 for a streamed body over
+// failureStatus is the answer for a request whose attempts failed: 400
+// (408 if it stalled) for a client whose body broke, 503 for a backend
+// without endpoints, 413 for a streamed body over
 // proxy-body-size, 504 when the upstream timed out, else 502 (as nginx's
 // proxy_pass and grpc_pass).
 func failureStatus(err error) int {
 	switch {
+	case errors.Is(err, errClientBody) && isTimeout(err):
+		return 408
+	case errors.Is(err, errClientBody):
+		return 400
 	case errors.Is(err, balancer.ErrUnknownBackend):
 		return 503
 	case errors.Is(err, errBodyTooLarge):
@@ -564,6 +573,12 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, HeaderTime: elapsed, Status: status})
 			return pick, nil
 		}
+		if errors.Is(err, errClientBody) {
+			// The client's body broke: nothing to say of the peer, and
+			// nothing to retry.
+			p.release(pick, connect)
+			return pick, err
+		}
 		tooLarge := errors.Is(err, errBodyTooLarge)
 		p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: elapsed, Failed: !tooLarge})
 		if tooLarge || !more || !(resend || isDialError(err)) || !next.onFailure(err) {
@@ -571,6 +586,26 @@ func (p *Proxy) attempts(backend string, loc *model.Location, view balancer.Requ
 		}
 		a.LastFailure = balancer.FailureFailed
 	}
+}
+
+// Releaser is what a Picker may also implement: ending an attempt that
+// says nothing of its peer (the client's request body broke), without
+// feedback: no failure, no latency sample.
+type Releaser interface {
+	Release(p *balancer.Pick)
+}
+
+// release ends an attempt that says nothing of its peer: through the
+// Picker's Release if it has one; else Done with no failure and the
+// connect time as the only latency (what the peer did take), so the
+// peer's failure count stays as it was and the client's pace is not
+// sampled.
+func (p *Proxy) release(pick *balancer.Pick, connect time.Duration) {
+	if r, ok := p.cfg.Picker.(Releaser); ok {
+		r.Release(pick)
+		return
+	}
+	p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: connect, ResponseTime: connect})
 }
 
 // h2Upstream reports whether backend-protocol speaks HTTP/2 to the peer

@@ -509,7 +509,7 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 		}
 		out.SetBodyRaw(body)
 	default:
-		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes}
+		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes, length: max(cl, 0)}
 		if lim.left <= 0 {
 			lim.left = -1
 		}
@@ -617,7 +617,7 @@ func (p *Proxy) h2ToH2(w *h2Writer, r *http.Request, rt *route, view balancer.Re
 	lim := &limitReader{left: -1}
 	buffered := true
 	if r.Body != nil && r.Body != http.NoBody {
-		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes}
+		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes, length: max(r.ContentLength, 0)}
 		if lim.left <= 0 {
 			lim.left = -1
 		}

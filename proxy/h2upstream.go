@@ -105,7 +105,7 @@ func (t *h2Try) try(pick *balancer.Pick, loc *model.Location, _ time.Duration) (
 	req := t.out.WithContext(ctx)
 	req.URL = &u
 	resp, err := t.p.h2.get(loc).RoundTrip(req)
-	if err != nil || t.lim.over {
+	if err != nil || t.lim.over || t.lim.clientErr != nil {
 		timer.Stop()
 		if resp != nil {
 			_ = resp.Body.Close()
@@ -115,6 +115,8 @@ func (t *h2Try) try(pick *balancer.Pick, loc *model.Location, _ time.Duration) (
 		switch {
 		case t.lim.over:
 			return 0, 0, errBodyTooLarge
+		case t.lim.clientErr != nil:
+			return 0, 0, t.lim.clientFailed()
 		case cause == os.ErrDeadlineExceeded:
 			return 0, 0, fmt.Errorf("h2 upstream %s: %w", peer, cause)
 		}
@@ -199,7 +201,7 @@ func (p *Proxy) fastToH2(ctx *fasthttp.RequestCtx, rt *route, f *clientFacts, vi
 	// it from reading ctx's body once fasthttp has the request back.
 	guard := &guardedBody{}
 	if stream := ctx.RequestBodyStream(); stream != nil && cl != 0 {
-		*lim = limitReader{r: stream, left: loc.Proxy.BodySizeBytes}
+		*lim = limitReader{r: stream, left: loc.Proxy.BodySizeBytes, length: int64(max(cl, 0)), conn: h1ConnOf(ctx.Conn())}
 		if lim.left <= 0 {
 			lim.left = -1
 		}

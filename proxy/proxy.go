@@ -519,7 +519,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		if buffered {
 			out.req.SetBodyRaw(out.body)
 		} else {
-			*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes}
+			*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes, length: int64(max(cl, 0)), conn: h1ConnOf(ctx.Conn())}
 			if lim.left <= 0 {
 				lim.left = -1
 			}
@@ -531,6 +531,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, r, &st.try)
 	if err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
+		if errors.Is(err, errClientBody) {
+			// What is left of the body cannot be told from a next request.
+			ctx.SetConnectionClose()
+		}
 		return
 	}
 	o.upstreamLength = ctx.Response.Header.ContentLength()
@@ -625,10 +629,13 @@ type fastTry struct {
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Duration) (int, time.Duration, error) {
 	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
-	if err == nil && !t.lim.over {
+	if err == nil && !t.lim.over && t.lim.clientErr == nil {
 		return t.resp.StatusCode(), connect, nil
 	}
 	t.resp.Reset()
+	if cerr := t.lim.clientFailed(); cerr != nil {
+		return 0, connect, cerr
+	}
 	if t.lim.over {
 		// proxy-body-size while streaming: the chunked body went over the
 		// limit; the upstream got a broken body, the client gets a 413.

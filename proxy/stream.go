@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -13,16 +14,50 @@ import (
 // location's proxy-body-size.
 var errBodyTooLarge = errors.New("proxy: request body over proxy-body-size")
 
+// errClientBody tags an attempt that failed because the client's request
+// body broke (a malformed chunk, a body cut short, a client gone or
+// stalled): the client's fault, not the upstream's. The client gets 400
+// (408 when it stalled), as nginx answers a bad body ("client sent
+// invalid chunked body", "client prematurely closed connection"), and the
+// peer is not charged a failure, nor retried for it.
+var errClientBody = errors.New("proxy: reading the client's request body")
+
 // limitReader passes a streamed request body through until left bytes have
 // gone by (left < 0: no limit), then fails and remembers it, so the
-// handler answers 413 (nginx client_max_body_size on a chunked body).
+// handler answers 413 (nginx client_max_body_size on a chunked body). It
+// also remembers an error reading the client's body (clientErr), and a
+// body shorter than its declared length (a positive length).
 type limitReader struct {
 	r    io.Reader
 	left int64
 	over bool
+	// length is the declared Content-Length, 0 when unknown (chunked);
+	// got counts the bytes passed.
+	length, got int64
+	// conn, when set, is the HTTP/1.1 connection the body comes on: a
+	// chunked body that ends where the connection did was cut short
+	// (fasthttp takes an EOF before a chunk-size line for the body's end).
+	conn      *h1Conn
+	clientErr error
 }
 
 func (l *limitReader) Read(b []byte) (int, error) {
+	n, err := l.read(b)
+	l.got += int64(n)
+	switch {
+	case err == nil || l.over:
+	case errors.Is(err, io.EOF):
+		if (l.length > 0 && l.got < l.length) || (l.length == 0 && l.conn != nil && l.conn.sawEOF) {
+			l.clientErr = io.ErrUnexpectedEOF
+			return n, l.clientErr
+		}
+	case l.clientErr == nil:
+		l.clientErr = err
+	}
+	return n, err
+}
+
+func (l *limitReader) read(b []byte) (int, error) {
 	if l.left < 0 {
 		return l.r.Read(b)
 	}
@@ -42,6 +77,15 @@ func (l *limitReader) Read(b []byte) (int, error) {
 	n, err := l.r.Read(b)
 	l.left -= int64(n)
 	return n, err
+}
+
+// clientFailed is errClientBody with the client's error when the body
+// broke, else nil.
+func (l *limitReader) clientFailed() error {
+	if l.clientErr == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errClientBody, l.clientErr)
 }
 
 // timeouts are a location's proxy-connect/send/read-timeout.
