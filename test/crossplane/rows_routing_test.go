@@ -53,6 +53,20 @@ var _ = register(
 		},
 	},
 	Row{
+		// ingress-nginx: an Ingress's spec.defaultBackend serves the "/"
+		// of the hosts it names, not only the catch-all server.
+		Name: "an Ingress default backend serves its hosts' other paths",
+		Manifests: `{{service "a" "hostdef-api" "demo"}}{{service "b" "hostdef-rest" "demo"}}` +
+			"---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: hostdef, namespace: demo}\nspec:\n" +
+			"  ingressClassName: switchyard\n  defaultBackend: {service: {name: hostdef-rest, port: {name: http}}}\n" +
+			"  rules:\n  - host: hostdef.test\n    http:\n      paths:\n      - {path: /api, pathType: Prefix, backend: {service: {name: hostdef-api, port: {name: http}}}}\n",
+		Requests: []Request{
+			{Name: "the rule's path", Host: "hostdef.test", Path: "/api/x", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "another path", Host: "hostdef.test", Path: "/other", Want: Want{Status: 200, Backend: "b"}},
+			{Name: "another host: the built-in 404", Host: "elsewhere.test", Path: "/other", Want: Want{Status: 404}},
+		},
+	},
+	Row{
 		// The API server refuses such an address; --manifests does not.
 		// Skipped (with an Event on the slice), the rest of the Service
 		// and every other Ingress keep serving.
