@@ -180,8 +180,9 @@ func TestBuildFailsClosed(t *testing.T) {
 			protected: nil,
 			other: map[string]string{annotationPrefix + "canary": "true", annotationPrefix + "canary-weight": "10",
 				annotationPrefix + "limit-rps": "1"},
-			want:    map[string][]string{"_": {""}, "p.example.com": {"", ""}},
-			reasons: []string{model.ReasonUnsupported},
+			want: map[string][]string{"_": {""}, "p.example.com": {"", ""}},
+			// and its host o.example.com has no primary
+			reasons: []string{model.ReasonUnsupported, ""},
 		},
 		{
 			name:    "global-auth-snippet is refused: every Ingress fails closed",

@@ -985,7 +985,11 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 				host = model.CatchAllHost
 			}
 			srv := b.servers[host]
-			if srv == nil || rule.HTTP == nil {
+			if rule.HTTP == nil {
+				continue
+			}
+			if srv == nil {
+				b.objErr(ing, fmt.Sprintf("spec.rules[%d].host", ri), fmt.Sprintf("canary for host %s, which no primary Ingress serves; not used there", host))
 				continue
 			}
 			for pi, p := range rule.HTTP.Paths {
@@ -999,6 +1003,9 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 				}
 				i := findLocation(srv, loc.Path, loc.PathType)
 				if i < 0 || srv.Locations[i].IsDefaultBackend {
+					if ri < len(ing.Spec.Rules) {
+						b.objErr(ing, field, fmt.Sprintf("canary for %s %q on host %s, which no primary Ingress serves; not used there", loc.PathType, loc.Path, host))
+					}
 					continue
 				}
 				primary := b.backends[srv.Locations[i].Backend]
