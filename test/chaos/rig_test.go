@@ -52,6 +52,8 @@ type result struct {
 	// Served is from the restart (or the kill when nothing was restarted)
 	// to the first 2xx of a request sent after it.
 	Served time.Duration
+	// Slowest is the longest a 2xx in the window took.
+	Slowest time.Duration
 	// Errors counts the failures by kind.
 	Errors map[string]int
 }
@@ -132,16 +134,19 @@ func (r *rig) fault(name string, kill, restart func()) result {
 			}
 			res.Errors[kind(s)]++
 			res.LastFailure = max(res.LastFailure, s.done.Sub(at))
-		} else if !s.start.Before(from) && (firstOK.IsZero() || s.done.Before(firstOK)) {
+			continue
+		}
+		res.Slowest = max(res.Slowest, s.done.Sub(s.start))
+		if !s.start.Before(from) && (firstOK.IsZero() || s.done.Before(firstOK)) {
 			firstOK = s.done
 		}
 	}
 	if !firstOK.IsZero() {
 		res.Served = firstOK.Sub(from)
 	}
-	r.t.Logf("%s, %s: %d requests (%d in flight at the kill), %d failed (%d in flight at the kill, %d stale keep-alive, %d on new connections), last failure at +%v, down %v, first 2xx %v after, errors %v",
+	r.t.Logf("%s, %s: %d requests (%d in flight at the kill), %d failed (%d in flight at the kill, %d stale keep-alive, %d on new connections), last failure at +%v, down %v, first 2xx %v after, slowest 2xx %v, errors %v",
 		r.setup, name, res.Sent, res.Exposed, res.Failed, res.InFlight, res.Stale, res.NewConn, res.LastFailure.Round(time.Millisecond), res.Down.Round(time.Millisecond),
-		res.Served.Round(time.Millisecond), res.Errors)
+		res.Served.Round(time.Millisecond), res.Slowest.Round(time.Millisecond), res.Errors)
 	reportMu.Lock()
 	report = append(report, res)
 	reportMu.Unlock()
@@ -211,16 +216,16 @@ func writeReport(t *testing.T) {
 	rows := append([]result(nil), report...)
 	reportMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "| setup | fault | requests in window | in flight at the kill | failed | failed in flight at the kill | stale keep-alive | on new connections | last failure after kill | down | first 2xx after restart (or kill) | failures by kind |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(&b, "| setup | fault | requests in window | in flight at the kill | failed | failed in flight at the kill | stale keep-alive | on new connections | last failure after kill | down | first 2xx after restart (or kill) | slowest 2xx | failures by kind |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		var kinds []string
 		for k, n := range r.Errors {
 			kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
 		}
 		sort.Strings(kinds)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Exposed, r.Failed, r.InFlight, r.Stale, r.NewConn,
-			ms(r.LastFailure), ms(r.Down), ms(r.Served), strings.Join(kinds, "; "))
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n", r.Setup, r.Fault, r.Sent, r.Exposed, r.Failed, r.InFlight, r.Stale, r.NewConn,
+			ms(r.LastFailure), ms(r.Down), ms(r.Served), ms(r.Slowest), strings.Join(kinds, "; "))
 	}
 	t.Logf("failed requests per fault (%d clients, %d requests/s, backends answer after %v):\n%s", loadClients, loadRate, backendDelay, b.String())
 	if path := os.Getenv("SWITCHYARD_CHAOS_REPORT"); path != "" {
