@@ -13,10 +13,14 @@ import (
 )
 
 // upgradeProtocol returns the Upgrade header of a request that asks to
-// switch protocols (Connection lists "upgrade"), else "".
+// switch protocols (Connection lists "upgrade"), else "". A request that
+// offers h2c is served as HTTP/1.1, its Upgrade dropped: a peer that
+// switched to HTTP/2 would take every request the client sends after,
+// unrouted and unchecked (h2c smuggling; RFC 9113 §3.1 retires the h2c
+// upgrade, and RFC 9110 §7.8 lets a server ignore an Upgrade).
 func upgradeProtocol(h *fasthttp.RequestHeader) string {
 	up := h.Peek("Upgrade")
-	if len(up) == 0 || !tokenListHas(h.Peek("Connection"), "upgrade") {
+	if len(up) == 0 || !tokenListHas(h.Peek("Connection"), "upgrade") || tokenListHas(up, "h2c") {
 		return ""
 	}
 	return string(up)
