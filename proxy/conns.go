@@ -14,21 +14,21 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Client connection management, as nginx does it (docs/compatibility.md,
-// "Client connections"): at most connSettings.maxConns client connections
-// are open on all ports together (max-worker-connections × worker
-// processes). A connection waiting for a request, one that has not sent a
-// byte yet or a keep-alive one between requests, or an HTTP/2 one without
-// streams, is idle: nginx calls it reusable and, when its
-// worker_connections run out, closes the oldest such connections
-// (ngx_drain_connections) to take the new one. When every open connection
-// has a request in flight, new connections are not accepted: they wait in
-// the listen backlog until one closes or goes idle, as nginx's accept
-// stops; nobody is answered 503. Requests in flight are bounded
-// separately: one per HTTP/1.1 connection, h2MaxStreams per HTTP/2
-// connection. Idle connections are also closed after client-header-timeout
-// (never sent a byte) or keep-alive (between requests), by a reaper that
-// looks once per reapEvery.
+// Client connection management, as nginx does it
+// (docs/migrating-from-ingress-nginx.md, "Client connections"): at most
+// connSettings.maxConns client connections are open on all ports together
+// (max-worker-connections × worker processes). A connection waiting for a
+// request, one that has not sent a byte yet or a keep-alive one between
+// requests, or an HTTP/2 one without streams, is idle: nginx calls it
+// reusable and, when its worker_connections run out, closes the oldest
+// such connections (ngx_drain_connections) to take the new one. When every
+// open connection has a request in flight, a new connection is held
+// unserved (the next ones wait in the listen backlog) until one closes or
+// goes idle, as nginx stops accepting; nobody is answered 503. Requests in
+// flight are bounded separately: one per HTTP/1.1 connection,
+// h2MaxStreams per HTTP/2 connection. Idle connections are also closed
+// after client-header-timeout (never sent a byte) or keep-alive (between
+// requests), by a reaper that looks once per reapEvery.
 //
 // Per request the tracking costs two atomic stores (the connection goes
 // active on its first byte, idle when its response is written); the lock

@@ -9,8 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Reading an HTTP/1.1 request head as nginx does (docs/compatibility.md,
-// "Request heads"). fasthttp wants CRLF line ends and takes any head that
+// Reading an HTTP/1.1 request head as nginx does
+// (docs/migrating-from-ingress-nginx.md, "Request heads"). fasthttp wants CRLF line ends and takes any head that
 // fits its read buffer; nginx also takes bare LF line ends ("GET /
 // HTTP/1.1\nHost: x\n\n" is served), and keeps a head in
 // client_header_buffer_size, then in up to large_client_header_buffers

@@ -10,7 +10,7 @@ import (
 
 // connections reads the ConfigMap keys of client connections and request
 // heads into g, as ingress-nginx renders them into nginx.conf
-// (docs/compatibility.md, "Client connections"): keep-alive
+// (docs/migrating-from-ingress-nginx.md, "Client connections"): keep-alive
 // (keepalive_timeout, seconds; 0 disables keep-alive), keep-alive-requests
 // (keepalive_requests; 0 also disables it), max-worker-connections
 // (worker_connections), worker-processes ("auto" or a number),

@@ -558,8 +558,8 @@ type Global struct {
 	// Proxy holds the ConfigMap defaults of the per-location proxy settings.
 	Proxy Proxy `json:"proxy"`
 
-	// Client connections and request heads (docs/compatibility.md, "Client
-	// connections" and "Request heads"). Each zero value is ingress-nginx's
+	// Client connections and request heads (docs/migrating-from-ingress-
+	// nginx.md, "Client connections" and "Request heads"). Each zero value is ingress-nginx's
 	// default.
 	//
 	// KeepAliveSeconds is keep-alive; 0 means 75. DisableKeepAlive is
