@@ -44,14 +44,14 @@ func keepAliveRequest(t *testing.T, c net.Conn, br *bufio.Reader, host string) *
 	return resp
 }
 
-// closedByPeer reports whether the proxy closed c: a read gets EOF or a
-// reset before the deadline.
+// closedByPeer reports whether the proxy closed c: reads get EOF or a
+// reset before the deadline (what the proxy sent before, an HTTP/2
+// server's SETTINGS, is read and dropped).
 func closedByPeer(c net.Conn, within time.Duration) bool {
 	_ = c.SetReadDeadline(time.Now().Add(within))
-	var b [1]byte
-	_, err := c.Read(b[:])
+	_, err := io.Copy(io.Discard, c)
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return !(errors.As(err, &ne) && ne.Timeout())
 }
 
 // TestIdleConnectionsGiveWay: with the open-connection cap at 200 and 200
@@ -297,4 +297,40 @@ func TestKeepAliveSettings(t *testing.T) {
 			t.Error("the response keeps the connection; want Connection: close with keep-alive 0")
 		}
 	})
+}
+
+// TestIdleH2CConnectionsGiveWay: with cleartext HTTP/2 (Config.H2C), an
+// HTTP/2 connection without streams is idle and gives way too.
+func TestIdleH2CConnectionsGiveWay(t *testing.T) {
+	const limit = 10
+	a := backend(t, "a")
+	p, _ := newProxy(t, connsHost("c.test", a, capOf(limit)), Config{H2C: true})
+	addr := serve(t, p.Serve)
+	var idle []net.Conn
+	for range limit {
+		c := dialTest(t, addr)
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			t.Fatal(err)
+		}
+		if err := http2.NewFramer(c, c).WriteSettings(); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	waitFor(t, func() bool { return p.countState(connKeepAlive) == limit })
+	c := dialTest(t, addr)
+	if resp := keepAliveRequest(t, c, bufio.NewReader(c), "c.test"); resp.StatusCode != 200 {
+		t.Errorf("HTTP/1.1 client with %d idle HTTP/2 connections open: got %d; want 200", limit, resp.StatusCode)
+	}
+	// They went idle at about the same time (each after its preface):
+	// one of them was closed.
+	closed := 0
+	for _, c := range idle {
+		if closedByPeer(c, 50*time.Millisecond) {
+			closed++
+		}
+	}
+	if closed == 0 {
+		t.Error("every idle HTTP/2 connection is still open; want one closed for the new client")
+	}
 }
