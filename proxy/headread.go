@@ -77,7 +77,20 @@ func (h *lfHead) begin(lim headLimits) {
 // taking two bytes, so they always fit.
 func (h *lfHead) read(c net.Conn, b []byte) (int, error) {
 	if len(b) < 2 {
-		return c.Read(b)
+		// fasthttp reads a new connection's first byte alone
+		// (ReduceMemoryUsage): it is counted, and an LF there, before
+		// any request line, needs no CR.
+		n, err := c.Read(b)
+		if n == 1 && h.on {
+			if b[0] == '\n' {
+				h.endLine()
+			} else {
+				h.grow(1)
+				h.prevCR = b[0] == '\r'
+				h.started = h.started || !h.prevCR
+			}
+		}
+		return n, err
 	}
 	from := len(b) / 2
 	n, err := c.Read(b[from:])

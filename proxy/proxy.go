@@ -142,8 +142,11 @@ func New(cfg Config) (*Proxy, error) {
 		ReadTimeout: cfg.ReadTimeout,
 		// The reaper closes idle connections at keep-alive; this is
 		// fasthttp's backstop.
-		IdleTimeout:                   maxKeepAlive,
-		ReadBufferSize:                cfg.MaxHeaderBytes,
+		IdleTimeout:    maxKeepAlive,
+		ReadBufferSize: cfg.MaxHeaderBytes,
+		// A connection that has not sent its first byte holds no read
+		// buffer, nor a request context: idle ones cost little.
+		ReduceMemoryUsage:             true,
 		ErrorHandler:                  fastError,
 		Logger:                        discardLogger{},
 		MaxRequestBodySize:            cfg.BodyBufferBytes,
