@@ -410,7 +410,11 @@ func fastConnState(c net.Conn, s fasthttp.ConnState) {
 		tc.idle(connKeepAlive)
 	case fasthttp.StateActive:
 		if tc.state.Load() == connKeepAlive {
-			tc.active() // a pipelined request, already buffered
+			// A pipelined request, read with the one before: its head
+			// went by unseen, and what the connection gives next is
+			// its body, to pass as it is.
+			tc.active()
+			h.head.on = false
 		}
 	case fasthttp.StateHijacked:
 		tc.active()

@@ -1,13 +1,17 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -184,5 +188,44 @@ http {
 			t.Fatalf("nginx did not listen: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPipelinedBodyUntouched: a request pipelined behind another, its head
+// read with the first one's, has its body passed as sent: bare LFs in it
+// are not taken for a head's.
+func TestPipelinedBodyUntouched(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(b))
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	p, _ := newProxy(t, oneHost("x", strings.TrimPrefix(srv.URL, "http://")), Config{})
+	addr := serve(t, p.Serve)
+	c := dialTest(t, addr)
+	// The second body comes after the two heads were read.
+	if _, err := io.WriteString(c, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nPOST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if _, err := io.WriteString(c, "a\nb\n\nc"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("second request: got %v, %v; want 200", resp, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[1] != "a\nb\n\nc" {
+		t.Errorf("the upstream got bodies %q; want the second as sent, %q", got, "a\nb\n\nc")
 	}
 }
