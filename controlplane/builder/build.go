@@ -372,6 +372,7 @@ func (b *builder) global() {
 			g.Proxy.Buffering = *px.buffering
 		}
 		b.globalAccess(cm, ref, &g)
+		connections(cm.Data, &g, bad)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
@@ -47,5 +49,38 @@ func TestConnections(t *testing.T) {
 				t.Errorf("reported keys (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestConnectionsFromTheControllerConfigMap: Build reads the keys from the
+// controller ConfigMap into Global, and an invalid one becomes an error
+// naming the ConfigMap and the key.
+func TestConnectionsFromTheControllerConfigMap(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ingress", Name: "controller"},
+		Data: map[string]string{"keep-alive": "10", "max-worker-connections": "512", "large-client-header-buffers": "4 16k"}}
+	cfg := Build(Input{ConfigMap: cm}, Options{})
+	if got := cfg.Global; got.KeepAliveSeconds != 10 || got.MaxWorkerConnections != 512 || got.LargeClientHeaderBufferSize != 16<<10 {
+		t.Errorf("got keep-alive %d, max-worker-connections %d, large buffers of %d; want 10, 512 and 16384", got.KeepAliveSeconds, got.MaxWorkerConnections, got.LargeClientHeaderBufferSize)
+	}
+	var fields []string
+	for _, e := range cfg.Errors {
+		if e.Object.Kind == "ConfigMap" && e.Object.Name == "controller" {
+			fields = append(fields, e.Field)
+		}
+	}
+	if diff := cmp.Diff([]string(nil), fields); diff != "" {
+		t.Errorf("ConfigMap errors (-want +got):\n%s", diff)
+	}
+	cm.Data["keep-alive"] = "75s"
+	cfg = Build(Input{ConfigMap: cm}, Options{})
+	fields = nil
+	for _, e := range cfg.Errors {
+		fields = append(fields, e.Field)
+	}
+	if diff := cmp.Diff([]string{"keep-alive"}, fields); diff != "" {
+		t.Errorf("ConfigMap errors (-want +got):\n%s", diff)
+	}
+	if cfg.Global.KeepAliveSeconds != 0 {
+		t.Errorf("got keep-alive %d after an invalid value; want the default (0)", cfg.Global.KeepAliveSeconds)
 	}
 }
