@@ -114,7 +114,7 @@ func (r *Registry) Peers(backend string) []string {
 }
 
 // ErrNotLeasable is Lease's answer for a backend whose picks depend on the
-// request (every algorithm but round robin, and any backend with a canary).
+// request (every algorithm but round robin).
 var ErrNotLeasable = errors.New("balancer: backend's picks cannot be leased")
 
 // Lease reserves count consecutive positions of a round-robin backend's
@@ -129,8 +129,10 @@ func (r *Registry) Lease(backend string, count int) (start uint32, n int, err er
 	if b == nil {
 		return 0, 0, ErrUnknownBackend
 	}
+	// A backend with alternatives leases its own rotation too: the
+	// positions that requests routed to it take (RouteOwn).
 	rr, ok := b.algo.(*roundRobin)
-	if !ok || len(b.alternatives) > 0 || count <= 0 {
+	if !ok || b.sticky != nil || count <= 0 {
 		return 0, 0, ErrNotLeasable
 	}
 	n = len(b.peers)

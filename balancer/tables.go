@@ -208,15 +208,56 @@ func (r *Registry) Premadeable(backend string) bool {
 		// New sessions (NewSessions); the shim writes their cookies.
 		return len(b.alternatives) == 0
 	}
-	if !varFree(b) {
+	if len(b.alternatives) == 0 {
+		return varFree(b)
+	}
+	// With canaries, a premade pick may be a routing decision only: a
+	// backend of round robin is then served from its own rotation's lease
+	// (RouteOwn).
+	if !varFree(b) && !ownRotation(b) {
 		return false
 	}
 	for _, name := range b.alternatives {
-		if alt := snap.byName[name]; alt != nil && !varFree(alt) {
+		if alt := snap.byName[name]; alt != nil && !varFree(alt) && !ownRotation(alt) {
 			return false
 		}
 	}
 	return true
+}
+
+// noVars is a request that carries no variables.
+type noVars struct{}
+
+func (noVars) Var(string) ([]byte, bool) { return nil, false }
+
+// ownRotation reports whether b is round robin with no session affinity:
+// a request routed to it takes the next position of its rotation, which a
+// lease of that rotation gives as well (Lease).
+func ownRotation(b *backend) bool {
+	_, rr := b.algo.(*roundRobin)
+	return rr && b.sticky == nil
+}
+
+// RouteOwn makes the canary decision of a premade pick for a backend with
+// alternatives: a request that carries none of NeededVars(backend) is routed
+// by weight alone. When the chosen backend is round robin (ownRotation), it
+// returns its name and true: the shim takes the request's peers from a lease
+// of that backend's own rotation, so premade picks that expire unused take
+// no positions of it. Otherwise the choice is recorded in a, and
+// CandidatePicks with a picks from the chosen backend without routing again.
+// A backend without alternatives returns false and leaves a alone.
+func (r *Registry) RouteOwn(backend string, a *Attempt) (string, bool) {
+	snap := r.snap.Load()
+	b := snap.byName[backend]
+	if b == nil || len(b.alternatives) == 0 {
+		return "", false
+	}
+	chosen := r.choose(snap, b, noVars{})
+	if ownRotation(chosen) {
+		return chosen.name, true
+	}
+	a.chosen = chosen
+	return "", false
 }
 
 // varFree reports whether b's algorithm reads no request variable and keeps

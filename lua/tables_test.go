@@ -93,6 +93,11 @@ func TestShimTables(t *testing.T) {
 			wire("default-wmain-80", addrs(b1, b2), map[string]any{"load-balance": "ewma", "alternativeBackends": []string{"default-wcanary-80"}}),
 			wire("default-wcanary-80", addrs(canary), map[string]any{"load-balance": "ewma", "noServer": true, "trafficShapingPolicy": map[string]any{
 				"weight": 30, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "", "cookie": ""}}),
+			// Round robin with a round-robin canary by weight: premade
+			// routing decisions, and leases of each backend's rotation.
+			wire("default-main-80", addrs(b1, b2), map[string]any{"alternativeBackends": []string{"default-rrcanary-80"}}),
+			wire("default-rrcanary-80", addrs(canary, b4), map[string]any{"noServer": true, "trafficShapingPolicy": map[string]any{
+				"weight": 30, "weightTotal": 0, "header": "", "headerValue": "", "headerPattern": "", "cookie": ""}}),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
 			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),
 			wire("default-ewmarefused-80", append([]string{refused}, addrs(b1, b2)...), map[string]any{"sessionAffinityConfig": map[string]any{
@@ -186,6 +191,44 @@ func TestShimTables(t *testing.T) {
 		// 30 % of 2000: 600, standard deviation 20.5; six of them either way.
 		if sd := math.Sqrt(n * 0.3 * 0.7); math.Abs(float64(toCanary)-n*0.3) > 6*sd {
 			t.Errorf("%d of %d requests went to the 30 %% canary", toCanary, n)
+		}
+	})
+
+	t.Run("round robin with a canary by weight: routing decisions and leases", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		const n = 2000
+		var main, alt []string
+		for range n {
+			code, who, resp := e.get(t, "/canary/x")
+			if code != 200 {
+				t.Fatalf("canary: %d %q", code, who)
+			}
+			if resp.Header.Get("X-Alternative") == "default-rrcanary-80" {
+				alt = append(alt, who)
+			} else {
+				main = append(main, who)
+			}
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of %d requests asked Go; %d went to the canary", asked, n, len(alt))
+		if asked > 20 {
+			t.Errorf("%v of %d requests asked Go; want routing decisions and leases to decide all but the first few", asked, n)
+		}
+		if sd := math.Sqrt(n * 0.3 * 0.7); math.Abs(float64(len(alt))-n*0.3) > 6*sd {
+			t.Errorf("%d of %d requests went to the 30 %% canary", len(alt), n)
+		}
+		// Each backend's requests take its rotation in order (one worker):
+		// no position taken by a pick that did not serve.
+		for name, seq := range map[string][]string{"main": main, "canary": alt} {
+			repeats := 0
+			for i := 1; i < len(seq); i++ {
+				if seq[i] == seq[i-1] {
+					repeats++
+				}
+			}
+			if repeats > 2 {
+				t.Errorf("%s: %d of %d requests went to the peer before them; round robin over two peers alternates", name, repeats, len(seq))
+			}
 		}
 	})
 

@@ -28,6 +28,7 @@ type Picker interface {
 	Count(backend, peer string, completed, failed uint64)
 	HashTable(backend string) (balancer.HashTable, bool)
 	Premadeable(backend string) bool
+	RouteOwn(backend string, a *balancer.Attempt) (string, bool)
 	NewSessions(backend string, a *balancer.Attempt, peers, keys []string) (int, error)
 	// Changed returns a channel closed when Version next changes.
 	Changed() <-chan struct{}
@@ -528,6 +529,15 @@ func (cs *conn) premade(q *Request) {
 				made++
 				continue
 			}
+		}
+		if own, ok := p.RouteOwn(name, &cs.att); ok {
+			// Routed to a round-robin backend: the shim takes the
+			// peers from that backend's own rotation (a lease).
+			if dst, ok = premadeOwnEntry(dst, start, own, own != name); !ok {
+				break
+			}
+			made++
+			continue
 		}
 		n, err := p.CandidatePicks(name, &empty, &cs.att, cs.picks[:k])
 		if err != nil {

@@ -362,6 +362,27 @@ type Premade struct {
 	// Keys are the upstream keys of a sticky backend's new session, one
 	// per candidate (nil otherwise).
 	Keys []string
+	// Own is a routing decision only (flags bit 4, no candidates): the
+	// request's peers come from a lease of Backend's own rotation.
+	Own bool
+}
+
+// premadeOwnEntry appends a premade routing decision: the request goes to
+// backend (an alternative when alt), whose own rotation's lease gives its
+// peers. It returns dst unchanged and false when the frame would be too long.
+func premadeOwnEntry(dst []byte, start int, backend string, alt bool) ([]byte, bool) {
+	size := 1 + 1 + min(len(backend), 255) + 8 + 1
+	if len(dst)-start-4+size > MaxFrame {
+		return dst, false
+	}
+	flags := byte(4)
+	if alt {
+		flags |= 1
+	}
+	dst = append(dst, flags)
+	dst = appendStr8(dst, backend)
+	dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(-1))
+	return append(dst, 0), true
 }
 
 // premadeEntry appends one premade pick, or returns dst unchanged and false
@@ -416,7 +437,7 @@ func DecodePremadeReply(frame []byte) (id uint32, code byte, gen uint32, picks [
 	for i := 0; i < n && !r.bad; i++ {
 		var p Premade
 		flags := r.u8()
-		p.Alternative = flags&1 == 1
+		p.Alternative, p.Own = flags&1 == 1, flags&4 != 0
 		p.Backend = string(r.bytes(int(r.u8())))
 		p.EWMAScore = math.Float64frombits(r.u64())
 		nc := int(r.u8())

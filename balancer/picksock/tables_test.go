@@ -190,7 +190,8 @@ func TestHashTableEqualsPick(t *testing.T) {
 
 // TestPremadePicks: an ewma backend's premade picks are distinct candidates of
 // its peers; a canary by weight 30 sends about 30 % of premade picks to the
-// alternative; a chash backend and round robin have none.
+// alternative; round robin with a canary gets routing decisions; a chash
+// backend has none.
 func TestPremadePicks(t *testing.T) {
 	reg := balancer.NewRegistry(balancer.Config{})
 	syncJSON(t, reg, `[
@@ -249,11 +250,42 @@ func TestPremadePicks(t *testing.T) {
 		t.Fatalf("%d of %d premade picks went to the 30 %% canary", alt, n)
 	}
 
-	// Round robin (here with a canary) is not premade: unused premade picks
-	// would take positions of its rotation.
+	// Round robin with a canary: its premade picks are routing decisions
+	// only (Own) when they go to the round-robin main, whose peers then
+	// come from a lease of its own rotation; making them takes no position
+	// of that rotation. Those routed to the ewma canary carry candidates.
 	tc.send(AppendNeedVars(nil, 8, "rrmain"))
-	if _, info, err := DecodeVarsReply(tc.read()); err != nil || info.Premade {
+	if _, info, err := DecodeVarsReply(tc.read()); err != nil || !info.Premade || info.Leasable {
 		t.Fatalf("round robin with a canary: %+v %v", info, err)
+	}
+	start1, n1, err := reg.Lease("rrmain", 10)
+	if err != nil || n1 != 2 {
+		t.Fatalf("lease of a round-robin main with a canary: %d peers, %v", n1, err)
+	}
+	own, alt := 0, 0
+	for made := 0; made < n; {
+		tc.send(AppendPremade(nil, 9, "rrmain", 1000))
+		_, code, _, picks, err := DecodePremadeReply(tc.read())
+		if err != nil || code != CodeOK || len(picks) == 0 {
+			t.Fatalf("round robin canary premade: code %d, %d picks, %v", code, len(picks), err)
+		}
+		for _, p := range picks {
+			switch {
+			case p.Own && p.Backend == "rrmain" && !p.Alternative && len(p.Candidates) == 0:
+				own++
+			case !p.Own && p.Backend == "canary" && p.Alternative && len(p.Candidates) > 0 && p.Candidates[0] == "10.2.0.1:80":
+				alt++
+			default:
+				t.Fatalf("round robin canary pick %+v", p)
+			}
+		}
+		made += len(picks)
+	}
+	if alt < 1200-175 || alt > 1200+175 || own+alt != n {
+		t.Fatalf("%d of %d premade picks went to the 30 %% canary, %d to the main", alt, n, own)
+	}
+	if start2, _, _ := reg.Lease("rrmain", 10); start2 != start1+10 {
+		t.Fatalf("the premade picks took positions of the main's rotation: lease at %d after %d+10", start2, start1)
 	}
 
 	tc.send(AppendPremade(nil, 7, "h", 10))

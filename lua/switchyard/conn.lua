@@ -95,16 +95,18 @@ local function get_slot()
   -- reply) or as a rotation: peer list rpeers (rn long) from position rpos,
   -- whose index in the list is ridx (leases and the fallback; no copying).
   -- rinfo is the backend info whose rotation a round-robin request's
-  -- retries continue (see candidate).
+  -- retries continue (see candidate), rname its backend's name when that is
+  -- not the requested one (a canary routed from a premade decision).
   return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0,
-    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false, recipe = false }
+    rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false, recipe = false,
+    rname = false, own = false }
 end
 
 -- release returns a pick result to the pool once its request is done.
 function _M.release(s)
   if s and s.sema and not s.pending then
     s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
-    s.rpeers, s.peer, s.rinfo, s.recipe = false, false, false, false
+    s.rpeers, s.peer, s.rinfo, s.recipe, s.rname, s.own = false, false, false, false, false, false
     npool = npool + 1
     pool[npool] = s
   end
@@ -187,6 +189,33 @@ local function dispatch(b)
   return nil
 end
 
+-- await waits, at most the pick timeout, for the background ask of kind
+-- ("lease", "premade") now on its way for info: its handler, or a lost
+-- connection, calls arrived. It reports false when it timed out.
+function _M.await(info, kind)
+  local w = info[kind .. "_wait"]
+  if not w then
+    w = { sema = semaphore.new(), n = 0 }
+    info[kind .. "_wait"] = w
+  end
+  w.n = w.n + 1
+  local ok = w.sema:wait(opts.timeout)
+  if not ok then
+    w.n = w.n - 1
+  end
+  return ok
+end
+
+-- arrived wakes the requests awaiting info's background ask of kind.
+local function arrived(info, kind)
+  local w = info[kind .. "_wait"]
+  if w and w.n > 0 then
+    w.sema:post(w.n)
+    w.n = 0
+  end
+end
+_M.arrived = arrived
+
 -- fail_waiters wakes every request waiting on the lost connection; they fall
 -- back at once instead of waiting out their timeout.
 local function fail_waiters()
@@ -197,10 +226,12 @@ local function fail_waiters()
     -- Background asks: the next pick asks again.
     if s.lease then
       s.info.lpending = false
+      arrived(s.info, "lease")
     elseif s.table then
       s.info.tpending = false
     elseif s.premade then
       s.info.ppending = false
+      arrived(s.info, "premade")
     end
     if s.sema then
       s.sema:post(1)

@@ -90,6 +90,17 @@ function _M.take(s, info, name)
   return true
 end
 
+-- take_wait is take, but when no lease is at hand and one is on its way
+-- (take asks for it), it waits for that lease rather than reporting false:
+-- for a backend whose requests must not take positions of its rotation out
+-- of the worker's order (a pick Go makes for the request would).
+function _M.take_wait(s, info, name)
+  if _M.take(s, info, name) then
+    return true
+  end
+  return info.lpending and conn.await(info, "lease") and _M.take(s, info, name)
+end
+
 conn.handlers[T.LEASE_REPLY] = function(s, b)
   local info = s.info
   info.lpending = false
@@ -101,6 +112,7 @@ conn.handlers[T.LEASE_REPLY] = function(s, b)
       info.nstart, info.ncount, info.nt = start, count, ngx_now()
     end
   end
+  conn.arrived(info, "lease")
   return nil
 end
 

@@ -35,8 +35,9 @@ local metrics = require("switchyard.metrics")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
 local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
 local sticky_cookie = tables.sticky_cookie
-local take_leased, lease_next = lease.take, lease.next
+local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
+local take_premade_wait = premade.take_wait
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
@@ -112,7 +113,8 @@ function _M.candidate(s, i)
       cands[1] = peer
       return peer, false
     end
-    if state.infos[s.name] == info then
+    local rname = s.rname or s.name
+    if state.infos[rname] == info then
       local peers, np = info.peers, info.npeers
       for _ = 1, np do
         local idx
@@ -121,7 +123,7 @@ function _M.candidate(s, i)
           info.rr = idx + 1
         else
           local _
-          _, idx = lease_next(info, s.name)
+          _, idx = lease_next(info, rname)
           if not idx then
             break
           end
@@ -246,8 +248,37 @@ function _M.pick(name)
       end
     elseif info.hashtable and not info.tpending and not info.tfailed then
       request_table(info, name, info.tloaded or 0)
-    elseif info.premade and not info.pfailed and vars_absent(info) and take_premade(s, info, name) then
-      return s
+    elseif info.premade and not info.pfailed and vars_absent(info) then
+      -- Once Go has routed a request to a round-robin backend (s.own),
+      -- requests wait for the batch on its way rather than ask Go for
+      -- a pick: such a pick would take the next position of that
+      -- rotation out of this worker's lease order.
+      local took
+      if info.owns then
+        took = take_premade_wait(s, info, name)
+      else
+        took = take_premade(s, info, name)
+      end
+      if took then
+        local own = s.own
+        if not own then
+          return s
+        end
+        -- Go routed the request (canary by weight) to a round-robin
+        -- backend: its next position comes from a lease of that
+        -- backend's own rotation, as a pick of it would take it.
+        info.owns = true
+        s.own = false
+        local oinfo = info
+        if own ~= name then
+          oinfo = get_info(own)
+        end
+        local alt = s.alt
+        if oinfo and oinfo.npeers > 0 and take_leased_wait(s, oinfo, own) then
+          s.alt, s.rname = alt, own
+          return s
+        end
+      end
     end
   end
   for round = 1, 2 do

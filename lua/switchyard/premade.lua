@@ -1,6 +1,6 @@
 -- switchyard.premade: picks Go made ahead (docs/pick-protocol.md, 0x09) for
--- requests that carry none of the backend's variables, and new sticky
--- sessions: double-buffered batches sized to about 40 ms of the worker's
+-- requests that carry none of the backend's variables (or only their canary
+-- decision, for a round-robin backend: s.own), and new sticky sessions: double-buffered batches sized to about 40 ms of the worker's
 -- eligible requests, none used after 100 ms.
 -- In: backend infos, the request's variables (only checked for absence).
 -- Out: filled pick results, or false when no premade pick is at hand.
@@ -111,6 +111,17 @@ function _M.take(s, info, name)
   end
   local nc = byte(b, i + 8)
   i = i + 9
+  if band(flags, 4) == 4 then
+    -- A routing decision only (flags bit 4, no candidates): the peers
+    -- come from a lease of that backend's own rotation (pick.lua).
+    if nc ~= 0 then
+      return bad_batch(info, cur)
+    end
+    cur.pos, cur.i = i, cur.i + 1
+    s.n, s.code, s.alt, s.backend, s.score, s.recipe = 0, 0, band(flags, 1) == 1, backend, nil, false
+    s.own = backend
+    return true
+  end
   if not nc or nc == 0 or nc > STRIDE then
     return bad_batch(info, cur)
   end
@@ -186,8 +197,19 @@ function _M.vars_absent(info)
   return true
 end
 
+-- take_wait is take, but when no premade pick is at hand and a batch is on
+-- its way, it waits for that batch rather than reporting false.
+function _M.take_wait(s, info, name)
+  if _M.take(s, info, name) then
+    return true
+  end
+  return info.ppending and conn.await(info, "premade") and _M.take(s, info, name)
+end
+
 conn.handlers[T.PREMADE_REPLY] = function(s, b)
-  return load_premade(s.info, s.name, b)
+  local err = load_premade(s.info, s.name, b)
+  conn.arrived(s.info, "premade")
+  return err
 end
 
 return _M
