@@ -179,6 +179,21 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}()
 	go func() { errc <- runSource(ctx) }()
 	go func() { errc <- ctrl.Run(ctx) }()
+	// The ports are bound at once (a port in use fails the start), but
+	// connections are accepted only once the first configuration is
+	// served: before it the Go plane answered 404 for every host (test/chaos
+	// counted 41 per restart), and the SNI router had no nginx behind it.
+	// They wait in the listen backlog meanwhile.
+	afterReady := func(ln net.Listener, serve func(context.Context, net.Listener) error) {
+		go func() {
+			select {
+			case <-ctrl.Ready():
+				errc <- serve(ctx, ln)
+			case <-ctx.Done():
+				ln.Close()
+			}
+		}()
+	}
 	if nginxMode {
 		httpAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort))
 		httpsAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort))
@@ -187,7 +202,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			if err != nil {
 				return fmt.Errorf("listen for HTTPS (SNI router): %w", err)
 			}
-			go func() { errc <- l4.ServeSNI(ctx, httpsLn) }()
+			afterReady(httpsLn, l4.ServeSNI)
 		}
 		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
 		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
@@ -205,11 +220,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if opts.EnableSSLPassthrough {
 		// The HTTPS port routes by SNI; TLS that is not passed through goes
 		// to the Go proxy behind it (serveBehindSNI).
-		go func() { errc <- l4.ServeSNI(ctx, httpsLn) }()
+		afterReady(httpsLn, l4.ServeSNI)
 	} else {
-		go func() { errc <- px.ServeTLS(ctx, httpsLn) }()
+		afterReady(httpsLn, px.ServeTLS)
 	}
-	go func() { errc <- px.Serve(ctx, httpLn) }()
+	afterReady(httpLn, px.Serve)
 	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
 	return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
 }

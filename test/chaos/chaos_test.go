@@ -216,6 +216,19 @@ func testGoPlane(t *testing.T) {
 	// back.
 	res = r.fault("kill -9 the controller, restart it", c.kill, c.start)
 	checkRecovered(t, res)
+	checkNoWrongAnswers(t, res)
+}
+
+// checkNoWrongAnswers checks that a restarting data plane failed requests
+// only by not answering: no status a host it serves must never get (a 404
+// before its first configuration was built).
+func checkNoWrongAnswers(t *testing.T, res result) {
+	t.Helper()
+	for kind, n := range res.Errors {
+		if strings.HasPrefix(kind, "status 404") {
+			t.Errorf("%s, %s: %d requests got %s; want none: a host it serves is never 404, even before the first sync", res.Setup, res.Fault, n, kind)
+		}
+	}
 }
 
 // nginxController is a controller on --data-plane=nginx: its nginx's
@@ -333,6 +346,7 @@ func testNginxPlane(t *testing.T) {
 	old := n.master()
 	res = r.fault("kill -9 the controller, restart it", n.kill, n.start)
 	checkRecovered(t, res)
+	checkNoWrongAnswers(t, res)
 	harness.WaitFor(t, readyTimeout, "the restarted controller's /readyz", n.proc, harness.HTTPReady("http://"+n.status+"/readyz", 200, nil, nil))
 	if err := harness.WaitUntil(t.Context(), orphanGoneWithin, "the killed controller's nginx master to go", nil, func(context.Context) (bool, error) {
 		return !harness.Alive(old), nil
