@@ -581,13 +581,33 @@ func (p *Proxy) authorize(ctx *fasthttp.RequestCtx, ea *model.ExternalAuth, f *c
 				fn(string(k), string(v))
 			}
 		}}
-	v, pass := p.auth.check(ctx, ea, &ar)
+	v, pass := p.auth.check(doneContext{Context: context.Background(), done: ctx.Done()}, ea, &ar)
 	if v.status != 0 {
 		answerFast(ctx, v)
 		return false
 	}
 	o.setAuth(pass)
 	return true
+}
+
+// doneContext is a request's context for the calls the handler makes: it
+// ends when the server shuts down. fasthttp's RequestCtx.Done reads a
+// server field that Shutdown resets unsynchronised, a race when a derived
+// context's goroutine calls it; the channel is read once, in the handler.
+type doneContext struct {
+	context.Context
+	done <-chan struct{}
+}
+
+func (c doneContext) Done() <-chan struct{} { return c.done }
+
+func (c doneContext) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
 }
 
 // remoteAddr is the client's address, unmapped; invalid when unknown.
