@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
@@ -112,13 +113,29 @@ type udpService struct {
 	sessions sync.Map
 }
 
+// udpTries bounds the peers one session tries: a peer that refuses its
+// first datagram (an ICMP port unreachable, as a dead endpoint gives) is
+// replaced by the next pick, as proxy_next_upstream's 3 tries replace a peer
+// that refuses a TCP connection.
+const udpTries = 3
+
 // udpSession is one client address bound to one upstream socket.
 type udpSession struct {
 	// immutable
-	up      *net.UDPConn
-	pick    balancer.Pick
 	backend string
 	client  netip.AddrPort
+
+	// up is the upstream socket; replaced (by replies) when the peer
+	// refuses the session's first datagram.
+	up atomic.Pointer[net.UDPConn]
+
+	// owned by replies once the session is stored
+	pick    balancer.Pick
+	attempt balancer.Attempt
+	tries   int
+	// first is a copy of the session's first datagram, kept until the
+	// peer answers, to send to the next peer if this one refuses it.
+	first []byte
 
 	// atomic
 	last       atomic.Int64 // unix nanos of the last datagram either way
@@ -134,7 +151,7 @@ func (u *udpService) serve(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer func() {
 		u.sessions.Range(func(_, s any) bool {
-			_ = s.(*udpSession).up.Close()
+			_ = s.(*udpSession).up.Load().Close()
 			return true
 		})
 		wg.Wait()
@@ -161,7 +178,7 @@ func (u *udpService) serve(ctx context.Context) error {
 		client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
 		v, ok := u.sessions.Load(client)
 		if !ok {
-			s, err := u.newSession(client)
+			s, err := u.newSession(client, buf[:n])
 			if err != nil {
 				continue // no peer: drop the datagram, as nginx does
 			}
@@ -175,39 +192,74 @@ func (u *udpService) serve(ctx context.Context) error {
 		}
 		s := v.(*udpSession)
 		s.last.Store(time.Now().UnixNano())
-		if w, err := s.up.Write(buf[:n]); err == nil {
+		if w, err := s.up.Load().Write(buf[:n]); err == nil {
 			s.sent.Add(int64(w))
 		}
 	}
 }
 
-func (u *udpService) newSession(client netip.AddrPort) (*udpSession, error) {
+func (u *udpService) newSession(client netip.AddrPort, first []byte) (*udpSession, error) {
 	backend, ok := u.backend()
 	if !ok {
 		return nil, errors.New("udp service removed")
 	}
-	view := &connView{remote: client.Addr().String(), src: client}
-	var a balancer.Attempt
-	pick, err := u.picker.Pick(backend, view, &a)
+	s := &udpSession{backend: backend, client: client, first: append([]byte(nil), first...)}
+	up, err := u.dial(s)
 	if err != nil {
-		u.metrics.fail(backend, reasonNoPeer)
+		return nil, err
+	}
+	s.up.Store(up)
+	s.last.Store(time.Now().UnixNano())
+	return s, nil
+}
+
+// dial picks the session's next peer (its attempt remembers the ones
+// tried) and returns a socket connected to it, s.pick set.
+func (u *udpService) dial(s *udpSession) (*net.UDPConn, error) {
+	view := &connView{remote: s.client.Addr().String(), src: s.client}
+	pick, err := u.picker.Pick(s.backend, view, &s.attempt)
+	if err != nil {
+		u.metrics.fail(s.backend, reasonNoPeer)
 		return nil, fmt.Errorf("pick udp peer: %w", err)
 	}
+	s.tries++
 	raddr, err := net.ResolveUDPAddr("udp", pick.Peer)
 	if err != nil {
 		u.picker.Done(pick, balancer.DoneInfo{Failed: true})
-		u.metrics.fail(backend, reasonConnect)
+		u.metrics.fail(s.backend, reasonConnect)
 		return nil, fmt.Errorf("resolve udp peer: %w", err)
 	}
 	up, err := net.DialUDP("udp", nil, raddr)
 	if err != nil {
 		u.picker.Done(pick, balancer.DoneInfo{Failed: true})
-		u.metrics.fail(backend, reasonConnect)
+		u.metrics.fail(s.backend, reasonConnect)
 		return nil, fmt.Errorf("dial udp peer: %w", err)
 	}
-	s := &udpSession{up: up, pick: *pick, backend: backend, client: client}
-	s.last.Store(time.Now().UnixNano())
-	return s, nil
+	s.pick = *pick
+	return up, nil
+}
+
+// retry replaces a peer that refused the session's first datagram with the
+// session's next pick and sends it that datagram; false when the session
+// has no more tries or no peer.
+func (u *udpService) retry(s *udpSession) bool {
+	if s.first == nil || s.tries >= udpTries {
+		return false
+	}
+	u.picker.Done(&s.pick, balancer.DoneInfo{Failed: true})
+	u.metrics.fail(s.backend, reasonConnect)
+	s.attempt.LastFailure = balancer.FailureFailed
+	up, err := u.dial(s)
+	if err != nil {
+		s.pick = balancer.Pick{}
+		return false
+	}
+	old := s.up.Swap(up)
+	_ = old.Close()
+	if w, err := up.Write(s.first); err == nil {
+		s.sent.Add(int64(w))
+	}
+	return true
 }
 
 // replies is the named goroutine of one session: it copies upstream
@@ -222,16 +274,23 @@ func (u *udpService) replies(wg *sync.WaitGroup, s *udpSession) {
 	uc, _ := u.pc.(*net.UDPConn)
 	to := net.UDPAddrFromAddrPort(s.client)
 	buf := make([]byte, 64<<10)
+	refused := false
 	for {
-		_ = s.up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(u.idle))
-		n, err := s.up.Read(buf)
+		up := s.up.Load()
+		_ = up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(u.idle))
+		n, err := up.Read(buf)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, s.last.Load())) < u.idle {
 				continue // a client datagram arrived meanwhile
 			}
+			// A dead peer: the kernel's ICMP port unreachable.
+			if refused = errors.Is(err, syscall.ECONNREFUSED); refused && u.retry(s) {
+				continue
+			}
 			break
 		}
+		s.first = nil
 		s.last.Store(time.Now().UnixNano())
 		if uc != nil {
 			_, err = uc.WriteToUDPAddrPort(buf[:n], s.client)
@@ -246,8 +305,13 @@ func (u *udpService) replies(wg *sync.WaitGroup, s *udpSession) {
 	// Remove the session before closing its socket, so a datagram arriving
 	// now starts a new session instead of writing to a closed one.
 	u.sessions.CompareAndDelete(s.client, s)
-	_ = s.up.Close()
-	u.picker.Done(&s.pick, balancer.DoneInfo{})
+	_ = s.up.Load().Close()
+	if s.pick.Peer != "" {
+		u.picker.Done(&s.pick, balancer.DoneInfo{Failed: refused})
+		if refused {
+			u.metrics.fail(s.backend, reasonConnect)
+		}
+	}
 	u.metrics.done(s.backend, s.sent.Load(), s.recv.Load())
 }
 

@@ -2,6 +2,7 @@ package tcpproxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
 	"strconv"
@@ -247,5 +248,53 @@ func TestUDPSessionIdleTimeout(t *testing.T) {
 	p.Wait()
 	if n := sessions(); n != 2 {
 		t.Errorf("sessions after the second idled out: %v; want 2", n)
+	}
+}
+
+// TestUDPDeadPeerRetried: with one of three peers dead (its port closed: the
+// kernel answers ICMP port unreachable, as for a killed endpoint), every
+// new session gets its answer: a peer that refuses a session's first
+// datagram is replaced by the next pick and the datagram sent again, within
+// udpTries, and the refusal counts as a failure of that peer.
+func TestUDPDeadPeerRetried(t *testing.T) {
+	a, b := udpEcho(t, "127.0.0.2", "a"), udpEcho(t, "127.0.0.3", "b")
+	deadPC, err := net.ListenPacket("udp", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := deadPC.LocalAddr().String()
+	_ = deadPC.Close()
+	reg := registry(t, balancer.Backend{Name: "udp-ns-dns-53", Endpoints: []balancer.Endpoint{endpoint(a), endpoint(b), endpoint(dead)}})
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	go func() { _ = ServeUDP(ctx, pc, UDPConfig{Picker: reg, Backend: "udp-ns-dns-53"}) }()
+
+	seen := map[string]int{}
+	for i := range 30 {
+		c, err := net.Dial("udp", pc.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := udpAsk(t, c, fmt.Sprint(i))
+		seen[got[:1]]++
+		_ = c.Close()
+	}
+	if seen["a"]+seen["b"] != 30 || seen["a"] == 0 || seen["b"] == 0 {
+		t.Errorf("30 new sessions answered by %v; want all, by both living peers", seen)
+	}
+	var failures uint64
+	for _, be := range reg.Backends() {
+		for _, ep := range be.Endpoints {
+			if ep.Address == dead {
+				failures = ep.Failures
+			}
+		}
+	}
+	if failures == 0 {
+		t.Errorf("the dead peer's refusals were not counted as failures")
 	}
 }
