@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -156,4 +159,102 @@ func logLines(l *lockedBuffer) int {
 		}
 	}
 	return n
+}
+
+// TestClientBodyErrorsAgainstNginx: nginx, proxying as ingress-nginx's
+// template does (proxy_pass, HTTP/1.1 upstream, request buffering on or
+// off), takes the broken bodies of TestClientBodyErrors as the proxy
+// does: a malformed chunk is answered 400, and with request buffering on
+// (ingress-nginx's default) a body cut short by the client (here a
+// half-close) is logged 400 (nginx answers nothing: it takes the
+// half-close for the client gone; the proxy answers 400 too).
+// Skipped without an nginx binary.
+func TestClientBodyErrorsAgainstNginx(t *testing.T) {
+	bin := nginxBinary(t)
+	var be countingBackend
+	peer := be.start(t, "127.0.0.2")
+	var goBe countingBackend
+	var goLog lockedBuffer
+	p, _ := newProxy(t, oneHost("body.test", goBe.start(t, "127.0.0.2")), Config{AccessLog: &goLog})
+	goAddr := serve(t, p.Serve)
+	const chunked = "POST /up HTTP/1.1\r\nHost: body.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+	long := "POST /up HTTP/1.1\r\nHost: body.test\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 70000)
+	cases := []struct {
+		name, raw string
+		// cut: the client half-closes after raw; compared by the
+		// status logged.
+		cut bool
+	}{
+		{name: "bad chunk size", raw: chunked + "3\r\nabc\r\nzz\r\nabc\r\n0\r\n\r\n"},
+		{name: "no CRLF after chunk data", raw: chunked + "3\r\nabcXX0\r\n\r\n"},
+		{name: "whole chunked body", raw: chunked + "3\r\nabc\r\n0\r\n\r\n"},
+		{name: "chunk cut short", raw: chunked + "5\r\nab", cut: true},
+		{name: "no last chunk", raw: chunked + "3\r\nabc\r\n", cut: true},
+		{name: "Content-Length body cut short", raw: long, cut: true},
+	}
+	for _, buffering := range []string{"on", "off"} {
+		logPath := filepath.Join(t.TempDir(), "access.log")
+		nginxAddr := startNginx(t, bin, `log_format st "$status";`, `access_log `+logPath+` st;
+        location / {
+            proxy_http_version 1.1;
+            proxy_request_buffering `+buffering+`;
+            proxy_pass http://`+peer+`;
+        }`)
+		for _, tc := range cases {
+			if !tc.cut {
+				want := answerOf(t, nginxAddr, tc.raw)
+				if got := answerOf(t, goAddr, tc.raw); got != want {
+					t.Errorf("request buffering %s, %s: got %q; nginx answers %q", buffering, tc.name, got, want)
+				}
+				continue
+			}
+			if buffering == "off" {
+				// nginx then logs 400 or 499 for a body cut short,
+				// as it notices the close reading the body or
+				// waiting for the upstream.
+				continue
+			}
+			nginxLines, goLines := fileLines(t, logPath), logLines(&goLog)
+			_, _ = rawExchange(t, nginxAddr, []byte(tc.raw))
+			_, _ = rawExchange(t, goAddr, []byte(tc.raw))
+			waitFor(t, func() bool { return len(fileLines(t, logPath)) > len(nginxLines) && logLines(&goLog) > goLines })
+			all := fileLines(t, logPath)
+			want := all[len(all)-1]
+			goAll := goLog.lines()
+			if got := goAll[len(goAll)-1]; !strings.Contains(got, `HTTP/1.1" `+want+` `) {
+				t.Errorf("request buffering %s, %s: logged %q; nginx logs %s", buffering, tc.name, got, want)
+			}
+		}
+	}
+}
+
+// answerOf sends raw to addr and returns the status line answered,
+// without half-closing.
+func answerOf(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c := dialTest(t, addr)
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return strings.TrimSpace(line)
+}
+
+// fileLines is a file's non-empty lines; none when it does not exist yet.
+func fileLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }

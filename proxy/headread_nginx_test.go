@@ -71,7 +71,7 @@ func headCases() []headCase {
 // answer is the one to match. Skipped without an nginx binary.
 func TestRequestHeadsAgainstNginx(t *testing.T) {
 	bin := nginxBinary(t)
-	nginxAddr := startNginx(t, bin, `location / { return 200 "ok"; }`)
+	nginxAddr := startNginx(t, bin, "", `location / { return 200 "ok"; }`)
 	var be seenBackend
 	p, _ := newProxy(t, oneHost("x", be.start(t)), Config{})
 	goAddr := serve(t, p.Serve)
@@ -134,10 +134,10 @@ func nginxBinary(t *testing.T) string {
 	return bin
 }
 
-// startNginx runs nginx with one server whose body is server, on a
-// loopback port, until the test ends, and returns its address once it
-// answers.
-func startNginx(t *testing.T, bin, server string) string {
+// startNginx runs nginx with one server whose body is server (and
+// httpExtra in its http block), on a loopback port, until the test ends,
+// and returns its address once it answers.
+func startNginx(t *testing.T, bin, httpExtra, server string) string {
 	t.Helper()
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -158,12 +158,13 @@ http {
     fastcgi_temp_path %[1]s/fastcgi;
     uwsgi_temp_path %[1]s/uwsgi;
     scgi_temp_path %[1]s/scgi;
+    %[4]s
     server {
         listen %[2]s;
         %[3]s
     }
 }
-`, dir, addr, server)
+`, dir, addr, server, httpExtra)
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
