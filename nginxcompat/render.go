@@ -363,8 +363,11 @@ type locationV struct {
 	// socket (DigestKey); empty without digest authentication.
 	DigestKey string
 	// Auth is the location's external authentication; nil without.
-	Auth                        *authV
-	SSLRedirect                 bool
+	Auth        *authV
+	SSLRedirect bool
+	// PreserveTrailingSlash keeps a trailing slash in ssl-redirect's
+	// Location (preserve-trailing-slash).
+	PreserveTrailingSlash       bool
 	AppRoot                     string
 	RedirectURL                 string
 	RedirectCode                int
@@ -752,6 +755,7 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 		lv.CustomErrors, lv.ErrorBackend = append([]int(nil), l.CustomHTTPErrors...), eb
 	}
 	lv.SSLRedirect = l.Rewrite.ForceSSLRedirect || (tls && l.Rewrite.SSLRedirect)
+	lv.PreserveTrailingSlash = l.Rewrite.PreserveTrailingSlash
 	if r := l.Rewrite.AppRoot; r != "" {
 		if !validPath(r) {
 			return nil, fmt.Errorf("app-root %q", r)

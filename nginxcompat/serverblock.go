@@ -182,7 +182,11 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	if l.SSLRedirect {
 		b.WriteString("\n            if ($scheme = http) {\n                return ")
 		writeInt(b, v.G.HTTPRedirectCode)
-		b.WriteString(" https://$host$request_uri;\n            }")
+		if l.PreserveTrailingSlash {
+			b.WriteString(" https://$host$request_uri;\n            }")
+		} else {
+			b.WriteString(" https://$host$redirect_uri_no_slash;\n            }")
+		}
 	}
 	if l.ClientAuth != nil {
 		writeClientAuthHeaders(b, l.ClientAuth)

@@ -139,8 +139,17 @@ var _ = register(
 			// unless enabled by annotations" (preserve-trailing-slash).
 			{Name: "root", Host: "slash.test", Path: "/", Want: Want{Status: 308, Header: map[string]string{"Location": "https://slash.test"}}},
 			{Name: "a directory", Host: "slash.test", Path: "/d/", Want: Want{Status: 308, Header: map[string]string{"Location": "https://slash.test/d"}}},
+			// Only the request URI's last byte counts: a query keeps it.
+			{Name: "a directory with a query", Host: "slash.test", Path: "/d/?q=1", Want: Want{Status: 308, Header: map[string]string{"Location": "https://slash.test/d/?q=1"}}},
 		},
-		KnownDrift: map[string]string{"nginx": "nginx.conf redirects to https://$host$request_uri, keeping the trailing slash lua_ingress.lua drops"},
+	},
+	Row{
+		Name: "ssl-redirect with preserve-trailing-slash",
+		Manifests: `{{service "a" "keepslash" "demo"}}` +
+			ingress("keepslash", "keepslash.test", "keepslash", root, "force-ssl-redirect", "true", "preserve-trailing-slash", "true"),
+		Requests: []Request{
+			{Name: "a directory", Host: "keepslash.test", Path: "/d/", Want: Want{Status: 308, Header: map[string]string{"Location": "https://keepslash.test/d/"}}},
+		},
 	},
 	Row{
 		Name: "rewrite-target with captures",
