@@ -28,7 +28,8 @@ import (
 // flight are bounded separately: one per HTTP/1.1 connection,
 // h2MaxStreams per HTTP/2 connection. Idle connections are also closed
 // after client-header-timeout (never sent a byte) or keep-alive (between
-// requests), by a reaper that looks once per reapEvery.
+// requests), and connections whose request head has not come whole within
+// client-header-timeout, by a reaper that looks once per reapEvery.
 //
 // Per request the tracking costs two atomic stores (the connection goes
 // active on its first byte, idle when its response is written); the lock
@@ -113,6 +114,7 @@ func settingsOf(g *model.Global, pc *Config) *connSettings {
 const (
 	connNew       uint32 = iota // no request byte yet: idle
 	connKeepAlive               // between requests: idle
+	connHead                    // a request head coming (HTTP/1.1)
 	connActive                  // a request in flight (or an upgraded connection)
 	connClosing                 // chosen by the evictor or the reaper
 )
@@ -162,16 +164,25 @@ type trackedConn struct {
 	idx int // guarded by t.mu
 }
 
-// Read marks an HTTP/1.1 connection active when a byte of a request comes.
+// Read marks an HTTP/1.1 connection's head coming when a byte of a
+// request comes. A head must be whole within client-header-timeout (the
+// reaper's): counted from the accept for the first request, as nginx's
+// post_accept_timeout, from its first byte for the next ones.
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		if s := c.state.Load(); s <= connKeepAlive && !c.h2.Load() {
-			c.state.CompareAndSwap(s, connActive)
+			if s == connKeepAlive {
+				c.since.Store(int64(monoNow()))
+			}
+			c.state.CompareAndSwap(s, connHead)
 		}
 	}
 	return n, err
 }
+
+// headDone marks a connection whose request head has come whole active.
+func (c *trackedConn) headDone() { c.state.CompareAndSwap(connHead, connActive) }
 
 // idle marks the connection idle (connNew or connKeepAlive) from now.
 func (c *trackedConn) idle(state uint32) {
@@ -323,18 +334,19 @@ func (t *connTracker) evict(limit int64) bool {
 
 // reap closes the idle connections past their timeout: client-header-
 // timeout for those that never sent a byte, keep-alive for the others
-// (and for HTTP/2 ones without streams).
+// (and for HTTP/2 ones without streams); and those whose request head has
+// not come whole within client-header-timeout.
 func (t *connTracker) reap(now time.Duration, scratch []*trackedConn) []*trackedConn {
 	s := t.settings.Load()
 	expired := scratch[:0]
 	t.mu.Lock()
 	for _, c := range t.conns {
 		st := c.state.Load()
-		if st > connKeepAlive {
+		if st > connHead {
 			continue
 		}
 		limit := s.keepAlive
-		if st == connNew && !c.h2.Load() {
+		if (st == connNew || st == connHead) && !c.h2.Load() {
 			limit = s.headerTimeout
 		}
 		if now-time.Duration(c.since.Load()) >= limit {
@@ -343,7 +355,7 @@ func (t *connTracker) reap(now time.Duration, scratch []*trackedConn) []*tracked
 	}
 	t.mu.Unlock()
 	for i, c := range expired {
-		if st := c.state.Load(); st <= connKeepAlive && c.state.CompareAndSwap(st, connClosing) {
+		if st := c.state.Load(); st <= connHead && c.state.CompareAndSwap(st, connClosing) {
 			_ = c.Close()
 		}
 		expired[i] = nil
@@ -412,8 +424,10 @@ func fastConnState(c net.Conn, s fasthttp.ConnState) {
 		if tc.state.Load() == connKeepAlive {
 			// A pipelined request, read with the one before: its head
 			// went by unseen, and what the connection gives next is
-			// its body, to pass as it is.
-			tc.active()
+			// its body, to pass as it is. Its head is whole when the
+			// handler runs (ServeHTTP).
+			tc.since.Store(int64(monoNow()))
+			tc.state.CompareAndSwap(connKeepAlive, connHead)
 			h.head.on = false
 		}
 	case fasthttp.StateHijacked:
@@ -469,8 +483,8 @@ func newH1Conn(c net.Conn, tc *trackedConn) net.Conn {
 func (c *h1Conn) Read(b []byte) (n int, err error) {
 	if !c.head.on {
 		n, err = c.Conn.Read(b)
-	} else {
-		n, err = c.head.read(c.Conn, b)
+	} else if n, err = c.head.read(c.Conn, b); !c.head.on {
+		c.tc.headDone()
 	}
 	if err == io.EOF {
 		c.sawEOF = true

@@ -253,7 +253,13 @@ func TestKeepAliveSettings(t *testing.T) {
 	var be seenBackend
 	peer := be.start(t)
 	cfg := connsHost("ka.test", peer, model.Global{KeepAliveRequests: 2, KeepAliveSeconds: 1, ClientHeaderTimeoutSeconds: 1})
-	p, _ := newProxy(t, cfg, Config{})
+	p, reg := newProxy(t, cfg, Config{})
+	update := func(cfg *model.Configuration) {
+		if err := reg.Sync(cfg.Backends); err != nil {
+			t.Fatal(err)
+		}
+		p.Update(cfg)
+	}
 	addr := serve(t, p.Serve)
 
 	t.Run("keep-alive-requests", func(t *testing.T) {
@@ -290,8 +296,48 @@ func TestKeepAliveSettings(t *testing.T) {
 			t.Errorf("closed after %v; want client-header-timeout (1s) first", took)
 		}
 	})
+	t.Run("client-header-timeout, head cut short", func(t *testing.T) {
+		for _, raw := range []string{"GET / HTTP/1.1\r\nHost: ka", "GET / HTTP/1.1\r\nHost: ka.test\r\n\r\nGET / HTTP/1.1\r\nHo"} {
+			c := dialTest(t, addr)
+			start := time.Now()
+			if _, err := io.WriteString(c, raw); err != nil {
+				t.Fatal(err)
+			}
+			if !closedByPeer(c, 3*time.Second) {
+				t.Fatalf("%q: the connection is open after 3s; want it closed after client-header-timeout (1s)", raw)
+			}
+			if took := time.Since(start); took < 900*time.Millisecond {
+				t.Errorf("%q: closed after %v; want client-header-timeout (1s) first", raw, took)
+			}
+		}
+	})
+	t.Run("requests slower than client-header-timeout", func(t *testing.T) {
+		// Once its head is whole a request is not timed by
+		// client-header-timeout, pipelined or not.
+		slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-time.After(1500 * time.Millisecond)
+			_, _ = io.WriteString(w, "slow")
+		}))
+		t.Cleanup(slow.Close)
+		update(connsHost("ka.test", strings.TrimPrefix(slow.URL, "http://"), model.Global{ClientHeaderTimeoutSeconds: 1}))
+		defer update(cfg)
+		c := dialTest(t, addr)
+		if _, err := io.WriteString(c, "GET /1 HTTP/1.1\r\nHost: ka.test\r\n\r\nGET /2 HTTP/1.1\r\nHost: ka.test\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for i := range 2 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("request %d: got %v, %v; want 200", i+1, resp, err)
+			}
+			if b, _ := io.ReadAll(resp.Body); string(b) != "slow" {
+				t.Fatalf("request %d: got body %q; want the slow upstream's", i+1, b)
+			}
+		}
+	})
 	t.Run("keep-alive 0", func(t *testing.T) {
-		p.Update(connsHost("ka.test", peer, model.Global{DisableKeepAlive: true}))
+		update(connsHost("ka.test", peer, model.Global{DisableKeepAlive: true}))
 		c := dialTest(t, addr)
 		if resp := keepAliveRequest(t, c, bufio.NewReader(c), "ka.test"); !resp.Close {
 			t.Error("the response keeps the connection; want Connection: close with keep-alive 0")

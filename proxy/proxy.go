@@ -351,6 +351,9 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	var o outcome
 	// fasthttp read the clock just before calling the handler.
 	start := ctx.Time()
+	if h := h1ConnOf(ctx.Conn()); h != nil {
+		h.tc.headDone() // fasthttp read the head whole
+	}
 	p.handle(ctx, &o)
 	if s := p.conns.Load(); s.keepAlive == 0 || ctx.ConnRequestNum() >= s.keepAliveRequests {
 		// keep-alive 0, or keep-alive-requests reached: nginx closes
