@@ -2,14 +2,23 @@ package statuspage
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // chromium returns the path of Debian's chromium, failing the test under CI
@@ -107,5 +116,201 @@ func TestPageRendersInChromium(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dst, "status-page.png"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// probeScript runs in the page once it has rendered and writes what the
+// tests check into <pre id="probe"> as JSON: the viewport and document
+// widths, the tables wider than their section, the times shown, and the
+// problems table as text.
+const probeScript = `<script>
+"use strict";
+(function probe() {
+  if (document.getElementById("version").textContent === "-") { setTimeout(probe, 20); return; }
+  // A cell as text: its text, then each pill in it, joined by " | ".
+  const cellText = c => {
+    const pills = Array.from(c.querySelectorAll(".pill"), p => p.textContent.trim());
+    const rest = Array.from(c.childNodes).filter(n => !(n.classList && n.classList.contains("pill")));
+    return [rest.map(n => n.textContent).join("").trim(), ...pills].filter(s => s).join(" | ");
+  };
+  const byID = id => { const e = document.getElementById(id); return e ? e.textContent : "no #" + id; };
+  const out = {
+    innerWidth: window.innerWidth,
+    clientWidth: document.documentElement.clientWidth,
+    scrollWidth: document.documentElement.scrollWidth,
+    overflowing: [],
+    generated: byID("generated"),
+    lastSync: byID("lastsync"),
+    eventTimes: Array.from(document.querySelectorAll("#events tbody tr"), tr => tr.cells[0].textContent),
+    problems: Array.from(document.querySelectorAll("#problems tbody"), tb => Array.from(tb.rows, tr => Array.from(tr.cells, cellText))),
+  };
+  for (const t of document.querySelectorAll("table")) {
+    const sec = t.closest("section");
+    const box = sec.getBoundingClientRect(), r = t.getBoundingClientRect();
+    const right = box.right - parseFloat(getComputedStyle(sec).paddingRight);
+    if (r.right > right + 0.5) out.overflowing.push(t.id + " ends at " + r.right + " px, its section's content at " + right + " px");
+  }
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>`
+
+// probeResult is what probeScript reports.
+type probeResult struct {
+	InnerWidth  int          `json:"innerWidth"`
+	ClientWidth int          `json:"clientWidth"`
+	ScrollWidth int          `json:"scrollWidth"`
+	Overflowing []string     `json:"overflowing"`
+	Generated   string       `json:"generated"`
+	LastSync    string       `json:"lastSync"`
+	EventTimes  []string     `json:"eventTimes"`
+	Problems    [][][]string `json:"problems"`
+}
+
+var probeRE = regexp.MustCompile(`(?s)<pre id="probe">(.*?)</pre>`)
+
+// probe serves h with probeScript added to its page, loads the page in
+// headless Chromium with a window of width×height and returns the report.
+func probe(t *testing.T, h http.Handler, width, height int) probeResult {
+	t.Helper()
+	url := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		page := rec.Body.String()
+		if !strings.Contains(page, "</body>") {
+			t.Errorf("page has no </body> to put the probe before")
+		}
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		_, _ = io.WriteString(w, strings.Replace(page, "</body>", probeScript+"</body>", 1))
+	}))
+	dom := runChromium(t, fmt.Sprintf("--window-size=%d,%d", width, height), "--dump-dom", url)
+	m := probeRE.FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the probe did not report: the page never rendered. DOM:\n%.3000s", dom)
+	}
+	var res probeResult
+	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &res); err != nil {
+		t.Fatalf("probe report %q: %v", m[1], err)
+	}
+	if res.InnerWidth != width {
+		t.Fatalf("window is %d px wide; want %d (--window-size not applied)", res.InnerWidth, width)
+	}
+	return res
+}
+
+// A message as long as the builder writes for a fail-closed list, with an
+// unbroken token (a URL) longer than a phone screen.
+const longMessage = `invalid value "https://auth.internal.example.com/oauth2/v1/authorize/verify/session/with/a/very/long/path/that/never/breaks/at/a/space/0123456789abcdef0123456789abcdef": the external authentication service cannot be reached over this scheme, so every path of this Ingress answers 503 until it is fixed (fail closed); see docs/migrating-from-ingress-nginx.md for the annotations Switchyard carries out and the ones it refuses`
+
+// troubled is a snapshot with the problems an operator looks for: an
+// Ingress with fail-closed and ignored annotations and the routes they deny,
+// an Ingress with only an ignored one, a ConfigMap with an invalid key, and
+// long names everywhere.
+func troubled() Snapshot {
+	const authURL = "nginx.ingress.kubernetes.io/auth-url"
+	return Snapshot{
+		Version: 9, Ready: true,
+		Servers: []Server{
+			{Host: "shop.example.com", TLS: true, Paths: []Path{
+				{Path: "/checkout", PathType: "Prefix", Backend: "shop-checkout-80", Denied: authURL, Ingress: "Ingress shop/checkout"},
+				{Path: "/", PathType: "Prefix", Backend: "shop-web-80", Ingress: "Ingress shop/web"},
+			}},
+			{Host: "a-very-long-host-name-for-the-internal-reporting-service.eu-central-1.clusters.example.com", Paths: []Path{
+				{Path: "/api/v1/reports/quarterly/download/all-regions/with-a-long-path", PathType: "ImplementationSpecific", Backend: "reporting-reporting-api-long-service-name-8080"},
+			}},
+		},
+		Backends: []Backend{{
+			Name: "reporting-reporting-api-long-service-name-8080", Algorithm: "round_robin", Alternatives: []string{"reporting-reporting-api-long-service-name-canary-8080"},
+			Endpoints: []Endpoint{{Address: "[fd00:1234:5678:9abc:def0:1234:5678:9abc]:8080", Picks: 123456789, Failures: 12345, InFlight: 1234, EWMA: 0.123456}},
+		}},
+		Errors: []ObjError{
+			{Object: "Ingress shop/web", Reason: ReasonUnsupported, Field: "nginx.ingress.kubernetes.io/mirror-target", Message: "not supported by Switchyard; the annotation is ignored"},
+			{Object: "Ingress shop/checkout", Reason: ReasonUnsupported, Field: "nginx.ingress.kubernetes.io/configuration-snippet", Message: "snippets are refused; the annotation is ignored"},
+			{Object: "Ingress shop/checkout", Reason: ReasonFailedClosed, Field: authURL, Message: longMessage},
+			{Object: "ConfigMap ingress-nginx/ingress-nginx-controller", Reason: ReasonInvalid, Field: "proxy-body-size", Message: `invalid size "12 parsecs"; the key is not used`},
+		},
+	}
+}
+
+// TestPageListsProblemsPerIngress checks that the page lists each object's
+// problems under its name, fail-closed settings (with the routes they make
+// answer 503), invalid ones and ignored ones told apart, each with its
+// message (issue 21, item 7).
+func TestPageListsProblemsPerIngress(t *testing.T) {
+	h := New(Config{Snapshot: troubled})
+	got := probe(t, h, 1280, 800).Problems
+	want := [][][]string{
+		{
+			{"Ingress shop/checkout | 1 fail closed | 1 ignored | 1 route answers 503"},
+			{"503", "nginx.ingress.kubernetes.io/auth-url", "shop.example.com/checkout answers 503"},
+			{"fail closed (503)", "nginx.ingress.kubernetes.io/auth-url", longMessage},
+			{"ignored", "nginx.ingress.kubernetes.io/configuration-snippet", "snippets are refused; the annotation is ignored"},
+		},
+		{
+			{"ConfigMap ingress-nginx/ingress-nginx-controller | 1 invalid"},
+			{"invalid", "proxy-body-size", `invalid size "12 parsecs"; the key is not used`},
+		},
+		{
+			{"Ingress shop/web | 1 ignored"},
+			{"ignored", "nginx.ingress.kubernetes.io/mirror-target", "not supported by Switchyard; the annotation is ignored"},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("problems table (-want +got):\n%s", diff)
+	}
+}
+
+// TestPageFitsViewport loads a page full of long names and a long error
+// message at the widths operators use and checks that nothing scrolls
+// sideways and no table is wider than its section (issue 21, item 7).
+func TestPageFitsViewport(t *testing.T) {
+	hist := &History{}
+	hist.Record(Event{Time: time.Now(), Kind: "sync", Duration: 3 * time.Millisecond, Reason: "version 9: servers or locations changed", Err: longMessage})
+	h := New(Config{Snapshot: troubled, History: hist})
+	for _, tc := range []struct {
+		name          string
+		width, height int
+	}{
+		{"1280x800", 1280, 800},
+		{"800x600", 800, 600},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := probe(t, h, tc.width, tc.height)
+			if got.ScrollWidth > got.ClientWidth {
+				t.Errorf("page is %d px wide in a %d px viewport: it scrolls sideways", got.ScrollWidth, got.ClientWidth)
+			}
+			if len(got.Overflowing) > 0 {
+				t.Errorf("tables wider than their section: %q", got.Overflowing)
+			}
+		})
+	}
+}
+
+// TestPageShowsTimesAsISO8601 checks every time on the page (updated, last
+// sync, each sync and reload) is ISO 8601 to the second with its zone, as
+// the server recorded it (issue 21, item 7).
+func TestPageShowsTimesAsISO8601(t *testing.T) {
+	ist := time.FixedZone("IST", 5*3600+1800)
+	hist := &History{}
+	hist.Record(Event{Time: time.Date(2026, 11, 25, 10, 4, 5, 123456789, time.UTC), Kind: "sync", Reason: "version 8"})
+	hist.Record(Event{Time: time.Date(2026, 11, 25, 15, 34, 6, 0, ist), Kind: "reload", Reason: "nginx reloaded"})
+	now := time.Date(2026, 11, 25, 10, 4, 9, 999000000, time.UTC)
+	h := New(Config{Snapshot: troubled, History: hist, Now: func() time.Time { return now }})
+	res := probe(t, h, 1280, 800)
+	got := probeResult{Generated: res.Generated, LastSync: res.LastSync, EventTimes: res.EventTimes}
+	want := probeResult{
+		Generated:  "2026-11-25T10:04:09Z",
+		LastSync:   "2026-11-25T10:04:05Z",
+		EventTimes: []string{"2026-11-25T15:34:06+05:30", "2026-11-25T10:04:05Z"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("times shown (-want +got):\n%s", diff)
 	}
 }

@@ -1,9 +1,11 @@
 package statuspage
 
 import (
+	"cmp"
 	"embed"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
@@ -36,6 +38,9 @@ type Path struct {
 	// Denied names the setting that makes the path answer 503 (fail
 	// closed); empty when it serves.
 	Denied string `json:"denied,omitempty"`
+	// Ingress is the object the path comes from, named as ObjError.Object
+	// ("Ingress namespace/name"); empty for the default backend's path.
+	Ingress string `json:"ingress,omitempty"`
 }
 
 // Backend is one balancer backend.
@@ -67,6 +72,103 @@ type ObjError struct {
 	Reason  string `json:"reason"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+}
+
+// Reasons of ObjError, as the Warning Events name them (model.ReasonFailedClosed,
+// model.ReasonUnsupported; an empty model reason is InvalidConfiguration).
+const (
+	ReasonFailedClosed = "FailedClosed"
+	ReasonUnsupported  = "UnsupportedAnnotation"
+	ReasonInvalid      = "InvalidConfiguration"
+)
+
+// ObjectProblems is what the page lists for one object, mostly an Ingress:
+// its problems split by effect, and its routes that answer 503.
+type ObjectProblems struct {
+	Object string `json:"object"`
+	// FailedClosed are settings that cannot be carried out or are
+	// invalid and grant or restrict access: the routes they cover answer
+	// 503 (docs/migrating-from-ingress-nginx.md, "fail closed").
+	FailedClosed []Problem `json:"failedClosed,omitempty"`
+	// Invalid are other invalid settings (InvalidConfiguration).
+	Invalid []Problem `json:"invalid,omitempty"`
+	// Unsupported are annotations or keys that are ignored.
+	Unsupported []Problem `json:"unsupported,omitempty"`
+	// Denied are the object's paths that answer 503, whichever object's
+	// setting denies them (an Ingress annotation or a ConfigMap key).
+	Denied []DeniedRoute `json:"denied,omitempty"`
+}
+
+// Problem is one annotation or field at fault and what is wrong with it.
+type Problem struct {
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// DeniedRoute is one host and path answering 503, and the setting that
+// makes it do so.
+type DeniedRoute struct {
+	Route string `json:"route"`
+	Field string `json:"field"`
+}
+
+// problems groups the snapshot's errors and denied paths by object. Objects
+// with a route answering 503 come first, then those with invalid settings,
+// then those with ignored ones; by name within each.
+func problems(s Snapshot) []ObjectProblems {
+	var out []ObjectProblems
+	index := map[string]int{}
+	get := func(obj string) *ObjectProblems {
+		i, ok := index[obj]
+		if !ok {
+			i = len(out)
+			index[obj] = i
+			out = append(out, ObjectProblems{Object: obj})
+		}
+		return &out[i]
+	}
+	for _, e := range s.Errors {
+		o := get(e.Object)
+		p := Problem{Field: e.Field, Message: e.Message}
+		switch e.Reason {
+		case ReasonFailedClosed:
+			o.FailedClosed = appendNew(o.FailedClosed, p)
+		case ReasonUnsupported:
+			o.Unsupported = appendNew(o.Unsupported, p)
+		default:
+			o.Invalid = appendNew(o.Invalid, p)
+		}
+	}
+	for _, srv := range s.Servers {
+		for _, p := range srv.Paths {
+			if p.Denied == "" || p.Ingress == "" {
+				continue
+			}
+			o := get(p.Ingress)
+			o.Denied = appendNew(o.Denied, DeniedRoute{Route: srv.Host + p.Path, Field: p.Denied})
+		}
+	}
+	rank := func(o ObjectProblems) int {
+		switch {
+		case len(o.FailedClosed) > 0 || len(o.Denied) > 0:
+			return 0
+		case len(o.Invalid) > 0:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(out, func(a, b ObjectProblems) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a.Object, b.Object))
+	})
+	return out
+}
+
+// appendNew appends v unless list has it, so identical rows show once.
+func appendNew[T comparable](list []T, v T) []T {
+	if slices.Contains(list, v) {
+		return list
+	}
+	return append(list, v)
 }
 
 // Event is one sync or reload, as recorded in a History.
@@ -144,6 +246,8 @@ type pageData struct {
 	Snapshot
 	Generated time.Time `json:"generated"`
 	Events    []Event   `json:"events"`
+	// Problems are Snapshot.Errors and denied paths grouped by object.
+	Problems []ObjectProblems `json:"problems"`
 }
 
 // ServeHTTP serves the page and its JSON.
@@ -163,6 +267,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/status.json":
 		d := pageData{Snapshot: h.cfg.Snapshot(), Generated: h.cfg.Now()}
 		h.rates(&d)
+		d.Problems = problems(d.Snapshot)
 		if h.cfg.History != nil {
 			d.Events = h.cfg.History.Events()
 		}

@@ -90,3 +90,81 @@ func TestServeRejectsOtherMethodsAndPaths(t *testing.T) {
 		t.Errorf("content type = %q", rec.Header().Get("Content-Type"))
 	}
 }
+
+func TestStatusJSONGroupsProblemsByObject(t *testing.T) {
+	const (
+		authURL = "nginx.ingress.kubernetes.io/auth-url"
+		mirror  = "nginx.ingress.kubernetes.io/mirror-target"
+		global  = "ConfigMap ingress-nginx/controller: global-auth-url"
+	)
+	for _, tc := range []struct {
+		name string
+		in   Snapshot
+		want []ObjectProblems
+	}{{
+		name: "no problems",
+		want: nil,
+	}, {
+		name: "split by effect",
+		in: Snapshot{Errors: []ObjError{
+			{Object: "Ingress a/x", Reason: ReasonUnsupported, Field: mirror, Message: "ignored"},
+			{Object: "Ingress a/x", Reason: ReasonFailedClosed, Field: authURL, Message: "503"},
+			{Object: "Ingress a/x", Reason: ReasonInvalid, Field: "spec.rules[0].host", Message: "bad host"},
+			{Object: "Ingress a/x", Reason: "", Field: "spec.rules[1].host", Message: "bad host too"},
+		}},
+		want: []ObjectProblems{{
+			Object:       "Ingress a/x",
+			FailedClosed: []Problem{{Field: authURL, Message: "503"}},
+			Invalid:      []Problem{{Field: "spec.rules[0].host", Message: "bad host"}, {Field: "spec.rules[1].host", Message: "bad host too"}},
+			Unsupported:  []Problem{{Field: mirror, Message: "ignored"}},
+		}},
+	}, {
+		name: "identical rows shown once",
+		in: Snapshot{Errors: []ObjError{
+			{Object: "Ingress a/x", Reason: ReasonUnsupported, Field: mirror, Message: "ignored"},
+			{Object: "Ingress a/x", Reason: ReasonUnsupported, Field: mirror, Message: "ignored"},
+		}},
+		want: []ObjectProblems{{Object: "Ingress a/x", Unsupported: []Problem{{Field: mirror, Message: "ignored"}}}},
+	}, {
+		name: "denied paths listed under their Ingress, whichever object denies them",
+		in: Snapshot{
+			Servers: []Server{{Host: "a.example.com", Paths: []Path{
+				{Path: "/", Backend: "a-x-80", Ingress: "Ingress a/x", Denied: global},
+				{Path: "/open", Backend: "a-x-80", Ingress: "Ingress a/x"},
+				{Path: "/default", Backend: "upstream-default-backend", Denied: global},
+			}}},
+			Errors: []ObjError{{Object: "ConfigMap ingress-nginx/controller", Reason: ReasonFailedClosed, Field: "global-auth-url", Message: "every Ingress path answers 503"}},
+		},
+		want: []ObjectProblems{
+			{Object: "ConfigMap ingress-nginx/controller", FailedClosed: []Problem{{Field: "global-auth-url", Message: "every Ingress path answers 503"}}},
+			{Object: "Ingress a/x", Denied: []DeniedRoute{{Route: "a.example.com/", Field: global}}},
+		},
+	}, {
+		name: "routes answering 503 first, then invalid, then ignored, by name within each",
+		in: Snapshot{Errors: []ObjError{
+			{Object: "Ingress a/ignored", Reason: ReasonUnsupported, Field: mirror, Message: "ignored"},
+			{Object: "Ingress b/invalid", Reason: ReasonInvalid, Field: "spec", Message: "bad"},
+			{Object: "Ingress c/closed", Reason: ReasonFailedClosed, Field: authURL, Message: "503"},
+			{Object: "Ingress a/invalid", Reason: ReasonInvalid, Field: "spec", Message: "bad"},
+		}},
+		want: []ObjectProblems{
+			{Object: "Ingress c/closed", FailedClosed: []Problem{{Field: authURL, Message: "503"}}},
+			{Object: "Ingress a/invalid", Invalid: []Problem{{Field: "spec", Message: "bad"}}},
+			{Object: "Ingress b/invalid", Invalid: []Problem{{Field: "spec", Message: "bad"}}},
+			{Object: "Ingress a/ignored", Unsupported: []Problem{{Field: mirror, Message: "ignored"}}},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(Config{Snapshot: func() Snapshot { return tc.in }})
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status.json", nil))
+			var got pageData
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Problems); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
