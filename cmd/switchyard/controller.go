@@ -330,6 +330,11 @@ func snapshot(ctrl *controlplane.Controller, reg *balancer.Registry) statuspage.
 				if l.Denied != nil {
 					p.Denied = l.Denied.Field
 				}
+				if l.Ingress.Name != "" {
+					// Named as the errors below, so the page lists the
+					// path under its Ingress.
+					p.Ingress = l.Ingress.Kind + " " + l.Ingress.Namespace + "/" + l.Ingress.Name
+				}
 				out.Paths = append(out.Paths, p)
 			}
 			s.Servers = append(s.Servers, out)
