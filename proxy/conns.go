@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
@@ -162,6 +163,32 @@ type trackedConn struct {
 	closed atomic.Bool
 
 	idx int // guarded by t.mu
+	// requests counts an HTTP/2 connection's requests (keep-alive-requests).
+	requests atomic.Uint64
+}
+
+// trackedKey holds a connection's trackedConn in its requests' contexts
+// (the HTTP/2 server's ConnContext).
+type trackedKey struct{}
+
+// withTracked is the HTTP/2 server's ConnContext.
+func withTracked(ctx context.Context, c net.Conn) context.Context {
+	if tc := trackedOf(c); tc != nil {
+		return context.WithValue(ctx, trackedKey{}, tc)
+	}
+	return ctx
+}
+
+// h2LastRequest reports whether an HTTP/2 request is its connection's
+// last: keep-alive 0, or keep-alive-requests reached. Its response then
+// carries Connection: close, which the HTTP/2 server turns into a GOAWAY,
+// as nginx ends a connection after keepalive_requests.
+func h2LastRequest(ctx context.Context, s *connSettings) bool {
+	tc, _ := ctx.Value(trackedKey{}).(*trackedConn)
+	if tc == nil {
+		return false
+	}
+	return s.keepAlive == 0 || tc.requests.Add(1) >= s.keepAliveRequests
 }
 
 // Read marks an HTTP/1.1 connection's head coming when a byte of a

@@ -250,6 +250,7 @@ func (p *Proxy) h2Server(protos *http.Protocols) (*http.Server, error) {
 		MaxHeaderBytes: p.cfg.MaxHeaderBytes,
 		Protocols:      protos,
 		ConnState:      h2ConnState,
+		ConnContext:    withTracked,
 		ErrorLog:       log.New(io.Discard, "", 0), // client errors are not ours to log
 	}
 	if err := http2.ConfigureServer(hs, &http2.Server{IdleTimeout: maxKeepAlive, MaxConcurrentStreams: h2MaxStreams}); err != nil {
@@ -316,6 +317,9 @@ func (w *h2Writer) answer(v verdict) {
 func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 	var o outcome
 	start := time.Now()
+	if h2LastRequest(r.Context(), p.conns.Load()) {
+		rw.Header().Set("Connection", "close")
+	}
 	w := &h2Writer{w: rw}
 	p.handleH2(w, r, &o)
 	took := time.Since(start)

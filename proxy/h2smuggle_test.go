@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 // wholeBackend is a real upstream that records the requests it got whole
@@ -187,6 +189,74 @@ func TestH2CUpgradeNotPassed(t *testing.T) {
 				if strings.Contains(w, "smuggled") {
 					t.Errorf("the upstream got %q", w)
 				}
+			}
+		})
+	}
+}
+
+// TestHTTP2KeepAliveRequests: an HTTP/2 connection ends (GOAWAY) after
+// keep-alive-requests requests, and after each with keep-alive 0, as
+// nginx's keepalive_requests ends HTTP/2 connections.
+func TestHTTP2KeepAliveRequests(t *testing.T) {
+	a := backend(t, "a")
+	for _, tc := range []struct {
+		name string
+		g    model.Global
+		// goawayAfter is the request after which the GOAWAY comes.
+		goawayAfter int
+	}{
+		{"keep-alive-requests 3", model.Global{KeepAliveRequests: 3}, 3},
+		{"keep-alive 0", model.Global{DisableKeepAlive: true}, 1},
+		{"defaults", model.Global{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := newProxy(t, connsHost("s.test", a, tc.g), Config{})
+			addr := serve(t, p.ServeTLS)
+			conn := tls.Client(dialTest(t, addr), &tls.Config{ServerName: "s.test", InsecureSkipVerify: true, NextProtos: []string{"h2"}}) //nolint:gosec // fake certificate
+			if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+				t.Fatal(err)
+			}
+			fr := http2.NewFramer(conn, bufio.NewReader(conn))
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			var hb bytes.Buffer
+			enc := hpack.NewEncoder(&hb)
+			goaway := 0
+			for n := 1; n <= 4 && goaway == 0; n++ {
+				hb.Reset()
+				for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "s.test"}, {":path", "/"}} {
+					_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+				}
+				id := uint32(2*n - 1)
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}); err != nil {
+					t.Fatal(err)
+				}
+				for done := false; !done; {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						t.Fatalf("request %d: %v", n, err)
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							_ = fr.WriteSettingsAck()
+						}
+					case *http2.GoAwayFrame:
+						// The last stream it served names the request.
+						goaway = int(f.LastStreamID+1) / 2
+						done = true
+					case *http2.HeadersFrame:
+						done = f.StreamID == id && f.StreamEnded()
+					case *http2.DataFrame:
+						done = f.StreamID == id && f.StreamEnded()
+					case *http2.RSTStreamFrame:
+						t.Fatalf("request %d: stream reset %v", n, f.ErrCode)
+					}
+				}
+			}
+			if goaway != tc.goawayAfter {
+				t.Errorf("GOAWAY with request %d; want with request %d (0: none in 4)", goaway, tc.goawayAfter)
 			}
 		})
 	}
