@@ -73,11 +73,15 @@ func serve(t *testing.T, h http.Handler) string {
 // errors are shown, and cluster-supplied text is never interpreted as HTML.
 func TestPageRendersInChromium(t *testing.T) {
 	hist := &History{}
+	hist.Record(Event{Time: time.Now().Add(-8 * time.Second), Kind: "sync", Reason: "version 41: servers or locations changed", Duration: 4 * time.Millisecond})
 	hist.Record(Event{Time: time.Now(), Kind: "reload", Reason: "server demo.example.com added", Duration: 35 * time.Millisecond})
 	h := New(Config{History: hist, Snapshot: func() Snapshot {
 		return Snapshot{
 			Version: 42, Ready: true,
-			Servers: []Server{{Host: "demo.example.com", TLS: true, Paths: []Path{{Path: "/api", PathType: "Prefix", Backend: "demo-api-80"}}}},
+			Servers: []Server{{Host: "demo.example.com", TLS: true, Paths: []Path{
+				{Path: "/api", PathType: "Prefix", Backend: "demo-api-80", Ingress: "Ingress demo/api"},
+				{Path: "/admin", PathType: "Prefix", Backend: "demo-admin-80", Ingress: "Ingress demo/admin", Denied: "nginx.ingress.kubernetes.io/limit-whitelist"},
+			}}},
 			Backends: []Backend{{
 				Name: "demo-api-80", Algorithm: "ewma", Alternatives: []string{"demo-api-canary-80"},
 				Endpoints: []Endpoint{
@@ -85,7 +89,13 @@ func TestPageRendersInChromium(t *testing.T) {
 					{Address: "10.0.0.2:8080", Picks: 1100, Failures: 2, EWMA: 0.0051},
 				},
 			}},
-			Errors: []ObjError{{Object: "Ingress demo/bad", Field: "nginx.ingress.kubernetes.io/proxy-body-size", Message: `invalid size "<img src=x onerror=alert(1)>"`}},
+			Errors: []ObjError{
+				{Object: "Ingress demo/bad", Reason: ReasonInvalid, Field: "nginx.ingress.kubernetes.io/proxy-body-size", Message: `invalid size "<img src=x onerror=alert(1)>"`},
+				{Object: "Ingress demo/admin", Reason: ReasonFailedClosed, Field: "nginx.ingress.kubernetes.io/limit-whitelist",
+					Message: "access control Switchyard does not support yet; every path of this Ingress answers 503 rather than serve unprotected (fail closed)"},
+				{Object: "Ingress demo/api", Reason: ReasonUnsupported, Field: "nginx.ingress.kubernetes.io/mirror-target",
+					Message: "not supported by Switchyard; ignored (see docs/migrating-from-ingress-nginx.md)"},
+			},
 		}
 	}})
 	url := serve(t, h)
