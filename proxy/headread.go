@@ -72,9 +72,9 @@ func (h *lfHead) begin(lim headLimits) {
 	*h = lfHead{on: true, lim: lim, bufCap: lim.small}
 }
 
-// read reads from c into b, rewriting the head's bare LFs to CRLF: the
-// bytes are read into the second half of b and copied down, a bare LF
-// taking two bytes, so they always fit.
+// read reads from c into b, rewriting the head's bare LFs to CRLF: at
+// most half of b is read, into its end, and copied down, a bare LF taking
+// two bytes, so they always fit and are never overtaken.
 func (h *lfHead) read(c net.Conn, b []byte) (int, error) {
 	if len(b) < 2 {
 		// fasthttp reads a new connection's first byte alone
@@ -92,7 +92,7 @@ func (h *lfHead) read(c net.Conn, b []byte) (int, error) {
 		}
 		return n, err
 	}
-	from := len(b) / 2
+	from := len(b) - len(b)/2
 	n, err := c.Read(b[from:])
 	in := b[from : from+n]
 	o := 0
