@@ -9,10 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 )
 
 // controllerOptions are the flags of `switchyard controller`. Names and
-// meanings follow ingress-nginx's controller flags where one exists.
+// meanings follow ingress-nginx's controller flags where one exists; the
+// status of every flag is in controllerFlagTable.
 type controllerOptions struct {
 	Kubeconfig               string
 	Manifests                string
@@ -48,57 +52,194 @@ type controllerOptions struct {
 	Version                  bool
 }
 
-// newControllerFlags binds opts to a FlagSet that reports errors instead of
-// exiting, so run can map them to exit status 2.
-func newControllerFlags(opts *controllerOptions, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("switchyard controller", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// migrationFlagsSection is where the migration guide explains the flags;
+// TestMigrationGuideFlagTable checks that the heading exists.
+const (
+	migrationGuide        = "docs/migrating-from-ingress-nginx.md"
+	migrationFlagsHeading = "### 2. Flags"
+	migrationFlagsSection = migrationGuide + `, section "2. Flags"`
+)
+
+// newControllerFlags binds opts to a pflag FlagSet with ingress-nginx's
+// syntax (--flag=value, --flag value, --flag for booleans). It reports errors
+// instead of printing or exiting, so run can map them to exit status 2.
+// Flags that have no effect in Switchyard are parsed with ingress-nginx's
+// types into values nobody reads; parseControllerFlags warns about them.
+func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("switchyard controller", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	noEffect := func(name string) string {
+		return "no effect: " + controllerFlagTable[name].Note
+	}
+
+	// Kubernetes API
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty means in-cluster configuration")
+	fs.String("apiserver-host", "", noEffect("apiserver-host"))
+	fs.String("certificate-authority", "", noEffect("certificate-authority"))
 	fs.StringVar(&opts.Manifests, "manifests", "", "serve the Kubernetes objects in this directory of YAML files instead of an API server (quickstart)")
-	fs.StringVar(&opts.WatchNamespace, "watch-namespace", "", "namespace to watch for Ingresses; empty means all")
+
+	// Ingress classes and namespaces
 	fs.StringVar(&opts.IngressClass, "ingress-class", "switchyard", "name of the IngressClass this controller serves")
 	fs.StringVar(&opts.ControllerClass, "controller-class", "switchyard.dev/ingress-controller", "IngressClass spec.controller value to serve (k8s.io/ingress-nginx for a drop-in swap)")
+	fs.BoolVar(&opts.IngressClassByName, "ingress-class-by-name", false, "also serve Ingresses whose spec.ingressClassName equals --ingress-class")
+	fs.BoolVar(&opts.WatchIngressWithoutClass, "watch-ingress-without-class", false, "also serve Ingresses with no class at all")
+	fs.StringVar(&opts.WatchNamespace, "watch-namespace", "", "namespace to watch for Ingresses; empty means all")
+	fs.String("watch-namespace-selector", "", noEffect("watch-namespace-selector"))
+	fs.String("annotations-prefix", "nginx.ingress.kubernetes.io", noEffect("annotations-prefix"))
+	fs.Bool("enable-annotation-validation", true, noEffect("enable-annotation-validation"))
+	fs.Bool("deep-inspect", true, noEffect("deep-inspect"))
+	fs.Bool("disable-catch-all", false, noEffect("disable-catch-all"))
+	fs.Bool("disable-svc-external-name", false, noEffect("disable-svc-external-name"))
+	fs.Bool("enable-topology-aware-routing", false, noEffect("enable-topology-aware-routing"))
+
+	// Configuration sources and defaults
 	fs.StringVar(&opts.ConfigMap, "configmap", "", "namespace/name of the controller ConfigMap")
 	fs.StringVar(&opts.TCPServicesConfigMap, "tcp-services-configmap", "", "namespace/name of the ConfigMap of TCP services")
 	fs.StringVar(&opts.UDPServicesConfigMap, "udp-services-configmap", "", "namespace/name of the ConfigMap of UDP services")
-	fs.StringVar(&opts.PublishService, "publish-service", "", "namespace/name of the Service whose addresses go into Ingress status")
-	fs.StringVar(&opts.PublishStatusAddress, "publish-status-address", "", "comma-separated addresses to put into Ingress status")
-	fs.StringVar(&opts.ElectionID, "election-id", "switchyard-leader", "name of the Lease used for leader election")
 	fs.StringVar(&opts.DefaultBackendService, "default-backend-service", "", "namespace/name of the Service answering unmatched requests")
 	fs.StringVar(&opts.DefaultSSLCertificate, "default-ssl-certificate", "", "namespace/name of the Secret served for unknown SNI")
-	fs.BoolVar(&opts.IngressClassByName, "ingress-class-by-name", false, "also serve Ingresses whose spec.ingressClassName equals --ingress-class")
-	fs.BoolVar(&opts.WatchIngressWithoutClass, "watch-ingress-without-class", false, "also serve Ingresses with no class at all")
 	fs.BoolVar(&opts.EnableSSLPassthrough, "enable-ssl-passthrough", false, "route TLS by SNI to backends with the ssl-passthrough annotation")
+	fs.Bool("enable-ssl-chain-completion", false, noEffect("enable-ssl-chain-completion"))
+	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum configuration builds per second (burst 1; ingress-nginx uses 0.3); 0 means the coalescing holdoff alone limits them")
+	fs.Duration("sync-period", 0, noEffect("sync-period"))
+	fs.Int("dynamic-configuration-retries", 15, noEffect("dynamic-configuration-retries"))
+	fs.Bool("disable-sync-events", false, noEffect("disable-sync-events"))
+
+	// Ingress status and leader election
+	fs.StringVar(&opts.PublishService, "publish-service", "", "namespace/name of the Service whose addresses go into Ingress status")
+	fs.StringVar(&opts.PublishStatusAddress, "publish-status-address", "", "comma-separated addresses to put into Ingress status")
+	fs.Bool("update-status", true, "write Ingress status; false drops --publish-service and --publish-status-address")
+	fs.Bool("update-status-on-shutdown", true, noEffect("update-status-on-shutdown"))
+	fs.Bool("report-node-internal-ip-address", false, noEffect("report-node-internal-ip-address"))
+	fs.Int("status-update-interval", 60, noEffect("status-update-interval"))
+	fs.StringVar(&opts.ElectionID, "election-id", "switchyard-leader", "name of the Lease used for leader election")
+	fs.Duration("election-ttl", 30*time.Second, noEffect("election-ttl"))
+	fs.Bool("disable-leader-election", false, noEffect("disable-leader-election"))
+
+	// Metrics
+	fs.Bool("enable-metrics", false, noEffect("enable-metrics"))
+	fs.BoolVar(&opts.MetricsPerHost, "metrics-per-host", true, "label request metrics with the host")
+	fs.Bool("metrics-per-undefined-host", false, noEffect("metrics-per-undefined-host"))
+	fs.Bool("report-status-classes", false, noEffect("report-status-classes"))
+	fs.Float64Slice("time-buckets", nil, noEffect("time-buckets"))
+	fs.Float64Slice("length-buckets", nil, noEffect("length-buckets"))
+	fs.Float64Slice("size-buckets", nil, noEffect("size-buckets"))
+	fs.Float64("bucket-factor", 0, noEffect("bucket-factor"))
+	fs.Uint32("max-buckets", 100, noEffect("max-buckets"))
+	fs.StringSlice("exclude-socket-metrics", nil, noEffect("exclude-socket-metrics"))
+	fs.Int("monitor-max-batch-size", 10000, noEffect("monitor-max-batch-size"))
+
+	// Ports and addresses
 	fs.IntVar(&opts.HTTPPort, "http-port", 80, "port for HTTP traffic")
 	fs.IntVar(&opts.HTTPSPort, "https-port", 443, "port for HTTPS traffic")
+	fs.StringVar(&opts.ListenAddress, "listen-address", "", "address the data plane binds to; empty means all")
 	fs.IntVar(&opts.StatusPort, "status-port", 10254, "port of the status page, /metrics, /healthz and /readyz")
 	fs.StringVar(&opts.StatusAddress, "status-address", "127.0.0.1", "address the status port binds to")
-	fs.BoolVar(&opts.MetricsPerHost, "metrics-per-host", true, "label request metrics with the host")
-	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum configuration builds per second (burst 1; ingress-nginx uses 0.3); 0 means the coalescing holdoff alone limits them")
+	fs.Int("healthz-port", 10254, "ingress-nginx's name for --status-port; wins over it")
+	fs.String("healthz-host", "", "ingress-nginx's name for --status-address; empty means all addresses")
+	fs.IntVar(&opts.SSLPassthroughProxyPort, "ssl-passthrough-proxy-port", 442, "loopback port where nginx takes the TLS the SNI router does not pass through, behind a PROXY header (--data-plane=nginx --enable-ssl-passthrough)")
+	fs.Int("default-server-port", 8181, noEffect("default-server-port"))
+	fs.Int("stream-port", 10247, noEffect("stream-port"))
+	fs.String("health-check-path", "/healthz", noEffect("health-check-path"))
+	fs.Int("health-check-timeout", 10, noEffect("health-check-timeout"))
+	fs.String("internal-logger-address", "127.0.0.1:11514", noEffect("internal-logger-address"))
+
+	// Admission webhook
+	fs.String("validating-webhook", "", noEffect("validating-webhook"))
+	fs.String("validating-webhook-certificate", "", noEffect("validating-webhook-certificate"))
+	fs.String("validating-webhook-key", "", noEffect("validating-webhook-key"))
+	fs.Bool("disable-full-test", false, noEffect("disable-full-test"))
+
+	// Profiling
+	fs.Bool("profiling", true, noEffect("profiling"))
+	fs.Int("profiler-port", 10245, noEffect("profiler-port"))
+	fs.IP("profiler-address", net.IPv4(127, 0, 0, 1), noEffect("profiler-address"))
+
+	// Shutdown
+	fs.Int("shutdown-grace-period", 0, noEffect("shutdown-grace-period"))
+	fs.Int("post-shutdown-grace-period", 10, noEffect("post-shutdown-grace-period"))
+
+	// GeoIP
+	fs.String("maxmind-mirror", "", noEffect("maxmind-mirror"))
+	fs.String("maxmind-license-key", "", noEffect("maxmind-license-key"))
+	fs.String("maxmind-edition-ids", "GeoLite2-City,GeoLite2-ASN", noEffect("maxmind-edition-ids"))
+	fs.Int("maxmind-retries-count", 1, noEffect("maxmind-retries-count"))
+	fs.Duration("maxmind-retries-timeout", 0, noEffect("maxmind-retries-timeout"))
+
+	// Data plane
 	fs.StringVar(&opts.DataPlane, "data-plane", "go", "data plane: go (the pure-Go proxy) or nginx")
 	fs.StringVar(&opts.NginxBinary, "nginx-binary", "/usr/sbin/nginx", "nginx executable (--data-plane=nginx)")
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
-	fs.IntVar(&opts.SSLPassthroughProxyPort, "ssl-passthrough-proxy-port", 442, "loopback port where nginx takes the TLS the SNI router does not pass through, behind a PROXY header (--data-plane=nginx --enable-ssl-passthrough)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10245, "loopback port of nginx's internal status server (--data-plane=nginx)")
-	fs.StringVar(&opts.ListenAddress, "listen-address", "", "address the data plane binds to; empty means all")
-	fs.IntVar(&opts.Verbosity, "v", 0, "log verbosity")
+
+	// Logging: -v sets klog's verbosity when the controller starts
+	// (klogFlags); klog's other flags are klog's own, as ingress-nginx adds
+	// them, so setting them changes klog at once.
+	fs.IntVarP(&opts.Verbosity, "v", "v", 0, "log verbosity")
+	klogFS := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFS)
+	klogFS.VisitAll(func(f *flag.Flag) {
+		if f.Name != "v" {
+			fs.AddGoFlag(f)
+		}
+	})
+
 	fs.BoolVar(&opts.Version, "version", false, "print the version and exit")
 	return fs
 }
 
-// parseControllerFlags parses and validates args. Errors name the flag.
+// parseControllerFlags parses and validates args, then writes one warning to
+// stderr for each flag given that has no effect. Errors name the flag.
 func parseControllerFlags(args []string, stderr io.Writer) (controllerOptions, error) {
 	var opts controllerOptions
-	fs := newControllerFlags(&opts, stderr)
+	fs := newControllerFlags(&opts)
 	if err := fs.Parse(args); err != nil {
+		var notExist *pflag.NotExistError
+		if errors.As(err, &notExist) {
+			return opts, fmt.Errorf("%w; the ingress-nginx flags Switchyard knows are listed in %s", err, migrationFlagsSection)
+		}
 		return opts, err
 	}
 	if fs.NArg() > 0 {
 		return opts, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	opts.applyIngressNginxNames(fs, stderr)
+	if !opts.Version {
+		warnNoEffect(fs, stderr)
+	}
 	return opts, opts.validate()
+}
+
+// applyIngressNginxNames maps ingress-nginx flags whose effect Switchyard
+// has under another name onto controllerOptions.
+func (o *controllerOptions) applyIngressNginxNames(fs *pflag.FlagSet, stderr io.Writer) {
+	if fs.Changed("healthz-port") {
+		port, _ := fs.GetInt("healthz-port")
+		if fs.Changed("status-port") && port != o.StatusPort {
+			fmt.Fprintf(stderr, "switchyard controller: --status-port=%d ignored: --healthz-port=%d sets the status port (in ingress-nginx --status-port is an internal nginx port; %s)\n",
+				o.StatusPort, port, migrationFlagsSection)
+		}
+		o.StatusPort = port
+	}
+	if fs.Changed("healthz-host") {
+		o.StatusAddress, _ = fs.GetString("healthz-host")
+	}
+	if update, _ := fs.GetBool("update-status"); !update {
+		o.PublishService, o.PublishStatusAddress = "", ""
+	}
+}
+
+// warnNoEffect writes one line per flag given on the command line that
+// Switchyard accepts but ignores, naming the flag and why.
+func warnNoEffect(fs *pflag.FlagSet, stderr io.Writer) {
+	fs.Visit(func(f *pflag.Flag) {
+		if row := controllerFlagTable[f.Name]; row.Status == flagNoEffect {
+			fmt.Fprintf(stderr, "switchyard controller: warning: --%s has no effect: %s (%s)\n", f.Name, row.Note, migrationFlagsSection)
+		}
+	})
 }
 
 func (o *controllerOptions) validate() error {
@@ -108,7 +249,7 @@ func (o *controllerOptions) validate() error {
 		v    int
 	}{{"http-port", o.HTTPPort}, {"https-port", o.HTTPSPort}, {"status-port", o.StatusPort}} {
 		if p.v < 1 || p.v > 65535 {
-			errs = append(errs, fmt.Errorf("-%s: %d is not a port (1-65535)", p.name, p.v))
+			errs = append(errs, fmt.Errorf("--%s: %d is not a port (1-65535)", p.name, p.v))
 		}
 	}
 	for _, nn := range []struct{ name, v string }{
@@ -120,13 +261,13 @@ func (o *controllerOptions) validate() error {
 			continue
 		}
 		if ns, name, ok := strings.Cut(nn.v, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			errs = append(errs, fmt.Errorf("-%s: %q is not namespace/name", nn.name, nn.v))
+			errs = append(errs, fmt.Errorf("--%s: %q is not namespace/name", nn.name, nn.v))
 		}
 	}
 	if o.PublishStatusAddress != "" {
 		for _, a := range strings.Split(o.PublishStatusAddress, ",") {
 			if strings.TrimSpace(a) == "" {
-				errs = append(errs, fmt.Errorf("-publish-status-address: empty entry in %q", o.PublishStatusAddress))
+				errs = append(errs, fmt.Errorf("--publish-status-address: empty entry in %q", o.PublishStatusAddress))
 			}
 		}
 	}
@@ -135,32 +276,32 @@ func (o *controllerOptions) validate() error {
 	case "nginx":
 		for _, d := range []struct{ name, v string }{{"nginx-dir", o.NginxDir}, {"lua-dir", o.LuaDir}, {"nginx-binary", o.NginxBinary}} {
 			if !filepath.IsAbs(d.v) {
-				errs = append(errs, fmt.Errorf("-%s: %q is not an absolute path", d.name, d.v))
+				errs = append(errs, fmt.Errorf("--%s: %q is not an absolute path", d.name, d.v))
 			}
 		}
 		if o.PickTimeout < time.Millisecond || o.PickTimeout > 10*time.Second {
-			errs = append(errs, fmt.Errorf("-pick-timeout: %v is not between 1ms and 10s", o.PickTimeout))
+			errs = append(errs, fmt.Errorf("--pick-timeout: %v is not between 1ms and 10s", o.PickTimeout))
 		}
 		if o.NginxStatusPort < 1 || o.NginxStatusPort > 65535 {
-			errs = append(errs, fmt.Errorf("-nginx-status-port: %d is not a port (1-65535)", o.NginxStatusPort))
+			errs = append(errs, fmt.Errorf("--nginx-status-port: %d is not a port (1-65535)", o.NginxStatusPort))
 		}
 		if o.SSLPassthroughProxyPort < 1 || o.SSLPassthroughProxyPort > 65535 {
-			errs = append(errs, fmt.Errorf("-ssl-passthrough-proxy-port: %d is not a port (1-65535)", o.SSLPassthroughProxyPort))
+			errs = append(errs, fmt.Errorf("--ssl-passthrough-proxy-port: %d is not a port (1-65535)", o.SSLPassthroughProxyPort))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("-data-plane: %q is not go or nginx", o.DataPlane))
+		errs = append(errs, fmt.Errorf("--data-plane: %q is not go or nginx", o.DataPlane))
 	}
 	if o.StatusAddress != "" && net.ParseIP(o.StatusAddress) == nil {
-		errs = append(errs, fmt.Errorf("-status-address: %q is not an IP address", o.StatusAddress))
+		errs = append(errs, fmt.Errorf("--status-address: %q is not an IP address", o.StatusAddress))
 	}
 	if o.ListenAddress != "" && net.ParseIP(o.ListenAddress) == nil {
-		errs = append(errs, fmt.Errorf("-listen-address: %q is not an IP address", o.ListenAddress))
+		errs = append(errs, fmt.Errorf("--listen-address: %q is not an IP address", o.ListenAddress))
 	}
 	if o.SyncRateLimit < 0 {
-		errs = append(errs, fmt.Errorf("-sync-rate-limit: %v is negative", o.SyncRateLimit))
+		errs = append(errs, fmt.Errorf("--sync-rate-limit: %v is negative", o.SyncRateLimit))
 	}
 	if o.Manifests != "" && o.Kubeconfig != "" {
-		errs = append(errs, errors.New("-manifests and -kubeconfig exclude each other"))
+		errs = append(errs, errors.New("--manifests and --kubeconfig exclude each other"))
 	}
 	return errors.Join(errs...)
 }
