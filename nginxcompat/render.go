@@ -331,10 +331,17 @@ type serverV struct {
 	ClientAuth *clientAuthV
 }
 
+// corsV is a location's enable-cors. The fields are sent only when the
+// request's Origin is allowed: AnyOrigin ("*" among cors-allow-origin, or
+// none given) allows every request, even one without an Origin, and sends
+// "Access-Control-Allow-Origin: *"; otherwise OriginRegex must match
+// $http_origin, which is sent back.
 type corsV struct {
-	Origin, Methods, Headers, Expose string
-	Credentials                      bool
-	MaxAge                           int
+	AnyOrigin                bool
+	OriginRegex              string
+	Methods, Headers, Expose string
+	Credentials              bool
+	MaxAge                   int
 }
 
 type locationV struct {
@@ -505,6 +512,60 @@ func validRewriteTarget(s string) bool {
 		}
 	}
 	return true
+}
+
+// reCORSOrigin is one cors-allow-origin origin other than "*", in the
+// builder's grammar: http or https, an optional "*." first label, a host and
+// a port. Of its characters only '.' means anything to PCRE.
+var reCORSOrigin = regexp.MustCompile(`^https?://(\*\.)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$`)
+
+// corsOriginRegex is the regex $http_origin must match, case-insensitively
+// (~*), for one of cors-allow-origin's origins, as ingress-nginx's
+// buildCorsOriginRegex writes it: an origin as is, its dots escaped, and a
+// "*." first label standing for one label of letters, digits and '-'.
+// anyOrigin reports "*" among them, or none given (the annotation's default
+// is "*"): every request is allowed, and there is no regex. Every origin
+// must be in reCORSOrigin's grammar, else the location is refused.
+//
+// Unlike ingress-nginx's, the regex is anchored at the start as well: its
+// "(...)$" also allows an Origin that merely ends in an allowed one, such as
+// "xhttps://web.example", which no browser sends (an origin is scheme, host
+// and port, RFC 6454 section 6.1).
+func corsOriginRegex(origins []string) (re string, anyOrigin bool, err error) {
+	var b strings.Builder
+	b.WriteString("^(")
+	n := 0
+	for _, o := range origins {
+		if o == "*" {
+			anyOrigin = true
+			continue
+		}
+		if !reCORSOrigin.MatchString(o) {
+			return "", false, fmt.Errorf("cors-allow-origin %q is not * or an http(s) origin", o)
+		}
+		if n > 0 {
+			b.WriteByte('|')
+		}
+		n++
+		scheme, rest, _ := strings.Cut(o, "://")
+		b.WriteString(scheme)
+		b.WriteString("://")
+		if r, ok := strings.CutPrefix(rest, "*."); ok {
+			b.WriteString(`[A-Za-z0-9-]+\.`)
+			rest = r
+		}
+		for i := 0; i < len(rest); i++ {
+			if rest[i] == '.' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(rest[i])
+		}
+	}
+	if anyOrigin || n == 0 {
+		return "", true, nil
+	}
+	b.WriteString(")$")
+	return b.String(), false, nil
 }
 
 func validURL(s string) bool {
@@ -777,19 +838,15 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 		lv.RedirectURL = l.Redirect.URL
 	}
 	if l.CORS.Enabled {
-		c := &corsV{Origin: "*", Methods: "GET, PUT, POST, DELETE, PATCH, OPTIONS",
-			Headers:     "DNT,X-CustomHeader,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Authorization",
+		// ingress-nginx's defaults (docs/migrating-from-ingress-nginx.md).
+		c := &corsV{Methods: "GET, PUT, POST, DELETE, PATCH, OPTIONS",
+			Headers:     "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization",
 			Credentials: l.CORS.AllowCredentials, MaxAge: 1728000}
-		if len(l.CORS.AllowOrigin) > 0 {
-			for _, o := range l.CORS.AllowOrigin {
-				if o != "*" && !validURL(o) {
-					return nil, fmt.Errorf("cors-allow-origin %q", o)
-				}
-			}
-			// One origin can be written as is; several need the request's
-			// Origin echoed, which this template does not do yet.
-			c.Origin = l.CORS.AllowOrigin[0]
+		re, anyOrigin, err := corsOriginRegex(l.CORS.AllowOrigin)
+		if err != nil {
+			return nil, err
 		}
+		c.AnyOrigin, c.OriginRegex = anyOrigin, re
 		for _, f := range []struct {
 			dst *string
 			src string

@@ -2,6 +2,7 @@ package nginxcompat
 
 import (
 	"net/netip"
+	"regexp"
 
 	"github.com/google/go-cmp/cmp"
 	"strings"
@@ -62,13 +63,16 @@ func FuzzRender(f *testing.F) {
 	f.Add("a;b", "/x { deny all; }", "/$1", "https://x.example.com", "h.example.com:80", "nope", "b\"c", true)
 	f.Add("*.example.com", "/a\"b", "/$host", "*", "", "", "x", false)
 	f.Add("x.example.com", "/p\\\"; return 200 x;#", "/ok", "", "", "", "be", true)
+	f.Add("c.example.com", "/c/", "", "https://a.example,http://*.b.example:8080", "", "", "be", false)
+	f.Add("c.example.com", "/c/", "", "https://a.example\" ) { return 200; } if ($x ~ \"", "", "", "be", false)
+	f.Add("c.example.com", "/c/", "", "https://a.ex(ample|evil).com,*", "", "", "be", false)
 	f.Fuzz(func(t *testing.T, host, path, target, origin, vhost, cidr, backend string, regex bool) {
 		loc := model.Location{
 			Path: path, PathType: model.PathTypePrefix, Regex: regex,
 			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
 			Backend: backend, Rewrite: model.Rewrite{Target: target, SSLRedirect: true},
 			UpstreamVhost: vhost, XForwardedPrefix: path,
-			CORS: model.CORS{Enabled: origin != "", AllowOrigin: []string{origin}},
+			CORS: model.CORS{Enabled: origin != "", AllowOrigin: strings.Split(origin, ",")},
 		}
 		if p, err := netip.ParsePrefix(cidr); err == nil {
 			loc.AllowSourceRanges = []netip.Prefix{p}
@@ -116,8 +120,16 @@ func FuzzRender(f *testing.F) {
 				mine = append(mine, d)
 			}
 		}
-		if len(mine) > 1 {
-			t.Fatalf("got %d locations from one path", len(mine))
+		if path == "" {
+			path = "/" // an Ingress path left out is "/"
+		}
+		wantPaths := []string{path}
+		switch {
+		case regex:
+			wantPaths = []string{"^" + path}
+		case !strings.HasSuffix(path, "/"):
+			// A Prefix path p is "= p" plus "p/", as ingress-nginx writes it.
+			wantPaths = []string{path, path + "/"}
 		}
 		if len(mine) == 0 {
 			if len(r.Errors) == 0 {
@@ -125,47 +137,140 @@ func FuzzRender(f *testing.F) {
 			}
 			return
 		}
-		l := mine[0]
-		returns503 := false
-		for _, d := range l.Block {
-			returns503 = returns503 || (d.Name == "return" && len(d.Args) == 1 && d.Args[0] == "503")
+		if len(mine) != len(wantPaths) {
+			t.Fatalf("got %d locations from one path; want %d", len(mine), len(wantPaths))
 		}
 		failedClosed := false
 		for _, e := range r.Errors {
 			failedClosed = failedClosed || strings.Contains(e.Message, "fail closed")
 		}
-		if failedClosed != returns503 {
-			t.Fatalf("errors %v but return 503 is %v", r.Errors, returns503)
-		}
-		wantPath := path
-		if regex {
-			wantPath = "^" + path
-		}
-		if l.Args[len(l.Args)-1] != wantPath {
-			t.Fatalf("location path %q; want %q", l.Args[len(l.Args)-1], wantPath)
-		}
-		for _, d := range l.Block {
-			switch d.Name {
-			case "rewrite":
-				if len(d.Args) != 3 || d.Args[1] != target || d.Args[2] != "break" {
-					t.Fatalf("rewrite args %q; want target %q", d.Args, target)
-				}
-			case "set":
-				if len(d.Args) != 2 {
-					t.Fatalf("set args %q", d.Args)
-				}
-				if d.Args[0] == "$proxy_upstream_name" && d.Args[1] != backend {
-					t.Fatalf("upstream name %q; want %q", d.Args[1], backend)
-				}
-			}
-			for _, a := range d.Args {
-				if d.Name != "return" && d.Name != "if" && strings.Contains(a, "$") &&
-					!strings.HasPrefix(a, "$") && d.Name != "rewrite" {
-					t.Fatalf("%s has a variable inside a value: %q", d.Name, a)
-				}
-			}
+		for i, l := range mine {
+			checkFuzzLocation(t, l, wantPaths[i], failedClosed, target, backend, origin)
 		}
 	})
+}
+
+// checkFuzzLocation checks one location FuzzRender wrote for its path.
+func checkFuzzLocation(t *testing.T, l *directive, wantPath string, failedClosed bool, target, backend, origin string) {
+	t.Helper()
+	returns503 := false
+	for _, d := range l.Block {
+		returns503 = returns503 || (d.Name == "return" && len(d.Args) == 1 && d.Args[0] == "503")
+	}
+	if failedClosed != returns503 {
+		t.Fatalf("fail closed %v but return 503 is %v", failedClosed, returns503)
+	}
+	if l.Args[len(l.Args)-1] != wantPath {
+		t.Fatalf("location path %q; want %q", l.Args[len(l.Args)-1], wantPath)
+	}
+	if origin != "" && !returns503 {
+		checkCORSOrigins(t, l, strings.Split(origin, ","))
+	}
+	for _, d := range l.Block {
+		switch d.Name {
+		case "rewrite":
+			if len(d.Args) != 3 || d.Args[1] != target || d.Args[2] != "break" {
+				t.Fatalf("rewrite args %q; want target %q", d.Args, target)
+			}
+		case "set":
+			if len(d.Args) != 2 {
+				t.Fatalf("set args %q", d.Args)
+			}
+			if d.Args[0] == "$proxy_upstream_name" && d.Args[1] != backend {
+				t.Fatalf("upstream name %q; want %q", d.Args[1], backend)
+			}
+		}
+		for _, a := range d.Args {
+			if d.Name != "return" && d.Name != "if" && strings.Contains(a, "$") &&
+				!strings.HasPrefix(a, "$") && d.Name != "rewrite" {
+				t.Fatalf("%s has a variable inside a value: %q", d.Name, a)
+			}
+		}
+	}
+}
+
+// checkCORSOrigins checks a served location's enable-cors against its
+// cors-allow-origin list: only the cors_* variables are set, and an Origin
+// check is written unless "*" is listed; its regex, as nginx reads it,
+// matches each listed origin whole, in any case, and not with a byte more in
+// front or behind.
+func checkCORSOrigins(t *testing.T, l *directive, origins []string) {
+	t.Helper()
+	var check *directive
+	anySet := false
+	for _, d := range l.Block {
+		if d.Name == "if" && len(d.Args) > 0 && d.Args[0] == "($http_origin" {
+			if check != nil {
+				t.Fatalf("two Origin checks in %q", l.Args)
+			}
+			check = d
+		}
+		if d.Name == "set" && len(d.Args) == 2 && d.Args[0] == "$cors_origin" && d.Args[1] == "*" {
+			anySet = true
+		}
+	}
+	star := false
+	for _, o := range origins {
+		star = star || o == "*"
+	}
+	if star != anySet || (check != nil) == anySet {
+		t.Fatalf("origins %q: Origin check %v, \"*\" set %v", origins, check != nil, anySet)
+	}
+	if check == nil {
+		return
+	}
+	if len(check.Args) != 4 || check.Args[1] != "~*" || check.Args[3] != ")" {
+		t.Fatalf("if %q", check.Args)
+	}
+	re, err := regexp.Compile("(?i)" + check.Args[2])
+	if err != nil {
+		t.Fatalf("Origin regex %q: %v", check.Args[2], err)
+	}
+	for _, o := range origins {
+		for _, v := range []string{o, strings.ToUpper(o), strings.Replace(o, "*", "x-1", 1)} {
+			if strings.Contains(v, "*") {
+				continue
+			}
+			if !re.MatchString(v) {
+				t.Fatalf("Origin regex %q does not match %q", check.Args[2], v)
+			}
+			others := []string{"x" + v, v + "x", v + "/", "." + v}
+			for i := range len(v) {
+				if v[i] == '.' {
+					// A dot is not any byte.
+					others = append(others, v[:i]+"x"+v[i+1:])
+				}
+			}
+			for _, more := range others {
+				if re.MatchString(more) && !matchesAny(origins, more) {
+					t.Fatalf("Origin regex %q matches %q", check.Args[2], more)
+				}
+			}
+		}
+	}
+	for _, d := range check.Block {
+		if d.Name != "set" || len(d.Args) != 2 || !strings.HasPrefix(d.Args[0], "$cors") {
+			t.Fatalf("%s %q in the Origin check", d.Name, d.Args)
+		}
+	}
+}
+
+// matchesAny reports whether origin is one of origins, "*." standing for
+// one label, case aside.
+func matchesAny(origins []string, origin string) bool {
+	for _, o := range origins {
+		if strings.EqualFold(o, origin) {
+			return true
+		}
+		if pre, post, ok := strings.Cut(o, "*."); ok && len(origin) > len(pre)+len(post) &&
+			strings.EqualFold(origin[:len(pre)], pre) && strings.EqualFold(origin[len(origin)-len(post):], post) {
+			label := origin[len(pre) : len(origin)-len(post)]
+			if strings.HasSuffix(label, ".") && !strings.ContainsAny(label[:len(label)-1], ".:/") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // FuzzRenderRealIP renders arbitrary real-IP settings, as a typed model that

@@ -81,6 +81,13 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 			}
 		}
 	}
+	// A location adding fields of its own repeats the server's
+	// Strict-Transport-Security: nginx inherits add_header only into a
+	// level that has none.
+	hsts := ""
+	if sv.TLS != "" && v.G.HSTS {
+		hsts = v.HSTSValue
+	}
 	written := map[*authV]bool{}
 	digests := map[string]bool{}
 	for _, l := range sv.Locations {
@@ -93,7 +100,7 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 			digests[l.DigestKey] = true
 			writeDigestLocation(b, v.DigestSocket, l.DigestKey)
 		}
-		writeLocation(b, v, l)
+		writeLocation(b, v, l, hsts)
 	}
 	for _, p := range pages {
 		writeErrorLocation(b, errBackends[p.slot], p.slot, p.code)
@@ -123,7 +130,7 @@ func writeInt(b *bytes.Buffer, n int) {
 	b.Write(strconv.AppendInt(tmp[:0], int64(n), 10))
 }
 
-func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
+func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	b.WriteString("\n        location ")
 	b.WriteString(l.Modifier)
 	b.WriteString(quote(l.Path))
@@ -203,30 +210,8 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 		b.WriteString(quote(l.RedirectURL))
 		b.WriteByte(';')
 	}
-	if c := l.CORS; c != nil {
-		b.WriteString("\n            if ($request_method = OPTIONS) {\n                add_header Access-Control-Allow-Origin ")
-		b.WriteString(quote(c.Origin))
-		b.WriteString(" always;\n                add_header Access-Control-Allow-Methods ")
-		b.WriteString(quote(c.Methods))
-		b.WriteString(" always;\n                add_header Access-Control-Allow-Headers ")
-		b.WriteString(quote(c.Headers))
-		b.WriteString(" always;")
-		if c.Credentials {
-			b.WriteString("\n                add_header Access-Control-Allow-Credentials \"true\" always;")
-		}
-		b.WriteString("\n                add_header Access-Control-Max-Age ")
-		writeInt(b, c.MaxAge)
-		b.WriteString(";\n                add_header Content-Type \"text/plain charset=UTF-8\";\n                add_header Content-Length 0;\n                return 204;\n            }\n            add_header Access-Control-Allow-Origin ")
-		b.WriteString(quote(c.Origin))
-		b.WriteString(" always;")
-		if c.Credentials {
-			b.WriteString("\n            add_header Access-Control-Allow-Credentials \"true\" always;")
-		}
-		if c.Expose != "" {
-			b.WriteString("\n            add_header Access-Control-Expose-Headers ")
-			b.WriteString(quote(c.Expose))
-			b.WriteString(" always;")
-		}
+	if l.CORS != nil {
+		writeCORS(b, l.CORS, hsts)
 	}
 	b.WriteString("\n\n            rewrite_by_lua_block {\n                balancer.rewrite()\n            }\n            log_by_lua_block {\n                balancer.log()\n            }\n\n            client_max_body_size ")
 	b.WriteString(l.BodySize)
@@ -282,4 +267,76 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV) {
 	}
 	b.WriteString(l.Scheme)
 	b.WriteString("://upstream_balancer;\n        }")
+}
+
+// writeCORS writes enable-cors as ingress-nginx's CORS template does: an
+// allowed Origin gets the Access-Control-* fields on every answer, and its
+// preflight (OPTIONS) is answered here with 204; any other Origin gets none
+// of them, and its OPTIONS goes upstream. add_header leaves out a field whose
+// value is empty, so each field's value is a variable, set only once the
+// Origin is allowed. hsts, when set, is the server's Strict-Transport-Security
+// value, which the location's add_header lines would otherwise hide.
+func writeCORS(b *bytes.Buffer, c *corsV, hsts string) {
+	type field struct{ name, variable, value string }
+	fields := []field{{"Access-Control-Allow-Origin", "$cors_origin", "$http_origin"}}
+	if c.AnyOrigin {
+		fields[0].value = `"*"`
+	}
+	if c.Credentials {
+		fields = append(fields, field{"Access-Control-Allow-Credentials", "$cors_credentials", "true"})
+	}
+	fields = append(fields, field{"Access-Control-Allow-Methods", "$cors_methods", quote(c.Methods)},
+		field{"Access-Control-Allow-Headers", "$cors_headers", quote(c.Headers)})
+	if c.Expose != "" {
+		fields = append(fields, field{"Access-Control-Expose-Headers", "$cors_expose", quote(c.Expose)})
+	}
+	fields = append(fields, field{"Access-Control-Max-Age", "$cors_max_age", strconv.Itoa(c.MaxAge)})
+	indent := "\n            "
+	if !c.AnyOrigin {
+		b.WriteString("\n            set $cors \"\";")
+		for _, f := range fields {
+			b.WriteString("\n            set ")
+			b.WriteString(f.variable)
+			b.WriteString(" \"\";")
+		}
+		// buildCorsOriginRegex: $cors is "true" only for an allowed Origin.
+		b.WriteString("\n            if ($http_origin ~* ")
+		b.WriteString(quote(c.OriginRegex))
+		b.WriteString(" ) {")
+		indent = "\n                "
+	}
+	b.WriteString(indent)
+	b.WriteString("set $cors true;")
+	for _, f := range fields {
+		b.WriteString(indent)
+		b.WriteString("set ")
+		b.WriteString(f.variable)
+		b.WriteByte(' ')
+		b.WriteString(f.value)
+		b.WriteByte(';')
+	}
+	if !c.AnyOrigin {
+		b.WriteString("\n            }")
+	}
+	headers := func(indent string) {
+		for _, f := range fields {
+			b.WriteString(indent)
+			b.WriteString("add_header ")
+			b.WriteString(f.name)
+			b.WriteByte(' ')
+			b.WriteString(f.variable)
+			b.WriteString(" always;")
+		}
+		if hsts != "" {
+			b.WriteString(indent)
+			b.WriteString("add_header Strict-Transport-Security ")
+			b.WriteString(quote(hsts))
+			b.WriteString(" always;")
+		}
+	}
+	// The preflight's Content-Type is ingress-nginx's, semicolon missing.
+	b.WriteString("\n            if ($request_method = OPTIONS) {\n                set $cors \"${cors}options\";\n            }\n            if ($cors = trueoptions) {")
+	headers("\n                ")
+	b.WriteString("\n                add_header Content-Type \"text/plain charset=UTF-8\" always;\n                add_header Content-Length 0 always;\n                return 204;\n            }")
+	headers("\n            ")
 }

@@ -53,7 +53,95 @@ var _ = register(
 				Header: map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "PUT"},
 				Want:   Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
 		},
-		KnownDrift: map[string]string{"nginx": "nginx.conf sends the first cors-allow-origin to every Origin and answers every OPTIONS with 204, without matching $http_origin"},
+	},
+	Row{
+		Name: "enable-cors: several origins and a wildcard",
+		Manifests: `{{service "a" "corsmany" "demo"}}` + ingress("corsmany", "corsmany.test", "corsmany", root, "enable-cors", "true",
+			"cors-allow-origin", "https://one.example, https://*.two.example:8443"),
+		Requests: []Request{
+			// buildCorsOriginRegex: any listed origin is sent back; "*."
+			// stands for one label; port and scheme must match.
+			{Name: "the second origin", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://one.example"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": "https://one.example"}}},
+			{Name: "a subdomain of the wildcard", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://a-1.two.example:8443"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": "https://a-1.two.example:8443"}}},
+			{Name: "its preflight", Method: "OPTIONS", Host: "corsmany.test", Path: "/",
+				Header: map[string]string{"Origin": "https://a.two.example:8443", "Access-Control-Request-Method": "PUT"},
+				Want:   Want{Status: 204, Header: map[string]string{"Access-Control-Allow-Origin": "https://a.two.example:8443"}}},
+			{Name: "two labels", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://a.b.two.example:8443"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+			{Name: "no label", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://two.example:8443"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+			{Name: "another port", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://a.two.example"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+			{Name: "another scheme", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "http://one.example"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+			{Name: "an allowed origin with more after it", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://one.example.evil.test"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+			{Name: "a dot is not any character", Host: "corsmany.test", Path: "/", Header: map[string]string{"Origin": "https://onexexample"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+			{Name: "without an Origin", Host: "corsmany.test", Path: "/",
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": ""}}},
+		},
+	},
+	Row{
+		Name:      "enable-cors: * without an Origin",
+		Manifests: `{{service "a" "corsnoorigin" "demo"}}` + ingress("corsnoorigin", "corsnoorigin.test", "corsnoorigin", root, "enable-cors", "true"),
+		Requests: []Request{
+			// buildCorsOriginRegex for "*": $cors is "true" for every
+			// request, whatever its Origin, even none.
+			{Name: "fields", Host: "corsnoorigin.test", Path: "/",
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": "*"}}},
+			{Name: "preflight", Method: "OPTIONS", Host: "corsnoorigin.test", Path: "/",
+				Want: Want{Status: 204, Header: map[string]string{"Access-Control-Allow-Origin": "*"}}},
+		},
+		KnownDrift: map[string]string{"go": "proxy/front.go corsHeaders sends no CORS field to a request without an Origin, and passes its OPTIONS upstream"},
+	},
+	Row{
+		Name: "enable-cors: an origin in another case",
+		Manifests: `{{service "a" "corscase" "demo"}}` + ingress("corscase", "corscase.test", "corscase", root, "enable-cors", "true",
+			"cors-allow-origin", "https://web.example"),
+		Requests: []Request{
+			// buildCorsOriginRegex's "~*" matches without regard to case,
+			// and sends the Origin back as sent.
+			{Host: "corscase.test", Path: "/", Header: map[string]string{"Origin": "https://WEB.example"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Allow-Origin": "https://WEB.example"}}},
+		},
+		KnownDrift: map[string]string{"go": "proxy/front.go corsHeaders compares origins case-sensitively"},
+	},
+	Row{
+		Name: "enable-cors: Max-Age on every answer",
+		Manifests: `{{service "a" "corsage" "demo"}}` + ingress("corsage", "corsage.test", "corsage", root, "enable-cors", "true",
+			"cors-allow-origin", "https://web.example", "cors-max-age", "600", "cors-expose-headers", "X-Total"),
+		Requests: []Request{
+			// The CORS template sends the same fields, Max-Age included, on
+			// a preflight and on any other answer to an allowed Origin.
+			{Host: "corsage.test", Path: "/", Header: map[string]string{"Origin": "https://web.example"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Access-Control-Max-Age": "600",
+					"Access-Control-Allow-Methods": "GET, PUT, POST, DELETE, PATCH, OPTIONS", "Access-Control-Expose-Headers": "X-Total"}}},
+		},
+		KnownDrift: map[string]string{"go": "proxy/front.go corsHeaders sends Access-Control-Max-Age on a preflight only"},
+	},
+	Row{
+		Name: "hsts on an HTTPS answer, enable-cors too",
+		Manifests: `{{service "a" "hsts" "demo"}}{{tlsSecret "hsts-tls" "hsts.test"}}{{tlsSecret "hstscors-tls" "hstscors.test"}}` +
+			ingressTLS(ingress("hsts", "hsts.test", "hsts", root), "hsts.test", "hsts-tls") +
+			ingressTLS(ingress("hstscors", "hstscors.test", "hsts", root, "enable-cors", "true", "cors-allow-origin", "https://web.example"),
+				"hstscors.test", "hstscors-tls"),
+		Requests: []Request{
+			// The ConfigMap's hsts defaults (on, a year, includeSubDomains),
+			// as lua_ingress.lua's header phase sends them over HTTPS, on
+			// a location with CORS fields as on any other.
+			{Name: "plain", Host: "hsts.test", Path: "/", HTTPS: true,
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Strict-Transport-Security": "max-age=31536000; includeSubDomains"}}},
+			{Name: "CORS", Host: "hstscors.test", Path: "/", HTTPS: true, Header: map[string]string{"Origin": "https://web.example"},
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Strict-Transport-Security": "max-age=31536000; includeSubDomains",
+					"Access-Control-Allow-Origin": "https://web.example"}}},
+			{Name: "CORS preflight", Method: "OPTIONS", Host: "hstscors.test", Path: "/", HTTPS: true,
+				Header: map[string]string{"Origin": "https://web.example", "Access-Control-Request-Method": "PUT"},
+				Want:   Want{Status: 204, Header: map[string]string{"Strict-Transport-Security": "max-age=31536000; includeSubDomains"}}},
+		},
+		KnownDrift: map[string]string{"go": "proxy/ sends no Strict-Transport-Security"},
 	},
 	Row{
 		Name: "custom-http-errors",
