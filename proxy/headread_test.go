@@ -52,3 +52,42 @@ func TestLFHeadRead(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLFHead reads arbitrary bytes through lfHead in buffers of any size:
+// it must not crash, and it may only add a CR before an LF.
+func FuzzLFHead(f *testing.F) {
+	f.Add([]byte("GET / HTTP/1.1\nHost: x\n\nbody\n"), uint8(7), uint8(3))
+	f.Add([]byte("\n\n\n\n\n\n"), uint8(3), uint8(64))
+	f.Add([]byte("GET /"+strings.Repeat("a", 9000)+" HTTP/1.1\r\n\r\n"), uint8(200), uint8(255))
+	f.Fuzz(func(t *testing.T, data []byte, size, piece uint8) {
+		if size == 0 || piece == 0 {
+			return
+		}
+		client, server := net.Pipe()
+		go func() {
+			for rest := data; len(rest) > 0; {
+				n := min(int(piece), len(rest))
+				if _, err := client.Write(rest[:n]); err != nil {
+					return
+				}
+				rest = rest[n:]
+			}
+			_ = client.Close()
+		}()
+		var h lfHead
+		h.begin(headLimits{small: 64, largeNum: 2, largeSize: 128})
+		var got []byte
+		buf := make([]byte, size)
+		for {
+			n, err := h.read(server, buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		_ = server.Close()
+		if a, b := strings.ReplaceAll(string(got), "\r\n", "\n"), strings.ReplaceAll(string(data), "\r\n", "\n"); a != b {
+			t.Errorf("read %q as %q", data, got)
+		}
+	})
+}
