@@ -44,8 +44,8 @@ type connSettings struct {
 	// is keep-alive-requests.
 	keepAlive         time.Duration
 	keepAliveRequests uint64
-	// headerTimeout is client-header-timeout: how long a new connection
-	// may stay silent.
+	// headerTimeout is client-header-timeout: how long a request head may
+	// take to come whole (a new connection's, from its accept).
 	headerTimeout time.Duration
 	// head holds nginx's request head buffers.
 	head headLimits
