@@ -121,6 +121,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"controller", "--enable-dynamic-certificates"}, []string{"unknown flag: --enable-dynamic-certificates", migrationFlagsSection}},
 		{[]string{"--sort-backends"}, []string{"unknown flag: --sort-backends", migrationFlagsSection}},
 		{[]string{"controller", "--http-port=x"}, []string{"http-port"}},
+		{[]string{"controller", "-http-port=8080"}, []string{"--http-port=8080"}},
+		{[]string{"-https-port", "8443", "--help"}, []string{"--https-port"}},
 		{[]string{"controller", "--election-ttl=forever"}, []string{"election-ttl"}},
 	}
 	for _, tt := range tests {

@@ -196,6 +196,9 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 func parseControllerFlags(args []string, stderr io.Writer) (controllerOptions, error) {
 	var opts controllerOptions
 	fs := newControllerFlags(&opts)
+	if err := singleDashFlag(fs, args); err != nil {
+		return opts, err
+	}
 	if err := fs.Parse(args); err != nil {
 		var notExist *pflag.NotExistError
 		if errors.As(err, &notExist) {
@@ -211,6 +214,25 @@ func parseControllerFlags(args []string, stderr io.Writer) (controllerOptions, e
 		warnNoEffect(fs, stderr)
 	}
 	return opts, opts.validate()
+}
+
+// singleDashFlag rejects a long flag written with one dash (-http-port),
+// which the standard flag package took: pflag would read it as shorthands
+// (-h, the help) and print the usage instead of running.
+func singleDashFlag(fs *pflag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		if !strings.HasPrefix(a, "-") || strings.HasPrefix(a, "--") {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		if len(name) > 1 && fs.Lookup(name) != nil {
+			return fmt.Errorf("%s: a long flag takes two dashes, as in ingress-nginx: --%s", a, a[1:])
+		}
+	}
+	return nil
 }
 
 // applyIngressNginxNames maps ingress-nginx flags whose effect Switchyard

@@ -14,7 +14,11 @@ func TestParseControllerFlags(t *testing.T) {
 	}{
 		{name: "defaults", args: nil},
 		{name: "ingress-nginx names", args: []string{"--watch-namespace=apps", "--ingress-class=nginx", "--controller-class=k8s.io/ingress-nginx", "--configmap=ingress/cfg", "--publish-status-address=1.2.3.4,5.6.7.8", "--http-port=8080", "-v=2"}},
-		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
+		{name: "values after a space", args: []string{"--http-port", "8080", "-v", "2", "--configmap", "ingress/cfg"}},
+		{name: "boolean forms", args: []string{"--enable-ssl-passthrough", "--metrics-per-host=false", "--ingress-class-by-name=true"}},
+		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "unknown flag: --no-such-flag; the ingress-nginx flags Switchyard knows are listed in " + migrationFlagsSection},
+		{name: "single-dash long flag", args: []string{"-http-port=8080"}, wantErr: "-http-port=8080: a long flag takes two dashes, as in ingress-nginx: --http-port=8080"},
+		{name: "boolean takes no separate value", args: []string{"--enable-ssl-passthrough", "false"}, wantErr: `unexpected argument "false"`},
 		{name: "malformed int", args: []string{"--http-port=eighty"}, wantErr: "http-port"},
 		{name: "port out of range", args: []string{"--https-port=70000"}, wantErr: "-https-port: 70000"},
 		{name: "configmap not ns/name", args: []string{"--configmap=justname"}, wantErr: "-configmap"},

@@ -95,7 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 // returns 0.
 func runControllerOrHelp(args []string, stdout, stderr io.Writer) int {
 	var opts controllerOptions
-	if err := newControllerFlags(&opts).Parse(args); errors.Is(err, pflag.ErrHelp) {
+	fs := newControllerFlags(&opts)
+	if singleDashFlag(fs, args) == nil && errors.Is(fs.Parse(args), pflag.ErrHelp) {
 		printControllerHelp(stdout)
 		return 0
 	}
