@@ -87,6 +87,8 @@ type Source struct {
 	version int
 	// skipped is what each file skipped, as last reported.
 	skipped map[string]string
+	// reads counts the files decoded, for tests.
+	reads int
 }
 
 // Load reads every manifest in cfg.Dir into a new Source. Files that fail are
@@ -147,6 +149,7 @@ func (s *Source) Reload() error {
 		path := filepath.Join(s.cfg.Dir, name)
 		seen[path] = true
 		objs, skipped, err := readFile(path)
+		s.reads++
 		if err == nil {
 			s.reportSkipped(path, skipped)
 		}
@@ -175,26 +178,86 @@ func (s *Source) Reload() error {
 	for _, path := range sortedKeys(s.byFile) {
 		for k, obj := range s.byFile[path] {
 			if _, dup := want[k]; dup {
-				err := fmt.Errorf("manifests: %s: %s %s/%s is also defined in another file; the first one wins", path, k.gvr.Resource, k.namespace, k.name)
-				errs = append(errs, err)
-				if s.cfg.OnError != nil {
-					s.cfg.OnError(path, err)
-				}
+				errs = append(errs, s.duplicate(path, k))
 				continue
 			}
 			want[k] = obj
 		}
 	}
-	errs = append(errs, s.apply(want)...)
+	errs = append(errs, s.apply(want, nil)...)
 	return errors.Join(errs...)
 }
 
-// apply makes the tracker hold exactly want.
-func (s *Source) apply(want map[key]runtime.Object) []error {
+// duplicate reports that k of path is also in an earlier file.
+func (s *Source) duplicate(path string, k key) error {
+	err := fmt.Errorf("manifests: %s: %s %s/%s is also defined in another file; the first one wins", path, k.gvr.Resource, k.namespace, k.name)
+	if s.cfg.OnError != nil {
+		s.cfg.OnError(path, err)
+	}
+	return err
+}
+
+// reloadFiles re-reads only the given files of the directory (a file gone
+// drops its objects) and applies the objects they held or hold now, not the
+// whole directory: an edit costs its file, not the cluster (Run).
+func (s *Source) reloadFiles(paths []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	changed := map[key]bool{}
+	for _, path := range paths {
+		for k := range s.byFile[path] {
+			changed[k] = true
+		}
+		st, err := os.Stat(path)
+		if err != nil || st.IsDir() {
+			delete(s.byFile, path)
+			delete(s.skipped, path)
+			continue
+		}
+		objs, skipped, err := readFile(path)
+		s.reads++
+		if err != nil {
+			err = fmt.Errorf("manifests: %s: %w", path, err)
+			errs = append(errs, err)
+			if s.cfg.OnError != nil {
+				s.cfg.OnError(path, err)
+			}
+			continue // its last good objects stay
+		}
+		s.reportSkipped(path, skipped)
+		s.byFile[path] = objs
+		for k := range objs {
+			changed[k] = true
+		}
+	}
+	// The first file (in name order) that holds a key wins, as in Reload.
+	files := sortedKeys(s.byFile)
+	want := map[key]runtime.Object{}
+	for k := range changed {
+		for _, path := range files {
+			obj, ok := s.byFile[path][k]
+			if !ok {
+				continue
+			}
+			if _, dup := want[k]; dup {
+				errs = append(errs, s.duplicate(path, k))
+				continue
+			}
+			want[k] = obj
+		}
+	}
+	errs = append(errs, s.apply(want, changed)...)
+	return errors.Join(errs...)
+}
+
+// apply makes the tracker hold exactly want: of every object, or, when
+// only is not nil, of the objects only names (the others stay as they are).
+func (s *Source) apply(want map[key]runtime.Object, only map[key]bool) []error {
 	var errs []error
 	tracker := s.client.Tracker()
 	for k := range s.applied {
-		if _, ok := want[k]; ok {
+		if _, ok := want[k]; ok || (only != nil && !only[k]) {
 			continue
 		}
 		if err := tracker.Delete(k.gvr, k.namespace, k.name); err != nil && !apierrors.IsNotFound(err) {
@@ -250,6 +313,8 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	var timer *time.Timer
 	var fire <-chan time.Time
+	// pending are the files events named since the last reload.
+	pending := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -261,9 +326,10 @@ func (s *Source) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if !isManifest(filepath.Base(ev.Name)) {
+			if base := filepath.Base(ev.Name); !isManifest(base) || strings.HasPrefix(base, ".") {
 				continue
 			}
+			pending[filepath.Join(s.cfg.Dir, filepath.Base(ev.Name))] = true
 			if timer == nil {
 				timer = time.NewTimer(s.cfg.Debounce)
 			} else {
@@ -277,9 +343,13 @@ func (s *Source) Run(ctx context.Context) error {
 			if s.cfg.OnError != nil {
 				s.cfg.OnError(s.cfg.Dir, fmt.Errorf("manifests: watch: %w", err))
 			}
+			// Events may have been lost (an overflow): read everything.
+			_ = s.Reload()
 		case <-fire:
 			fire = nil
-			_ = s.Reload() // failures were reported through OnError
+			paths := sortedKeys(pending)
+			clear(pending)
+			_ = s.reloadFiles(paths) // failures were reported through OnError
 		}
 	}
 }

@@ -155,6 +155,69 @@ func TestOtherKindsSkipped(t *testing.T) {
 	}
 }
 
+// TestReloadFilesReadsOnlyThem: an edit re-reads the files it names, not
+// the directory; the first file in name order still wins a name two files
+// define, and a file removed hands the name to the next.
+func TestReloadFilesReadsOnlyThem(t *testing.T) {
+	dir := t.TempDir()
+	svc := func(name, port string) string {
+		return "apiVersion: v1\nkind: Service\nmetadata: {name: " + name + ", namespace: demo}\nspec:\n  ports: [{name: http, port: " + port + "}]\n"
+	}
+	for i := range 40 {
+		writeFile(t, dir, fmt.Sprintf("svc-%02d.yaml", i), svc(fmt.Sprintf("s%d", i), "80"))
+	}
+	writeFile(t, dir, "a-shared.yaml", svc("shared", "81"))
+	writeFile(t, dir, "b-shared.yaml", svc("shared", "82"))
+	s, err := Load(Config{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "also defined") {
+		t.Fatalf("Load: %v; want the duplicate reported", err)
+	}
+	port := func(name string) int32 {
+		t.Helper()
+		got, err := s.Client().CoreV1().Services("demo").Get(context.Background(), name, getOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Spec.Ports[0].Port
+	}
+	reads := s.reads
+	writeFile(t, dir, "svc-07.yaml", svc("s7", "8080"))
+	writeFile(t, dir, "b-shared.yaml", svc("shared", "83"))
+	if err := s.reloadFiles([]string{filepath.Join(dir, "svc-07.yaml"), filepath.Join(dir, "b-shared.yaml")}); err == nil {
+		t.Error("the duplicate is not reported again")
+	}
+	if n := s.reads - reads; n != 2 {
+		t.Errorf("an edit of 2 files decoded %d files", n)
+	}
+	if p := port("s7"); p != 8080 {
+		t.Errorf("s7 port %d after its edit", p)
+	}
+	if p := port("shared"); p != 81 {
+		t.Errorf("shared port %d; want the first file's 81", p)
+	}
+	if err := os.Remove(filepath.Join(dir, "a-shared.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.reloadFiles([]string{filepath.Join(dir, "a-shared.yaml")}); err != nil {
+		t.Fatal(err)
+	}
+	if p := port("shared"); p != 83 {
+		t.Errorf("shared port %d after the first file went; want the other file's 83", p)
+	}
+	if err := os.Remove(filepath.Join(dir, "b-shared.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.reloadFiles([]string{filepath.Join(dir, "b-shared.yaml")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client().CoreV1().Services("demo").Get(context.Background(), "shared", getOpts); err == nil {
+		t.Error("shared still served after both files went")
+	}
+	if p := port("s8"); p != 80 {
+		t.Errorf("an untouched file's Service changed: port %d", p)
+	}
+}
+
 // TestRunFollowsFileChanges drives a real informer off the Source and edits
 // files on disk: the informer must see the update, keep the last good state
 // through a broken edit, and see the delete.
