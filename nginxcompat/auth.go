@@ -200,8 +200,8 @@ func externalAuthView(l *model.Location, path, server string, g *globalView) (*a
 // writeAuthLocations writes the internal location the auth subrequest goes
 // to and, with auth-signin, the named location that redirects there, as
 // ingress-nginx's template does (without its cache, keepalive upstream and
-// snippet parts).
-func writeAuthLocations(b *bytes.Buffer, v *view, l *locationV) {
+// snippet parts). hsts goes on the sign-in location's answer (writeHSTS).
+func writeAuthLocations(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	a := l.Auth
 	b.WriteString("\n        location = ")
 	b.WriteString(a.Location)
@@ -257,7 +257,9 @@ func writeAuthLocations(b *bytes.Buffer, v *view, l *locationV) {
 	if a.SigninLocation != "" {
 		b.WriteString("\n        location ")
 		b.WriteString(a.SigninLocation)
-		b.WriteString(" {\n            internal;\n            add_header Set-Cookie $auth_cookie;\n            return 302 ")
+		b.WriteString(" {\n            internal;\n            add_header Set-Cookie $auth_cookie;")
+		writeHSTS(b, "\n            ", hsts)
+		b.WriteString("\n            return 302 ")
 		b.WriteString(quote(a.Signin))
 		b.WriteString(";\n        }")
 	}

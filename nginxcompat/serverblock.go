@@ -94,7 +94,7 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		if l.Auth != nil && !written[l.Auth] {
 			// Once per auth: a Prefix path's two locations share it.
 			written[l.Auth] = true
-			writeAuthLocations(b, v, l)
+			writeAuthLocations(b, v, l, hsts)
 		}
 		if l.DigestKey != "" && !l.Denied && !digests[l.DigestKey] {
 			digests[l.DigestKey] = true
@@ -213,6 +213,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	if l.CORS != nil {
 		writeCORS(b, l.CORS, hsts)
 	}
+	if l.Auth != nil || l.DigestKey != "" || l.CORS != nil {
+		writeHSTS(b, "\n            ", hsts)
+	}
 	b.WriteString("\n\n            rewrite_by_lua_block {\n                balancer.rewrite()\n            }\n            log_by_lua_block {\n                balancer.log()\n            }\n\n            client_max_body_size ")
 	b.WriteString(l.BodySize)
 	b.WriteString(";\n            proxy_connect_timeout ")
@@ -274,8 +277,8 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 // preflight (OPTIONS) is answered here with 204; any other Origin gets none
 // of them, and its OPTIONS goes upstream. add_header leaves out a field whose
 // value is empty, so each field's value is a variable, set only once the
-// Origin is allowed. hsts, when set, is the server's Strict-Transport-Security
-// value, which the location's add_header lines would otherwise hide.
+// Origin is allowed. hsts is for the preflight's own add_header lines
+// (writeHSTS).
 func writeCORS(b *bytes.Buffer, c *corsV, hsts string) {
 	type field struct{ name, variable, value string }
 	fields := []field{{"Access-Control-Allow-Origin", "$cors_origin", "$http_origin"}}
@@ -327,16 +330,25 @@ func writeCORS(b *bytes.Buffer, c *corsV, hsts string) {
 			b.WriteString(f.variable)
 			b.WriteString(" always;")
 		}
-		if hsts != "" {
-			b.WriteString(indent)
-			b.WriteString("add_header Strict-Transport-Security ")
-			b.WriteString(quote(hsts))
-			b.WriteString(" always;")
-		}
 	}
 	// The preflight's Content-Type is ingress-nginx's, semicolon missing.
 	b.WriteString("\n            if ($request_method = OPTIONS) {\n                set $cors \"${cors}options\";\n            }\n            if ($cors = trueoptions) {")
 	headers("\n                ")
+	writeHSTS(b, "\n                ", hsts)
 	b.WriteString("\n                add_header Content-Type \"text/plain charset=UTF-8\" always;\n                add_header Content-Length 0 always;\n                return 204;\n            }")
 	headers("\n            ")
+}
+
+// writeHSTS repeats the server's Strict-Transport-Security (hsts; nothing
+// when empty) at a level with add_header lines of its own: nginx inherits
+// add_header only into a level that has none, and ingress-nginx sends the
+// field on every HTTPS answer (lua_ingress.lua's header phase).
+func writeHSTS(b *bytes.Buffer, indent, hsts string) {
+	if hsts == "" {
+		return
+	}
+	b.WriteString(indent)
+	b.WriteString("add_header Strict-Transport-Security ")
+	b.WriteString(quote(hsts))
+	b.WriteString(" always;")
 }

@@ -123,11 +123,22 @@ var _ = register(
 		KnownDrift: map[string]string{"go": "proxy/front.go corsHeaders sends Access-Control-Max-Age on a preflight only"},
 	},
 	Row{
-		Name: "hsts on an HTTPS answer, enable-cors too",
+		Name: "hsts on an HTTPS answer, enable-cors and digest too",
 		Manifests: `{{service "a" "hsts" "demo"}}{{tlsSecret "hsts-tls" "hsts.test"}}{{tlsSecret "hstscors-tls" "hstscors.test"}}` +
 			ingressTLS(ingress("hsts", "hsts.test", "hsts", root), "hsts.test", "hsts-tls") +
 			ingressTLS(ingress("hstscors", "hstscors.test", "hsts", root, "enable-cors", "true", "cors-allow-origin", "https://web.example"),
-				"hstscors.test", "hstscors-tls"),
+				"hstscors.test", "hstscors-tls") +
+			`{{tlsSecret "hstsdigest-tls" "hstsdigest.test"}}` +
+			ingressTLS(ingress("hstsdigest", "hstsdigest.test", "hsts", root, "auth-type", "digest", "auth-secret", "hstsdigest-users",
+				"auth-realm", "Staff only"), "hstsdigest.test", "hstsdigest-tls") + `
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: hstsdigest-users, namespace: demo}
+stringData:
+  auth: |
+    alice:Staff only:` + md5Hex("alice:Staff only:s3cret") + `
+`,
 		Requests: []Request{
 			// The ConfigMap's hsts defaults (on, a year, includeSubDomains),
 			// as lua_ingress.lua's header phase sends them over HTTPS, on
@@ -140,6 +151,8 @@ var _ = register(
 			{Name: "CORS preflight", Method: "OPTIONS", Host: "hstscors.test", Path: "/", HTTPS: true,
 				Header: map[string]string{"Origin": "https://web.example", "Access-Control-Request-Method": "PUT"},
 				Want:   Want{Status: 204, Header: map[string]string{"Strict-Transport-Security": "max-age=31536000; includeSubDomains"}}},
+			{Name: "digest authentication's challenge", Host: "hstsdigest.test", Path: "/", HTTPS: true,
+				Want: Want{Status: 401, Header: map[string]string{"Strict-Transport-Security": "max-age=31536000; includeSubDomains"}}},
 		},
 		KnownDrift: map[string]string{"go": "proxy/ sends no Strict-Transport-Security"},
 	},
