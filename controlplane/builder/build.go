@@ -882,15 +882,14 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 	return out
 }
 
-// validAddress reports whether addr is an address of the slice's type, in
-// its canonical spelling. The API server validates addresses, but
+// validAddress reports whether addr is an IP address of the slice's type
+// (no zone). The API server validates addresses, but
 // --manifests and older servers do not, and a bad one must not reach a data
 // plane: nginx would refuse the whole configuration that carried it. A bad
 // address is skipped, once reported on its EndpointSlice; the rest serve.
 func (b *builder) validAddress(es *discoveryv1.EndpointSlice, addr string) bool {
-	ip, err := netip.ParseAddr(addr)
-	ok := err == nil && ip.Zone() == "" && ip.String() == addr &&
-		(es.AddressType == discoveryv1.AddressTypeIPv4) == ip.Is4()
+	ip, err := netip.ParseAddr(addr) // refuses IPv4 octets with leading zeros
+	ok := err == nil && ip.Zone() == "" && (es.AddressType == discoveryv1.AddressTypeIPv4) == ip.Is4()
 	if ok {
 		return true
 	}
@@ -905,7 +904,7 @@ func (b *builder) validAddress(es *discoveryv1.EndpointSlice, addr string) bool 
 	b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{
 		Object:  model.ObjectRef{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name, UID: string(es.UID)},
 		Field:   "endpoints.addresses",
-		Message: fmt.Sprintf("address %q is not a canonical %s address; this endpoint is skipped", addr, es.AddressType),
+		Message: fmt.Sprintf("address %q is not an %s address; this endpoint is skipped", addr, es.AddressType),
 	})
 	return false
 }
