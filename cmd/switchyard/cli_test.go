@@ -20,6 +20,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"--help"}, list},
 		{[]string{"-h"}, list},
 		{[]string{"help", "help"}, list},
+		{[]string{"help", "--help"}, list},
 		{[]string{"controller", "--help"}, "Usage: switchyard controller [flags]\n"},
 		{[]string{"controller", "-h"}, "Usage: switchyard controller [flags]\n"},
 		{[]string{"controller", "--http-port=8080", "--help"}, "Usage: switchyard controller [flags]\n"},

@@ -105,7 +105,7 @@ func runControllerOrHelp(args []string, stdout, stderr io.Writer) int {
 
 // runHelp is `switchyard help [SUBCOMMAND [SUBCOMMAND]]`.
 func runHelp(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
+	if len(args) == 0 || wantsHelp(args[:1]) {
 		printCommands(stdout)
 		return 0
 	}
