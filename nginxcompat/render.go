@@ -838,7 +838,8 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 		lv.RedirectURL = l.Redirect.URL
 	}
 	if l.CORS.Enabled {
-		// ingress-nginx's defaults (docs/migrating-from-ingress-nginx.md).
+		// The cors-* annotations' defaults, as the builder sets them; a
+		// model without them gets the same.
 		c := &corsV{Methods: "GET, PUT, POST, DELETE, PATCH, OPTIONS",
 			Headers:     "DNT,Keep-Alive,User-Agent,X-Requested-With,If-Modified-Since,Cache-Control,Content-Type,Range,Authorization",
 			Credentials: l.CORS.AllowCredentials, MaxAge: 1728000}
