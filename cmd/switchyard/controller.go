@@ -124,6 +124,8 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		PublishService: opts.PublishService, PublishStatusAddress: opts.PublishStatusAddress,
 		// The Lease lives in the pod's namespace, as ingress-nginx's does.
 		ElectionID: opts.ElectionID, ElectionNamespace: os.Getenv("POD_NAMESPACE"),
+		LeaseDuration: opts.ElectionTTL, RenewDeadline: opts.ElectionTTL / 2, RetryPeriod: opts.ElectionTTL / 4,
+		ResyncPeriod: opts.SyncPeriod,
 		Sinks: []controlplane.Sink{controlplane.SinkFunc(func(_ context.Context, cfg *model.Configuration, ch controlplane.Change) error {
 			// Balancers first, so routes never name a backend the balancer
 			// does not know yet. Per-backend errors were already reported by

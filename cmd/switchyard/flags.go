@@ -18,6 +18,10 @@ import (
 // meanings follow ingress-nginx's controller flags where one exists; the
 // status of every flag is in controllerFlagTable.
 type controllerOptions struct {
+	// SyncPeriod is the informers' resync (--sync-period); zero, none.
+	SyncPeriod time.Duration
+	// ElectionTTL is the leader election Lease's duration (--election-ttl).
+	ElectionTTL              time.Duration
 	Kubeconfig               string
 	Manifests                string
 	WatchNamespace           string
@@ -102,7 +106,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.BoolVar(&opts.EnableSSLPassthrough, "enable-ssl-passthrough", false, "route TLS by SNI to backends with the ssl-passthrough annotation")
 	fs.Bool("enable-ssl-chain-completion", false, noEffect("enable-ssl-chain-completion"))
 	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum configuration builds per second (burst 1; ingress-nginx uses 0.3); 0 means the coalescing holdoff alone limits them")
-	fs.Duration("sync-period", 0, noEffect("sync-period"))
+	fs.DurationVar(&opts.SyncPeriod, "sync-period", 0, "period of the informers' full resync; 0 means none")
 	fs.Int("dynamic-configuration-retries", 15, noEffect("dynamic-configuration-retries"))
 	fs.Bool("disable-sync-events", false, noEffect("disable-sync-events"))
 
@@ -114,7 +118,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.Bool("report-node-internal-ip-address", false, noEffect("report-node-internal-ip-address"))
 	fs.Int("status-update-interval", 60, noEffect("status-update-interval"))
 	fs.StringVar(&opts.ElectionID, "election-id", "switchyard-leader", "name of the Lease used for leader election")
-	fs.Duration("election-ttl", 30*time.Second, noEffect("election-ttl"))
+	fs.DurationVar(&opts.ElectionTTL, "election-ttl", 30*time.Second, "duration of the leader election Lease (renewed within half of it, retried every quarter)")
 	fs.Bool("disable-leader-election", false, noEffect("disable-leader-election"))
 
 	// Metrics

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseControllerFlags(t *testing.T) {
@@ -61,5 +63,19 @@ func TestRunExitCodes(t *testing.T) {
 		if got := run(tt.args, &out, &errb); got != tt.want {
 			t.Errorf("run(%q) = %d; want %d (stderr %q)", tt.args, got, tt.want, errb.String())
 		}
+	}
+}
+
+// TestElectionAndResyncFlags: --election-ttl and --sync-period reach the
+// options the controller hands to controlplane (ingress-nginx's defaults:
+// a 30 s Lease, no resync).
+func TestElectionAndResyncFlags(t *testing.T) {
+	opts, err := parseControllerFlags(nil, io.Discard)
+	if err != nil || opts.ElectionTTL != 30*time.Second || opts.SyncPeriod != 0 {
+		t.Fatalf("defaults: ttl %v, sync %v, %v", opts.ElectionTTL, opts.SyncPeriod, err)
+	}
+	opts, err = parseControllerFlags([]string{"--election-ttl=1m", "--sync-period", "10m"}, io.Discard)
+	if err != nil || opts.ElectionTTL != time.Minute || opts.SyncPeriod != 10*time.Minute {
+		t.Fatalf("given: ttl %v, sync %v, %v", opts.ElectionTTL, opts.SyncPeriod, err)
 	}
 }

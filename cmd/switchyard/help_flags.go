@@ -96,7 +96,7 @@ var controllerFlagTable = map[string]flagRow{
 	"enable-ssl-passthrough":        {groupConfiguration, flagImplemented, ""},
 	"enable-ssl-chain-completion":   {groupConfiguration, flagNoEffect, "certificates are served as the Secret holds them; put the intermediate certificates in tls.crt"},
 	"sync-rate-limit":               {groupConfiguration, flagImplemented, "builds per second, token bucket of burst 1; default 0, the coalescing holdoff alone (ingress-nginx: 0.3)"},
-	"sync-period":                   {groupConfiguration, flagNoEffect, "the informers run without a periodic resync"},
+	"sync-period":                   {groupConfiguration, flagImplemented, ""},
 	"dynamic-configuration-retries": {groupConfiguration, flagNoEffect, "backends reach the balancer in-process, so there is no configuration POST to retry"},
 	"disable-sync-events":           {groupConfiguration, flagNoEffect, "Switchyard creates no Sync events; it creates Warning events for objects it cannot serve as written"},
 
@@ -107,7 +107,7 @@ var controllerFlagTable = map[string]flagRow{
 	"report-node-internal-ip-address": {groupStatus, flagNoEffect, "status comes from --publish-service or --publish-status-address only, never from node addresses"},
 	"status-update-interval":          {groupStatus, flagNoEffect, "status is written when the published addresses or the Ingresses change, not on an interval"},
 	"election-id":                     {groupStatus, flagImplemented, "default `switchyard-leader` (ingress-nginx: `ingress-controller-leader`); the Lease lives in `$POD_NAMESPACE`"},
-	"election-ttl":                    {groupStatus, flagNoEffect, "the Lease duration is 30s, ingress-nginx's default"},
+	"election-ttl":                    {groupStatus, flagImplemented, "renewed within half of it, retried every quarter, as ingress-nginx"},
 	"disable-leader-election":         {groupStatus, flagNoEffect, "Switchyard elects a leader only to write status; --update-status=false runs it without either"},
 
 	"enable-metrics":             {groupMetrics, flagNoEffect, "/metrics is always served on --status-port"},
