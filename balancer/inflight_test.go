@@ -224,3 +224,29 @@ func TestRRCursorCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestRelease: an attempt ended by Release (the client broke its request,
+// which says nothing of the peer) gives back its in-flight count and
+// changes nothing else: no request or failure counted, no ewma sample.
+func TestRelease(t *testing.T) {
+	for _, algo := range []string{"round_robin", "ewma", "least_request", "peak_ewma"} {
+		t.Run(algo, func(t *testing.T) {
+			r := NewRegistry(Config{})
+			mustSync(t, r, Backend{Name: "b", LoadBalance: algo, Endpoints: eps("10.0.0.1:80", "10.0.0.2:80")})
+			var a Attempt
+			p, err := r.Pick("b", nil, &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pick := *p
+			r.Release(&pick)
+			for _, bs := range r.Backends() {
+				for _, e := range bs.Endpoints {
+					if e.InFlight != 0 || e.Requests != 0 || e.Failures != 0 || e.EWMA != -1 {
+						t.Errorf("%s after Release: %+v; want nothing in flight, counted or scored", e.Address, e)
+					}
+				}
+			}
+		})
+	}
+}

@@ -662,6 +662,17 @@ func (r *Registry) Done(p *Pick, info DoneInfo) {
 	r.observe(p.st, p.scored, p.peak, info)
 }
 
+// Release ends an attempt that says nothing of its peer (the client broke
+// its request body, which is the client's fault): the in-flight count
+// Pick took is given back, and nothing else changes: no completion, no
+// failure, no latency sample for ewma or peak_ewma.
+func (r *Registry) Release(p *Pick) {
+	if p.st == nil {
+		return
+	}
+	p.st.inFlight.Add(-1)
+}
+
 // Feedback reports the outcome of an attempt picked elsewhere (the nginx shim
 // reports by address in batches): like Done, without the in-flight count.
 // Unknown backends or addresses are ignored.

@@ -65,7 +65,8 @@ func TestClientBodyErrors(t *testing.T) {
 	var b1, b2 countingBackend
 	peers := []string{b1.start(t, "127.0.0.2"), b2.start(t, "127.0.0.3")}
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(peers...)}},
+		// ewma: a broken body must not become a latency sample either.
+		Backends: []balancer.Backend{{Name: "be", LoadBalance: "ewma", Endpoints: endpoints(peers...)}},
 		Servers:  []model.Server{{Hostname: "body.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
 	}
 	var log lockedBuffer
@@ -119,8 +120,9 @@ func TestClientBodyErrors(t *testing.T) {
 			}
 			for _, bs := range reg.Backends() {
 				for _, e := range bs.Endpoints {
-					if e.Failures != 0 || e.InFlight != 0 {
-						t.Errorf("endpoint %s: %d failures, %d in flight; want 0 and 0", e.Address, e.Failures, e.InFlight)
+					if e.Failures != 0 || e.InFlight != 0 || e.Requests != 0 || e.EWMA != -1 {
+						t.Errorf("endpoint %s: %d failures, %d in flight, %d requests, ewma %v; want nothing counted or scored",
+							e.Address, e.Failures, e.InFlight, e.Requests, e.EWMA)
 					}
 				}
 			}
