@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -213,16 +214,19 @@ type headerSetter interface {
 // proxy answers itself with 204.
 func corsHeaders(h headerSetter, c *model.CORS, origin string, options bool) (preflight bool) {
 	allowed := ""
-	for _, o := range c.AllowOrigin {
-		if o == "*" || o == origin || (strings.Contains(o, "://*.") && wildcardOrigin(o, origin)) {
-			allowed = o
-			if o != "*" {
-				allowed = origin
+	if slices.Contains(c.AllowOrigin, "*") {
+		// "*" anywhere in the list allows every request, one without an
+		// Origin too, as ingress-nginx's template treats the list.
+		allowed = "*"
+	} else if origin != "" {
+		for _, o := range c.AllowOrigin {
+			if strings.EqualFold(o, origin) || (strings.Contains(o, "://*.") && wildcardOrigin(o, origin)) {
+				allowed = origin // as the client sent it
+				break
 			}
-			break
 		}
 	}
-	if origin == "" || allowed == "" {
+	if allowed == "" {
 		return false
 	}
 	h.Set("Access-Control-Allow-Origin", allowed)
@@ -234,12 +238,14 @@ func corsHeaders(h headerSetter, c *model.CORS, origin string, options bool) (pr
 	if c.ExposeHeaders != "" {
 		h.Set("Access-Control-Expose-Headers", c.ExposeHeaders)
 	}
-	if !options {
-		return false
-	}
+	// On every answer to an allowed Origin, as ingress-nginx adds it.
 	h.Set("Access-Control-Max-Age", strconv.Itoa(c.MaxAgeSeconds))
-	return true
+	return options
 }
+
+// corsPreflightType is the Content-Type of the preflight answer, spelled
+// as ingress-nginx's template spells it (no semicolon).
+const corsPreflightType = "text/plain charset=UTF-8"
 
 // requestHeaders is the request-header view forwardHeaders edits:
 // *fasthttp.RequestHeader as it is, net/http's through netHeader.

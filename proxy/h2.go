@@ -428,7 +428,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	// forwardHeaders edits r.Header for the upstream below.
 	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header.Clone()}
 	if loc.CORS.Enabled && r.Method == http.MethodOptions && corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), true) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Content-Type", corsPreflightType)
 		w.Header().Set("Content-Length", "0")
 		w.WriteHeader(http.StatusNoContent)
 		return

@@ -473,7 +473,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	view := &st.view
 	if loc.CORS.Enabled && string(ctx.Method()) == "OPTIONS" && corsHeaders(&ctx.Response.Header, &loc.CORS, string(ctx.Request.Header.Peek("Origin")), true) {
 		// A preflight is answered here, as ingress-nginx does.
-		ctx.Response.Header.SetContentType("text/plain; charset=utf-8")
+		ctx.Response.Header.SetContentType(corsPreflightType)
 		ctx.Response.Header.SetContentLength(0)
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
 		return
@@ -745,12 +745,22 @@ func prepareHeader(h *fasthttp.RequestHeader, f *clientFacts, loc *model.Locatio
 // wildcardOrigin matches "https://*.example.com" against an Origin.
 func wildcardOrigin(pattern, origin string) bool {
 	scheme, rest, _ := strings.Cut(pattern, "://*.")
-	o, ok := strings.CutPrefix(origin, scheme+"://")
-	if !ok {
+	if len(origin) < len(scheme)+3 || !strings.EqualFold(origin[:len(scheme)+3], scheme+"://") {
 		return false
 	}
+	o := origin[len(scheme)+3:]
 	i := strings.IndexByte(o, '.')
-	return i > 0 && o[i+1:] == rest
+	if i <= 0 || !strings.EqualFold(o[i+1:], rest) {
+		return false
+	}
+	// "*" is one label of letters, digits and '-', as ingress-nginx's
+	// origin regex reads it.
+	for _, c := range []byte(o[:i]) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // stripHopHeaders removes from an upstream's response head the hop-by-hop
