@@ -192,8 +192,8 @@ var Catalogue = []AnnotationInfo{
 	{Name: "limit-rate-after", Group: GroupAccess, Support: Unsupported, Access: true},
 
 	// Headers, CORS, error pages, client TLS.
-	{Name: "enable-cors", Group: GroupHeaders, Support: Partial, NginxPlane: "yes, but with several `cors-allow-origin` origins only the first is sent", Note: "preflight 204, headers for allowed origins, `https://*.domain` wildcards"},
-	{Name: "cors-allow-origin", Group: GroupHeaders, Support: Partial, NginxPlane: "first origin only"},
+	{Name: "enable-cors", Group: GroupHeaders, Support: Supported, Note: "preflight 204, the fields for allowed origins on every answer, `https://*.domain` wildcards, `*` for every request"},
+	{Name: "cors-allow-origin", Group: GroupHeaders, Support: Supported, Note: "origins matched in any case; ingress-nginx also accepts an Origin that only ends in an allowed one"},
 	{Name: "cors-allow-methods", Group: GroupHeaders, Support: Supported},
 	{Name: "cors-allow-headers", Group: GroupHeaders, Support: Supported},
 	{Name: "cors-expose-headers", Group: GroupHeaders, Support: Supported},
