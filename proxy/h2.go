@@ -363,6 +363,10 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
 	}
+	if vh != nil && vh.tls && r.TLS != nil && tbl.hsts != "" {
+		// Every answer, as ingress-nginx's header phase adds it.
+		w.Header().Set("Strict-Transport-Security", tbl.hsts)
+	}
 	if vh != nil && vh.clientAuth != nil {
 		a := vh.clientAuth.check(r.TLS, host)
 		if a.v.status != 0 {

@@ -312,6 +312,9 @@ type outcome struct {
 	// remote is the client's address ($remote_addr, after the real IP
 	// settings), for the access log.
 	remote netip.Addr
+	// hsts is the Strict-Transport-Security value the answer gets (an
+	// HTTPS request to a server with a certificate); empty without.
+	hsts string
 }
 
 // setAuth keeps what external authentication passes, after the fields of
@@ -355,6 +358,11 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		h.tc.headDone() // fasthttp read the head whole
 	}
 	p.handle(ctx, &o)
+	if o.hsts != "" {
+		// Every answer, the proxy's own ones too (redirects, 401, 204),
+		// as ingress-nginx's header phase adds it.
+		ctx.Response.Header.Set("Strict-Transport-Security", o.hsts)
+	}
 	if s := p.conns.Load(); s.keepAlive == 0 || ctx.ConnRequestNum() >= s.keepAliveRequests {
 		// keep-alive 0, or keep-alive-requests reached: nginx closes
 		// after this response.
@@ -426,6 +434,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	vh, rt := tbl.lookup(host, ctx.Path())
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
+	}
+	if vh != nil && vh.tls && ctx.IsTLS() {
+		o.hsts = tbl.hsts
 	}
 	if vh != nil && vh.clientAuth != nil {
 		// Before anything of the server's, as nginx checks the

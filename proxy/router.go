@@ -22,9 +22,12 @@ type table struct {
 	// builtinDefault is true when the default backend is only the
 	// built-in default server (custom-http-errors answer in-process).
 	builtinDefault bool
-	exact          map[string]*vhost
-	wildcards      []wildcard // longest suffix first
-	catchAll       *vhost
+	// hsts is the Strict-Transport-Security value HTTPS answers of servers
+	// with a certificate get (the ConfigMap's hsts*); empty without.
+	hsts      string
+	exact     map[string]*vhost
+	wildcards []wildcard // longest suffix first
+	catchAll  *vhost
 }
 
 type wildcard struct {
@@ -93,6 +96,17 @@ func newTable(cfg *model.Configuration) *table {
 		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
+	}
+	if g := &cfg.Global; g.HSTS {
+		// As lua_ingress.lua's header phase writes it. The builder
+		// validated the max-age as seconds.
+		t.hsts = "max-age=" + cmpOr(g.HSTSMaxAge, "31536000")
+		if g.HSTSIncludeSubdomains {
+			t.hsts += "; includeSubDomains"
+		}
+		if g.HSTSPreload {
+			t.hsts += "; preload"
+		}
 	}
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
@@ -193,4 +207,12 @@ func prefixMatch(prefix string, path []byte) bool {
 		return false
 	}
 	return len(path) == len(p) || path[len(p)] == '/'
+}
+
+// cmpOr returns v, or def when v is empty.
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }

@@ -150,7 +150,6 @@ stringData:
 			{Name: "digest authentication's challenge", Host: "hstsdigest.test", Path: "/", HTTPS: true,
 				Want: Want{Status: 401, Header: map[string]string{"Strict-Transport-Security": "max-age=31536000; includeSubDomains"}}},
 		},
-		KnownDrift: map[string]string{"go": "proxy/ sends no Strict-Transport-Security"},
 	},
 	Row{
 		Name: "custom-http-errors",
