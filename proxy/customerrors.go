@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -57,7 +58,7 @@ func errorRequestOf(ctx *fasthttp.RequestCtx, id []byte, remote netip.Addr) *err
 
 // customError writes into resp the error backend's answer for code, asked
 // as ingress-nginx's @custom_<backend>_<code> location asks it: the
-// client's method, the path "/", Host as the client sent it, and X-Code,
+// client's method, the path "/" with the client's query, Host as the client sent it, and X-Code,
 // X-Format, X-Original-URI, X-Namespace, X-Ingress-Name, X-Service-Name,
 // X-Service-Port and X-Request-ID. The answer is relayed whole, status
 // included (error_page <code> = @custom...). The error backend is the
@@ -77,7 +78,12 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(er.method)
-	req.SetRequestURI("/")
+	// The location's "rewrite (.*) / break;" keeps the query ($args).
+	if _, query, ok := strings.Cut(er.requestURI, "?"); ok && query != "" {
+		req.SetRequestURI("/?" + query)
+	} else {
+		req.SetRequestURI("/")
+	}
 	req.URI().SetScheme("http")
 	req.Header.SetHost(er.host)
 	req.UseHostHeader = true

@@ -178,6 +178,5 @@ stringData:
 			// proxy_pass sends /?<query>.
 			{Host: "errorsq.test", Path: "/page?x=1", Want: Want{Status: 200, Backend: "c", URI: "/?x=1", Sent: map[string]string{"X-Original-Uri": "/page?x=1"}}},
 		},
-		KnownDrift: map[string]string{"go": "proxy/customerrors.go asks the error backend for / without the client's query"},
 	},
 )
