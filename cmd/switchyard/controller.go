@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -72,18 +73,24 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// With nginx, the reload metrics (ingress-nginx's success and
 	// config_last_reload_successful) count real reloads and come from
 	// nginxcompat; with the Go proxy they count syncs.
-	metrics := newControllerMetrics(reg, !nginxMode)
+	mcfg := controllerMetricsConfig{Balancer: reg, SyncMetrics: !nginxMode, ControllerClass: opts.ControllerClass,
+		ElectionID: opts.ElectionID, ProcessPIDs: selfPIDs}
+	if nginxMode {
+		mcfg.ProcessPIDs = nginxPIDs(filepath.Join(opts.NginxDir, "nginx.pid"))
+		mcfg.NginxStatusURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)) + "/nginx_status"
+	}
+	metrics := newControllerMetrics(mcfg)
 	errc := make(chan error, 8)
 	var ngx *nginxPlane
 	if nginxMode {
-		ngx, err = newNginxPlane(opts, reg, metrics.registry, errc)
+		ngx, err = newNginxPlane(opts, reg, metrics.registerer, errc)
 		if err != nil {
 			return err
 		}
 		defer ngx.close()
 	}
 	// With nginx the request metrics come from the shim (nginx_metrics.go).
-	var pxMetrics prometheus.Registerer = metrics.registry
+	pxMetrics := metrics.registerer
 	if nginxMode {
 		pxMetrics = nil
 	}
@@ -93,7 +100,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough.
-	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registry}
+	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registerer}
 	switch {
 	case opts.EnableSSLPassthrough && nginxMode:
 		l4cfg.HTTPSFallback = passthroughFallback(opts)
@@ -168,6 +175,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if err != nil {
 		return err
 	}
+	metrics.ingress.attach(ctrl)
 
 	statusLn, err := net.Listen("tcp", net.JoinHostPort(opts.StatusAddress, strconv.Itoa(opts.StatusPort)))
 	if err != nil {
@@ -363,16 +371,44 @@ func snapshot(ctrl *controlplane.Controller, reg *balancer.Registry) statuspage.
 // controllerMetrics are the controller's Prometheus metrics, with
 // ingress-nginx's names where one exists.
 type controllerMetrics struct {
+	// registry is gathered by /metrics; registerer wraps it with
+	// ingress-nginx's controller_class, controller_namespace and
+	// controller_pod labels, and everything but the Go runtime and process
+	// collectors (which ingress-nginx leaves unlabelled) registers there.
 	registry     *prometheus.Registry
+	registerer   prometheus.Registerer
+	ingress      *ingressCollector
 	syncs        *prometheus.CounterVec
 	errors       prometheus.Counter
 	lastOK       prometheus.Gauge
+	lastOKTime   prometheus.Gauge
 	syncDuration prometheus.Histogram
 }
 
-func newControllerMetrics(reg *balancer.Registry, syncMetrics bool) *controllerMetrics {
+// controllerMetricsConfig configures newControllerMetrics.
+type controllerMetricsConfig struct {
+	// Balancer is exported per endpoint. Required.
+	Balancer *balancer.Registry
+	// SyncMetrics exports ingress-nginx's reload metrics (success, errors,
+	// config_last_reload_successful and its timestamp) counting syncs; with
+	// nginx, nginxcompat exports them counting real reloads.
+	SyncMetrics bool
+	// ControllerClass is the controller_class label (--controller-class).
+	ControllerClass string
+	// ElectionID names the Lease in leader_election_status.
+	ElectionID string
+	// ProcessPIDs lists the processes of the nginx_process_* metrics; nil
+	// exports none.
+	ProcessPIDs func() []int
+	// NginxStatusURL is nginx's stub_status page; empty exports no
+	// connection metrics.
+	NginxStatusURL string
+}
+
+func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 	m := &controllerMetrics{
 		registry: prometheus.NewRegistry(),
+		ingress:  newIngressCollector(cfg.ControllerClass, cfg.ElectionID),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of successful configuration syncs (ingress-nginx: reload operations).",
@@ -385,15 +421,26 @@ func newControllerMetrics(reg *balancer.Registry, syncMetrics bool) *controllerM
 			Namespace: "nginx_ingress_controller", Name: "config_last_reload_successful",
 			Help: "Whether the last configuration sync was successful.",
 		}),
+		lastOKTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "nginx_ingress_controller", Name: "config_last_reload_successful_timestamp_seconds",
+			Help: "Timestamp of the last successful configuration sync.",
+		}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "switchyard", Name: "sync_duration_seconds",
 			Help: "Time from the start of a sync to the sinks having the configuration.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	m.registry.MustRegister(m.syncDuration, balancerCollector{reg},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if syncMetrics {
-		m.registry.MustRegister(m.syncs, m.errors, m.lastOK)
+	m.registerer = prometheus.WrapRegistererWith(controllerLabels(cfg.ControllerClass), m.registry)
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registerer.MustRegister(m.syncDuration, balancerCollector{cfg.Balancer}, m.ingress)
+	if cfg.ProcessPIDs != nil {
+		m.registerer.MustRegister(processCollector{pids: cfg.ProcessPIDs})
+	}
+	if cfg.NginxStatusURL != "" {
+		m.registerer.MustRegister(newStubStatusCollector(cfg.NginxStatusURL))
+	}
+	if cfg.SyncMetrics {
+		m.registerer.MustRegister(m.syncs, m.errors, m.lastOK, m.lastOKTime)
 	}
 	return m
 }
@@ -410,6 +457,7 @@ func (m *controllerMetrics) observeSync(e controlplane.SyncEvent) {
 	}
 	m.syncs.WithLabelValues(kind).Inc()
 	m.lastOK.Set(1)
+	m.lastOKTime.Set(float64(e.Time.Unix()))
 	m.syncDuration.Observe(e.Duration.Seconds())
 }
 
