@@ -233,7 +233,8 @@ spec:
 		t.Errorf("nginx_ingress_controller_requests has no series with %v", want)
 	}
 	for _, name := range []string{"nginx_ingress_controller_config_hash", "nginx_ingress_controller_config_last_reload_successful",
-		"nginx_ingress_controller_success", "nginx_ingress_controller_leader_election_status", "nginx_ingress_controller_nginx_process_num_procs"} {
+		"nginx_ingress_controller_success", "nginx_ingress_controller_leader_election_status", "nginx_ingress_controller_nginx_process_num_procs",
+		"nginx_ingress_controller_build_info"} {
 		if findMetric(families[name], want) == nil {
 			t.Errorf("%s has no series with %v", name, want)
 		}
@@ -425,4 +426,21 @@ func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, erro
 		return nil, fmt.Errorf("parse the scrape: %w", err)
 	}
 	return fams, nil
+}
+
+func TestMetricsStubStatus(t *testing.T) {
+	page := "Active connections: 3 \nserver accepts handled requests\n 17 16 42 \nReading: 1 Writing: 2 Waiting: 0 \n"
+	got, err := parseStubStatus(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stubStatus{active: 3, accepted: 17, handled: 16, requests: 42, reading: 1, writing: 2, waiting: 0}
+	if got != want {
+		t.Errorf("parseStubStatus = %+v; want %+v", got, want)
+	}
+	for _, bad := range []string{"", "Active connections: x\nserver accepts handled requests\n 1 1 1\nReading: 0 Writing: 0 Waiting: 0\n", "<html>404</html>"} {
+		if _, err := parseStubStatus(bad); err == nil {
+			t.Errorf("parseStubStatus(%q) succeeded; want an error", bad)
+		}
+	}
 }

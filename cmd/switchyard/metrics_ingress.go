@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"hash/fnv"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -35,8 +36,9 @@ type ingressSource interface {
 }
 
 // ingressCollector exports, at scrape time, ingress-nginx's metrics that
-// describe the configuration rather than requests: config_hash, the
-// certificate metrics, leader_election_status and orphan_ingress.
+// describe the controller and its configuration rather than requests:
+// build_info, config_hash, the certificate metrics, leader_election_status
+// and orphan_ingress.
 type ingressCollector struct {
 	// immutable
 	class, electionID string
@@ -73,6 +75,8 @@ var (
 		[]string{"namespace", "class", "host", "secret_name", "identifier", "issuer_organization", "issuer_common_name", "serial_number", "public_key_algorithm"}, nil)
 	descLeader = prometheus.NewDesc(ingressNS+"_leader_election_status",
 		"Gauge reporting status of the leader election, 0 indicates follower, 1 indicates leader. 'name' is the string used to identify the lease", []string{"name"}, nil)
+	descBuildInfo = prometheus.NewDesc(ingressNS+"_build_info", "A metric with a constant '1' labeled with information about the build.",
+		[]string{"release", "build", "repository"}, nil)
 	descOrphan = prometheus.NewDesc(ingressNS+"_orphan_ingress",
 		"Gauge reporting status of ingress orphanity, 1 indicates orphaned ingress. 'type' is no-service or no-endpoint.", []string{"namespace", "ingress", "type"}, nil)
 )
@@ -91,6 +95,7 @@ func (c *ingressCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSSLInfo
 	ch <- descLeader
 	ch <- descOrphan
+	ch <- descBuildInfo
 }
 
 func (c *ingressCollector) Collect(ch chan<- prometheus.Metric) {
@@ -98,6 +103,7 @@ func (c *ingressCollector) Collect(ch chan<- prometheus.Metric) {
 	if p == nil {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, version, buildRevision(), "https://github.com/switchyard-proxy/switchyard")
 	src := *p
 	leader := 0.0
 	if src.IsLeader() {
@@ -196,6 +202,18 @@ func (c *ingressCollector) info(cert model.Certificate) certInfo {
 	}
 	c.certInfo[cert.UID] = ci
 	return ci
+}
+
+// buildRevision is the VCS revision the binary was built from, or "".
+func buildRevision() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
 }
 
 // orphanNoService and orphanNoEndpoint are ingress-nginx's orphan_ingress
