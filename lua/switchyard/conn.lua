@@ -206,6 +206,16 @@ function _M.await(info, kind)
   return ok
 end
 
+-- take_or_await calls take(s, info, name); when it finds nothing at hand
+-- and a background ask of kind is on its way (info[pending]), it waits for
+-- that ask's reply and calls take again.
+function _M.take_or_await(take, s, info, name, kind, pending)
+  if take(s, info, name) then
+    return true
+  end
+  return info[pending] and _M.await(info, kind) and take(s, info, name) or false
+end
+
 -- arrived wakes the requests awaiting info's background ask of kind.
 local function arrived(info, kind)
   local w = info[kind .. "_wait"]

@@ -95,10 +95,7 @@ end
 -- for a backend whose requests must not take positions of its rotation out
 -- of the worker's order (a pick Go makes for the request would).
 function _M.take_wait(s, info, name)
-  if _M.take(s, info, name) then
-    return true
-  end
-  return info.lpending and conn.await(info, "lease") and _M.take(s, info, name)
+  return conn.take_or_await(_M.take, s, info, name, "lease", "lpending")
 end
 
 conn.handlers[T.LEASE_REPLY] = function(s, b)

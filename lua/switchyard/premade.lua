@@ -200,10 +200,7 @@ end
 -- take_wait is take, but when no premade pick is at hand and a batch is on
 -- its way, it waits for that batch rather than reporting false.
 function _M.take_wait(s, info, name)
-  if _M.take(s, info, name) then
-    return true
-  end
-  return info.ppending and conn.await(info, "premade") and _M.take(s, info, name)
+  return conn.take_or_await(_M.take, s, info, name, "premade", "ppending")
 end
 
 conn.handlers[T.PREMADE_REPLY] = function(s, b)
