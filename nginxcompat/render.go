@@ -1007,6 +1007,23 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 		HSTS: g.HSTS, Proxy: g.Proxy, FullForwardedFrom: "$remote_addr",
 	}
 	var errs []model.ObjectError
+	// The client connection keys, parsed and checked by the builder
+	// (model.Global), as the Go data plane reads them.
+	if g.WorkerProcesses > 0 {
+		v.WorkerProcesses = strconv.Itoa(g.WorkerProcesses)
+	}
+	if g.MaxWorkerConnections > 0 {
+		v.MaxWorkerConnections = g.MaxWorkerConnections
+	}
+	if g.KeepAliveSeconds > 0 {
+		v.KeepAlive = g.KeepAliveSeconds
+	}
+	if g.KeepAliveRequests > 0 {
+		v.KeepAliveRequests = g.KeepAliveRequests
+	}
+	if g.DisableKeepAlive {
+		v.KeepAlive = 0 // keepalive_timeout 0: no keep-alive
+	}
 	if r := g.RealIP; r != nil {
 		// Checked again here: the header is written bare.
 		v.FullForwardedFrom = "$realip_remote_addr"
@@ -1058,12 +1075,6 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 	for _, k := range keys {
 		val := strings.TrimSpace(g.Raw[k])
 		switch k {
-		case "worker-processes":
-			if n, err := strconv.Atoi(val); val == "auto" || (err == nil && n > 0 && n <= 1024) {
-				v.WorkerProcesses = val
-			} else {
-				bad(k, val, "auto or 1..1024")
-			}
 		case "worker-shutdown-timeout", "upstream-keepalive-time":
 			if !reDuration.MatchString(val) {
 				bad(k, val, "an nginx duration such as 240s")
@@ -1072,12 +1083,6 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 			} else {
 				v.UpstreamKeepaliveTime = val
 			}
-		case "max-worker-connections":
-			intKey(k, val, &v.MaxWorkerConnections, 1)
-		case "keep-alive":
-			intKey(k, val, &v.KeepAlive, 0)
-		case "keep-alive-requests":
-			intKey(k, val, &v.KeepAliveRequests, 1)
 		case "upstream-keepalive-connections":
 			intKey(k, val, &v.UpstreamKeepaliveConnections, 0)
 		case "upstream-keepalive-timeout":

@@ -44,8 +44,10 @@ func connections(data map[string]string, g *model.Global, bad func(key, msg stri
 		g.MaxWorkerConnections = n
 	}
 	if v, ok := data["worker-processes"]; ok && strings.TrimSpace(v) != "auto" {
-		if n, ok := count("worker-processes", 1); ok {
+		if n, ok := count("worker-processes", 1); ok && n <= 1024 {
 			g.WorkerProcesses = n
+		} else if ok {
+			bad("worker-processes", fmt.Sprintf("%q is more than 1024 workers", v))
 		}
 	}
 	if n, ok := count("client-header-timeout", 1); ok {
