@@ -381,6 +381,7 @@ func (b *builder) global() {
 				bad("http-redirect-code", fmt.Sprintf("%q is not 301, 302, 307 or 308", v))
 			}
 		}
+		b.cfg.Errors = append(b.cfg.Errors, configMapKeyErrors(cm.Data, ref, b.cfg.Errors)...)
 	}
 	b.cfg.Global = g
 }
