@@ -210,6 +210,7 @@ func TestControllerNginxDataPlane(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	b = []byte(withoutControllerLabels(string(b)))
 	for _, want := range []string{"nginx_ingress_controller_config_last_reload_successful 1", "nginx_ingress_controller_success 0"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -231,6 +232,7 @@ func TestControllerNginxDataPlane(t *testing.T) {
 		}
 		b, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
+		b = []byte(withoutControllerLabels(string(b)))
 		missing := ""
 		for _, w := range wantReq {
 			if !strings.Contains(string(b), w) {
@@ -288,6 +290,7 @@ func TestControllerNginxDataPlane(t *testing.T) {
 	}
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
+	b = []byte(withoutControllerLabels(string(b)))
 	if !strings.Contains(string(b), "nginx_ingress_controller_success 0") {
 		t.Errorf("an endpoint change reloaded nginx:\n%s", grepLines(string(b), "nginx_ingress_controller_success"))
 	}

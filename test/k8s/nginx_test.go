@@ -167,8 +167,10 @@ func startNginxEnv(t *testing.T, first int) *nginxEnv {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, sample+" "); ok {
-				return v
+			// The sample has no labels but ingress-nginx's constant
+			// controller_class, controller_namespace and controller_pod.
+			if strings.HasPrefix(l, sample+" ") || strings.HasPrefix(l, sample+"{") {
+				return l[strings.LastIndexByte(l, ' ')+1:]
 			}
 		}
 		return "missing"
