@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard-proxy/switchyard/proxy"
 	"github.com/switchyard-proxy/switchyard/tcpproxy"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 )
@@ -264,6 +265,21 @@ func waitServing(ctx context.Context, cancel context.CancelFunc, ctrl *controlpl
 	return first
 }
 
+// restConfig is the API server's client configuration as ingress-nginx
+// builds it: --apiserver-host over --kubeconfig's server (either over the
+// in-cluster one), and --certificate-authority as the server's CA.
+func restConfig(opts controllerOptions) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags(opts.APIServerHost, opts.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	if opts.CertificateAuthority != "" {
+		cfg.TLSClientConfig = rest.TLSClientConfig{CAFile: opts.CertificateAuthority}
+	}
+	cfg.UserAgent = "switchyard/" + version
+	return cfg, nil
+}
+
 // clusterClient returns the client to watch, and a function running whatever
 // feeds it (the manifest watcher; a no-op for a real API server).
 func clusterClient(opts controllerOptions) (kubernetes.Interface, func(context.Context) error, error) {
@@ -279,11 +295,10 @@ func clusterClient(opts controllerOptions) (kubernetes.Interface, func(context.C
 		}
 		return src.Client(), src.Run, nil
 	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	restCfg, err := restConfig(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
+		return nil, nil, err
 	}
-	restCfg.UserAgent = "switchyard/" + version
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)

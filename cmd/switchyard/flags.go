@@ -18,6 +18,10 @@ import (
 // meanings follow ingress-nginx's controller flags where one exists; the
 // status of every flag is in controllerFlagTable.
 type controllerOptions struct {
+	// APIServerHost and CertificateAuthority reach the API server as
+	// ingress-nginx's --apiserver-host and --certificate-authority do.
+	APIServerHost        string
+	CertificateAuthority string
 	// SyncPeriod is the informers' resync (--sync-period); zero, none.
 	SyncPeriod time.Duration
 	// ElectionTTL is the leader election Lease's duration (--election-ttl).
@@ -79,8 +83,8 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 
 	// Kubernetes API
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty means in-cluster configuration")
-	fs.String("apiserver-host", "", noEffect("apiserver-host"))
-	fs.String("certificate-authority", "", noEffect("certificate-authority"))
+	fs.StringVar(&opts.APIServerHost, "apiserver-host", "", "address of the Kubernetes API server (protocol://address:port), over --kubeconfig's and the in-cluster one")
+	fs.StringVar(&opts.CertificateAuthority, "certificate-authority", "", "path to the CA certificate of the API server, with --apiserver-host")
 	fs.StringVar(&opts.Manifests, "manifests", "", "serve the Kubernetes objects in this directory of YAML files instead of an API server (quickstart)")
 
 	// Ingress classes and namespaces

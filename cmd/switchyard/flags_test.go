@@ -79,3 +79,19 @@ func TestElectionAndResyncFlags(t *testing.T) {
 		t.Fatalf("given: ttl %v, sync %v, %v", opts.ElectionTTL, opts.SyncPeriod, err)
 	}
 }
+
+// TestAPIServerFlags: --apiserver-host overrides the kubeconfig's server and
+// --certificate-authority becomes the client's CA file, as in ingress-nginx.
+func TestAPIServerFlags(t *testing.T) {
+	opts, err := parseControllerFlags([]string{"--apiserver-host=https://10.0.0.1:6443", "--certificate-authority", "/etc/ca.crt"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := restConfig(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://10.0.0.1:6443" || cfg.TLSClientConfig.CAFile != "/etc/ca.crt" {
+		t.Errorf("host %q, CA file %q; want the flags'", cfg.Host, cfg.TLSClientConfig.CAFile)
+	}
+}

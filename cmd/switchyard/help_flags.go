@@ -71,8 +71,8 @@ type flagRow struct {
 // (TestMigrationGuideFlagTable).
 var controllerFlagTable = map[string]flagRow{
 	"kubeconfig":            {groupKubernetes, flagImplemented, ""},
-	"apiserver-host":        {groupKubernetes, flagNoEffect, "Switchyard reaches the API server through --kubeconfig or the in-cluster configuration; put this address in a kubeconfig"},
-	"certificate-authority": {groupKubernetes, flagNoEffect, "the API server's CA comes from --kubeconfig or the in-cluster service account, as with --apiserver-host"},
+	"apiserver-host":        {groupKubernetes, flagImplemented, ""},
+	"certificate-authority": {groupKubernetes, flagImplemented, ""},
 	"manifests":             {groupKubernetes, flagSwitchyardOnly, "serve a directory of YAML manifests instead of an API server (quickstart); excludes --kubeconfig"},
 
 	"ingress-class":                 {groupClasses, flagImplemented, "default `switchyard` (ingress-nginx: `nginx`)"},
