@@ -44,6 +44,9 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The Go plane's access log goes to standard output, as ingress-nginx's
+	// nginx sends its access log there.
+	opts.AccessLog = stdout
 	if err := serveController(ctx, opts, nil); err != nil {
 		fmt.Fprintf(stderr, "switchyard controller: %v\n", err)
 		return 1
@@ -95,7 +98,21 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if nginxMode {
 		pxMetrics = nil
 	}
-	px, err := proxy.New(proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost})
+	pxCfg := proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost}
+	if opts.AccessLog != nil && !nginxMode {
+		// Buffered, so a slow reader of standard output never holds a
+		// request; lines that do not fit are dropped and counted.
+		logw := proxy.NewLogWriter(opts.AccessLog, 0)
+		defer func() { _ = logw.Close() }()
+		pxCfg.AccessLog = logw
+		if err := metrics.registry.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "switchyard_access_log_dropped_lines_total",
+			Help: "Access log lines dropped because standard output did not keep up (the Go data plane).",
+		}, func() float64 { return float64(logw.Dropped()) })); err != nil {
+			return fmt.Errorf("register access log metrics: %w", err)
+		}
+	}
+	px, err := proxy.New(pxCfg)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -124,10 +126,18 @@ spec:
 // ends with the test (defaultTestTimeout at most) and the bound addresses.
 func startController(t *testing.T, args []string) (context.Context, listening) {
 	t.Helper()
+	return startControllerLogging(t, args, nil)
+}
+
+// startControllerLogging is startController with the Go plane's access log
+// written to accessLog (nil: none).
+func startControllerLogging(t *testing.T, args []string, accessLog io.Writer) (context.Context, listening) {
+	t.Helper()
 	opts, err := parseControllerFlags(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.AccessLog = accessLog
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
@@ -282,4 +292,67 @@ func grepLines(s, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// syncBuffer is a bytes.Buffer safe for the access log's writer goroutine
+// and the test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// accessLine is ingress-nginx's default log-format-upstream line, as the
+// Go plane writes it for a request proxied to the quickstart's echo backend.
+var accessLine = regexp.MustCompile(`^127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] "GET /x\?y=1 HTTP/1\.1" 200 \d+ "-" "[^"]+" \d+ \d+\.\d{3} \[demo-echo-[^\]]+\] \[\] 127\.0\.0\.1:\d+ \d+ \d+\.\d{3} 200 [0-9a-f]{32}$`)
+
+// TestControllerAccessLog: the product's Go plane writes ingress-nginx's
+// access log line for every request (to standard output when run as a
+// command), through the buffered LogWriter.
+func TestControllerAccessLog(t *testing.T) {
+	p1, p2 := freePort(t), freePort(t)
+	for i, p := range []int{p1, p2} {
+		srv, err := startEchoBackend(fmt.Sprintf("backend-%d", i+1), "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	var log syncBuffer
+	ctx, l := startControllerLogging(t, []string{"--manifests", quickstartDir(t, p1, p2), "--http-port", strconv.Itoa(freePort(t)),
+		"--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, &log)
+	for range 3 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.HTTP+"/x?y=1", nil)
+		req.Host = "echo.localhost"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(log.String(), "\n") < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	lines := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("access log has %d lines; want 3:\n%s", len(lines), log.String())
+	}
+	for _, line := range lines {
+		if !accessLine.MatchString(line) {
+			t.Errorf("access log line %q is not ingress-nginx's upstreaminfo format", line)
+		}
+	}
 }

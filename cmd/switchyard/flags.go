@@ -18,6 +18,9 @@ import (
 // meanings follow ingress-nginx's controller flags where one exists; the
 // status of every flag is in controllerFlagTable.
 type controllerOptions struct {
+	// AccessLog receives the Go data plane's access log (standard output
+	// when run as a command); nil, none.
+	AccessLog io.Writer
 	// APIServerHost and CertificateAuthority reach the API server as
 	// ingress-nginx's --apiserver-host and --certificate-authority do.
 	APIServerHost        string

@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// LogWriter is the access log's writer for a destination that may be slow
+// (a pipe to a log collector, a terminal): Write appends the line to a
+// bounded buffer and returns at once; one goroutine drains the buffer to the
+// destination. A line that does not fit is dropped and counted (Dropped),
+// so a request never waits for the log, as nginx's buffered access_log does
+// not either. Whole lines only: a line is kept or dropped whole.
+//
+// Write takes a mutex for the append only (no I/O under it).
+type LogWriter struct {
+	dst   io.Writer
+	limit int
+
+	mu      sync.Mutex
+	pending []byte // guarded by mu
+	closed  bool   // guarded by mu
+
+	wake    chan struct{} // one pending wake-up
+	done    chan struct{} // closed when the drain goroutine ends
+	dropped atomic.Uint64
+	written atomic.Uint64
+}
+
+// NewLogWriter starts a LogWriter draining to dst, buffering at most limit
+// bytes (zero means 1 MiB). Close flushes what is buffered and stops it.
+func NewLogWriter(dst io.Writer, limit int) *LogWriter {
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	w := &LogWriter{dst: dst, limit: limit, pending: make([]byte, 0, 64<<10),
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.drain()
+	return w
+}
+
+// Write buffers p (one line) and reports it written, or drops it when the
+// buffer is full or the writer closed.
+func (w *LogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	if w.closed || len(w.pending)+len(p) > w.limit {
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return len(p), nil
+	}
+	w.pending = append(w.pending, p...)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// Dropped is how many lines were dropped because the buffer was full.
+func (w *LogWriter) Dropped() uint64 { return w.dropped.Load() }
+
+// Written is how many bytes reached the destination.
+func (w *LogWriter) Written() uint64 { return w.written.Load() }
+
+// Close writes what is buffered and stops the writer; later lines are
+// dropped.
+func (w *LogWriter) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	<-w.done
+	return nil
+}
+
+// drain swaps the buffer out and writes it, until Close.
+func (w *LogWriter) drain() {
+	defer close(w.done)
+	spare := make([]byte, 0, 64<<10)
+	for range w.wake {
+		w.mu.Lock()
+		out := w.pending
+		w.pending, spare = spare[:0], nil
+		closed := w.closed
+		w.mu.Unlock()
+		if len(out) > 0 {
+			n, _ := w.dst.Write(out)
+			w.written.Add(uint64(n))
+		}
+		spare = out
+		if closed {
+			return
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stuckWriter blocks every Write until release is closed, as a log
+// collector that stopped reading does.
+type stuckWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	b       bytes.Buffer
+}
+
+func (s *stuckWriter) Write(p []byte) (int, error) {
+	<-s.release
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// TestLogWriterNeverBlocks: with the destination stuck, Write still returns
+// at once; lines beyond the buffer are dropped whole and counted; once the
+// destination reads again, every kept line arrives whole and in order, and
+// Close flushes the rest.
+func TestLogWriterNeverBlocks(t *testing.T) {
+	dst := &stuckWriter{release: make(chan struct{})}
+	const line = "0123456789012345678901234567890123456789012345678\n" // 50 bytes
+	w := NewLogWriter(dst, 1000)
+	start := time.Now()
+	for i := range 100 {
+		if _, err := w.Write([]byte(fmt.Sprintf("%02d%s", i, line[2:]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("100 writes to a stuck destination took %v", took)
+	}
+	// The drain goroutine holds at most one batch (up to 1000 bytes) in
+	// its blocked Write; the buffer holds up to 1000 more.
+	if d := w.Dropped(); d < 60 || d > 90 {
+		t.Errorf("dropped %d of 100 lines; want the ones beyond two buffers of 1000 bytes", d)
+	}
+	close(dst.release)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(dst.b.String(), "\n"), "\n")
+	if len(got) != 100-int(w.Dropped()) {
+		t.Fatalf("%d lines arrived; want the %d kept", len(got), 100-w.Dropped())
+	}
+	prev := -1
+	for _, l := range got {
+		var n int
+		if _, err := fmt.Sscanf(l[:2], "%d", &n); err != nil || len(l) != len(line)-1 || n <= prev {
+			t.Fatalf("line %q: torn or out of order after %d", l, prev)
+		}
+		prev = n
+	}
+	if _, err := w.Write([]byte(line)); err != nil || w.Dropped() == 0 {
+		t.Errorf("a write after Close was not dropped")
+	}
+}
+
+// TestLogWriterConcurrent: lines written from many goroutines all arrive,
+// whole, when the buffer is large enough.
+func TestLogWriterConcurrent(t *testing.T) {
+	var dst bytes.Buffer
+	w := NewLogWriter(&dst, 1<<20)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				_, _ = w.Write([]byte(fmt.Sprintf("g%d line %03d\n", g, i)))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(dst.String(), "\n"), "\n")
+	if len(lines) != 4000 || w.Dropped() != 0 {
+		t.Fatalf("%d lines arrived, %d dropped; want 4000 and 0", len(lines), w.Dropped())
+	}
+	for _, l := range lines {
+		if len(l) != len("g0 line 000") {
+			t.Fatalf("torn line %q", l)
+		}
+	}
+}
