@@ -42,8 +42,9 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, versionString())
 		return 0
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx := afterGrace(sigCtx, stop, time.Duration(opts.ShutdownGraceSeconds)*time.Second)
 	// The Go plane's access log goes to standard output, as ingress-nginx's
 	// nginx sends its access log there.
 	opts.AccessLog = stdout
@@ -52,6 +53,26 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// afterGrace returns a context that ends grace after signalled does (the
+// controller keeps serving meanwhile, as ingress-nginx's
+// --shutdown-grace-period), or at once when grace is zero. stop, called
+// when the grace starts, restores the default handling of the signals, so
+// a second one ends the process at once.
+func afterGrace(signalled context.Context, stop func(), grace time.Duration) context.Context {
+	if grace <= 0 {
+		return signalled
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-signalled.Done()
+		stop()
+		klog.InfoS("shutting down after the grace period", "shutdown-grace-period", grace)
+		time.Sleep(grace)
+		cancel()
+	}()
+	return ctx
 }
 
 // listening receives the addresses the controller bound, for tests and the

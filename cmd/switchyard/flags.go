@@ -18,6 +18,9 @@ import (
 // meanings follow ingress-nginx's controller flags where one exists; the
 // status of every flag is in controllerFlagTable.
 type controllerOptions struct {
+	// ShutdownGraceSeconds is --shutdown-grace-period: how long the
+	// controller keeps serving after SIGTERM before it starts to stop.
+	ShutdownGraceSeconds int
 	// AccessLog receives the Go data plane's access log (standard output
 	// when run as a command); nil, none.
 	AccessLog io.Writer
@@ -168,7 +171,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.IP("profiler-address", net.IPv4(127, 0, 0, 1), noEffect("profiler-address"))
 
 	// Shutdown
-	fs.Int("shutdown-grace-period", 0, noEffect("shutdown-grace-period"))
+	fs.IntVar(&opts.ShutdownGraceSeconds, "shutdown-grace-period", 0, "seconds to keep serving after SIGTERM before shutting down")
 	fs.Int("post-shutdown-grace-period", 10, noEffect("post-shutdown-grace-period"))
 
 	// GeoIP

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -93,5 +94,33 @@ func TestAPIServerFlags(t *testing.T) {
 	}
 	if cfg.Host != "https://10.0.0.1:6443" || cfg.TLSClientConfig.CAFile != "/etc/ca.crt" {
 		t.Errorf("host %q, CA file %q; want the flags'", cfg.Host, cfg.TLSClientConfig.CAFile)
+	}
+}
+
+// TestShutdownGrace: --shutdown-grace-period keeps the serving context
+// alive that long after the signal, and restores the signals' default
+// handling when the grace starts.
+func TestShutdownGrace(t *testing.T) {
+	opts, err := parseControllerFlags([]string{"--shutdown-grace-period=1"}, io.Discard)
+	if err != nil || opts.ShutdownGraceSeconds != 1 {
+		t.Fatalf("--shutdown-grace-period=1: %d, %v", opts.ShutdownGraceSeconds, err)
+	}
+	signalled, signal := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	ctx := afterGrace(signalled, func() { close(stopped) }, 300*time.Millisecond)
+	start := time.Now()
+	signal()
+	<-stopped
+	select {
+	case <-ctx.Done():
+		t.Fatal("the serving context ended with the signal")
+	case <-time.After(100 * time.Millisecond):
+	}
+	<-ctx.Done()
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("the serving context ended %v after the signal; want the 300ms grace", took)
+	}
+	if afterGrace(signalled, func() {}, 0) != signalled {
+		t.Error("no grace: want the signal's own context")
 	}
 }

@@ -145,7 +145,7 @@ var controllerFlagTable = map[string]flagRow{
 	"profiler-port":    {groupProfiling, flagNoEffect, "the controller serves no /debug/pprof"},
 	"profiler-address": {groupProfiling, flagNoEffect, "the controller serves no /debug/pprof"},
 
-	"shutdown-grace-period":      {groupShutdown, flagNoEffect, "Switchyard starts to stop as soon as it gets SIGTERM; delay it with a preStop hook"},
+	"shutdown-grace-period":      {groupShutdown, flagImplemented, "a second SIGTERM or SIGINT during it stops at once"},
 	"post-shutdown-grace-period": {groupShutdown, flagNoEffect, "Switchyard exits as soon as its servers have stopped"},
 
 	"maxmind-mirror":          {groupGeoIP, flagNoEffect, "Switchyard downloads no GeoIP databases"},
