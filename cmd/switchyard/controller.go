@@ -226,6 +226,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			errc <- err
 		}
 	}()
+	if addr := profilerAddr(opts); addr != "" {
+		go serveProfiler(ctx, addr)
+	}
 	go func() { errc <- runSource(ctx) }()
 	go func() { errc <- ctrl.Run(ctx) }()
 	// The ports are bound at once (a port in use fails the start), but

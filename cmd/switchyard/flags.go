@@ -21,6 +21,11 @@ type controllerOptions struct {
 	// ShutdownGraceSeconds is --shutdown-grace-period: how long the
 	// controller keeps serving after SIGTERM before it starts to stop.
 	ShutdownGraceSeconds int
+	// Profiling is --profiling: serve Go's /debug/pprof on
+	// ProfilerAddress:ProfilerPort (loopback only), as ingress-nginx does.
+	Profiling       bool
+	ProfilerPort    int
+	ProfilerAddress net.IP
 	// AccessLog receives the Go data plane's access log (standard output
 	// when run as a command); nil, none.
 	AccessLog io.Writer
@@ -166,9 +171,9 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.Bool("disable-full-test", false, noEffect("disable-full-test"))
 
 	// Profiling
-	fs.Bool("profiling", true, noEffect("profiling"))
-	fs.Int("profiler-port", 10245, noEffect("profiler-port"))
-	fs.IP("profiler-address", net.IPv4(127, 0, 0, 1), noEffect("profiler-address"))
+	fs.BoolVar(&opts.Profiling, "profiling", true, "serve Go's /debug/pprof on --profiler-address:--profiler-port")
+	fs.IntVar(&opts.ProfilerPort, "profiler-port", 10245, "port of /debug/pprof (with --profiling)")
+	fs.IPVar(&opts.ProfilerAddress, "profiler-address", net.IPv4(127, 0, 0, 1), "loopback address of /debug/pprof (with --profiling)")
 
 	// Shutdown
 	fs.IntVar(&opts.ShutdownGraceSeconds, "shutdown-grace-period", 0, "seconds to keep serving after SIGTERM before shutting down")
@@ -187,7 +192,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
-	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10245, "loopback port of nginx's internal status server (--data-plane=nginx)")
+	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
 
 	// Logging: -v sets klog's verbosity when the controller starts
 	// (klogFlags); klog's other flags are klog's own, as ingress-nginx adds

@@ -141,9 +141,9 @@ var controllerFlagTable = map[string]flagRow{
 	"validating-webhook-key":         {groupWebhook, flagNoEffect, "Switchyard serves no admission webhook"},
 	"disable-full-test":              {groupWebhook, flagNoEffect, "Switchyard serves no admission webhook"},
 
-	"profiling":        {groupProfiling, flagNoEffect, "the controller serves no /debug/pprof (`switchyard balancer --pprof-address` does)"},
-	"profiler-port":    {groupProfiling, flagNoEffect, "the controller serves no /debug/pprof"},
-	"profiler-address": {groupProfiling, flagNoEffect, "the controller serves no /debug/pprof"},
+	"profiling":        {groupProfiling, flagImplemented, "serves Go's `/debug/pprof` on --profiler-address:--profiler-port; a profiler that cannot bind is logged and left off, it does not stop the controller"},
+	"profiler-port":    {groupProfiling, flagImplemented, ""},
+	"profiler-address": {groupProfiling, flagImplemented, "must be a loopback address: profiles are never served beyond the node"},
 
 	"shutdown-grace-period":      {groupShutdown, flagImplemented, "a second SIGTERM or SIGINT during it stops at once"},
 	"post-shutdown-grace-period": {groupShutdown, flagNoEffect, "Switchyard exits as soon as its servers have stopped"},
