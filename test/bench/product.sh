@@ -1,0 +1,462 @@
+#!/usr/bin/env bash
+# The product against nginx (issue 17, items 1 and 3): `switchyard
+# controller --data-plane=go` in manifests mode (one Ingress, host
+# bench.local, TLS from a kubernetes.io/tls Secret, three backends), with
+# its defaults: ingress-nginx's request metrics on the status port and the
+# upstreaminfo access log on standard output, redirected to a file as a
+# container log would be. Beside it, in the same run:
+#   ingress  Debian's nginx configured as ingress-nginx v1.15.1's template
+#            and defaults configure it (log_format upstreaminfo, access_log
+#            to a file, no buffer; upstream keep-alive 320 / 10000 / 60s;
+#            worker_connections 16384; its proxy headers, proxy_buffering
+#            off, TLS session cache shared:SSL:10m, tickets off; HSTS on
+#            HTTPS), without its Lua (balancer_by_lua, the monitor's log
+#            phase): a plain round-robin upstream block;
+#   plain    the same nginx without access log: the ceiling.
+# Sections (each round runs the three once, the order rotating per round):
+#   pinned    proxies on CPU 1 (nginx 1 worker, GOMAXPROCS=1), wrk and the
+#             backends (test/bench/proxy backend) on CPU 0; HTTP/1.1
+#             keep-alive, wrk at 8 and 64 connections;
+#   unpinned  everything on both cores (nginx 2 workers, GOMAXPROCS=2);
+#   h2        pinned; HTTPS with HTTP/2 to the client (h2load): 64 streams
+#             over 8 connections, and 64 connections of one stream;
+#   tls       pinned; new TLS connections per second, session resumption
+#             on (test/bench/product tlsconns: one request per connection,
+#             reports the resumed fraction).
+# Each run reports rps, p99 (wrk; h2load's per-request log), the proxy's
+# CPU per request (utime+stime of its processes, /proc/PID/stat) and its
+# CPU use in % of one core. The summary gives, per cell, medians over the
+# rounds and the median [range] of the per-round ratios product ÷ ingress
+# and product ÷ plain. At the end of each phase the script scrapes the
+# product's /metrics and fails unless nginx_ingress_controller_requests
+# is non-zero and the access log grew.
+# Needs root (apt-get for missing tools), wrk, nginx, h2load
+# (nghttp2-client), openssl, curl, taskset.
+# Usage: [REV=<commit>] test/bench/product.sh [seconds] [rounds]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs="${1:-5}"
+rounds="${2:-5}"
+tmp="$(mktemp -d)"
+chmod 755 "$tmp" # nginx's workers run as nobody
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# need COMMAND PACKAGE: installs PACKAGE when COMMAND is missing, fails if
+# it still is.
+need() {
+	command -v "$1" >/dev/null && return
+	echo "# installing $2 for $1" >&2
+	apt-get install -y "$2" >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y "$2" >/dev/null 2>&1) || true
+	command -v "$1" >/dev/null || { echo "product.sh: $1 is missing and apt-get install $2 failed" >&2; exit 1; }
+}
+need wrk wrk
+need nginx nginx
+need h2load nghttp2-client
+need openssl openssl
+need curl curl
+need taskset util-linux
+
+# REV=<commit> builds the product and the backends from that commit (git
+# archive), not from the working tree, which others may be editing.
+if [ -n "${REV:-}" ]; then
+	mkdir "$tmp/src"
+	git archive "$REV" | tar -x -C "$tmp/src"
+	(cd "$tmp/src" && go build -o "$tmp/pbench" ./test/bench/proxy && go build -o "$tmp/switchyard" ./cmd/switchyard)
+	measured="commit $(git rev-parse --short "$REV")"
+else
+	go build -o "$tmp/pbench" ./test/bench/proxy
+	go build -o "$tmp/switchyard" ./cmd/switchyard
+	measured="working tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd controlplane balancer tcpproxy go.mod || echo ', with uncommitted changes')"
+fi
+go build -o "$tmp/tlsclient" ./test/bench/product
+
+backend_port=18381
+sy_http=18380 sy_https=18383 sy_status=18384
+ng_http=18390 ng_https=18393
+pl_http=18400 pl_https=18403
+
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench.local -addext subjectAltName=DNS:bench.local \
+	-keyout "$tmp/tls.key" -out "$tmp/tls.crt" 2>/dev/null
+
+mkdir "$tmp/manifests"
+cat >"$tmp/manifests/bench.yaml" <<YAML
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: switchyard}
+spec: {controller: switchyard.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: app, namespace: bench}
+spec:
+  ports:
+  - {name: http, port: 80, targetPort: $backend_port}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: app-1
+  namespace: bench
+  labels: {kubernetes.io/service-name: app}
+addressType: IPv4
+ports:
+- {name: http, port: $backend_port, protocol: TCP}
+endpoints:
+- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+  conditions: {ready: true}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bench-tls, namespace: bench}
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 "$tmp/tls.crt")
+  tls.key: $(base64 -w0 "$tmp/tls.key")
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: bench
+  # HTTP/1.1 is measured on the plain port: no redirect to HTTPS.
+  annotations: {nginx.ingress.kubernetes.io/ssl-redirect: "false"}
+spec:
+  ingressClassName: switchyard
+  tls:
+  - hosts: [bench.local]
+    secretName: bench-tls
+  rules:
+  - host: bench.local
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
+YAML
+
+# nginx_conf DIR HTTP_PORT HTTPS_PORT WORKERS LOG: writes DIR/nginx.conf,
+# nginx as ingress-nginx v1.15.1 configures it (nginx.tmpl and the
+# defaults of internal/ingress/controller/config/config.go) for one
+# Ingress, with a plain upstream block where ingress-nginx has Lua. LOG
+# "on": its access log (to DIR/access.log); "off": none.
+nginx_conf() {
+	local dir="$1" http="$2" https="$3" workers="$4" log="$5" access
+	mkdir -p "$dir"
+	access="access_log $dir/access.log upstreaminfo;"
+	[ "$log" = on ] || access="access_log off;"
+	cat >"$dir/nginx.conf" <<CONF
+worker_processes $workers;
+daemon off;
+error_log $dir/error.log warn;
+pid $dir/nginx.pid;
+events {
+	multi_accept on;
+	worker_connections 16384;
+	use epoll;
+}
+http {
+	aio threads;
+	tcp_nopush on;
+	tcp_nodelay on;
+	reset_timedout_connection on;
+	keepalive_timeout 75s;
+	keepalive_requests 1000;
+	server_tokens off;
+	http2_max_concurrent_streams 128;
+	client_body_temp_path $dir/body;
+	proxy_temp_path $dir/proxy;
+	fastcgi_temp_path $dir/fastcgi;
+	uwsgi_temp_path $dir/uwsgi;
+	scgi_temp_path $dir/scgi;
+	# ingress-nginx's default log-format-upstream.
+	log_format upstreaminfo '\$remote_addr - \$remote_user [\$time_local] "\$request" \$status \$body_bytes_sent "\$http_referer" "\$http_user_agent" \$request_length \$request_time [\$proxy_upstream_name] [\$proxy_alternative_upstream_name] \$upstream_addr \$upstream_response_length \$upstream_response_time \$upstream_status \$req_id';
+	$access
+	map \$http_x_request_id \$req_id {
+		default \$http_x_request_id;
+		"" \$request_id;
+	}
+	map \$http_upgrade \$connection_upgrade {
+		default upgrade;
+		'' '';
+	}
+	# HSTS on HTTPS (lua_ingress.lua with hsts true, max-age 31536000, includeSubDomains).
+	map \$scheme \$hsts {
+		https "max-age=31536000; includeSubDomains";
+		default "";
+	}
+	ssl_protocols TLSv1.2 TLSv1.3;
+	ssl_early_data off;
+	ssl_session_cache shared:SSL:10m;
+	ssl_session_timeout 10m;
+	ssl_session_tickets off;
+	ssl_buffer_size 4k;
+	ssl_ciphers 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-AES128-GCM-SHA256';
+	ssl_prefer_server_ciphers on;
+	ssl_ecdh_curve auto;
+	upstream upstream_balancer {
+		server 127.0.0.2:$backend_port;
+		server 127.0.0.3:$backend_port;
+		server 127.0.0.4:$backend_port;
+		keepalive 320;
+		keepalive_time 1h;
+		keepalive_timeout 60s;
+		keepalive_requests 10000;
+	}
+	server {
+		server_name bench.local;
+		listen 127.0.0.1:$http reuseport;
+		listen 127.0.0.1:$https reuseport ssl http2;
+		ssl_certificate $tmp/tls.crt;
+		ssl_certificate_key $tmp/tls.key;
+		location / {
+			set \$proxy_upstream_name "bench-app-80";
+			set \$proxy_alternative_upstream_name "";
+			add_header Strict-Transport-Security \$hsts always;
+			proxy_set_header Host \$http_host;
+			proxy_set_header Upgrade \$http_upgrade;
+			proxy_set_header Connection \$connection_upgrade;
+			proxy_set_header X-Request-ID \$req_id;
+			proxy_set_header X-Real-IP \$remote_addr;
+			proxy_set_header X-Forwarded-For \$remote_addr;
+			proxy_set_header X-Forwarded-Host \$http_host;
+			proxy_set_header X-Forwarded-Port \$server_port;
+			proxy_set_header X-Forwarded-Proto \$scheme;
+			proxy_set_header X-Forwarded-Scheme \$scheme;
+			proxy_set_header X-Scheme \$scheme;
+			proxy_set_header X-Original-Forwarded-For \$http_x_forwarded_for;
+			proxy_set_header X-Original-Forwarded-Host \$http_x_forwarded_host;
+			proxy_set_header Proxy "";
+			proxy_connect_timeout 5s;
+			proxy_send_timeout 60s;
+			proxy_read_timeout 60s;
+			proxy_buffering off;
+			proxy_buffer_size 4k;
+			proxy_buffers 4 4k;
+			proxy_request_buffering on;
+			proxy_http_version 1.1;
+			proxy_next_upstream error timeout;
+			proxy_next_upstream_timeout 0;
+			proxy_next_upstream_tries 3;
+			proxy_pass http://upstream_balancer;
+		}
+	}
+}
+CONF
+}
+
+# Per phase: the processes, their pids (for CPU), the client's CPU prefix.
+phase_pids=()
+declare -A procs
+client=()
+phase=""
+
+# wait_ready NAME HTTP_PORT HTTPS_PORT: waits until NAME answers 200 on
+# both ports, over HTTPS with HTTP/2 and the script's certificate.
+wait_ready() {
+	local name="$1" http="$2" https="$3" code v
+	for _ in $(seq 100); do
+		code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: bench.local' "http://127.0.0.1:$http/" || true)
+		v=$(curl -s -o /dev/null -w '%{http_code} %{http_version}' --http2 --cacert "$tmp/tls.crt" \
+			--resolve "bench.local:$https:127.0.0.1" "https://bench.local:$https/" || true)
+		if [ "$code" = 200 ] && [ "$v" = "200 2" ]; then
+			return
+		fi
+		sleep 0.1 # polling the listener; there is nothing to wait on
+	done
+	echo "product.sh: $name did not serve bench.local (http $code, https '$v')" >&2
+	tail -5 "$tmp/$name"* >&2 2>/dev/null || true
+	exit 1
+}
+
+# start_phase NAME PINNED(1|0): starts the backends and the three proxies.
+start_phase() {
+	phase="$1"
+	local pinned="$2" on1=() on0=() workers=2 maxprocs=2 p
+	if [ "$pinned" = 1 ]; then
+		on1=(taskset -c 1) on0=(taskset -c 0) workers=1 maxprocs=1
+	fi
+	client=("${on0[@]}")
+	phase_pids=()
+	"${on0[@]}" "$tmp/pbench" backend -listen "127.0.0.2:$backend_port,127.0.0.3:$backend_port,127.0.0.4:$backend_port" &
+	phase_pids+=($!)
+	GOMAXPROCS=$maxprocs "${on1[@]}" "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" \
+		--http-port $sy_http --https-port $sy_https --status-port $sy_status --listen-address 127.0.0.1 \
+		>"$tmp/product-$phase.access.log" 2>"$tmp/product-$phase.stderr" &
+	phase_pids+=($!)
+	procs[product]=$!
+	nginx_conf "$tmp/ingress-$phase" $ng_http $ng_https $workers on
+	"${on1[@]}" nginx -p "$tmp/ingress-$phase" -c "$tmp/ingress-$phase/nginx.conf" &
+	phase_pids+=($!)
+	procs[ingress]=$!
+	nginx_conf "$tmp/plain-$phase" $pl_http $pl_https $workers off
+	"${on1[@]}" nginx -p "$tmp/plain-$phase" -c "$tmp/plain-$phase/nginx.conf" &
+	phase_pids+=($!)
+	procs[plain]=$!
+	pids+=("${phase_pids[@]}")
+	wait_ready product $sy_http $sy_https
+	wait_ready ingress $ng_http $ng_https
+	wait_ready plain $pl_http $pl_https
+	for p in product ingress plain; do
+		"${client[@]}" wrk -t2 -c64 -d1s -H 'Host: bench.local' "http://127.0.0.1:$(http_port $p)/" >/dev/null
+	done
+}
+
+# stop_phase: proves the product's metrics and access log were on, then
+# stops the phase's processes.
+stop_phase() {
+	local reqs dropped lines nglines p
+	reqs=$(curl -sf "http://127.0.0.1:$sy_status/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }')
+	dropped=$(curl -sf "http://127.0.0.1:$sy_status/metrics" | awk '/^switchyard_access_log_dropped_lines_total/ { s += $NF } END { printf "%.0f", s }')
+	sleep 0.5 # lets the log writer drain its buffer to the file
+	lines=$(wc -l <"$tmp/product-$phase.access.log")
+	nglines=$(wc -l <"$tmp/ingress-$phase/access.log")
+	echo "# phase $phase: product nginx_ingress_controller_requests $reqs, access log $lines lines ($dropped dropped); ingress nginx access log $nglines lines"
+	if [ "${reqs:-0}" -le 0 ] || [ "$lines" -le 0 ]; then
+		echo "product.sh: the product's request metrics or access log were off" >&2
+		exit 1
+	fi
+	if grep -q '^E[0-9]' "$tmp/product-$phase.stderr"; then
+		echo "# product errors in phase $phase:"
+		grep '^E[0-9]' "$tmp/product-$phase.stderr" | sort | uniq -c | sort -rn | head -5 | sed 's/^/#   /'
+	fi
+	for p in "${phase_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${phase_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+
+http_port() { case $1 in product) echo $sy_http ;; ingress) echo $ng_http ;; plain) echo $pl_http ;; esac; }
+https_port() { case $1 in product) echo $sy_https ;; ingress) echo $ng_https ;; plain) echo $pl_https ;; esac; }
+
+# ticks NAME: CPU clock ticks (user + system) spent so far by the process
+# NAME and, for nginx, its workers.
+ticks() {
+	local pid="${procs[$1]}"
+	# shellcheck disable=SC2046 # one pid a word
+	cat "/proc/$pid/stat" $(pgrep -P "$pid" | sed 's|.*|/proc/&/stat|') 2>/dev/null | awk '{ s += $14 + $15 } END { print s }'
+}
+
+hz=$(getconf CLK_TCK)
+# cpu_fields NAME T0 N: "us_per_req cpu_pct" for N requests in secs.
+cpu_fields() {
+	awk -v t0="$2" -v t1="$(ticks "$1")" -v n="$3" -v hz="$hz" -v secs="$secs" \
+		'BEGIN { d = (t1 - t0) / hz; printf "%.1f %.0f", (n > 0 ? d * 1e6 / n : 0), 100 * d / secs }'
+}
+
+# wrk_run NAME CONNS: prints "rps p99_us cpu_us_per_req cpu_pct bad -";
+# bad counts non-2xx answers and socket errors.
+wrk_run() {
+	local t0 out rps p99 n bad
+	t0=$(ticks "$1")
+	out=$("${client[@]}" wrk -t2 -c"$2" -d"${secs}s" --latency -H 'Host: bench.local' "http://127.0.0.1:$(http_port "$1")/")
+	read -r rps p99 n bad < <(awk 'function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return v*1000; if (v ~ /s$/) return v*1000000; return v }
+		/Requests\/sec/ { rps = $2 } $1 == "99%" { p99 = us($2) } /requests in/ { n = $1 }
+		/Non-2xx/ { bad += $NF } /Socket errors/ { gsub(/,/, ""); bad += $4 + $6 + $8 + $10 }
+		END { printf "%.0f %.0f %d %d\n", rps, p99, n, bad }' <<<"$out")
+	[ "$bad" = 0 ] || grep -E 'Non-2xx|Socket errors' <<<"$out" | sed "s/^/# $1 wrk: /" >&2 || true
+	echo "$rps $p99 $(cpu_fields "$1" "$t0" "$n") $bad -"
+}
+
+# h2_run NAME CLIENTS STREAMS: h2load over HTTPS with HTTP/2; prints
+# "rps p99_us cpu_us_per_req cpu_pct bad -"; p99 from h2load's request log.
+h2_run() {
+	local t0 out n rps bad p99
+	t0=$(ticks "$1")
+	out=$("${client[@]}" h2load -t1 -c"$2" -m"$3" -D"$secs" --log-file="$tmp/h2.log" \
+		--connect-to="127.0.0.1:$(https_port "$1")" https://bench.local/)
+	read -r n rps bad < <(awk '/^finished in/ { gsub(/,/, ""); rps = $4 }
+		/^requests:/ { gsub(/,/, ""); done = $6; failed = $10 }
+		/^status codes:/ { ok = $3 }
+		END { bad = done - ok; if (failed > bad) bad = failed; printf "%d %.0f %d\n", done, rps, bad }' <<<"$out")
+	[ "$bad" = 0 ] || grep -E '^(requests|status codes):' <<<"$out" | sed "s/^/# $1 h2load: /" >&2 || true
+	p99=$(cut -f3 "$tmp/h2.log" | sort -n | awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; print v[i] + 0 }')
+	echo "$rps $p99 $(cpu_fields "$1" "$t0" "$n") $bad -"
+}
+
+# tls_run NAME: new TLS connections per second, resumption on; prints
+# "conns_per_s 0 cpu_us_per_conn cpu_pct bad resumed_fraction"
+tls_run() {
+	local t0 rate resumed non200 errs
+	t0=$(ticks "$1")
+	read -r rate resumed non200 errs < <("${client[@]}" "$tmp/tlsclient" tlsconns -addr "127.0.0.1:$(https_port "$1")" \
+		-sni bench.local -c 32 -d "${secs}s")
+	echo "$rate 0 $(cpu_fields "$1" "$t0" "$(awk -v r="$rate" -v s="$secs" 'BEGIN { printf "%d", r * s }')") $((non200 + errs)) $resumed"
+}
+
+names=(product ingress plain)
+# cell LABEL COMMAND ARGS...: rounds of COMMAND NAME ARGS... for the three,
+# the order rotating per round; rows to stdout and $tmp/rows.
+cell() {
+	local label="$1" r i name row
+	shift
+	for r in $(seq "$rounds"); do
+		for i in 0 1 2; do
+			name=${names[$(((r + i) % 3))]}
+			row=$("$@" "$name")
+			[ "$(wc -w <<<"$row")" = 6 ] || { echo "product.sh: $label $name: could not read the run's figures ('$row')" >&2; exit 1; }
+			echo "$label $r $name $row" >>"$tmp/rows"
+			# shellcheck disable=SC2086 # fields of row
+			printf '| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n' "$label" "$r" "$name" $row
+		done
+	done
+}
+# Argument order for cell: the command takes NAME last.
+wrk8() { wrk_run "$1" 8; }
+wrk64() { wrk_run "$1" 64; }
+h2_8x8() { h2_run "$1" 8 8; }
+h2_64x1() { h2_run "$1" 64 1; }
+
+echo "# $(date -u +%FT%TZ), $measured, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
+echo "# $(nginx -v 2>&1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), h2load $(h2load --version | awk '{ print $2 }'), $(go version | cut -d' ' -f3)"
+echo "| cell | round | proxy | rps | p99 us | CPU us/req | CPU % | bad | resumed |"
+echo "|---|---|---|---|---|---|---|---|---|"
+start_phase pinned 1
+cell "h1-pinned-c8" wrk8
+cell "h1-pinned-c64" wrk64
+stop_phase
+start_phase unpinned 0
+cell "h1-unpinned-c8" wrk8
+cell "h1-unpinned-c64" wrk64
+stop_phase
+start_phase h2tls 1
+cell "h2-pinned-8x8" h2_8x8
+cell "h2-pinned-64x1" h2_64x1
+cell "tls-pinned-new-conns" tls_run
+stop_phase
+echo "# end $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo
+echo "Medians over $rounds rounds; ratios: median [min-max] of the per-round ratios. rps: new connections/s in the tls cell; CPU: us per request (per connection in the tls cell)."
+echo "| cell | product rps | ingress rps | plain rps | rps product/ingress | rps product/plain | p99 us product / ingress / plain | p99 product/ingress | CPU/req product / ingress / plain | CPU/req product/ingress | CPU/req product/plain | product resumed |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+awk 'function sort(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } }
+	function med(a, n) { sort(a, n); return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function col(c, p, f,   n, r, a) { n = 0; for (r = 1; r <= R[c]; r++) if ((c, r, p) in V) { split(V[c, r, p], x, " "); a[++n] = x[f] } return n ? med(a, n) : 0 }
+	function ratio(c, p, q, f, fmt,   n, r, a, lo, hi, x, y) {
+		n = 0
+		for (r = 1; r <= R[c]; r++) {
+			split(V[c, r, p], x, " "); split(V[c, r, q], y, " ")
+			if (y[f] > 0) a[++n] = x[f] / y[f]
+		}
+		if (!n) return "-"
+		sort(a, n); lo = a[1]; hi = a[n]
+		return sprintf(fmt " [" fmt "-" fmt "]", med(a, n), lo, hi)
+	}
+	{ c = $1; if (!(c in R)) order[++nc] = c; if ($2 > R[c]) R[c] = $2; V[c, $2, $3] = $4 " " $5 " " $6 " " $7 " " $8 " " $9 }
+	END {
+		for (i = 1; i <= nc; i++) {
+			c = order[i]
+			p99 = col(c, "product", 2) > 0
+			printf "| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f / %.1f / %.1f | %s | %s | %s |\n", c,
+				col(c, "product", 1), col(c, "ingress", 1), col(c, "plain", 1),
+				ratio(c, "product", "ingress", 1, "%.2f"), ratio(c, "product", "plain", 1, "%.2f"),
+				p99 ? sprintf("%.0f / %.0f / %.0f", col(c, "product", 2), col(c, "ingress", 2), col(c, "plain", 2)) : "-",
+				p99 ? ratio(c, "product", "ingress", 2, "%.2f") : "-",
+				col(c, "product", 3), col(c, "ingress", 3), col(c, "plain", 3),
+				ratio(c, "product", "ingress", 3, "%.2f"), ratio(c, "product", "plain", 3, "%.2f"),
+				c ~ /^tls/ ? sprintf("%.3f (ingress %.3f, plain %.3f)", col(c, "product", 6), col(c, "ingress", 6), col(c, "plain", 6)) : "-"
+		}
+	}' "$tmp/rows"
+awk '$8 > 0 { bad[$1 " " $3] += $8 } END { for (k in bad) printf "# non-2xx or errors: %s: %d\n", k, bad[k] }' "$tmp/rows"
