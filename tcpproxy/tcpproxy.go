@@ -91,9 +91,13 @@ type Config struct {
 
 // Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.
 type Proxy struct {
+	// immutable
 	cfg     Config
 	metrics *metrics
-	routes  atomic.Pointer[Routes]
+	dialer  net.Dialer
+
+	// atomic
+	routes atomic.Pointer[Routes]
 
 	mu        sync.Mutex // guards listeners, udp and sni
 	listeners map[int]net.Listener
@@ -123,10 +127,25 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, metrics: m, listeners: map[int]net.Listener{}, udp: map[int]context.CancelFunc{}, sni: map[net.Listener]struct{}{}}
+	p := &Proxy{cfg: cfg, metrics: m, dialer: upstreamDialer(cfg.ConnectTimeout), listeners: map[int]net.Listener{}, udp: map[int]context.CancelFunc{}, sni: map[net.Listener]struct{}{}}
 	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}, UDP: map[int]model.L4Service{}})
 	return p, nil
 }
+
+// upstreamDialer dials peers and the HTTPS fallback without TCP keep-alive,
+// as nginx's stream proxy (proxy_socket_keepalive off) and HAProxy (no
+// option srvtcpka) do by default: Go's default keep-alive is four
+// setsockopt calls on every upstream connection (issue 23). Idle
+// connections end by IdleTimeout either way.
+func upstreamDialer(timeout time.Duration) net.Dialer {
+	return net.Dialer{Timeout: timeout, KeepAlive: -1}
+}
+
+// tcpServiceListen opens TCP service ports; accepted connections get no TCP
+// keep-alive, as nginx's "listen" without so_keepalive (ingress-nginx's
+// stream servers), instead of Go's four setsockopt calls per accept
+// (issue 23).
+var tcpServiceListen = net.ListenConfig{KeepAlive: -1}
 
 // Update swaps in new routes. Established connections are never reset.
 func (p *Proxy) Update(r *Routes) {
@@ -248,7 +267,7 @@ func (p *Proxy) handleSNI(c net.Conn) {
 // carrying the client's address. br, if not nil, holds the peeked hello; it
 // is returned to the pool.
 func (p *Proxy) toFallback(c net.Conn, br *bufio.Reader) {
-	up, err := net.DialTimeout("tcp", p.cfg.HTTPSFallback, p.cfg.ConnectTimeout)
+	up, err := p.dialer.Dial("tcp", p.cfg.HTTPSFallback)
 	if err != nil {
 		if br != nil {
 			putReader(br)
@@ -285,7 +304,7 @@ func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *co
 			break
 		}
 		start := time.Now()
-		up, err := net.DialTimeout("tcp", pick.Peer, p.cfg.ConnectTimeout)
+		up, err := p.dialer.Dial("tcp", pick.Peer)
 		if err != nil {
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: time.Since(start), Failed: true})
 			a.LastFailure = balancer.FailureFailed
@@ -334,7 +353,7 @@ func (p *Proxy) SyncTCP(ctx context.Context, addr string) error {
 		if _, ok := p.listeners[port]; ok {
 			continue
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
+		ln, err := tcpServiceListen.Listen(ctx, "tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tcp service port %d: %w", port, err))
 			continue
