@@ -1,41 +1,60 @@
 #!/usr/bin/env bash
-# SSL passthrough through package tcpproxy versus a direct connection from
-# the same client to the same TLS backend (issue 7): connection setup added
-# (TCP connect + TLS handshake, p50; target <= 100 us) and the throughput of
-# 1 MiB transfers (target >= 0.9x direct), with a plain io.Copy forwarder as
-# the floor of any extra process hop. Client, backend, proxy and forwarder
-# are separate processes; samples are interleaved in random order; see the
-# comment of test/bench/tcpproxy/main.go and docs/benchmarks/tcpproxy.md.
+# Switchyard's L4 paths (package tcpproxy: SNI passthrough, TCP service,
+# both with PROXY protocol) against HAProxy (mode tcp, req.ssl_sni) and
+# nginx's stream module (ssl_preread), a direct connection and a bare
+# io.Copy forwarder (the floor of any process hop), in the same interleaved
+# rounds on the same backend (issue 23; issue 7 before it): connection setup
+# added p50/p99, 1-byte RTT added, 1 MiB and 1 GiB throughput, CPU per
+# connection and per GiB of each proxy process. Each run is measured pinned
+# (every proxy on CPU 1 with one thread of work, client and backend on
+# CPU 0) and unpinned. See the comment of test/bench/tcpproxy/main.go and
+# docs/benchmarks/tcpproxy.md.
 #
-# Prints the whole table of docs/benchmarks/tcpproxy.md: per run, a short
-# handshake row, a full handshake row and a row with the proxy and the
-# forwarder at GOMAXPROCS=1; then each row's details (medians per path,
-# paired differences, backend CPU); then the package's Go benchmarks.
+# Installs haproxy, nginx and libnginx-mod-stream with apt-get when they are
+# missing (root), and fails if it cannot.
 #
-# Usage: test/bench/tcpproxy.sh [rounds] [runs]
-#   NICE=-10 test/bench/tcpproxy.sh   runs the processes at that nice level
-#   (root only for a negative one), to measure apart from other load.
+# Prints each run's tables, then the summary over runs: per class, metric
+# and mode, Switchyard ÷ the better of HAProxy and nginx, median [range].
+#
+# Usage: test/bench/tcpproxy.sh [rounds] [runs] [big-rounds]
+#   OUT=file   also writes the whole output there
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds="${1:-300}"
 runs="${2:-3}"
-nice="${NICE:-0}"
+big="${3:-2}"
+if ! command -v haproxy >/dev/null || ! command -v nginx >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+	echo "# installing haproxy nginx libnginx-mod-stream" >&2
+	# Keep the packages' services from starting: the bench runs its own.
+	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	DEBIAN_FRONTEND=noninteractive apt-get install -y haproxy nginx libnginx-mod-stream >&2 || {
+		echo "tcpproxy.sh: cannot install haproxy/nginx/libnginx-mod-stream; the comparison needs them" >&2
+		exit 1
+	}
+	rm -f /usr/sbin/policy-rc.d
+	trap - EXIT
+fi
+command -v haproxy >/dev/null && command -v nginx >/dev/null && [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || {
+	echo "tcpproxy.sh: haproxy, nginx or the nginx stream module is missing" >&2
+	exit 1
+}
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 bin="$tmp/tcpproxy-bench"
-details="$tmp/details"
 go build -o "$bin" ./test/bench/tcpproxy
-echo "# $(date -u +%FT%TZ) $(nproc) cores, $(go version | cut -d' ' -f3), nice $nice, $rounds rounds/run, up: $(uptime)"
-echo
-echo "| run | load 1 min before → after | direct setup p50 | passthrough: setup added | forward: setup added | passthrough: 1-byte RTT added | forward: RTT added | direct 1 MiB p50 | passthrough: throughput ratio | forward: throughput ratio | passthrough CPU/conn | forward CPU/conn |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-for i in $(seq "$runs"); do
-	nice -n "$nice" "$bin" -rounds "$rounds" -label "$i short" 2>>"$details"
-	nice -n "$nice" "$bin" -rounds "$rounds" -handshake full -label "$i full" 2>>"$details"
-	nice -n "$nice" "$bin" -rounds "$rounds" -proxy-procs 1 -label "$i short, proxy GOMAXPROCS=1" 2>>"$details"
-done
-echo
-echo "# up: $(uptime)"
-echo
-cat "$details"
-go test -run '^$' -bench 'Benchmark' -benchmem -count 3 ./tcpproxy/
+{
+	echo "# $(date -u +%FT%TZ) $(nproc) cores, $(go version | cut -d' ' -f3), $(git rev-parse --short HEAD), $rounds rounds + $big × 1 GiB per path per run, $runs runs"
+	echo "# $(haproxy -v | head -1); $(nginx -v 2>&1)"
+	echo "# up: $(uptime)"
+	for i in $(seq "$runs"); do
+		taskset -c 0 "$bin" -pin -rounds "$rounds" -big-rounds "$big" -label "run $i" -json "$tmp/runs.json"
+		"$bin" -rounds "$rounds" -big-rounds "$big" -label "run $i" -json "$tmp/runs.json"
+	done
+	echo
+	echo "# up: $(uptime)"
+	echo
+	echo "## Summary: $runs runs"
+	echo
+	"$bin" -role summarize "$tmp/runs.json"
+} | tee "${OUT:-/dev/null}"

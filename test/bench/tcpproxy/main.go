@@ -428,8 +428,9 @@ func start(pin bool, bin, role string, procs int, env []string, args ...string) 
 }
 
 // startExternal runs an external proxy (HAProxy, nginx) in the foreground
-// and waits until addr accepts connections.
-func startExternal(name, addr, dir string, cmd *exec.Cmd) (*proc, error) {
+// and waits until addr accepts connections and it has workers child
+// processes.
+func startExternal(name, addr, dir string, workers int, cmd *exec.Cmd) (*proc, error) {
 	out, err := os.Create(filepath.Join(dir, "output"))
 	if err != nil {
 		return nil, err
@@ -461,8 +462,16 @@ func startExternal(name, addr, dir string, cmd *exec.Cmd) (*proc, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	p.stdin = killer{cmd: cmd, exited: exited}
-	// nginx's workers are the master's children; they live until the end.
-	p.pids = append(p.pids, childrenOf(cmd.Process.Pid)...)
+	// nginx's workers are the master's children, forked after it listens;
+	// they live until the end.
+	for len(p.pids) < 1+workers {
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("%s: %d of %d worker processes after 10s", name, len(p.pids)-1, workers)
+		}
+		time.Sleep(20 * time.Millisecond)
+		p.pids = append(p.pids[:1], childrenOf(cmd.Process.Pid)...)
+	}
 	return p, nil
 }
 
@@ -783,6 +792,7 @@ func startPeer(pin bool, dir, impl, class, target, ppTarget string, threads int)
 	}
 	conf := filepath.Join(pdir, impl+".conf")
 	var cmd *exec.Cmd
+	workers := 0
 	switch impl {
 	case implHAProxy:
 		if err := os.WriteFile(conf, []byte(haproxyConfig(listen, up, class, threads)), 0o644); err != nil {
@@ -793,9 +803,10 @@ func startPeer(pin bool, dir, impl, class, target, ppTarget string, threads int)
 		if err := os.WriteFile(conf, []byte(nginxConfig(pdir, listen, up, class, threads)), 0o644); err != nil {
 			return nil, err
 		}
+		workers = threads
 		cmd = command(pin, "nginx", "-e", filepath.Join(pdir, "error.log"), "-p", pdir, "-c", conf)
 	}
-	p, err := startExternal(impl+" "+class, listen, pdir, cmd)
+	p, err := startExternal(impl+" "+class, listen, pdir, workers, cmd)
 	if err != nil {
 		return nil, err
 	}
