@@ -382,12 +382,15 @@ type proc struct {
 	dir   string    // external proxies: their configuration directory
 }
 
-// command is bin args, under taskset -c 1 when pin.
+// command is bin args, under taskset -c 1 when pin. The process gets
+// SIGTERM if this one dies first, so no proxy outlives an interrupted run.
 func command(pin bool, bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
 	if pin {
-		return exec.Command("taskset", append([]string{"-c", "1", bin}, args...)...)
+		cmd = exec.Command("taskset", append([]string{"-c", "1", bin}, args...)...)
 	}
-	return exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	return cmd
 }
 
 // start runs bin ("" is this binary) with -role role, GOMAXPROCS procs (0:
