@@ -12,29 +12,56 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
-// metrics are the request metrics, with ingress-nginx's names and labels.
-// Label values come from the configuration (server name, Ingress path,
-// backend names) or small fixed sets (status code, method), never from raw
-// request data, so cardinality is bounded by the configuration.
+// metrics are the request metrics, with ingress-nginx's names, labels and
+// buckets. Label values come from the configuration (server name, Ingress
+// path, backend names) or small fixed sets (status code, method), never
+// from raw request data, so cardinality is bounded by the configuration.
+//
+// A request adds to atomic counters of its series only (no lock, no
+// allocation, no Prometheus observer): the counter and histograms are
+// folded into Prometheus metrics when /metrics is scraped (Collect). The
+// deprecated upstream latency summary stays a Prometheus summary, as its
+// quantiles need the samples.
 type metrics struct {
-	perHost  bool
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	respSize *prometheus.HistogramVec
-	reqSize  *prometheus.HistogramVec
-	upstream *prometheus.HistogramVec
-	connect  *prometheus.HistogramVec
-	header   *prometheus.HistogramVec
-	latency  *prometheus.SummaryVec
+	perHost bool
+	latency *prometheus.SummaryVec
 
-	// series caches the resolved metrics of each label set, so a request
-	// whose labels were seen before allocates nothing: copy on write,
-	// emptied by Update (locations are per configuration) and when full.
-	mu     sync.Mutex
-	series atomic.Pointer[map[seriesKey]*series]
+	// all holds every series ever made, for Collect: series outlive the
+	// configuration that made them, as Prometheus vectors' children do.
+	mu  sync.Mutex
+	all map[labelValues]*series // guarded by mu
+
+	// cache resolves a request's series without a lock: copy on write,
+	// emptied by reset (its keys are a configuration's locations) and
+	// when full.
+	cache atomic.Pointer[map[seriesKey]*series]
 }
 
-var requestLabels = []string{"host", "status", "method", "path", "namespace", "ingress", "service", "canary"}
+// The request metrics' names and labels, as ingress-nginx exports them.
+var (
+	requestLabels = []string{"host", "status", "method", "path", "namespace", "ingress", "service", "canary"}
+
+	descRequests = prometheus.NewDesc("nginx_ingress_controller_requests",
+		"The total number of client requests.", requestLabels, nil)
+	descDuration = prometheus.NewDesc("nginx_ingress_controller_request_duration_seconds",
+		"The request processing time in seconds.", requestLabels, nil)
+	descRespSize = prometheus.NewDesc("nginx_ingress_controller_response_size",
+		"The response length (including headers) in bytes.", requestLabels, nil)
+	descReqSize = prometheus.NewDesc("nginx_ingress_controller_request_size",
+		"The request length (including headers) in bytes.", requestLabels, nil)
+	descUpstream = prometheus.NewDesc("nginx_ingress_controller_response_duration_seconds",
+		"The time spent receiving the response from the upstream servers, in seconds.", requestLabels, nil)
+	descConnect = prometheus.NewDesc("nginx_ingress_controller_connect_duration_seconds",
+		"The time spent establishing a connection with the upstream server, in seconds.", requestLabels, nil)
+	descHeader = prometheus.NewDesc("nginx_ingress_controller_header_duration_seconds",
+		"The time spent receiving the first header from the upstream server, in seconds.", requestLabels, nil)
+
+	// durationBuckets are Prometheus' default buckets (ingress-nginx's
+	// for the time histograms) in nanoseconds; sizeBuckets are
+	// ingress-nginx's for the size histograms, 64 bytes times powers of 4.
+	durationBuckets = scaledBuckets(prometheus.DefBuckets, 1e9)
+	sizeBuckets     = scaledBuckets(prometheus.ExponentialBuckets(64, 4, 10), 1)
+)
 
 // upstreamLatencyLabels are those of ingress-nginx's
 // ingress_upstream_latency_seconds.
@@ -44,30 +71,16 @@ var upstreamLatencyLabels = []string{"ingress", "namespace", "service", "canary"
 const maxSeries = 10000
 
 func newMetrics(reg prometheus.Registerer, perHost bool) (*metrics, error) {
-	const ns = "nginx_ingress_controller"
 	m := &metrics{
 		perHost: perHost,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests",
-			Help: "The total number of client requests."}, requestLabels),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
-			Help: "The request processing time in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
-		respSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "response_size",
-			Help: "The response length (including headers) in bytes.", Buckets: prometheus.ExponentialBuckets(64, 4, 10)}, requestLabels),
-		reqSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_size",
-			Help: "The request length (including headers) in bytes.", Buckets: prometheus.ExponentialBuckets(64, 4, 10)}, requestLabels),
-		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "response_duration_seconds",
-			Help: "The time spent receiving the response from the upstream servers, in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
-		connect: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "connect_duration_seconds",
-			Help: "The time spent establishing a connection with the upstream server, in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
-		header: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "header_duration_seconds",
-			Help: "The time spent receiving the first header from the upstream server, in seconds.", Buckets: prometheus.DefBuckets}, requestLabels),
+		all:     map[labelValues]*series{},
 		// As ingress-nginx: observed with $upstream_connect_time (here: of
 		// the last attempt), the quantiles of its defObjectives.
-		latency: prometheus.NewSummaryVec(prometheus.SummaryOpts{Namespace: ns, Name: "ingress_upstream_latency_seconds",
+		latency: prometheus.NewSummaryVec(prometheus.SummaryOpts{Namespace: "nginx_ingress_controller", Name: "ingress_upstream_latency_seconds",
 			Help:       "DEPRECATED Upstream service latency per Ingress",
 			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}}, upstreamLatencyLabels),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.respSize, m.reqSize, m.upstream, m.connect, m.header, m.latency} {
+	for _, c := range []prometheus.Collector{m, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("proxy: register metrics: %w", err)
 		}
@@ -87,17 +100,113 @@ type seriesKey struct {
 	proxied              bool
 }
 
-// series are the metrics of one label set.
+// labelValues are a series' label values, in requestLabels' order.
+type labelValues [8]string
+
+// series are the metrics of one label set. The request count is the
+// duration histogram's.
 type series struct {
-	requests                                           prometheus.Counter
-	duration, respSize, reqSize, upstream, connect, hd prometheus.Observer
-	latency                                            prometheus.Observer
+	labels                      labelValues
+	duration, respSize, reqSize histogram
+	// upstream is set (once, under metrics.mu) by the first request that
+	// went upstream: requests answered by the proxy itself have no
+	// upstream series, as in ingress-nginx.
+	upstream atomic.Pointer[upstreamSeries]
 }
 
-// reset empties the series cache (the series stay registered).
+// upstreamSeries are the upstream timings of one label set.
+type upstreamSeries struct {
+	response, connect, header histogram
+	latency                   prometheus.Observer
+}
+
+// histogram is a fixed-bucket histogram of integer values (nanoseconds or
+// bytes), updated with atomics only.
+type histogram struct {
+	bounds []int64         // upper bounds, inclusive, ascending
+	counts []atomic.Uint64 // per bucket; the last is +Inf
+	sum    atomic.Int64
+}
+
+func newHistogram(bounds []int64) histogram {
+	return histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+// observe adds one value.
+func (h *histogram) observe(v int64) {
+	i := 0
+	for i < len(h.bounds) && v > h.bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sum.Add(v)
+}
+
+// metric is h as a Prometheus histogram, with values divided by scale.
+// The count is the buckets' total, so it never disagrees with them.
+func (h *histogram) metric(desc *prometheus.Desc, scale float64, lv []string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.bounds))
+	var n uint64
+	for i, b := range h.bounds {
+		n += h.counts[i].Load()
+		buckets[float64(b)/scale] = n
+	}
+	n += h.counts[len(h.bounds)].Load()
+	return prometheus.MustNewConstHistogram(desc, n, float64(h.sum.Load())/scale, buckets, lv...)
+}
+
+// scaledBuckets are bucket bounds times scale, as integers.
+func scaledBuckets(bounds []float64, scale float64) []int64 {
+	out := make([]int64, len(bounds))
+	for i, b := range bounds {
+		out[i] = int64(b*scale + 0.5)
+	}
+	return out
+}
+
+// Describe is part of prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRequests, descDuration, descRespSize, descReqSize, descUpstream, descConnect, descHeader} {
+		ch <- d
+	}
+}
+
+// Collect is part of prometheus.Collector: every series' counters as they
+// are now.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	all := make([]*series, 0, len(m.all))
+	for _, s := range m.all {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		lv := s.labels[:]
+		ch <- s.duration.metric(descDuration, 1e9, lv)
+		ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(histogramCount(&s.duration)), lv...)
+		ch <- s.respSize.metric(descRespSize, 1, lv)
+		ch <- s.reqSize.metric(descReqSize, 1, lv)
+		if u := s.upstream.Load(); u != nil {
+			ch <- u.response.metric(descUpstream, 1e9, lv)
+			ch <- u.connect.metric(descConnect, 1e9, lv)
+			ch <- u.header.metric(descHeader, 1e9, lv)
+		}
+	}
+}
+
+// histogramCount is how many values h holds.
+func histogramCount(h *histogram) uint64 {
+	var n uint64
+	for i := range h.counts {
+		n += h.counts[i].Load()
+	}
+	return n
+}
+
+// reset empties the series cache (the series stay).
 func (m *metrics) reset() {
 	empty := map[seriesKey]*series{}
-	m.series.Store(&empty)
+	m.cache.Store(&empty)
 }
 
 // methods are the label values for request methods; others count as OTHER.
@@ -113,44 +222,42 @@ func (m *metrics) observe(x *exchange, o *outcome, took time.Duration) {
 	if m.perHost && o.loc != nil {
 		k.host = o.server
 	}
-	s := (*m.series.Load())[k]
+	s := (*m.cache.Load())[k]
 	if s == nil {
 		s = m.add(k)
 	}
-	s.requests.Inc()
-	s.duration.Observe(took.Seconds())
-	s.respSize.Observe(float64(x.respHeader + x.bodySent))
-	s.reqSize.Observe(float64(x.reqLength))
+	s.duration.observe(int64(took))
+	s.respSize.observe(int64(x.respHeader + x.bodySent))
+	s.reqSize.observe(int64(x.reqLength))
 	if k.proxied {
-		s.upstream.Observe(o.upstream.Seconds())
-		s.hd.Observe(o.header.Seconds())
-		s.connect.Observe(o.connect.Seconds())
-		s.latency.Observe(o.connect.Seconds())
+		u := s.upstream.Load()
+		u.response.observe(int64(o.upstream))
+		u.header.observe(int64(o.header))
+		u.connect.observe(int64(o.connect))
+		u.latency.Observe(o.connect.Seconds())
 	}
 }
 
-// add resolves and caches the series of k.
+// add finds or makes the series of k and caches it.
 func (m *metrics) add(k seriesKey) *series {
 	var path, ns, ing, svc string
 	if k.loc != nil {
 		path, ns, ing, svc = k.loc.Path, k.loc.Ingress.Namespace, k.loc.Ingress.Name, k.loc.Service
 	}
-	lv := []string{k.host, strconv.Itoa(k.status), k.method, path, ns, ing, svc, k.canary}
-	s := &series{
-		requests: m.requests.WithLabelValues(lv...),
-		duration: m.duration.WithLabelValues(lv...),
-		respSize: m.respSize.WithLabelValues(lv...),
-		reqSize:  m.reqSize.WithLabelValues(lv...),
-	}
-	if k.proxied {
-		s.upstream = m.upstream.WithLabelValues(lv...)
-		s.connect = m.connect.WithLabelValues(lv...)
-		s.hd = m.header.WithLabelValues(lv...)
-		s.latency = m.latency.WithLabelValues(ing, ns, svc, k.canary)
-	}
+	lv := labelValues{k.host, strconv.Itoa(k.status), k.method, path, ns, ing, svc, k.canary}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	old := *m.series.Load()
+	s := m.all[lv]
+	if s == nil {
+		s = &series{labels: lv, duration: newHistogram(durationBuckets),
+			respSize: newHistogram(sizeBuckets), reqSize: newHistogram(sizeBuckets)}
+		m.all[lv] = s
+	}
+	if k.proxied && s.upstream.Load() == nil {
+		s.upstream.Store(&upstreamSeries{response: newHistogram(durationBuckets), connect: newHistogram(durationBuckets),
+			header: newHistogram(durationBuckets), latency: m.latency.WithLabelValues(ing, ns, svc, k.canary)})
+	}
+	old := *m.cache.Load()
 	next := make(map[seriesKey]*series, len(old)+1)
 	if len(old) < maxSeries {
 		for kk, v := range old {
@@ -158,7 +265,7 @@ func (m *metrics) add(k seriesKey) *series {
 		}
 	}
 	next[k] = s
-	m.series.Store(&next)
+	m.cache.Store(&next)
 	return s
 }
 

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -530,6 +532,33 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 		resp.Body.Close()
 		if strconv.Itoa(resp.StatusCode) != tc.status || resp.Header.Get("Location") != tc.location {
 			t.Errorf("http://%s%s: %d %q; want %s %q", tc.host, tc.path, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
+	}
+}
+
+// The request histograms as Prometheus' own: a value equal to a bound
+// counts in that bucket, buckets are cumulative, the count is the
+// buckets' total and the sum is in the metric's unit.
+func TestRequestHistograms(t *testing.T) {
+	h := newHistogram(durationBuckets)
+	for _, d := range []time.Duration{5 * time.Millisecond, 5*time.Millisecond + 1, 20 * time.Second} {
+		h.observe(int64(d))
+	}
+	var m dto.Metric
+	if err := h.metric(descDuration, 1e9, make([]string, len(requestLabels))).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	hg := m.GetHistogram()
+	if hg.GetSampleCount() != 3 || math.Abs(hg.GetSampleSum()-20.010000001) > 1e-9 {
+		t.Errorf("count %d sum %v; want 3 and 20.010000001", hg.GetSampleCount(), hg.GetSampleSum())
+	}
+	want := map[float64]uint64{0.005: 1, 0.01: 2, 10: 2}
+	if len(hg.GetBucket()) != len(prometheus.DefBuckets) {
+		t.Fatalf("%d buckets; want Prometheus' default %d", len(hg.GetBucket()), len(prometheus.DefBuckets))
+	}
+	for _, b := range hg.GetBucket() {
+		if n, ok := want[b.GetUpperBound()]; ok && b.GetCumulativeCount() != n {
+			t.Errorf("bucket le=%v holds %d; want %d", b.GetUpperBound(), b.GetCumulativeCount(), n)
 		}
 	}
 }
