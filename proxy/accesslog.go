@@ -3,6 +3,7 @@ package proxy
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,7 +27,7 @@ func (p *Proxy) accessLog(x *exchange, o *outcome, start time.Time, took time.Du
 		b = appendNginxAddr(b, x.remote)
 	}
 	b = append(b, " - - ["...)
-	b = start.AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
+	b = appendLogTime(b, start)
 	b = append(b, "] \""...)
 	b = append(b, x.method...)
 	b = append(b, ' ')
@@ -44,7 +45,7 @@ func (p *Proxy) accessLog(x *exchange, o *outcome, start time.Time, took time.Du
 	b = append(b, "\" "...)
 	b = strconv.AppendInt(b, int64(x.reqLength), 10)
 	b = append(b, ' ')
-	b = strconv.AppendFloat(b, took.Seconds(), 'f', 3, 64)
+	b = appendMillis(b, took)
 	b = append(b, " ["...)
 	if o.loc != nil {
 		b = append(b, o.loc.Backend...)
@@ -59,7 +60,7 @@ func (p *Proxy) accessLog(x *exchange, o *outcome, start time.Time, took time.Du
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, int64(max(o.upstreamLength, 0)), 10)
 		b = append(b, ' ')
-		b = strconv.AppendFloat(b, o.upstream.Seconds(), 'f', 3, 64)
+		b = appendMillis(b, o.upstream)
 		b = append(b, ' ')
 		if o.upstreamStatus == 0 {
 			b = append(b, '-')
@@ -81,4 +82,39 @@ func dash(b, v []byte) []byte {
 		return append(b, '-')
 	}
 	return append(b, v...)
+}
+
+// logTime is $time_local of one second, formatted.
+type logTime struct {
+	sec  int64
+	text []byte
+}
+
+// lastLogTime is the most recent second formatted: formatting a time costs
+// more than the rest of the line, and a busy proxy logs many lines per
+// second.
+var lastLogTime atomic.Pointer[logTime]
+
+// appendLogTime appends t as nginx's $time_local (02/Jan/2006:15:04:05
+// -0700), formatting each second once.
+func appendLogTime(b []byte, t time.Time) []byte {
+	sec := t.Unix()
+	if c := lastLogTime.Load(); c != nil && c.sec == sec {
+		return append(b, c.text...)
+	}
+	c := &logTime{sec: sec, text: t.AppendFormat(make([]byte, 0, 32), "02/Jan/2006:15:04:05 -0700")}
+	lastLogTime.Store(c)
+	return append(b, c.text...)
+}
+
+// appendMillis appends d in seconds with milliseconds, as nginx prints
+// $request_time and $upstream_response_time (truncated to the
+// millisecond).
+func appendMillis(b []byte, d time.Duration) []byte {
+	ms := max(d.Milliseconds(), 0)
+	b = strconv.AppendInt(b, ms/1000, 10)
+	b = append(b, '.')
+	frac := ms % 1000
+	b = append(b, byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+	return b
 }

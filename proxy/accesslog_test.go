@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -59,6 +60,28 @@ func TestAccessLog(t *testing.T) {
 	} {
 		if !regexp.MustCompile(want).MatchString(lines[i]) {
 			t.Errorf("line %d: got %q; want it to match %s", i, lines[i], want)
+		}
+	}
+}
+
+// The time fields as nginx prints them: $time_local formatted once per
+// second but always the line's own second, durations in seconds truncated
+// to the millisecond.
+func TestAccessLogTimes(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{{0, "0.000"}, {999 * time.Microsecond, "0.000"}, {time.Millisecond, "0.001"}, {1234567 * time.Microsecond, "1.234"},
+		{61*time.Second + 50*time.Millisecond, "61.050"}, {-time.Second, "0.000"}} {
+		if got := string(appendMillis(nil, c.d)); got != c.want {
+			t.Errorf("appendMillis(%v) = %q; want %q", c.d, got, c.want)
+		}
+	}
+	loc := time.FixedZone("", -7*3600)
+	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, loc)
+	for _, tt := range []time.Time{t0, t0.Add(300 * time.Millisecond), t0.Add(time.Second), t0.Add(time.Hour)} {
+		if got, want := string(appendLogTime(nil, tt)), tt.Format("02/Jan/2006:15:04:05 -0700"); got != want {
+			t.Errorf("appendLogTime(%v) = %q; want %q", tt, got, want)
 		}
 	}
 }

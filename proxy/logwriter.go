@@ -49,11 +49,17 @@ func (w *LogWriter) Write(p []byte) (int, error) {
 		w.dropped.Add(1)
 		return len(p), nil
 	}
+	wasEmpty := len(w.pending) == 0
 	w.pending = append(w.pending, p...)
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	// The drain goroutine takes everything pending when it wakes, so only
+	// the first line of a batch wakes it: under load, lines gather while
+	// it writes, and most Writes touch no channel.
+	if wasEmpty {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 	return len(p), nil
 }
