@@ -118,7 +118,8 @@ func run(cfg *tls.Config, addr string, conc int, dur time.Duration) result {
 	for range conc {
 		wg.Go(func() {
 			for !over() {
-				ok, didResume, err := oneConn(ctx, cfg, addr, req)
+				status, didResume, err := oneConn(ctx, cfg, addr, req)
+				ok := strings.HasPrefix(status, "HTTP/1.1 200 ")
 				switch {
 				case err != nil && over():
 					return // cut short by the end of the run
@@ -131,8 +132,8 @@ func run(cfg *tls.Config, addr string, conc int, dur time.Duration) result {
 				if didResume {
 					resumed.Add(1)
 				}
-				if !ok {
-					non200.Add(1)
+				if !ok && non200.Add(1) == 1 {
+					fmt.Fprintf(os.Stderr, "product: first answer other than 200: %s\n", strings.TrimSpace(status))
 				}
 			}
 		})
@@ -142,13 +143,13 @@ func run(cfg *tls.Config, addr string, conc int, dur time.Duration) result {
 		firstErr: firstErr, elapsed: time.Since(start)}
 }
 
-// oneConn dials, shakes hands, sends req and reads the answer to EOF. ok
-// tells whether the status was 200.
-func oneConn(ctx context.Context, cfg *tls.Config, addr string, req []byte) (ok, didResume bool, err error) {
+// oneConn dials, shakes hands, sends req and reads the answer to EOF; it
+// returns the answer's status line.
+func oneConn(ctx context.Context, cfg *tls.Config, addr string, req []byte) (status string, didResume bool, err error) {
 	d := tls.Dialer{Config: cfg}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return false, false, fmt.Errorf("dial: %w", err)
+		return "", false, fmt.Errorf("dial: %w", err)
 	}
 	defer c.Close()
 	tc := c.(*tls.Conn)
@@ -156,17 +157,17 @@ func oneConn(ctx context.Context, cfg *tls.Config, addr string, req []byte) (ok,
 		_ = tc.SetDeadline(dl.Add(5 * time.Second))
 	}
 	if _, err := tc.Write(req); err != nil {
-		return false, false, fmt.Errorf("write request: %w", err)
+		return "", false, fmt.Errorf("write request: %w", err)
 	}
 	br := bufio.NewReader(tc)
 	line, err := br.ReadString('\n')
 	if err != nil {
-		return false, false, fmt.Errorf("read status line: %w", err)
+		return "", false, fmt.Errorf("read status line: %w", err)
 	}
 	// Reading to EOF also takes the session tickets a TLS 1.3 server sends
 	// after the handshake, so the next connection can resume.
 	if _, err := io.Copy(io.Discard, br); err != nil && !errors.Is(err, net.ErrClosed) {
-		return false, false, fmt.Errorf("read answer: %w", err)
+		return "", false, fmt.Errorf("read answer: %w", err)
 	}
-	return strings.HasPrefix(line, "HTTP/1.1 200 "), tc.ConnectionState().DidResume, nil
+	return line, tc.ConnectionState().DidResume, nil
 }
