@@ -4,6 +4,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // LogWriter is the access log's writer for a destination that may be slow
@@ -13,20 +14,34 @@ import (
 // so a request never waits for the log, as nginx's buffered access_log does
 // not either. Whole lines only: a line is kept or dropped whole.
 //
+// Lines are written in batches: at most flushDelay after the first line of
+// a batch, or as soon as the batch reaches flushSize (or half the limit),
+// so a busy proxy makes one write(2) per many requests where nginx's
+// unbuffered access_log makes one per request.
+//
 // Write takes a mutex for the append only (no I/O under it).
 type LogWriter struct {
-	dst   io.Writer
-	limit int
+	dst       io.Writer
+	limit     int
+	flushSize int
 
 	mu      sync.Mutex
 	pending []byte // guarded by mu
 	closed  bool   // guarded by mu
 
-	wake    chan struct{} // one pending wake-up
+	wake    chan struct{} // one pending wake-up: a batch started
+	full    chan struct{} // one pending wake-up: write the batch now
 	done    chan struct{} // closed when the drain goroutine ends
 	dropped atomic.Uint64
 	written atomic.Uint64
 }
+
+// flushDelay is how long a line may wait for others to share its write;
+// flushSize is the batch that is written at once.
+const (
+	flushDelay = 10 * time.Millisecond
+	flushSize  = 64 << 10
+)
 
 // NewLogWriter starts a LogWriter draining to dst, buffering at most limit
 // bytes (zero means 1 MiB). Close flushes what is buffered and stops it.
@@ -34,8 +49,8 @@ func NewLogWriter(dst io.Writer, limit int) *LogWriter {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	w := &LogWriter{dst: dst, limit: limit, pending: make([]byte, 0, 64<<10),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &LogWriter{dst: dst, limit: limit, flushSize: min(flushSize, limit/2), pending: make([]byte, 0, 64<<10),
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), done: make(chan struct{})}
 	go w.drain()
 	return w
 }
@@ -49,17 +64,18 @@ func (w *LogWriter) Write(p []byte) (int, error) {
 		w.dropped.Add(1)
 		return len(p), nil
 	}
-	wasEmpty := len(w.pending) == 0
+	before := len(w.pending)
 	w.pending = append(w.pending, p...)
+	after := len(w.pending)
 	w.mu.Unlock()
-	// The drain goroutine takes everything pending when it wakes, so only
-	// the first line of a batch wakes it: under load, lines gather while
-	// it writes, and most Writes touch no channel.
-	if wasEmpty {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+	// The drain goroutine takes everything pending, so only the first
+	// line of a batch wakes it, and only the line that fills it hurries
+	// it: most Writes touch no channel.
+	if before == 0 {
+		signal(w.wake)
+	}
+	if before < w.flushSize && after >= w.flushSize {
+		signal(w.full)
 	}
 	return len(p), nil
 }
@@ -76,19 +92,34 @@ func (w *LogWriter) Close() error {
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	signal(w.wake)
+	signal(w.full)
 	<-w.done
 	return nil
+}
+
+// signal leaves a wake-up in c unless one is pending.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // drain swaps the buffer out and writes it, until Close.
 func (w *LogWriter) drain() {
 	defer close(w.done)
 	spare := make([]byte, 0, 64<<10)
+	delay := time.NewTimer(flushDelay)
+	delay.Stop()
 	for range w.wake {
+		// Let the batch gather, unless it is full or the writer closing.
+		delay.Reset(flushDelay)
+		select {
+		case <-w.full:
+			delay.Stop()
+		case <-delay.C:
+		}
 		w.mu.Lock()
 		out := w.pending
 		w.pending, spare = spare[:0], nil

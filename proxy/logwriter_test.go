@@ -96,3 +96,63 @@ func TestLogWriterConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// countingWriter counts Write calls.
+type countingWriter struct {
+	mu     sync.Mutex
+	writes int
+	b      bytes.Buffer
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes++
+	return c.b.Write(p)
+}
+
+func (c *countingWriter) state() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes, c.b.Len()
+}
+
+// TestLogWriterBatches: lines written close together share a write to the
+// destination; a lone line still arrives promptly, without Close; a batch
+// that reaches the flush size is written without waiting.
+func TestLogWriterBatches(t *testing.T) {
+	dst := &countingWriter{}
+	w := NewLogWriter(dst, 0)
+	defer w.Close()
+	const line = "127.0.0.1 - - [26/Nov/2026:09:00:00 +0000] \"GET / HTTP/1.1\" 200 2\n"
+	for range 1000 {
+		_, _ = w.Write([]byte(line))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		writes, n := dst.state()
+		if n == 1000*len(line) {
+			// 1000 lines are 67 KB: one flush when the batch filled,
+			// the rest after the delay (or a few more on a slow machine).
+			if writes > 10 {
+				t.Errorf("1000 lines took %d writes; want them batched", writes)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d bytes arrived in 5s", n, 1000*len(line))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	_, _ = w.Write([]byte(line))
+	for {
+		if _, n := dst.state(); n == 1001*len(line) {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("a lone line did not arrive within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
