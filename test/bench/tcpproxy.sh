@@ -17,7 +17,8 @@
 # and mode, Switchyard ÷ the better of HAProxy and nginx, median [range].
 #
 # Usage: test/bench/tcpproxy.sh [rounds] [runs] [big-rounds]
-#   OUT=file   also writes the whole output there
+#   OUT=file.txt   also writes the whole output there, and the runs'
+#                  comparisons to file.json (for -role summarize)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds="${1:-300}"
@@ -58,3 +59,6 @@ go build -o "$bin" ./test/bench/tcpproxy
 	echo
 	"$bin" -role summarize "$tmp/runs.json"
 } | tee "${OUT:-/dev/null}"
+if [ -n "${OUT:-}" ]; then
+	cp "$tmp/runs.json" "${OUT%.txt}.json"
+fi
