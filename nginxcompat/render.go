@@ -212,6 +212,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 	}
 	seenHost := map[string]bool{}
+	seenZone := map[string]bool{}
 	cas := map[string]string{}
 	authFiles := map[string][]byte{}
 	for i := range cfg.Servers {
@@ -230,6 +231,10 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		for _, lv := range sv.Locations {
 			if lv.BasicFile != "" {
 				authFiles[lv.BasicFile] = lv.basicData
+			}
+			if rl := lv.RateLimit; rl != nil && !seenZone[rl.ID] {
+				seenZone[rl.ID] = true
+				v.RateLimits = append(v.RateLimits, rl)
 			}
 		}
 		dup := false
@@ -319,7 +324,23 @@ type view struct {
 	G           globalView
 	HSTSValue   string
 	Servers     []*serverV
-	Errors      []model.ObjectError
+	// RateLimits are the rate limit zones of the servers' locations, one
+	// per Ingress, in the order first met.
+	RateLimits []*rateLimitV
+	Errors     []model.ObjectError
+}
+
+// rateLimitV is an Ingress's limit-rps / limit-rpm as ingress-nginx
+// renders them: a geo block marking limit-allowlist's clients, a map
+// giving the others' $binary_remote_addr as the key, and a limit_req_zone
+// per limit (5 MB, as ingress-nginx), applied with burst and nodelay.
+type rateLimitV struct {
+	// ID names the zones and variables: "rl" and 16 hex digits of the
+	// Ingress's zone name.
+	ID                 string
+	Allow              []string
+	RPS, RPM           int
+	BurstRPS, BurstRPM int
 }
 
 type serverV struct {
@@ -358,6 +379,8 @@ type locationV struct {
 	// Deny and Allow are nginx access rules: deny lines first, then allow
 	// lines and "deny all".
 	Deny, Allow []string
+	// RateLimit is the location's Ingress's limit_req zones; nil without.
+	RateLimit *rateLimitV
 	// ClientAuth is its server's client certificate authentication: the
 	// location sends ingress-nginx's ssl-client-* fields and refuses plain
 	// HTTP. Nil without.
@@ -723,6 +746,29 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	return sv, errs
 }
 
+// rateLimitView checks a location's rate limits and names their zones.
+func rateLimitView(rl *model.RateLimit) (*rateLimitV, error) {
+	const maxRate = 1_000_000
+	switch {
+	case rl.Zone == "" || !reBackendName.MatchString(rl.Zone):
+		return nil, fmt.Errorf("rate limit zone %q", rl.Zone)
+	case rl.RPS < 0 || rl.RPS > maxRate || rl.RPM < 0 || rl.RPM > maxRate || rl.RPS+rl.RPM == 0:
+		return nil, fmt.Errorf("rate limits %d r/s, %d r/m", rl.RPS, rl.RPM)
+	case rl.BurstMultiplier < 0 || rl.BurstMultiplier > 1000:
+		return nil, fmt.Errorf("rate limit burst multiplier %d", rl.BurstMultiplier)
+	}
+	sum := sha256.Sum256([]byte(rl.Zone))
+	rv := &rateLimitV{ID: "rl" + hex.EncodeToString(sum[:8]), RPS: rl.RPS, RPM: rl.RPM,
+		BurstRPS: rl.RPS * rl.BurstMultiplier, BurstRPM: rl.RPM * rl.BurstMultiplier}
+	for _, p := range rl.Allowlist {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("rate limit allow list entry %v is not a CIDR", p)
+		}
+		rv.Allow = append(rv.Allow, p.Masked().String())
+	}
+	return rv, nil
+}
+
 // reRealm is auth-realm's grammar.
 var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
 
@@ -774,6 +820,13 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 	}
 	if len(lv.Deny)+len(lv.Allow) > 0 && g.sourceListsDenied != "" {
 		return lv, errors.New(g.sourceListsDenied)
+	}
+	if rl := l.RateLimit; rl != nil {
+		rv, err := rateLimitView(rl)
+		if err != nil {
+			return lv, err
+		}
+		lv.RateLimit = rv
 	}
 	if ba := l.BasicAuth; ba != nil {
 		if !reRealm.MatchString(ba.Realm) || ba.Credentials == nil || len(ba.Credentials.File()) == 0 {
@@ -950,13 +1003,15 @@ type globalView struct {
 	ServerTokens          bool
 	// AccessLogDefaultBackend is enable-access-log-for-default-backend:
 	// requests answered by the default backend are logged only with it.
-	AccessLogDefaultBackend      bool
-	UseForwardedHeaders          bool
-	ComputeFullForwardedFor      bool
-	SSLProtocols                 string
-	SSLCiphers                   string
-	LogFormatUpstream            string
-	HTTPRedirectCode             int
+	AccessLogDefaultBackend bool
+	UseForwardedHeaders     bool
+	ComputeFullForwardedFor bool
+	SSLProtocols            string
+	SSLCiphers              string
+	LogFormatUpstream       string
+	HTTPRedirectCode        int
+	// LimitReqStatus is limit-req-status-code (503 by default).
+	LimitReqStatus               int
 	HSTS                         bool
 	HSTSMaxAge                   string
 	UpstreamKeepaliveConnections int
@@ -1044,6 +1099,14 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 	bad := func(key, val, want string) {
 		errs = append(errs, model.ObjectError{Object: configMapRef, Field: key,
 			Message: fmt.Sprintf("%s %q: want %s; default kept", key, val, want)})
+	}
+	v.LimitReqStatus = 503
+	if c := g.LimitReqStatus; c != 0 {
+		if c >= 400 && c <= 599 {
+			v.LimitReqStatus = c
+		} else {
+			bad("limit-req-status-code", strconv.Itoa(c), "400-599")
+		}
 	}
 	switch c := g.HTTPRedirectCode; c {
 	case 0:

@@ -156,6 +156,27 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 		b.WriteString("\n            return 503;\n        }")
 		return
 	}
+	if rl := l.RateLimit; rl != nil {
+		// ingress-nginx's order: requests per second, then per minute.
+		for _, z := range []struct {
+			suffix string
+			rate   int
+			burst  int
+		}{{"_rps", rl.RPS, rl.BurstRPS}, {"_rpm", rl.RPM, rl.BurstRPM}} {
+			if z.rate == 0 {
+				continue
+			}
+			b.WriteString("\n            limit_req zone=")
+			b.WriteString(rl.ID)
+			b.WriteString(z.suffix)
+			if z.burst > 0 {
+				// nginx refuses "burst=0"; without burst= it is 0.
+				b.WriteString(" burst=")
+				writeInt(b, z.burst)
+			}
+			b.WriteString(" nodelay;")
+		}
+	}
 	for _, d := range l.Deny {
 		b.WriteString("\n            deny ")
 		b.WriteString(d)

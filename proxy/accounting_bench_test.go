@@ -50,12 +50,12 @@ func BenchmarkRequestAccounting(b *testing.B) {
 	b.Run("accesslog", func(b *testing.B) { run(b, Config{AccessLog: io.Discard}) })
 	b.Run("accesslog=LogWriter", func(b *testing.B) {
 		w := NewLogWriter(io.Discard, 0)
-		defer w.Close()
+		defer func() { _ = w.Close() }()
 		run(b, Config{AccessLog: w})
 	})
 	b.Run("both", func(b *testing.B) {
 		w := NewLogWriter(io.Discard, 0)
-		defer w.Close()
+		defer func() { _ = w.Close() }()
 		run(b, Config{Registerer: prometheus.NewRegistry(), AccessLog: w})
 	})
 }

@@ -108,6 +108,12 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 		// before anything goes upstream (nginx client_max_body_size).
 		return verdict{status: 413}
 	}
+	if rt.limits != nil && loc.RateLimit.Limited(f.remote) && !allowLimits(rt.limits, f.remote, monoNow().Milliseconds()) {
+		// limit-rps / limit-rpm: nginx's limit_req runs in the preaccess
+		// phase, after the rewrite phase's redirects; here also after the
+		// source lists, so a refused client is not counted.
+		return verdict{status: t.limitReqStatus}
+	}
 	if ba := loc.BasicAuth; ba != nil && !basicAuthorized(ba, f.authorization) {
 		// auth_basic, in nginx's access phase after the source lists.
 		return verdict{status: 401, wwwAuthenticate: `Basic realm="` + ba.Realm + `"`}

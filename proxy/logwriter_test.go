@@ -123,7 +123,7 @@ func (c *countingWriter) state() (int, int) {
 func TestLogWriterBatches(t *testing.T) {
 	dst := &countingWriter{}
 	w := NewLogWriter(dst, 0)
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	const line = "127.0.0.1 - - [26/Nov/2026:09:00:00 +0000] \"GET / HTTP/1.1\" 200 2\n"
 	for range 1000 {
 		_, _ = w.Write([]byte(line))

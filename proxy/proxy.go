@@ -89,6 +89,9 @@ type Proxy struct {
 	janitor sync.Once
 	h2      h2Transports // HTTP/2 upstreams
 	auth    *authClient  // external authentication
+	// limits holds the rate limit zones across Configurations, as
+	// nginx's limit_req zones survive reloads.
+	limits rateLimits
 	// digest holds the nonces of auth-type: digest across Configurations,
 	// as nginx's shared memory zone survives reloads.
 	digest *digestauth.Verifier
@@ -127,7 +130,7 @@ func New(cfg Config) (*Proxy, error) {
 		}
 		p.metrics = m
 	}
-	p.routes.Store(newTable(&model.Configuration{}))
+	p.routes.Store(newTable(&model.Configuration{}, &p.limits))
 	p.conns.Store(settingsOf(&model.Global{}, &cfg))
 	p.tracker = newConnTracker(&p.conns)
 	empty := map[clientKey]*peerPool{}
@@ -169,7 +172,7 @@ func (p *Proxy) Update(cfg *model.Configuration) {
 	p.conns.Store(settingsOf(&cfg.Global, &p.cfg))
 	p.certs.update(cfg)
 	p.auth.setTimeouts(cfg.Global.Proxy)
-	p.routes.Store(newTable(cfg))
+	p.routes.Store(newTable(cfg, &p.limits))
 	if p.metrics != nil {
 		p.metrics.reset() // its keys are the old table's locations
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"regexp"
 	"sort"
 	"strings"
@@ -24,10 +25,13 @@ type table struct {
 	builtinDefault bool
 	// hsts is the Strict-Transport-Security value HTTPS answers of servers
 	// with a certificate get (the ConfigMap's hsts*); empty without.
-	hsts      string
-	exact     map[string]*vhost
-	wildcards []wildcard // longest suffix first
-	catchAll  *vhost
+	hsts string
+	// limitReqStatus answers a request a rate limit refuses
+	// (limit-req-status-code).
+	limitReqStatus int
+	exact          map[string]*vhost
+	wildcards      []wildcard // longest suffix first
+	catchAll       *vhost
 }
 
 type wildcard struct {
@@ -53,7 +57,10 @@ type vhost struct {
 // route is one location.
 type route struct {
 	loc model.Location
-	re  *regexp.Regexp
+	// limits are the location's rate limits (limit-rps, limit-rpm) on
+	// zones that outlive the table; nil without.
+	limits []routeLimit
+	re     *regexp.Regexp
 	// rewrite matches the location path for rewrite-target (nginx
 	// `rewrite "(?i)<path>" <target> break;`); nil without a target.
 	rewrite *regexp.Regexp
@@ -91,8 +98,15 @@ func nginxTemplate(t string) string {
 
 // newTable builds the routing table. Locations whose regex does not compile
 // are skipped (the builder already validated them).
-func newTable(cfg *model.Configuration) *table {
-	t := &table{exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
+// limits keeps the rate limit zones across tables; nil gives the table
+// zones of its own.
+func newTable(cfg *model.Configuration, limits *rateLimits) *table {
+	if limits == nil {
+		limits = &rateLimits{}
+	}
+	zones := map[string]*rlZone{}
+	defer limits.keepOnly(zones)
+	t := &table{limitReqStatus: cmp.Or(cfg.Global.LimitReqStatus, 503), exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
 		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
@@ -116,7 +130,7 @@ func newTable(cfg *model.Configuration) *table {
 			vh.failClosed = vh.clientAuth == nil
 		}
 		for _, loc := range s.Locations {
-			r := &route{loc: loc}
+			r := &route{loc: loc, limits: limits.routeLimits(loc.RateLimit, zones)}
 			if loc.Rewrite.Target != "" {
 				if re, err := regexp.Compile("(?i)" + loc.Path); err == nil {
 					r.rewrite = re

@@ -24,7 +24,7 @@ func routerConfig() *model.Configuration {
 }
 
 func TestRouterLookup(t *testing.T) {
-	tab := newTable(routerConfig())
+	tab := newTable(routerConfig(), nil)
 	type got struct{ Server, Backend string }
 	for _, tc := range []struct {
 		host, path string
@@ -63,7 +63,7 @@ func TestRouterLookup(t *testing.T) {
 }
 
 func TestRouterLookupDoesNotAllocate(t *testing.T) {
-	tab := newTable(routerConfig())
+	tab := newTable(routerConfig(), nil)
 	host, path := []byte("b.example.com"), []byte("/foo/bar/baz")
 	if n := testing.AllocsPerRun(100, func() { tab.lookup(host, path) }); n != 0 {
 		t.Errorf("lookup allocates %v times per call, want 0", n)
@@ -91,7 +91,7 @@ func FuzzLookup(f *testing.F) {
 	for _, s := range [][2]string{{"a.example.com", "/foo/bar"}, {"B.EXAMPLE.COM:80", "/API/v1"}, {"[::1]:1", "/"}, {":", ""}, {"*.example.com", "//"}} {
 		f.Add(s[0], s[1])
 	}
-	tab := newTable(routerConfig())
+	tab := newTable(routerConfig(), nil)
 	f.Fuzz(func(t *testing.T, host, path string) {
 		vh, rt := tab.lookup(hostOnly([]byte(host)), []byte(path))
 		if vh == nil {

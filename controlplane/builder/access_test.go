@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/test/harness"
@@ -160,7 +161,7 @@ func deniedBy(cfg *model.Configuration) map[string][]string {
 }
 
 func TestBuildFailsClosed(t *testing.T) {
-	const limitRPS = annotationPrefix + "limit-rps"
+	const limitConns = annotationPrefix + "limit-connections"
 	const cmSnippet = "ConfigMap sys/switchyard: global-auth-snippet"
 	tests := []struct {
 		name             string
@@ -170,16 +171,16 @@ func TestBuildFailsClosed(t *testing.T) {
 		reasons          []string // Event reasons of cfg.Errors, in order
 	}{
 		{
-			name:      "limit-rps denies every location of its Ingress",
-			protected: map[string]string{limitRPS: "10"},
-			want:      map[string][]string{"_": {""}, "p.example.com": {limitRPS, limitRPS}, "o.example.com": {"", ""}},
+			name:      "limit-connections denies every location of its Ingress",
+			protected: map[string]string{limitConns: "10"},
+			want:      map[string][]string{"_": {""}, "p.example.com": {limitConns, limitConns}, "o.example.com": {"", ""}},
 			reasons:   []string{model.ReasonFailedClosed},
 		},
 		{
 			name:      "an access annotation on a canary is reported, the primary governs",
 			protected: nil,
 			other: map[string]string{annotationPrefix + "canary": "true", annotationPrefix + "canary-weight": "10",
-				annotationPrefix + "limit-rps": "1"},
+				limitConns: "1"},
 			want: map[string][]string{"_": {""}, "p.example.com": {"", ""}},
 			// and its host o.example.com has no primary
 			reasons: []string{model.ReasonUnsupported, ""},
@@ -625,5 +626,63 @@ func TestBuildAuthProxySetHeaders(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// limit-rps and its kin as ingress-nginx reads them: one zone per Ingress
+// for all its paths, burst multiplier 5 by default, the allow list (the
+// newer name winning), and an invalid value failing the Ingress closed.
+func TestRateLimitAnnotations(t *testing.T) {
+	tests := []struct {
+		name   string
+		ann    map[string]string
+		want   *model.RateLimit // of p.example.com's paths
+		denied string
+	}{
+		{name: "none", ann: nil},
+		{name: "limit-burst-multiplier alone limits nothing", ann: map[string]string{"limit-burst-multiplier": "2"}},
+		{name: "limit-rps", ann: map[string]string{"limit-rps": "10"},
+			want: &model.RateLimit{Zone: "ns_protected_", RPS: 10, BurstMultiplier: 5}},
+		{name: "both, multiplier and allow lists",
+			ann: map[string]string{"limit-rps": "3", "limit-rpm": "100", "limit-burst-multiplier": "0",
+				"limit-whitelist": "10.0.0.0/8", "limit-allowlist": "192.0.2.1, 198.51.100.0/24"},
+			want: &model.RateLimit{Zone: "ns_protected_", RPS: 3, RPM: 100, BurstMultiplier: 0,
+				Allowlist: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("198.51.100.0/24")}}},
+		{name: "not a number fails closed", ann: map[string]string{"limit-rps": "ten"}, denied: annotationPrefix + "limit-rps"},
+		{name: "negative fails closed", ann: map[string]string{"limit-rpm": "-1"}, denied: annotationPrefix + "limit-rpm"},
+		{name: "an invalid allow list fails closed", ann: map[string]string{"limit-rps": "1", "limit-allowlist": "10.0.0.0/33"},
+			denied: annotationPrefix + "limit-allowlist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ann := map[string]string{}
+			for k, v := range tt.ann {
+				ann[annotationPrefix+k] = v
+			}
+			cfg := Build(accessInput(ann, nil, nil), Options{})
+			for _, s := range cfg.Servers {
+				if s.Hostname != "p.example.com" {
+					continue
+				}
+				for _, l := range s.Locations {
+					denied := ""
+					if l.Denied != nil {
+						denied = l.Denied.Field
+					}
+					if denied != tt.denied {
+						t.Errorf("%s: denied by %q; want %q", l.Path, denied, tt.denied)
+					}
+					if tt.denied != "" {
+						continue
+					}
+					if diff := cmp.Diff(tt.want, l.RateLimit, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
+						t.Errorf("%s: rate limit (-want +got):\n%s", l.Path, diff)
+					}
+				}
+			}
+		})
+	}
+	if z := rateLimitZone(model.ObjectRef{Namespace: "a", Name: "b", UID: "1f2e-x y"}); z != "a_b_1f2e-x_y" {
+		t.Errorf("zone %q", z)
 	}
 }

@@ -63,6 +63,9 @@ type annotations struct {
 	// is absent (the ConfigMap's default applies).
 	allowSourceRanges []netip.Prefix
 	denySourceRanges  []netip.Prefix
+	// rateLimit is limit-rps and its kin, without the zone name; nil
+	// without limit-rps or limit-rpm.
+	rateLimit *model.RateLimit
 	// denied is the first access-control annotation that cannot be
 	// carried out: the Ingress's locations answer 503.
 	denied *model.Denial
@@ -462,6 +465,7 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 			}
 		}
 	}
+	parseRateLimit(a, get, bad, integer)
 	if v, ok := get("denylist-source-range"); ok {
 		if ranges, err := parseSourceRanges(v); err != nil {
 			bad("denylist-source-range", "%v", err)
@@ -569,6 +573,36 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 	}
 	a.sslPassthrough = boolean("ssl-passthrough")
 }
+
+// parseRateLimit reads limit-rps, limit-rpm, limit-burst-multiplier and
+// limit-allowlist (limit-whitelist); an invalid value fails the Ingress
+// closed (bad, as for every access setting).
+func parseRateLimit(a *annotations, get func(string) (string, bool), bad func(string, string, ...any),
+	integer func(string, int, int) (int, bool)) {
+	rps, _ := integer("limit-rps", 0, maxRateLimit)
+	rpm, _ := integer("limit-rpm", 0, maxRateLimit)
+	burst := 5
+	if n, ok := integer("limit-burst-multiplier", 0, 1000); ok {
+		burst = n
+	}
+	var allow []netip.Prefix
+	for _, key := range []string{"limit-whitelist", "limit-allowlist"} {
+		if v, ok := get(key); ok && strings.TrimSpace(v) != "" {
+			if ranges, err := parseSourceRanges(v); err != nil {
+				bad(key, "%v", err)
+			} else {
+				allow = ranges
+			}
+		}
+	}
+	if rps == 0 && rpm == 0 {
+		return
+	}
+	a.rateLimit = &model.RateLimit{RPS: rps, RPM: rpm, BurstMultiplier: burst, Allowlist: allow}
+}
+
+// maxRateLimit bounds limit-rps and limit-rpm.
+const maxRateLimit = 1_000_000
 
 // parseProxyAnnotations reads the proxy-* keys; the controller ConfigMap uses
 // the same names and grammar for its defaults.

@@ -381,6 +381,9 @@ func (b *builder) global() {
 				bad("http-redirect-code", fmt.Sprintf("%q is not 301, 302, 307 or 308", v))
 			}
 		}
+		if n, ok := integer("limit-req-status-code", 400, 599); ok {
+			g.LimitReqStatus = n
+		}
 		b.cfg.Errors = append(b.cfg.Errors, configMapKeyErrors(cm.Data, ref, b.cfg.Errors)...)
 	}
 	b.cfg.Global = g
@@ -469,6 +472,19 @@ func (b *builder) globalAccess(cm *corev1.ConfigMap, ref model.ObjectRef, g *mod
 	}
 }
 
+// rateLimitZone is the name of an Ingress's rate limit zones:
+// namespace_name_uid, with any byte outside [A-Za-z0-9._-] as '_' (names
+// and UIDs have none; the name reaches nginx.conf).
+func rateLimitZone(ing model.ObjectRef) string {
+	b := []byte(ing.Namespace + "_" + ing.Name + "_" + ing.UID)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
 // applyAccess sets a location's deny and allow lists and its denial from the
 // Ingress's annotations over the ConfigMap's defaults.
 func (b *builder) applyAccess(loc *model.Location, a annotations) {
@@ -496,6 +512,12 @@ func (b *builder) applyAccess(loc *model.Location, a annotations) {
 	}
 	loc.BasicAuth = a.basicAuth
 	loc.DigestAuth = a.digestAuth
+	if a.rateLimit != nil {
+		rl := *a.rateLimit
+		// One zone per Ingress, named as ingress-nginx names it.
+		rl.Zone = rateLimitZone(loc.Ingress)
+		loc.RateLimit = &rl
+	}
 	switch {
 	case a.denied != nil:
 		loc.Denied = a.denied

@@ -149,7 +149,7 @@ var ConfigMapKeys = []ConfigMapKey{
 	{Name: "limit-conn-zone-variable", Status: KeyUnsupported},
 	{Name: "limit-rate", Status: KeyUnsupported},
 	{Name: "limit-rate-after", Status: KeyUnsupported},
-	{Name: "limit-req-status-code", Status: KeyUnsupported},
+	{Name: "limit-req-status-code", Status: BothPlanes},
 	{Name: "load-balance", Status: BothPlanes, Note: "the annotation's algorithms; an unknown value is reported and round_robin kept"},
 	{Name: "location-snippet", Status: KeyRefused, Note: "raw nginx configuration"},
 	{Name: "log-format-escape-json", Status: KeyUnsupported},

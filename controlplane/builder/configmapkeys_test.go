@@ -166,6 +166,7 @@ var builderKeys = map[string]struct {
 	with map[string]string
 }{
 	"load-balance":                      {val: "ewma"},
+	"limit-req-status-code":             {val: "429"},
 	"use-forwarded-headers":             {val: "true"},
 	"compute-full-forwarded-for":        {val: "true"},
 	"enable-real-ip":                    {val: "true"},

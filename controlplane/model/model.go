@@ -230,6 +230,9 @@ type Location struct {
 	// default). Empty allows everyone. A bare address is a full-length
 	// prefix.
 	AllowSourceRanges []netip.Prefix `json:"allowSourceRanges,omitempty"`
+	// RateLimit, when set, limits the requests of each client address
+	// (limit-rps, limit-rpm); nil without.
+	RateLimit *RateLimit `json:"rateLimit,omitempty"`
 	// BasicAuth, when set, lets through only requests with a user and
 	// password its credentials accept (auth-type: basic).
 	BasicAuth *BasicAuth `json:"basicAuth,omitempty"`
@@ -248,6 +251,40 @@ type Location struct {
 	UpstreamVhost string `json:"upstreamVhost,omitempty"`
 	// XForwardedPrefix sets X-Forwarded-Prefix upstream.
 	XForwardedPrefix string `json:"xForwardedPrefix,omitempty"`
+}
+
+// RateLimit is limit-rps, limit-rpm, limit-burst-multiplier and
+// limit-allowlist (or limit-whitelist), as nginx's limit_req runs them in
+// ingress-nginx: per client address ($remote_addr, after the real IP
+// settings), a leaky bucket draining Rate requests per second (or per
+// minute) that lets a request through at once while no more than Burst
+// requests are in excess (nodelay), and answers the others with
+// Global.LimitReqStatus. Each Ingress has its own zones, shared by all its
+// paths; state is per controller replica.
+type RateLimit struct {
+	// Zone names the Ingress's zones: namespace_name_uid, as ingress-nginx
+	// names them; letters, digits, '-', '.' and '_' only.
+	Zone string `json:"zone"`
+	// RPS and RPM are limit-rps and limit-rpm, each a limit of its own
+	// (both apply when both are set); 0 means none.
+	RPS int `json:"rps,omitempty"`
+	RPM int `json:"rpm,omitempty"`
+	// BurstMultiplier is limit-burst-multiplier (default 5): each limit's
+	// burst is its rate times it.
+	BurstMultiplier int `json:"burstMultiplier"`
+	// Allowlist are the client addresses not limited (limit-allowlist).
+	Allowlist []netip.Prefix `json:"allowlist,omitempty"`
+}
+
+// Limited reports whether the client at ip is subject to the limits.
+func (r *RateLimit) Limited(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range r.Allowlist {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	return true
 }
 
 // Denial says why a location fails closed.
@@ -557,6 +594,9 @@ type Global struct {
 	HSTSPreload           bool   `json:"hstsPreload,omitempty"`
 	// Proxy holds the ConfigMap defaults of the per-location proxy settings.
 	Proxy Proxy `json:"proxy"`
+	// LimitReqStatus is limit-req-status-code, the answer to a request a
+	// rate limit refuses (400-599); 0 means 503.
+	LimitReqStatus int `json:"limitReqStatus,omitempty"`
 
 	// Client connections and request heads (docs/migrating-from-ingress-
 	// nginx.md, "Client connections" and "Request heads"). Each zero value is ingress-nginx's

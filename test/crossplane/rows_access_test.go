@@ -14,18 +14,51 @@ var _ = register(
 	Row{
 		Name: "fail closed: an access annotation Switchyard cannot carry out",
 		Manifests: `{{service "a" "closed" "demo"}}{{service "b" "open" "demo"}}` +
-			ingress("closed", "closed.test", "closed", []string{"/", "/api"}, "limit-rps", "1") +
+			ingress("closed", "closed.test", "closed", []string{"/", "/api"}, "limit-connections", "1") +
 			ingress("satisfy", "satisfy.test", "closed", root, "satisfy", "any") +
 			ingress("badlist", "badlist.test", "closed", root, "whitelist-source-range", "10.0.0.0/33") +
 			ingress("authsnippet", "authsnippet.test", "closed", root, "auth-snippet", "return 200;") +
 			ingress("open", "open.test", "open", root),
 		Requests: []Request{
-			{Name: "limit-rps", Host: "closed.test", Path: "/", Want: Want{Status: 503}},
-			{Name: "limit-rps, another path", Host: "closed.test", Path: "/api/x", Want: Want{Status: 503}},
+			{Name: "limit-connections", Host: "closed.test", Path: "/", Want: Want{Status: 503}},
+			{Name: "limit-connections, another path", Host: "closed.test", Path: "/api/x", Want: Want{Status: 503}},
 			{Name: "satisfy", Host: "satisfy.test", Path: "/", Want: Want{Status: 503}},
 			{Name: "an invalid allow list", Host: "badlist.test", Path: "/", Want: Want{Status: 503}},
 			{Name: "auth-snippet", Host: "authsnippet.test", Path: "/", Want: Want{Status: 503}},
 			{Name: "other Ingresses keep serving", Host: "open.test", Path: "/", Want: Want{Status: 200, Backend: "b"}},
+		},
+	},
+	// Rate limits: limit-rpm 1 drains one request a minute, so the
+	// bursts below hold however slow the machine. Each row's first
+	// request comes from an allowlisted client, as the suite repeats it
+	// until the row is served.
+	Row{
+		Name: "rate limits (limit-rpm, burst, allow list, one zone per Ingress)",
+		Manifests: `{{service "a" "limited" "demo"}}` +
+			ingress("limited", "limited.test", "limited", []string{"/", "/api"},
+				"limit-rpm", "1", "limit-burst-multiplier", "2", "limit-allowlist", "127.0.0.40"),
+		Requests: []Request{
+			{Name: "an allowlisted client", Host: "limited.test", Path: "/", From: "127.0.0.40", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "an allowlisted client again", Host: "limited.test", Path: "/", From: "127.0.0.40", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "an allowlisted client, a fourth time", Host: "limited.test", Path: "/", From: "127.0.0.40", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "first request", Host: "limited.test", Path: "/", From: "127.0.0.41", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "within the burst", Host: "limited.test", Path: "/", From: "127.0.0.41", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "at the burst", Host: "limited.test", Path: "/api/x", From: "127.0.0.41", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "over the burst", Host: "limited.test", Path: "/", From: "127.0.0.41", Want: Want{Status: 503}},
+			{Name: "the Ingress's other path shares the zone", Host: "limited.test", Path: "/api/x", From: "127.0.0.41", Want: Want{Status: 503}},
+			{Name: "another client has its own bucket", Host: "limited.test", Path: "/", From: "127.0.0.42", Want: Want{Status: 200, Backend: "a"}},
+		},
+	},
+	Row{
+		Name:      "rate limits answer limit-req-status-code",
+		ConfigMap: map[string]string{"limit-req-status-code": "429"},
+		Manifests: `{{service "a" "limited429" "demo"}}` +
+			ingress("limited429", "limited429.test", "limited429", root,
+				"limit-rpm", "1", "limit-burst-multiplier", "0", "limit-whitelist", "127.0.0.43"),
+		Requests: []Request{
+			{Name: "an allowlisted client (limit-whitelist)", Host: "limited429.test", Path: "/", From: "127.0.0.43", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "first request", Host: "limited429.test", Path: "/", From: "127.0.0.44", Want: Want{Status: 200, Backend: "a"}},
+			{Name: "no burst", Host: "limited429.test", Path: "/", From: "127.0.0.44", Want: Want{Status: 429}},
 		},
 	},
 	Row{

@@ -1,0 +1,180 @@
+package proxy
+
+import (
+	"net/netip"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// Rate limits (limit-rps, limit-rpm) as nginx's limit_req runs them with
+// ingress-nginx's settings (burst, nodelay): per client address a leaky
+// bucket whose excess, in thousandths of a request, drains at the rate and
+// grows by one request per request let through; a request that would bring
+// it over the burst is refused and changes nothing. With two limits (rps
+// and rpm) a request must pass both and is counted by both.
+
+// rlZone is the state of one limit_req zone: the excess of each client
+// address, in shards so that clients rarely share a lock. It outlives
+// configuration changes (as nginx keeps a zone across reloads).
+type rlZone struct {
+	shards [rlShards]rlShard
+}
+
+const (
+	rlShards = 64
+	// rlShardMax bounds each shard (64 × 1024 addresses per zone, about
+	// what nginx's 5 MB zone holds); a full shard first forgets addresses
+	// whose excess has drained, then its oldest.
+	rlShardMax = 1024
+)
+
+type rlShard struct {
+	mu sync.Mutex
+	m  map[netip.Addr]rlState // guarded by mu
+	_  [40]byte               // keeps shards on their own cache lines
+}
+
+// rlState is one address's bucket: excess in thousandths of a request,
+// last the millisecond it was last let through.
+type rlState struct {
+	excess, last int64
+}
+
+func newRLZone() *rlZone {
+	z := &rlZone{}
+	for i := range z.shards {
+		z.shards[i].m = make(map[netip.Addr]rlState)
+	}
+	return z
+}
+
+// routeLimit is one limit of a route: its zone, its rate in thousandths of
+// a request per second and its burst in thousandths of a request.
+type routeLimit struct {
+	zone        *rlZone
+	rate, burst int64
+}
+
+// excessAt is the excess an address would have with one more request at
+// now (ms), and whether it has a bucket yet; nginx's arithmetic, integer
+// milliseconds.
+func (l *routeLimit) excessAt(st rlState, known bool, now int64) int64 {
+	if !known {
+		return 0 // nginx starts a new address at zero excess
+	}
+	ms := now - st.last
+	if ms < 0 {
+		ms = 0
+	}
+	return max(st.excess-l.rate*ms/1000+1000, 0)
+}
+
+// allowLimits reports whether the client at ip may pass every limit, and
+// if so counts the request in each; a refused request changes no bucket.
+// now is in milliseconds.
+func allowLimits(limits []routeLimit, ip netip.Addr, now int64) bool {
+	ip = ip.Unmap()
+	h := xxhash.Sum64(ip.AsSlice())
+	var states [2]rlState
+	var known [2]bool
+	n := min(len(limits), len(states))
+	// Lock every shard involved (zones differ, so no shard twice), check,
+	// then count: the same order for every request, so no deadlock.
+	for i := range n {
+		sh := &limits[i].zone.shards[h%rlShards]
+		sh.mu.Lock()
+		states[i], known[i] = sh.m[ip]
+	}
+	ok := true
+	for i := range n {
+		if limits[i].excessAt(states[i], known[i], now) > limits[i].burst {
+			ok = false
+		}
+	}
+	for i := range n {
+		sh := &limits[i].zone.shards[h%rlShards]
+		if ok {
+			l := &limits[i]
+			excess := l.excessAt(states[i], known[i], now)
+			last := states[i].last
+			if !known[i] || now != last {
+				last = now // as nginx, the time moves only when it has
+			}
+			if !known[i] && len(sh.m) >= rlShardMax {
+				sh.evict(l, now)
+			}
+			sh.m[ip] = rlState{excess: excess, last: last}
+		}
+		sh.mu.Unlock()
+	}
+	return ok
+}
+
+// evict makes room in a full shard: addresses whose excess has drained
+// under l's rate go first (they would start again at zero anyway), else
+// the one let through longest ago.
+func (sh *rlShard) evict(l *routeLimit, now int64) {
+	var oldest netip.Addr
+	oldestAt := int64(-1)
+	freed := false
+	for ip, st := range sh.m {
+		if st.excess-l.rate*(now-st.last)/1000 <= 0 {
+			delete(sh.m, ip)
+			freed = true
+			continue
+		}
+		if oldestAt < 0 || st.last < oldestAt {
+			oldest, oldestAt = ip, st.last
+		}
+	}
+	if !freed && oldestAt >= 0 {
+		delete(sh.m, oldest)
+	}
+}
+
+// rateLimits keeps the zones of the configuration in force, by name, so a
+// configuration change keeps every bucket of the zones it keeps.
+type rateLimits struct {
+	mu    sync.Mutex
+	zones map[string]*rlZone // guarded by mu
+}
+
+// routeLimits returns a location's limits on zones that outlive the
+// configuration, and marks their names used in keep.
+func (r *rateLimits) routeLimits(rl *model.RateLimit, keep map[string]*rlZone) []routeLimit {
+	if rl == nil {
+		return nil
+	}
+	var out []routeLimit
+	for _, k := range []struct {
+		suffix string
+		n      int
+		per    int64 // seconds
+	}{{"_rps", rl.RPS, 1}, {"_rpm", rl.RPM, 60}} {
+		if k.n <= 0 {
+			continue
+		}
+		name := rl.Zone + k.suffix
+		z := keep[name]
+		if z == nil {
+			r.mu.Lock()
+			if z = r.zones[name]; z == nil {
+				z = newRLZone()
+			}
+			r.mu.Unlock()
+			keep[name] = z
+		}
+		out = append(out, routeLimit{zone: z, rate: int64(k.n) * 1000 / k.per, burst: int64(k.n) * int64(rl.BurstMultiplier) * 1000})
+	}
+	return out
+}
+
+// keepOnly makes keep the zones in force; the others are forgotten.
+func (r *rateLimits) keepOnly(keep map[string]*rlZone) {
+	r.mu.Lock()
+	r.zones = keep
+	r.mu.Unlock()
+}
