@@ -218,7 +218,11 @@ func TestShimTables(t *testing.T) {
 			t.Errorf("%d of %d requests went to the 30 %% canary", len(alt), n)
 		}
 		// Each backend's requests take its rotation in order (one worker):
-		// no position taken by a pick that did not serve.
+		// no position taken by a pick that did not serve. A lease that
+		// expires with positions left (100 ms unused, which a loaded
+		// machine makes happen: CI saw 3 in 601) costs one repeat; picks
+		// taking positions they do not serve cost one in every few
+		// requests (11/9 over 20 before 5031f87), so 1 % separates them.
 		for name, seq := range map[string][]string{"main": main, "canary": alt} {
 			repeats := 0
 			for i := 1; i < len(seq); i++ {
@@ -226,7 +230,7 @@ func TestShimTables(t *testing.T) {
 					repeats++
 				}
 			}
-			if repeats > 2 {
+			if repeats > max(2, len(seq)/100) {
 				t.Errorf("%s: %d of %d requests went to the peer before them; round robin over two peers alternates", name, repeats, len(seq))
 			}
 		}
