@@ -250,7 +250,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		httpAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort))
 		httpsAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort))
 		if opts.EnableSSLPassthrough {
-			httpsLn, err := net.Listen("tcp", httpsAddr)
+			httpsLn, err := listenClients(ctx, httpsAddr)
 			if err != nil {
 				return fmt.Errorf("listen for HTTPS (SNI router): %w", err)
 			}
@@ -260,11 +260,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
 	}
 
-	httpLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)))
+	httpLn, err := listenClients(ctx, net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)))
 	if err != nil {
 		return fmt.Errorf("listen for HTTP: %w", err)
 	}
-	httpsLn, err := net.Listen("tcp", net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
+	httpsLn, err := listenClients(ctx, net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
 	if err != nil {
 		httpLn.Close()
 		return fmt.Errorf("listen for HTTPS: %w", err)
@@ -279,6 +279,17 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	afterReady(httpLn, px.Serve)
 	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
 	return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
+}
+
+// clientListen listens for clients as nginx's "listen" does by default:
+// no TCP keep-alive probes on accepted connections (Go turns them on,
+// which costs four setsockopt calls per connection); idle clients are
+// closed by the keep-alive timeout instead.
+var clientListen = net.ListenConfig{KeepAlive: -1}
+
+// listenClients binds a data plane port (HTTP, HTTPS or the SNI router).
+func listenClients(ctx context.Context, addr string) (net.Listener, error) {
+	return clientListen.Listen(ctx, "tcp", addr)
 }
 
 // waitServing reports the bound addresses once the first configuration is
