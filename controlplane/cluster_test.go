@@ -245,7 +245,7 @@ func TestAgainstAPIServer(t *testing.T) {
 }
 
 // TestClusterFailsClosed: an Ingress gains an access annotation Switchyard
-// cannot carry out (limit-rps); through the real API server, its locations become
+// cannot carry out (limit-connections); through the real API server, its locations become
 // denied (503 on both planes) with a FailedClosed Warning Event naming the
 // annotation, and removing it serves the Ingress again.
 func TestClusterFailsClosed(t *testing.T) {
@@ -269,18 +269,18 @@ func TestClusterFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ing.Annotations = map[string]string{"nginx.ingress.kubernetes.io/limit-rps": "10"}
+	ing.Annotations = map[string]string{"nginx.ingress.kubernetes.io/limit-connections": "10"}
 	if _, err := admin.NetworkingV1().Ingresses(ns).Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	u := next(t, updates, func(u update) bool { return len(denied(u.cfg)) > 0 })
-	if got, want := denied(u.cfg), []string{"echo.example.com/ nginx.ingress.kubernetes.io/limit-rps"}; !cmp.Equal(got, want) {
+	if got, want := denied(u.cfg), []string{"echo.example.com/ nginx.ingress.kubernetes.io/limit-connections"}; !cmp.Equal(got, want) {
 		t.Errorf("denied locations %q; want %q", got, want)
 	}
 	if !u.change.Reload {
 		t.Errorf("change %+v: a denial changes the structure (nginx reloads)", u.change)
 	}
-	waitEvent(t, admin, ns, "echo", "FailedClosed nginx.ingress.kubernetes.io/limit-rps: ")
+	waitEvent(t, admin, ns, "echo", "FailedClosed nginx.ingress.kubernetes.io/limit-connections: ")
 	ing, err = admin.NetworkingV1().Ingresses(ns).Get(ctx, "echo", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
