@@ -562,3 +562,67 @@ func TestRequestHistograms(t *testing.T) {
 		}
 	}
 }
+
+// The upstream latency summary as a Prometheus summary with ingress-nginx's
+// objectives: count and sum of every observation, the 0.5, 0.9 and 0.99
+// quantiles of the last 8-10 minutes within 3 % of the exact ones, NaN
+// once the window holds nothing.
+func TestUpstreamLatencyWindow(t *testing.T) {
+	w := &latencyWindow{labels: [4]string{"ing", "ns", "svc", ""}}
+	start := 7 * time.Hour
+	var exact []time.Duration
+	for i := range 1000 {
+		d := time.Duration(i*i) * time.Microsecond // 0 .. ~1 s, skewed
+		w.observe(d, start+time.Duration(i)*time.Millisecond)
+		exact = append(exact, d)
+	}
+	read := func(now time.Duration) *dto.Summary {
+		var m dto.Metric
+		if err := w.metric(now).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetSummary()
+	}
+	s := read(start + 2*time.Second)
+	if s.GetSampleCount() != 1000 {
+		t.Fatalf("count %d; want 1000", s.GetSampleCount())
+	}
+	var sum time.Duration
+	for _, d := range exact {
+		sum += d
+	}
+	if math.Abs(s.GetSampleSum()-sum.Seconds()) > 1e-9 {
+		t.Errorf("sum %v; want %v", s.GetSampleSum(), sum.Seconds())
+	}
+	for _, q := range s.GetQuantile() {
+		want := exact[int(math.Ceil(q.GetQuantile()*1000))-1].Seconds()
+		if got := q.GetValue(); math.Abs(got-want) > 0.032*want {
+			t.Errorf("quantile %v = %v; want %v within 3 %%", q.GetQuantile(), got, want)
+		}
+	}
+	if len(s.GetQuantile()) != 3 {
+		t.Errorf("%d quantiles; want 3", len(s.GetQuantile()))
+	}
+	// 11 minutes later the window is empty; count and sum stay.
+	s = read(start + 11*time.Minute)
+	for _, q := range s.GetQuantile() {
+		if !math.IsNaN(q.GetValue()) {
+			t.Errorf("after the window: quantile %v = %v; want NaN", q.GetQuantile(), q.GetValue())
+		}
+	}
+	if s.GetSampleCount() != 1000 {
+		t.Errorf("after the window: count %d; want 1000", s.GetSampleCount())
+	}
+	// A new observation then is the only one the quantiles see.
+	w.observe(3*time.Millisecond, start+11*time.Minute)
+	for _, q := range read(start + 11*time.Minute).GetQuantile() {
+		if got := q.GetValue(); math.Abs(got-0.003) > 0.032*0.003 {
+			t.Errorf("one fresh observation: quantile %v = %v; want 0.003", q.GetQuantile(), got)
+		}
+	}
+	for _, d := range []time.Duration{0, 1, 15, 16, 17, 1000, time.Millisecond, time.Second, time.Hour} {
+		if v := latencyValue(latencyBucket(d)); d > 0 && math.Abs(float64(v-d)) > 0.032*float64(d) {
+			t.Errorf("bucket of %v reads %v", d, v)
+		}
+	}
+}
