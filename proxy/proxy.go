@@ -585,12 +585,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 // when it answered the client itself. The X-Request-ID the service gets is
 // the one the upstream will get.
 func (p *Proxy) authorize(ctx *fasthttp.RequestCtx, ea *model.ExternalAuth, f *clientFacts, host []byte, o *outcome) bool {
+	// The auth request may outlive this call (a shared lookup), so it
+	// holds copies: pointing into f or o would move both to the heap for
+	// every request, authenticated or not.
 	id := ctx.Request.Header.Peek("X-Request-ID")
 	if len(id) == 0 {
 		o.id.make()
-		id = o.id.bytes()
+		id = append([]byte(nil), o.id.bytes()...)
 	}
-	ar := authRequest{f: f, host: host, method: string(ctx.Method()), requestURI: string(ctx.RequestURI()), requestID: id,
+	facts := *f
+	ar := authRequest{f: &facts, host: host, method: string(ctx.Method()), requestURI: string(ctx.RequestURI()), requestID: id,
 		server: o.server, location: o.loc.Path + " " + string(o.loc.PathType),
 		header: func(name string) string { return string(ctx.Request.Header.Peek(name)) },
 		fields: func(fn func(name, value string)) {
