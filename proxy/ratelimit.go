@@ -80,25 +80,22 @@ func allowLimits(limits []routeLimit, ip netip.Addr, now int64) bool {
 	h := xxhash.Sum64(ip.AsSlice())
 	var states [2]rlState
 	var known [2]bool
+	var excess [2]int64
 	n := min(len(limits), len(states))
 	// Lock every shard involved (zones differ, so no shard twice), check,
 	// then count: the same order for every request, so no deadlock.
+	ok := true
 	for i := range n {
 		sh := &limits[i].zone.shards[h%rlShards]
 		sh.mu.Lock()
 		states[i], known[i] = sh.m[ip]
-	}
-	ok := true
-	for i := range n {
-		if limits[i].excessAt(states[i], known[i], now) > limits[i].burst {
-			ok = false
-		}
+		excess[i] = limits[i].excessAt(states[i], known[i], now)
+		ok = ok && excess[i] <= limits[i].burst
 	}
 	for i := range n {
 		sh := &limits[i].zone.shards[h%rlShards]
 		if ok {
 			l := &limits[i]
-			excess := l.excessAt(states[i], known[i], now)
 			last := states[i].last
 			if !known[i] || now != last {
 				last = now // as nginx, the time moves only when it has
@@ -106,7 +103,7 @@ func allowLimits(limits []routeLimit, ip netip.Addr, now int64) bool {
 			if !known[i] && len(sh.m) >= rlShardMax {
 				sh.evict(l, now)
 			}
-			sh.m[ip] = rlState{excess: excess, last: last}
+			sh.m[ip] = rlState{excess: excess[i], last: last}
 		}
 		sh.mu.Unlock()
 	}

@@ -278,13 +278,17 @@ type RateLimit struct {
 
 // Limited reports whether the client at ip is subject to the limits.
 func (r *RateLimit) Limited(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	for _, p := range r.Allowlist {
+	return !anyContains(r.Allowlist, ip.Unmap())
+}
+
+// anyContains reports whether one of prefixes contains ip.
+func anyContains(prefixes []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range prefixes {
 		if p.Contains(ip) {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // Denial says why a location fails closed.
@@ -300,20 +304,10 @@ type Denial struct {
 // "deny all" when there is an allow list.
 func (l *Location) SourceAllowed(ip netip.Addr) bool {
 	ip = ip.Unmap()
-	for _, p := range l.DenySourceRanges {
-		if p.Contains(ip) {
-			return false
-		}
+	if anyContains(l.DenySourceRanges, ip) {
+		return false
 	}
-	if len(l.AllowSourceRanges) == 0 {
-		return true
-	}
-	for _, p := range l.AllowSourceRanges {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return len(l.AllowSourceRanges) == 0 || anyContains(l.AllowSourceRanges, ip)
 }
 
 // BasicAuth is auth-type: basic with auth-secret, auth-secret-type and
