@@ -51,15 +51,20 @@ func helmTemplate(t *testing.T, args ...string) []manifest {
 }
 
 // TestHelmChartDryRun renders deploy/helm/switchyard (defaults, and with
-// every optional branch on) and applies the result with server-side dry-run.
+// --set options; TestHelmIngressNginxValues renders whole values files) and
+// applies the result with server-side dry-run.
 func TestHelmChartDryRun(t *testing.T) {
 	c := Shared(t)
 	a := newApplier(t, c.AdminConfig())
 	renders := map[string][]string{
 		"defaults": nil,
-		"options": {"--set", "ingressClass.default=true", "--set", "dataPlane=nginx",
-			"--set", "extraArgs={--watch-namespace=team-a,--enable-ssl-passthrough}",
-			"--set", "tolerations[0].operator=Exists"},
+		"options": {"--set", "controller.ingressClassResource.default=true", "--set", "controller.dataPlane=nginx",
+			"--set", "controller.extraArgs.watch-namespace=team-a", "--set", "controller.extraArgs.enable-ssl-passthrough=",
+			"--set", "controller.tolerations[0].operator=Exists"},
+		"deployment": {"--set", "controller.kind=Deployment", "--set", "controller.replicaCount=2",
+			"--set", "controller.service.type=LoadBalancer", "--set", "controller.hostPort.enabled=false"},
+		"both": {"--set", "controller.kind=Both", "--set", "controller.metrics.enabled=true",
+			"--set", "controller.scope.enabled=true", "--set", "defaultBackend.enabled=true"},
 	}
 	for name, args := range renders {
 		t.Run(name, func(t *testing.T) {
