@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -203,13 +202,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		v.G.sourceListsDenied = "with --enable-ssl-passthrough, nginx cannot read both the SNI router's PROXY header and the forwarded client address"
 	}
 	if v.G.HSTS {
-		v.HSTSValue = "max-age=" + v.G.HSTSMaxAge
-		if cfg.Global.HSTSIncludeSubdomains {
-			v.HSTSValue += "; includeSubDomains"
-		}
-		if cfg.Global.HSTSPreload {
-			v.HSTSValue += "; preload"
-		}
+		v.HSTSValue = cfg.Global.HSTSHeader()
 	}
 	seenHost := map[string]bool{}
 	seenZone := map[string]bool{}
@@ -456,8 +449,6 @@ var (
 	reHeaderList  = regexp.MustCompile(`^[A-Za-z0-9!#%&'*+.^_|~-]+( ?, ?[A-Za-z0-9!#%&'*+.^_|~-]+)*$`)
 	reFilePath    = regexp.MustCompile(`^/[A-Za-z0-9/._+-]*$`)
 	reListen      = regexp.MustCompile(`^(([0-9]{1,3}\.){3}[0-9]{1,3}:|\[[0-9a-fA-F:]+\]:)?[0-9]{1,5}$`)
-	reCiphers     = regexp.MustCompile(`^[A-Za-z0-9:+!@._-]+$`)
-	reDuration    = regexp.MustCompile(`^[0-9]{1,9}(ms|s|m|h|d)?$`)
 	// reRealIPHeader is forwarded-for-header's grammar, as the builder's.
 	reRealIPHeader = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
 )
@@ -597,18 +588,6 @@ func validURL(s string) bool {
 	}
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
-}
-
-func validUpstreamVhost(s string) bool {
-	host := s
-	if i := strings.LastIndexByte(s, ':'); i > 0 {
-		p, err := strconv.Atoi(s[i+1:])
-		if err != nil || p < 1 || p > 65535 {
-			return false
-		}
-		host = s[:i]
-	}
-	return host != "_" && validHost(host) && !strings.HasPrefix(host, "*.")
 }
 
 var nextUpstreamWords = map[string]bool{
@@ -786,9 +765,6 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 	lv := &locationV{Path: p, Backend: l.Backend}
 	switch {
 	case l.Regex:
-		if _, err := regexp.Compile(p); err != nil {
-			return nil, fmt.Errorf("bad regular expression: %w", err)
-		}
 		lv.Modifier = "~* "
 		lv.Path = "^" + p
 	case l.PathType == model.PathTypeExact:
@@ -952,7 +928,7 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 	}
 	lv.NextUpstream = strings.Join(nu, " ")
 	if l.UpstreamVhost != "" {
-		if !validUpstreamVhost(l.UpstreamVhost) {
+		if !model.ValidUpstreamVhost(l.UpstreamVhost) {
 			return nil, fmt.Errorf("upstream-vhost %q", l.UpstreamVhost)
 		}
 		lv.UpstreamVhost = l.UpstreamVhost
@@ -1013,10 +989,9 @@ type globalView struct {
 	// LimitReqStatus is limit-req-status-code (503 by default).
 	LimitReqStatus               int
 	HSTS                         bool
-	HSTSMaxAge                   string
 	UpstreamKeepaliveConnections int
 	UpstreamKeepaliveTime        string
-	UpstreamKeepaliveTimeout     int
+	UpstreamKeepaliveTimeout     string
 	UpstreamKeepaliveRequests    int
 	Proxy                        model.Proxy
 	// RealIPHeader and RealIPFrom are real_ip_header and the
@@ -1055,8 +1030,8 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 		WorkerProcesses: "auto", WorkerShutdownTimeout: "240s", MaxWorkerConnections: 16384,
 		KeepAlive: 75, KeepAliveRequests: 1000, SSLProtocols: "TLSv1.2 TLSv1.3",
 		SSLCiphers:        "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384",
-		LogFormatUpstream: defaultLogFormat, HTTPRedirectCode: 308, HSTSMaxAge: "31536000",
-		UpstreamKeepaliveConnections: 320, UpstreamKeepaliveTime: "1h", UpstreamKeepaliveTimeout: 60,
+		LogFormatUpstream: defaultLogFormat, HTTPRedirectCode: 308,
+		UpstreamKeepaliveConnections: 320, UpstreamKeepaliveTime: "1h", UpstreamKeepaliveTimeout: "60s",
 		UpstreamKeepaliveRequests: 10000,
 		UseForwardedHeaders:       g.UseForwardedHeaders, ComputeFullForwardedFor: g.ComputeFullForwardedFor,
 		HSTS: g.HSTS, Proxy: g.Proxy, FullForwardedFrom: "$remote_addr",
@@ -1115,106 +1090,61 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 	default:
 		bad("http-redirect-code", strconv.Itoa(c), "301, 302, 307 or 308")
 	}
-	if g.HSTSMaxAge != "" {
-		if _, err := strconv.ParseUint(g.HSTSMaxAge, 10, 32); err == nil {
-			v.HSTSMaxAge = g.HSTSMaxAge
+	// The nginx-only keys, parsed and checked by the builder
+	// (model.NginxSettings); checked again here where a value is written
+	// bare into nginx.conf.
+	n := &g.Nginx
+	if d := n.WorkerShutdownTimeout; d > 0 {
+		v.WorkerShutdownTimeout = nginxTime(d)
+	}
+	v.ServerTokens = n.ServerTokens
+	v.AccessLogDefaultBackend = n.AccessLogDefaultBackend
+	if len(n.SSLProtocols) > 0 {
+		ok := true
+		for _, p := range n.SSLProtocols {
+			ok = ok && (p == "TLSv1" || p == "TLSv1.1" || p == "TLSv1.2" || p == "TLSv1.3")
+		}
+		if ok {
+			v.SSLProtocols = strings.Join(n.SSLProtocols, " ")
 		} else {
-			bad("hsts-max-age", g.HSTSMaxAge, "seconds")
+			bad("ssl-protocols", strings.Join(n.SSLProtocols, " "), "TLSv1.2 TLSv1.3 or similar")
 		}
 	}
-	keys := make([]string, 0, len(g.Raw))
-	for k := range g.Raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	intKey := func(k, val string, dst *int, lo int) {
-		n, err := strconv.Atoi(val)
-		if err != nil || n < lo || n > 1<<30 {
-			bad(k, val, fmt.Sprintf("an integer >= %d", lo))
-			return
+	if c := n.SSLCiphers; c != "" {
+		if model.ValidCipherList(c) {
+			v.SSLCiphers = c
+		} else {
+			bad("ssl-ciphers", c, "an OpenSSL cipher list")
 		}
-		*dst = n
 	}
-	for _, k := range keys {
-		val := strings.TrimSpace(g.Raw[k])
-		switch k {
-		case "worker-shutdown-timeout", "upstream-keepalive-time":
-			if !reDuration.MatchString(val) {
-				bad(k, val, "an nginx duration such as 240s")
-			} else if k == "worker-shutdown-timeout" {
-				v.WorkerShutdownTimeout = val
-			} else {
-				v.UpstreamKeepaliveTime = val
-			}
-		case "upstream-keepalive-connections":
-			intKey(k, val, &v.UpstreamKeepaliveConnections, 0)
-		case "upstream-keepalive-timeout":
-			intKey(k, val, &v.UpstreamKeepaliveTimeout, 0)
-		case "upstream-keepalive-requests":
-			intKey(k, val, &v.UpstreamKeepaliveRequests, 1)
-		case "server-tokens":
-			if b, err := strconv.ParseBool(val); err == nil {
-				v.ServerTokens = b
-			} else {
-				bad(k, val, "true or false")
-			}
-		case "enable-access-log-for-default-backend":
-			if b, err := strconv.ParseBool(val); err == nil {
-				v.AccessLogDefaultBackend = b
-			} else {
-				bad(k, val, "true or false")
-			}
-		case "ssl-protocols":
-			ok := val != ""
-			for _, p := range strings.Fields(val) {
-				switch p {
-				case "TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3":
-				default:
-					ok = false
-				}
-			}
-			if ok {
-				v.SSLProtocols = strings.Join(strings.Fields(val), " ")
-			} else {
-				bad(k, val, "TLSv1.2 TLSv1.3 or similar")
-			}
-		case "ssl-ciphers":
-			if reCiphers.MatchString(val) {
-				v.SSLCiphers = val
-			} else {
-				bad(k, val, "an OpenSSL cipher list")
-			}
-		case "log-format-upstream":
-			if validLogFormat(val) {
-				v.LogFormatUpstream = val
-			} else {
-				bad(k, val, "printable text whose $ start variable names")
-			}
+	if f := n.LogFormatUpstream; f != "" {
+		if model.ValidLogFormat(f) {
+			v.LogFormatUpstream = f
+		} else {
+			bad("log-format-upstream", f, "printable text whose $ start variable names")
 		}
+	}
+	ka := &n.UpstreamKeepalive
+	if ka.Connections != nil {
+		v.UpstreamKeepaliveConnections = max(*ka.Connections, 0)
+	}
+	if ka.Time > 0 {
+		v.UpstreamKeepaliveTime = nginxTime(ka.Time)
+	}
+	if ka.Timeout != nil {
+		v.UpstreamKeepaliveTimeout = nginxTime(max(*ka.Timeout, 0))
+	}
+	if ka.Requests > 0 {
+		v.UpstreamKeepaliveRequests = ka.Requests
 	}
 	return v, errs
 }
 
-// validLogFormat accepts printable ASCII (spaces included) in which every
-// '$' starts a variable name, so nginx reads the value as one format string.
-func validLogFormat(s string) bool {
-	if s == "" || len(s) > 4096 {
-		return false
+// nginxTime writes d in nginx's time syntax: whole seconds as "Ns", else
+// milliseconds.
+func nginxTime(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < ' ' || c >= 0x7f {
-			return false
-		}
-		if c == '$' {
-			if i+1 >= len(s) {
-				return false
-			}
-			n := s[i+1]
-			if !(n == '_' || (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || n == '{') {
-				return false
-			}
-		}
-	}
-	return true
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }

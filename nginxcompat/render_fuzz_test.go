@@ -85,7 +85,7 @@ func FuzzRender(f *testing.F) {
 				{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
 				{Hostname: host, Aliases: []string{host}, Locations: []model.Location{loc}},
 			},
-			Global: model.Global{Raw: map[string]string{"log-format-upstream": path, "ssl-ciphers": target}},
+			Global: model.Global{Nginx: model.NginxSettings{LogFormatUpstream: path, SSLCiphers: target}},
 		}
 		r, ds := renderParsed(t, cfg)
 		var servers, locations []*directive

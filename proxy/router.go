@@ -111,16 +111,8 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
 	}
-	if g := &cfg.Global; g.HSTS {
-		// As lua_ingress.lua's header phase writes it. The builder
-		// validated the max-age as seconds.
-		t.hsts = "max-age=" + cmpOr(g.HSTSMaxAge, "31536000")
-		if g.HSTSIncludeSubdomains {
-			t.hsts += "; includeSubDomains"
-		}
-		if g.HSTSPreload {
-			t.hsts += "; preload"
-		}
+	if cfg.Global.HSTS {
+		t.hsts = cfg.Global.HSTSHeader()
 	}
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
@@ -223,10 +215,3 @@ func prefixMatch(prefix string, path []byte) bool {
 	return len(path) == len(p) || path[len(p)] == '/'
 }
 
-// cmpOr returns v, or def when v is empty.
-func cmpOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}

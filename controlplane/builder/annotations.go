@@ -393,7 +393,6 @@ var (
 	reOrigin    = regexp.MustCompile(`^(\*|https?://(\*\.)?[A-Za-z0-9\-.]+(:[0-9]{1,5})?)$`)
 	reTokenList = regexp.MustCompile(`^[A-Za-z0-9\-_]+(\s*,\s*[A-Za-z0-9\-_]+)*$`)
 	reSize      = regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`)
-	reVhost     = regexp.MustCompile(`^[a-z0-9]([a-z0-9\-.]{0,251}[a-z0-9])?(:[0-9]{1,5})?$`)
 	reLabel     = regexp.MustCompile(`^[a-z]([a-z0-9\-]{0,61}[a-z0-9])?$`)
 	// reObjectRef is "name" or "namespace/name".
 	reObjectRef        = regexp.MustCompile(`^([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?/)?[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$`)
@@ -565,8 +564,8 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 		}
 	}
 	if v, ok := get("upstream-vhost"); ok {
-		if !reVhost.MatchString(v) {
-			bad("upstream-vhost", "%q is not a host name", v)
+		if !model.ValidUpstreamVhost(v) {
+			bad("upstream-vhost", "%q is not a host name with an optional port (1-65535)", v)
 		} else {
 			a.upstreamVhost = v
 		}

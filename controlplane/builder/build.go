@@ -295,13 +295,12 @@ func (b *builder) objErr(ing *networkingv1.Ingress, field, msg string) {
 
 // global reads the controller ConfigMap keys both data planes use.
 func (b *builder) global() {
-	g := model.Global{SSLRedirect: true, HTTPRedirectCode: 308, HSTS: true, HSTSMaxAge: "31536000", HSTSIncludeSubdomains: true,
+	g := model.Global{SSLRedirect: true, HTTPRedirectCode: 308, HSTS: true, HSTSMaxAgeSeconds: 31536000, HSTSIncludeSubdomains: true,
 		Proxy: model.Proxy{ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20,
 			NextUpstream: []string{"error", "timeout"}, NextUpstreamTries: 3}}
 	b.access.noAuth = []string{"/.well-known/acme-challenge"} // ingress-nginx's default
 	cm := b.in.ConfigMap
 	if cm != nil {
-		g.Raw = cm.Data
 		ref := model.ObjectRef{Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, UID: string(cm.UID)}
 		bad := func(key, msg string) {
 			b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ref, Field: key, Message: msg + "; the default is kept"})
@@ -330,10 +329,10 @@ func (b *builder) global() {
 		boolKey("hsts-include-subdomains", &g.HSTSIncludeSubdomains)
 		boolKey("hsts-preload", &g.HSTSPreload)
 		if v, ok := cm.Data["hsts-max-age"]; ok {
-			if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err != nil {
 				bad("hsts-max-age", fmt.Sprintf("%q is not a number of seconds", v))
 			} else {
-				g.HSTSMaxAge = v
+				g.HSTSMaxAgeSeconds = uint32(n)
 			}
 		}
 		get := func(key string) (string, bool) { v, ok := cm.Data[key]; return v, ok }
@@ -373,6 +372,7 @@ func (b *builder) global() {
 		}
 		b.globalAccess(cm, ref, &g)
 		connections(cm.Data, &g, bad)
+		g.Nginx = nginxSettings(cm.Data, bad)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":

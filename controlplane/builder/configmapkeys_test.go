@@ -165,52 +165,64 @@ var builderKeys = map[string]struct {
 	val  string
 	with map[string]string
 }{
-	"load-balance":                      {val: "ewma"},
-	"limit-req-status-code":             {val: "429"},
-	"use-forwarded-headers":             {val: "true"},
-	"compute-full-forwarded-for":        {val: "true"},
-	"enable-real-ip":                    {val: "true"},
-	"forwarded-for-header":              {val: "X-Client-IP", with: map[string]string{"enable-real-ip": "true"}},
-	"proxy-real-ip-cidr":                {val: "10.0.0.0/8", with: map[string]string{"enable-real-ip": "true"}},
-	"ssl-redirect":                      {val: "false"},
-	"http-redirect-code":                {val: "301"},
-	"hsts":                              {val: "false"},
-	"hsts-max-age":                      {val: "600"},
-	"hsts-include-subdomains":           {val: "false"},
-	"hsts-preload":                      {val: "true"},
-	"proxy-connect-timeout":             {val: "7"},
-	"proxy-send-timeout":                {val: "7"},
-	"proxy-read-timeout":                {val: "7"},
-	"proxy-body-size":                   {val: "2m"},
-	"proxy-next-upstream":               {val: "error timeout http_502"},
-	"proxy-next-upstream-tries":         {val: "5"},
-	"proxy-next-upstream-timeout":       {val: "9"},
-	"keep-alive":                        {val: "30"},
-	"keep-alive-requests":               {val: "10"},
-	"max-worker-connections":            {val: "100"},
-	"worker-processes":                  {val: "2"},
-	"client-header-timeout":             {val: "10"},
-	"client-header-buffer-size":         {val: "2k"},
-	"large-client-header-buffers":       {val: "8 16k"},
-	"whitelist-source-range":            {val: "10.0.0.0/8"},
-	"denylist-source-range":             {val: "10.0.0.0/8"},
-	"block-cidrs":                       {val: "10.0.0.0/8"},
-	"global-auth-url":                   {val: "http://auth.example/verify"},
-	"global-auth-method":                {val: "GET", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
-	"global-auth-signin":                {val: "http://auth.example/start", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
-	"global-auth-signin-redirect-param": {val: "next", with: map[string]string{"global-auth-url": "http://auth.example/verify", "global-auth-signin": "http://auth.example/start"}},
-	"global-auth-response-headers":      {val: "X-User", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
-	"global-auth-request-redirect":      {val: "http://auth.example/back", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
-	"global-auth-always-set-cookie":     {val: "true", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
-	"global-auth-cache-key":             {val: "$remote_addr", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
-	"global-auth-cache-duration":        {val: "200 1m", with: map[string]string{"global-auth-url": "http://auth.example/verify", "global-auth-cache-key": "$remote_addr"}},
-	"no-auth-locations":                 {val: "/", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"load-balance":                          {val: "ewma"},
+	"limit-req-status-code":                 {val: "429"},
+	"use-forwarded-headers":                 {val: "true"},
+	"compute-full-forwarded-for":            {val: "true"},
+	"enable-real-ip":                        {val: "true"},
+	"forwarded-for-header":                  {val: "X-Client-IP", with: map[string]string{"enable-real-ip": "true"}},
+	"proxy-real-ip-cidr":                    {val: "10.0.0.0/8", with: map[string]string{"enable-real-ip": "true"}},
+	"ssl-redirect":                          {val: "false"},
+	"http-redirect-code":                    {val: "301"},
+	"hsts":                                  {val: "false"},
+	"hsts-max-age":                          {val: "600"},
+	"hsts-include-subdomains":               {val: "false"},
+	"hsts-preload":                          {val: "true"},
+	"proxy-connect-timeout":                 {val: "7"},
+	"proxy-send-timeout":                    {val: "7"},
+	"proxy-read-timeout":                    {val: "7"},
+	"proxy-body-size":                       {val: "2m"},
+	"proxy-next-upstream":                   {val: "error timeout http_502"},
+	"proxy-next-upstream-tries":             {val: "5"},
+	"proxy-next-upstream-timeout":           {val: "9"},
+	"keep-alive":                            {val: "30"},
+	"keep-alive-requests":                   {val: "10"},
+	"max-worker-connections":                {val: "100"},
+	"worker-processes":                      {val: "2"},
+	"client-header-timeout":                 {val: "10"},
+	"client-header-buffer-size":             {val: "2k"},
+	"large-client-header-buffers":           {val: "8 16k"},
+	"whitelist-source-range":                {val: "10.0.0.0/8"},
+	"denylist-source-range":                 {val: "10.0.0.0/8"},
+	"block-cidrs":                           {val: "10.0.0.0/8"},
+	"global-auth-url":                       {val: "http://auth.example/verify"},
+	"global-auth-method":                    {val: "GET", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"global-auth-signin":                    {val: "http://auth.example/start", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"global-auth-signin-redirect-param":     {val: "next", with: map[string]string{"global-auth-url": "http://auth.example/verify", "global-auth-signin": "http://auth.example/start"}},
+	"global-auth-response-headers":          {val: "X-User", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"global-auth-request-redirect":          {val: "http://auth.example/back", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"global-auth-always-set-cookie":         {val: "true", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"global-auth-cache-key":                 {val: "$remote_addr", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"global-auth-cache-duration":            {val: "200 1m", with: map[string]string{"global-auth-url": "http://auth.example/verify", "global-auth-cache-key": "$remote_addr"}},
+	"no-auth-locations":                     {val: "/", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
+	"proxy-buffering":                       {val: "on"},
+	"worker-shutdown-timeout":               {val: "30s"},
+	"server-tokens":                         {val: "true"},
+	"enable-access-log-for-default-backend": {val: "true"},
+	"ssl-protocols":                         {val: "TLSv1.3"},
+	"ssl-ciphers":                           {val: "HIGH:!aNULL"},
+	"log-format-upstream":                   {val: "$remote_addr $status"},
+	"upstream-keepalive-connections":        {val: "0"},
+	"upstream-keepalive-time":               {val: "10m"},
+	"upstream-keepalive-timeout":            {val: "5"},
+	"upstream-keepalive-requests":           {val: "100"},
 }
 
 // Every key the catalogue says the Go data plane honours, or both planes
 // outside the nginx template, changes the model the builder builds, and so
-// does an access key that fails closed; every other key changes nothing but
-// Global.Raw.
+// does an access key that fails closed; every other key changes nothing.
+// Every key honoured by some plane is read by the builder: data planes parse
+// no ConfigMap string.
 func TestConfigMapKeysTheBuilderReads(t *testing.T) {
 	in := loadInput(t, "testdata/basic.yaml")
 	build := func(data map[string]string) string {
@@ -221,21 +233,18 @@ func TestConfigMapKeysTheBuilderReads(t *testing.T) {
 				t.Errorf("%v: %s: %s", data, e.Field, e.Message)
 			}
 		}
-		cfg.Global.Raw, cfg.Errors, cfg.Version = nil, nil, 0
+		cfg.Errors, cfg.Version = nil, 0
 		b, _ := json.Marshal(cfg)
 		return string(b)
 	}
 	for _, k := range ConfigMapKeys {
 		t.Run(k.Name, func(t *testing.T) {
 			s, read := builderKeys[k.Name]
-			byModel := k.Status == GoPlaneOnly || (k.Status == BothPlanes && !slices.Contains(nginxcompat.ConfigMapKeys, k.Name))
-			if byModel && !read {
+			honoured := k.Status == GoPlaneOnly || k.Status == NginxPlaneOnly || k.Status == BothPlanes
+			if honoured && !read {
 				t.Fatalf("%s: %s, but no value to try in builderKeys", k.Name, k.Status)
 			}
 			if !read {
-				if k.Status == NginxPlaneOnly || k.Status == BothPlanes {
-					return // the template reads it from Global.Raw
-				}
 				s.val = "1"
 			}
 			with := map[string]string{}

@@ -2,7 +2,9 @@ package model
 
 import (
 	"net/netip"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
@@ -560,10 +562,9 @@ func (r *RealIP) Trusted(addr netip.Addr) bool {
 	return false
 }
 
-// Global holds the settings of the controller ConfigMap that both data planes
-// use. Keys and defaults follow ingress-nginx's ConfigMap. Raw keeps every
-// key as given, for settings only one data plane understands (the nginx
-// template validates its own).
+// Global holds the settings of the controller ConfigMap, parsed and
+// validated by the builder. Keys and defaults follow ingress-nginx's
+// ConfigMap; data planes read the typed values and parse nothing.
 type Global struct {
 	// LoadBalance is load-balance; empty means round_robin.
 	LoadBalance string `json:"loadBalance,omitempty"`
@@ -581,9 +582,12 @@ type Global struct {
 	SSLRedirect bool `json:"sslRedirect"`
 	// HTTPRedirectCode is http-redirect-code (default 308).
 	HTTPRedirectCode int `json:"httpRedirectCode"`
-	// HSTS, HSTSMaxAge, HSTSIncludeSubdomains, HSTSPreload are hsts*.
+	// HSTS, HSTSMaxAgeSeconds, HSTSIncludeSubdomains, HSTSPreload are
+	// hsts, hsts-max-age, hsts-include-subdomains and hsts-preload. The
+	// builder sets ingress-nginx's defaults (true, 31536000, true, false);
+	// a zero HSTSMaxAgeSeconds is max-age=0, which a user may ask for.
 	HSTS                  bool   `json:"hsts"`
-	HSTSMaxAge            string `json:"hstsMaxAge"`
+	HSTSMaxAgeSeconds     uint32 `json:"hstsMaxAgeSeconds"`
 	HSTSIncludeSubdomains bool   `json:"hstsIncludeSubdomains"`
 	HSTSPreload           bool   `json:"hstsPreload,omitempty"`
 	// Proxy holds the ConfigMap defaults of the per-location proxy settings.
@@ -620,6 +624,131 @@ type Global struct {
 	// and 8192.
 	LargeClientHeaderBuffers    int `json:"largeClientHeaderBuffers,omitempty"`
 	LargeClientHeaderBufferSize int `json:"largeClientHeaderBufferSize,omitempty"`
-	// Raw is every ConfigMap key as given.
-	Raw map[string]string `json:"raw,omitempty"`
+	// Nginx holds the keys only the nginx data plane carries out.
+	Nginx NginxSettings `json:"nginx,omitzero"`
+}
+
+// HSTSHeader is the Strict-Transport-Security value both data planes send
+// on HTTPS responses when HSTS is on, as ingress-nginx writes it.
+func (g *Global) HSTSHeader() string {
+	v := "max-age=" + strconv.FormatUint(uint64(g.HSTSMaxAgeSeconds), 10)
+	if g.HSTSIncludeSubdomains {
+		v += "; includeSubDomains"
+	}
+	if g.HSTSPreload {
+		v += "; preload"
+	}
+	return v
+}
+
+// NginxSettings are the ConfigMap keys only the nginx data plane carries out
+// (the migration guide's ConfigMap table marks them so). The builder parses
+// and validates each; each zero value is ingress-nginx's default.
+type NginxSettings struct {
+	// WorkerShutdownTimeout is worker-shutdown-timeout; 0 means 240s.
+	WorkerShutdownTimeout time.Duration `json:"workerShutdownTimeout,omitempty"`
+	// ServerTokens is server-tokens: nginx names its version in the Server
+	// header and error pages.
+	ServerTokens bool `json:"serverTokens,omitempty"`
+	// AccessLogDefaultBackend is enable-access-log-for-default-backend:
+	// requests the default backend answers are logged only with it.
+	AccessLogDefaultBackend bool `json:"accessLogDefaultBackend,omitempty"`
+	// SSLProtocols is ssl-protocols, each of TLSv1, TLSv1.1, TLSv1.2 and
+	// TLSv1.3 at most once; empty means TLSv1.2 and TLSv1.3.
+	SSLProtocols []string `json:"sslProtocols,omitempty"`
+	// SSLCiphers is ssl-ciphers, an OpenSSL cipher list (ValidCipherList);
+	// empty means ingress-nginx's default list.
+	SSLCiphers string `json:"sslCiphers,omitempty"`
+	// LogFormatUpstream is log-format-upstream, an nginx log format
+	// (ValidLogFormat); empty means ingress-nginx's upstreaminfo format.
+	LogFormatUpstream string `json:"logFormatUpstream,omitempty"`
+	// UpstreamKeepalive is upstream-keepalive-*.
+	UpstreamKeepalive UpstreamKeepalive `json:"upstreamKeepalive,omitzero"`
+}
+
+// UpstreamKeepalive is how nginx keeps idle connections to upstreams.
+type UpstreamKeepalive struct {
+	// Connections is upstream-keepalive-connections, the idle connections
+	// each worker keeps per upstream; nil means 320 and 0 keeps none.
+	Connections *int `json:"connections,omitempty"`
+	// Time is upstream-keepalive-time, the longest a connection is reused;
+	// 0 means 1h.
+	Time time.Duration `json:"time,omitempty"`
+	// Timeout is upstream-keepalive-timeout, how long an idle connection
+	// is kept; nil means 60s.
+	Timeout *time.Duration `json:"timeout,omitempty"`
+	// Requests is upstream-keepalive-requests, the requests one connection
+	// carries; 0 means 10000.
+	Requests int `json:"requests,omitempty"`
+}
+
+// ValidCipherList reports whether s is made only of the characters of an
+// OpenSSL cipher list (names, ':', '+', '!', '@', '.', '_', '-'), so it can
+// be written into nginx.conf as one word.
+func ValidCipherList(s string) bool {
+	if s == "" || len(s) > 4096 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte(":+!@._-", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ValidLogFormat reports whether s is printable ASCII (spaces included) in
+// which every '$' starts a variable name, so nginx reads it as one format
+// string.
+func ValidLogFormat(s string) bool {
+	if s == "" || len(s) > 4096 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < ' ' || c >= 0x7f {
+			return false
+		}
+		if c == '$' {
+			if i+1 >= len(s) {
+				return false
+			}
+			n := s[i+1]
+			if !(n == '_' || (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || n == '{') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ValidUpstreamVhost reports whether s is what upstream-vhost may hold: a
+// DNS name of lowercase labels, with an optional port from 1 to 65535.
+func ValidUpstreamVhost(s string) bool {
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		p, err := strconv.ParseUint(s[i+1:], 10, 16)
+		if err != nil || p == 0 {
+			return false
+		}
+		host = s[:i]
+	}
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

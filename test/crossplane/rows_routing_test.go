@@ -93,6 +93,19 @@ var _ = register(
 		},
 	},
 	Row{
+		Name: "upstream-vhost with a port, and one out of range",
+		Manifests: `{{service "a" "vhost" "demo"}}` +
+			ingress("vhostport", "vhostport.test", "vhost", root, "upstream-vhost", "internal.example:8080") +
+			ingress("vhostbad", "vhostbad.test", "vhost", root, "upstream-vhost", "internal.example:99999"),
+		Requests: []Request{
+			{Name: "the port is sent", Host: "vhostport.test", Path: "/", Want: Want{Status: 200, Backend: "a", Host: "internal.example:8080"}},
+			// Rejected once, by the builder, for both planes: the
+			// annotation is reported and the client's Host goes upstream
+			// (the nginx plane used to drop the whole location).
+			{Name: "an invalid port: the annotation is dropped", Host: "vhostbad.test", Path: "/", Want: Want{Status: 200, Backend: "a", Host: "vhostbad.test"}},
+		},
+	},
+	Row{
 		Name: "redirects",
 		Manifests: `{{service "a" "redir" "demo"}}` +
 			ingress("moved", "moved.test", "redir", root, "permanent-redirect", "https://new.example.com/") +
