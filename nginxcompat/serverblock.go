@@ -48,9 +48,9 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 			writeClientAuth(b, sv.ClientAuth)
 		}
 		if v.G.HSTS {
-			b.WriteString("\n        add_header Strict-Transport-Security ")
-			b.WriteString(quote(v.HSTSValue))
-			b.WriteString(" always;")
+			// The server also answers plain HTTP: $hsts_header is
+			// empty there (nginx.tmpl).
+			b.WriteString("\n        add_header Strict-Transport-Security $hsts_header always;")
 		}
 	}
 	b.WriteByte('\n')
@@ -360,16 +360,15 @@ func writeCORS(b *bytes.Buffer, c *corsV, hsts string) {
 	headers("\n            ")
 }
 
-// writeHSTS repeats the server's Strict-Transport-Security (hsts; nothing
-// when empty) at a level with add_header lines of its own: nginx inherits
+// writeHSTS repeats the server's Strict-Transport-Security (nothing when
+// hsts is empty) at a level with add_header lines of its own: nginx inherits
 // add_header only into a level that has none, and ingress-nginx sends the
-// field on every HTTPS answer (lua_ingress.lua's header phase).
+// field on every HTTPS answer (lua_ingress.lua's header phase), none on
+// plain HTTP ($hsts_header, nginx.tmpl).
 func writeHSTS(b *bytes.Buffer, indent, hsts string) {
 	if hsts == "" {
 		return
 	}
 	b.WriteString(indent)
-	b.WriteString("add_header Strict-Transport-Security ")
-	b.WriteString(quote(hsts))
-	b.WriteString(" always;")
+	b.WriteString("add_header Strict-Transport-Security $hsts_header always;")
 }

@@ -152,6 +152,20 @@ stringData:
 		},
 	},
 	Row{
+		Name:      "hsts-max-age 0 and hsts-preload from the ConfigMap",
+		ConfigMap: map[string]string{"hsts-max-age": "0", "hsts-preload": "true", "hsts-include-subdomains": "false"},
+		Manifests: `{{service "a" "hstscm" "demo"}}{{tlsSecret "hstscm-tls" "hstscm.test"}}` +
+			ingressTLS(ingress("hstscm", "hstscm.test", "hstscm", root), "hstscm.test", "hstscm-tls"),
+		Requests: []Request{
+			// 0 is a value (forget this host), not "unset": the builder
+			// reads it once and both planes send the one header it makes.
+			{Name: "HTTPS", Host: "hstscm.test", Path: "/", HTTPS: true,
+				Want: Want{Status: 200, Backend: "a", Header: map[string]string{"Strict-Transport-Security": "max-age=0; preload"}}},
+			{Name: "plain HTTP gets none", Host: "hstscm.test", Path: "/",
+				Want: Want{Status: 308, Header: map[string]string{"Strict-Transport-Security": ""}}},
+		},
+	},
+	Row{
 		Name: "custom-http-errors",
 		Manifests: `{{service "down" "flaky" "demo"}}{{service "c" "errpage" "demo"}}` +
 			ingress("errors", "errors.test", "flaky", root, "custom-http-errors", "503", "default-backend", "errpage") +
