@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 )
 
 // helmChartDir is the chart under test.
@@ -693,6 +694,92 @@ func TestHelmDefaultsMatchBase(t *testing.T) {
 			if diff := cmp.Diff(typed[networkingv1.IngressClass](t, b).Spec, typed[networkingv1.IngressClass](t, c).Spec); diff != "" {
 				t.Errorf("IngressClass spec (-base +chart):\n%s", diff)
 			}
+		}
+	}
+}
+
+// TestHelmValuesTable checks docs/helm.md against the chart: every
+// controller.* and top-level key of values.schema.json has exactly one row;
+// a row says "refused" exactly when the schema marks the key refused (the
+// templates/validate.yaml keys), "ignored" exactly when the schema says
+// Ignored; every "supported" row is a key of values.yaml; and the first
+// table holds ingress-nginx's 76 controller.* values.
+func TestHelmValuesTable(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(RepoRoot(), "docs", "helm.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schemaDoc struct {
+		Properties map[string]struct {
+			Description string `json:"description"`
+			Properties  map[string]struct {
+				Description string `json:"description"`
+			} `json:"properties"`
+		} `json:"properties"`
+	}
+	raw, err := os.ReadFile(filepath.Join(helmChartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &schemaDoc); err != nil {
+		t.Fatal(err)
+	}
+	valuesText, err := os.ReadFile(filepath.Join(helmChartDir(), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(valuesText, &values); err != nil {
+		t.Fatal(err)
+	}
+	ctlValues, _ := values["controller"].(map[string]any)
+
+	rowRE := regexp.MustCompile("(?m)^\\| `([^`]+)` \\| (supported|refused|ignored) \\|")
+	rows := map[string]string{}
+	for _, m := range rowRE.FindAllStringSubmatch(string(doc), -1) {
+		if _, dup := rows[m[1]]; dup {
+			t.Errorf("docs/helm.md: %s has two rows", m[1])
+		}
+		rows[m[1]] = m[2]
+	}
+	first, _, _ := strings.Cut(strings.SplitN(string(doc), "## `controller.*`\n", 2)[1], "\n## ")
+	if n := len(rowRE.FindAllString(first, -1)); n != 76 {
+		t.Errorf("the controller.* table has %d rows; want ingress-nginx's 76 values", n)
+	}
+	statusOf := func(desc string) string {
+		switch {
+		case strings.HasPrefix(desc, "Refused with a message"):
+			return "refused"
+		case strings.HasPrefix(desc, "Ignored"):
+			return "ignored"
+		}
+		return "supported"
+	}
+	want := map[string]string{}
+	for k, p := range schemaDoc.Properties["controller"].Properties {
+		want["controller."+k] = statusOf(p.Description)
+	}
+	for k, p := range schemaDoc.Properties {
+		if k == "controller" || k == "nameOverride" || k == "fullnameOverride" || strings.HasPrefix(p.Description, "Chart 0.1 name") {
+			continue
+		}
+		want[k] = statusOf(p.Description)
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("docs/helm.md rows (-schema +doc):\n%s", diff)
+	}
+	for key, status := range rows {
+		name, isCtl := strings.CutPrefix(key, "controller.")
+		if status != "supported" || !isCtl {
+			continue
+		}
+		if _, ok := ctlValues[name]; !ok && !strings.Contains(string(valuesText), "  # "+name+":") {
+			t.Errorf("docs/helm.md says %s is supported; values.yaml has no such controller key", key)
+		}
+	}
+	for name := range ctlValues {
+		if _, ok := rows["controller."+name]; !ok {
+			t.Errorf("values.yaml key controller.%s has no row in docs/helm.md", name)
 		}
 	}
 }
