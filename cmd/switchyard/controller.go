@@ -215,6 +215,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return err
 	}
 	metrics.ingress.attach(ctrl)
+	if opts.ValidatingWebhook != "" {
+		if err := serveWebhook(ctx, opts, ctrl, metrics.registerer, errc); err != nil {
+			return err
+		}
+	}
 
 	statusLn, err := net.Listen("tcp", net.JoinHostPort(opts.StatusAddress, strconv.Itoa(opts.StatusPort)))
 	if err != nil {

@@ -69,6 +69,12 @@ type controllerOptions struct {
 	ListenAddress            string
 	Verbosity                int
 	Version                  bool
+
+	// ValidatingWebhook is the address of the admission webhook's HTTPS
+	// server (ingress-nginx's chart passes ":8443"); empty, none.
+	// ValidatingWebhookCertificate and ValidatingWebhookKey are its PEM
+	// files, reloaded when they change (webhook.go).
+	ValidatingWebhook, ValidatingWebhookCertificate, ValidatingWebhookKey string
 }
 
 // migrationFlagsSection is where the migration guide explains the flags;
@@ -165,9 +171,9 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.String("internal-logger-address", "127.0.0.1:11514", noEffect("internal-logger-address"))
 
 	// Admission webhook
-	fs.String("validating-webhook", "", noEffect("validating-webhook"))
-	fs.String("validating-webhook-certificate", "", noEffect("validating-webhook-certificate"))
-	fs.String("validating-webhook-key", "", noEffect("validating-webhook-key"))
+	fs.StringVar(&opts.ValidatingWebhook, "validating-webhook", "", "address of the validating admission webhook's HTTPS server for Ingresses (e.g. :8443); empty means none")
+	fs.StringVar(&opts.ValidatingWebhookCertificate, "validating-webhook-certificate", "", "PEM certificate file of the admission webhook (reloaded when it changes)")
+	fs.StringVar(&opts.ValidatingWebhookKey, "validating-webhook-key", "", "PEM private key file of the admission webhook (reloaded when it changes)")
 	fs.Bool("disable-full-test", false, noEffect("disable-full-test"))
 
 	// Profiling
@@ -341,6 +347,7 @@ func (o *controllerOptions) validate() error {
 	if o.SyncRateLimit < 0 {
 		errs = append(errs, fmt.Errorf("--sync-rate-limit: %v is negative", o.SyncRateLimit))
 	}
+	errs = append(errs, o.validateWebhook()...)
 	if o.Manifests != "" && o.Kubeconfig != "" {
 		errs = append(errs, errors.New("--manifests and --kubeconfig exclude each other"))
 	}

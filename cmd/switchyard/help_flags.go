@@ -136,10 +136,10 @@ var controllerFlagTable = map[string]flagRow{
 	"health-check-timeout":       {groupPorts, flagNoEffect, "/healthz answers from the controller itself, with no probe to time out"},
 	"internal-logger-address":    {groupPorts, flagNoEffect, "Switchyard runs no internal syslog listener"},
 
-	"validating-webhook":             {groupWebhook, flagNoEffect, "Switchyard serves no admission webhook: an Ingress it cannot serve as written is reported in Warning events and on the status page instead"},
-	"validating-webhook-certificate": {groupWebhook, flagNoEffect, "Switchyard serves no admission webhook"},
-	"validating-webhook-key":         {groupWebhook, flagNoEffect, "Switchyard serves no admission webhook"},
-	"disable-full-test":              {groupWebhook, flagNoEffect, "Switchyard serves no admission webhook"},
+	"validating-webhook":             {groupWebhook, flagImplemented, "an HTTPS server (TLS 1.2+) answering AdmissionReview v1 for Ingresses at any path, `/networking/v1/ingresses` included (the chart's); it denies what a sync would refuse or fail closed on, with the builder's message, and never renders nginx.conf or runs `nginx -t`"},
+	"validating-webhook-certificate": {groupWebhook, flagImplemented, "required with `--validating-webhook`; reloaded when the file changes"},
+	"validating-webhook-key":         {groupWebhook, flagImplemented, "required with `--validating-webhook`; reloaded when the file changes"},
+	"disable-full-test":              {groupWebhook, flagNoEffect, "the webhook always builds only the Ingress under review and those sharing a host and path with it"},
 
 	"profiling":        {groupProfiling, flagImplemented, "serves Go's `/debug/pprof` on --profiler-address:--profiler-port; a profiler that cannot bind is logged and left off, it does not stop the controller"},
 	"profiler-port":    {groupProfiling, flagImplemented, ""},

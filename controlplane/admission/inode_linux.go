@@ -1,0 +1,13 @@
+package admission
+
+import (
+	"os"
+	"syscall"
+)
+
+func inode(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}
