@@ -5,17 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/switchyard-proxy/switchyard/test/harness"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -31,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 )
 
@@ -41,7 +47,13 @@ func helmChartDir() string { return filepath.Join(RepoRoot(), "deploy", "helm", 
 // stdout, or the error and stderr: for renders that must fail.
 func helmRender(t *testing.T, release string, args ...string) ([]byte, string, error) {
 	t.Helper()
-	cmd := exec.Command(helmBin(t), append([]string{"template", release, helmChartDir(), "--namespace", "switchyard"}, args...)...)
+	return helmRenderIn(t, "switchyard", release, args...)
+}
+
+// helmRenderIn is helmRender into namespace ns.
+func helmRenderIn(t *testing.T, ns, release string, args ...string) ([]byte, string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), append([]string{"template", release, helmChartDir(), "--namespace", ns}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
@@ -781,5 +793,118 @@ func TestHelmValuesTable(t *testing.T) {
 		if _, ok := rows["controller."+name]; !ok {
 			t.Errorf("values.yaml key controller.%s has no row in docs/helm.md", name)
 		}
+	}
+}
+
+// TestHelmChartControllerRuns runs the real switchyard binary with the args
+// of the chart's DaemonSet as the chart's ServiceAccount, holding exactly the
+// RBAC the chart renders (applied for real, in a fresh namespace, the binary
+// impersonating the account), cluster-wide and with controller.scope.enabled
+// (a Role in the namespace, a ClusterRole for IngressClasses only): it must
+// become ready and proxy a request to a TEST-NET-1 backend, without a
+// Forbidden.
+func TestHelmChartControllerRuns(t *testing.T) {
+	harness.RequireNetNS(t)
+	c := Shared(t)
+	bin := buildSwitchyard(t, t.TempDir())
+	for i, mode := range []string{"cluster-wide", "scoped"} {
+		t.Run(mode, func(t *testing.T) {
+			ns := c.Namespace(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			class := ns
+			out, stderr, err := helmRenderIn(t, ns, "edge", "--set", "controller.scope.enabled="+strconv.FormatBool(mode == "scoped"),
+				"--set", "controller.ingressClassResource.name="+class, "--set", "controller.ingressClass="+class,
+				"--set", "controller.ingressClassResource.controllerValue=switchyard.dev/"+class,
+				"--set", "fullnameOverride="+class)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr)
+			}
+			ms, err := decodeManifests("helm template", out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newApplier(t, c.AdminConfig())
+			var args []string
+			for _, m := range ms {
+				switch m.obj.GetKind() {
+				case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "IngressClass":
+					if err := a.apply(ctx, m, false); err != nil {
+						t.Fatalf("apply %s: %v", m, err)
+					}
+				case "DaemonSet":
+					for _, arg := range containerArgs(typed[appsv1.DaemonSet](t, m.obj).Spec.Template.Spec) {
+						args = append(args, strings.ReplaceAll(arg, "$(POD_NAMESPACE)", ns))
+					}
+				}
+			}
+			if mode == "scoped" {
+				wantArgs(t, args, "--watch-namespace="+ns)
+			}
+
+			admin, err := kubernetes.NewForConfig(c.AdminConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			backendIP := harness.TestIP(30 + i)
+			backendLn, err := net.Listen("tcp", backendIP+":0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			backend := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "backend %s path %s", backendIP, r.URL.Path)
+			}), ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = backend.Serve(backendLn) }()
+			t.Cleanup(func() { backend.Close() })
+			ing, svc, slice := demoObjects(ns)
+			ing.Spec.IngressClassName = &class
+			slice.Ports[0].Port = ptrInt32(int32(backendLn.Addr().(*net.TCPAddr).Port))
+			slice.Endpoints = slice.Endpoints[:1]
+			slice.Endpoints[0].Addresses = []string{backendIP}
+			if _, err := admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+
+			dir := t.TempDir()
+			ip := harness.TestIP(3)
+			httpPort, httpsPort, statusPort := harness.FreePort(t, ip), harness.FreePort(t, ip), harness.FreePort(t, ip)
+			asSA := c.AdminConfig()
+			asSA.Impersonate.UserName = "system:serviceaccount:" + ns + ":" + class
+			args = append(args, "--kubeconfig="+c.WriteKubeconfig(t, asSA),
+				"--listen-address="+ip, "--http-port="+strconv.Itoa(httpPort), "--https-port="+strconv.Itoa(httpsPort),
+				"--status-address="+ip, "--status-port="+strconv.Itoa(statusPort))
+			ctrl := harness.StartProcess(t, harness.Cmd{Name: "switchyard", Path: bin, Args: args, LogDir: dir,
+				Env: []string{"POD_NAMESPACE=" + ns, "POD_NAME=edge-0"}})
+			status := "http://" + net.JoinHostPort(ip, strconv.Itoa(statusPort))
+			harness.WaitFor(t, time.Minute, "switchyard /readyz", ctrl, harness.HTTPReady(status+"/readyz", http.StatusOK, nil, nil))
+			url := "http://" + net.JoinHostPort(ip, strconv.Itoa(httpPort)) + "/hello"
+			want := fmt.Sprintf("backend %s path /hello", backendIP)
+			harness.WaitFor(t, 30*time.Second, "a proxied response from the backend", ctrl, func(ctx context.Context) (bool, error) {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if err != nil {
+					return false, err
+				}
+				req.Host = "web.example"
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false, err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return err == nil && resp.StatusCode == http.StatusOK && string(b) == want, nil
+			})
+			_ = ctrl.Stop()
+			if log, err := os.ReadFile(ctrl.LogPath()); err != nil {
+				t.Fatal(err)
+			} else if strings.Contains(strings.ToLower(string(log)), "forbidden") {
+				t.Errorf("the controller hit a Forbidden with the chart's RBAC (%s):\n%s", mode, ctrl.Tail(4000))
+			}
+		})
 	}
 }
