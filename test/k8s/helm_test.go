@@ -65,6 +65,8 @@ func TestHelmChartDryRun(t *testing.T) {
 			"--set", "controller.service.type=LoadBalancer", "--set", "controller.hostPort.enabled=false"},
 		"both": {"--set", "controller.kind=Both", "--set", "controller.metrics.enabled=true",
 			"--set", "controller.scope.enabled=true", "--set", "defaultBackend.enabled=true"},
+		"namespaceOverride": {"--set", "namespaceOverride=edge-system", "--set", "controller.networkPolicy.enabled=true",
+			"--set", "tcp.9000=default/echo:9000", "--set", "controller.service.internal.enabled=true"},
 	}
 	for name, args := range renders {
 		t.Run(name, func(t *testing.T) {
@@ -73,6 +75,9 @@ func TestHelmChartDryRun(t *testing.T) {
 			for _, m := range ms {
 				if err := a.apply(context.Background(), m, true); err != nil {
 					t.Errorf("%s: server-side dry-run: %v", m, err)
+				}
+				if ns := m.obj.GetNamespace(); name == "namespaceOverride" && ns != "" && ns != "edge-system" {
+					t.Errorf("%s: namespace %q; want namespaceOverride's edge-system", m, ns)
 				}
 			}
 		})
@@ -122,12 +127,19 @@ func TestHelmRBACMatchesBase(t *testing.T) {
 	}
 }
 
-// TestHelmLint: helm's own checks of the chart, strict (warnings fail).
+// TestHelmLint: helm's own checks of the chart, strict (warnings fail), with
+// the defaults and with each values file of the parity tests.
 func TestHelmLint(t *testing.T) {
 	chart := filepath.Join(RepoRoot(), "deploy", "helm", "switchyard")
-	cmd := exec.Command(helmBin(t), "lint", "--strict", chart)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("helm lint --strict: %v\n%s", err, out)
+	for _, values := range []string{"", "helm-ingress-nginx-values.yaml", "helm-deployment-values.yaml"} {
+		args := []string{"lint", "--strict", chart}
+		if values != "" {
+			args = append(args, "-f", filepath.Join(RepoRoot(), "test", "k8s", "testdata", values))
+		}
+		cmd := exec.Command(helmBin(t), args...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("helm %v: %v\n%s", args, err, out)
+		}
 	}
 }
