@@ -344,9 +344,9 @@ func clientAuthView(ca *model.ClientAuth, certDir string) (*clientAuthV, error) 
 	if ca.ErrorPage != "" && !reErrorPage.MatchString(ca.ErrorPage) {
 		return nil, fmt.Errorf("auth-tls-error-page %q", ca.ErrorPage)
 	}
-	if ca.MatchCN != "" {
+	if ca.MatchCN != nil {
 		// The builder compiled it; checked again for what nginx reads bare.
-		if !reMatchCN.MatchString(ca.MatchCN) {
+		if !reMatchCN.MatchString(ca.MatchCN.String()) {
 			return nil, fmt.Errorf("auth-tls-match-cn %q", ca.MatchCN)
 		}
 	}
@@ -354,7 +354,7 @@ func clientAuthView(ca *model.ClientAuth, certDir string) (*clientAuthV, error) 
 		return nil, fmt.Errorf("auth-tls-secret: the CA is not PEM")
 	}
 	v := &clientAuthV{File: clientCAFile(certDir, ca.CA), Verify: string(ca.Verify), Depth: ca.Depth,
-		ErrorPage: ca.ErrorPage, MatchCN: ca.MatchCN, Pass: ca.PassCertificate}
+		ErrorPage: ca.ErrorPage, MatchCN: ca.MatchCN.String(), Pass: ca.PassCertificate}
 	if ca.CRL != "" {
 		// Written to a file, never into nginx.conf; it must be PEM CRLs
 		// only, or nginx would refuse the file (the builder checked more).

@@ -359,7 +359,10 @@ func FuzzRenderClientAuth(f *testing.F) {
 	f.Add("", "", "-----BEGIN X509 CRL-----\n-----BEGIN PRIVATE KEY-----\n")
 	f.Fuzz(func(t *testing.T, matchCN, errorPage, crl string) {
 		ca := &model.ClientAuth{CA: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", CRL: crl,
-			Verify: model.VerifyOn, Depth: 1, MatchCN: matchCN, ErrorPage: errorPage}
+			Verify: model.VerifyOn, Depth: 1, ErrorPage: errorPage}
+		if matchCN != "" {
+			ca.MatchCN = model.NewRegexp(matchCN)
+		}
 		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be",
 			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}}
 		cfg := &model.Configuration{Servers: []model.Server{

@@ -138,12 +138,10 @@ func newClientAuth(ca *model.ClientAuth) *clientAuth {
 	if ca.CRL != "" && len(c.crls) == 0 {
 		return nil
 	}
-	if ca.MatchCN != "" {
-		re, err := regexp.Compile(ca.MatchCN)
-		if err != nil {
+	if ca.MatchCN != nil {
+		if c.match = ca.MatchCN.Compiled(); c.match == nil {
 			return nil
 		}
-		c.match = re
 	}
 	return c
 }

@@ -65,6 +65,7 @@ func TestCustomHTTPErrors(t *testing.T) {
 	annotated.CustomDefaultBackend = "custom-default-backend-prod-errors"
 	rewritten := intercepting
 	rewritten.Path, rewritten.Regex, rewritten.PathType, rewritten.Rewrite.Target = "/rw(/|$)(.*)", true, model.PathTypeImplementationSpecific, "/status/$2"
+	rewritten.SetPathRegexp()
 	servers := []model.Server{
 		{Hostname: "errors.test", Locations: []model.Location{intercepting, rewritten}},
 		{Hostname: "annotated.test", Locations: []model.Location{annotated}},

@@ -58,6 +58,7 @@ func TestRewriteKeepsClientRequest(t *testing.T) {
 	live := be.start(t)
 	rw := loc("/api(/|$)(.*)", model.PathTypeImplementationSpecific, "be")
 	rw.Regex, rw.Rewrite.Target = true, "/$2"
+	rw.SetPathRegexp()
 	cfg := &model.Configuration{
 		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(deadAddr(t), live)}},
 		Servers:  []model.Server{{Hostname: "rw.test", Locations: []model.Location{rw}}},

@@ -493,9 +493,9 @@ func nextStatusBit(code int) uint8 {
 	return 0
 }
 
-// nextUpstreamOf parses proxy-next-upstream; empty is nginx's default
-// "error timeout", "off" never passes a request on. Unknown tokens were
-// refused by the control plane.
+// nextUpstreamOf reads proxy-next-upstream's conditions, words the builder
+// validated; empty is nginx's default "error timeout", "off" never passes a
+// request on.
 func nextUpstreamOf(tokens []string) nextUpstream {
 	if len(tokens) == 0 {
 		return nextUpstream{onError: true, onTimeout: true}
@@ -513,12 +513,20 @@ func nextUpstreamOf(tokens []string) nextUpstream {
 			n.nonIdempotent = true
 		case "off":
 			return nextUpstream{}
-		default:
-			if code, ok := strings.CutPrefix(t, "http_"); ok {
-				if c, err := strconv.Atoi(code); err == nil {
-					n.statuses |= nextStatusBit(c)
-				}
-			}
+		case "http_500":
+			n.statuses |= nextStatusBit(500)
+		case "http_502":
+			n.statuses |= nextStatusBit(502)
+		case "http_503":
+			n.statuses |= nextStatusBit(503)
+		case "http_504":
+			n.statuses |= nextStatusBit(504)
+		case "http_403":
+			n.statuses |= nextStatusBit(403)
+		case "http_404":
+			n.statuses |= nextStatusBit(404)
+		case "http_429":
+			n.statuses |= nextStatusBit(429)
 		}
 	}
 	return n

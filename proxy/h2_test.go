@@ -76,6 +76,7 @@ func TestHTTP2FrontEnd(t *testing.T) {
 	cors.CORS = model.CORS{Enabled: true, AllowOrigin: []string{"https://app.example.com"}, AllowMethods: "GET", AllowHeaders: "X-A", MaxAgeSeconds: 60}
 	rewrite := loc("/api(/|$)(.*)", model.PathTypeImplementationSpecific, "b")
 	rewrite.Regex, rewrite.Rewrite.Target = true, "/$2"
+	rewrite.SetPathRegexp()
 	cfg := &model.Configuration{
 		Backends: []balancer.Backend{
 			{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)},

@@ -340,6 +340,8 @@ func TestRewriteAndCORS(t *testing.T) {
 	rewrite.Regex, rewrite.Rewrite.Target = true, "/$2"
 	plain := loc("/old", model.PathTypePrefix, "a")
 	plain.Rewrite.Target = "/new"
+	rewrite.SetPathRegexp()
+	plain.SetPathRegexp()
 	cors := loc("/", model.PathTypePrefix, "a")
 	cors.CORS = model.CORS{Enabled: true, AllowOrigin: []string{"https://app.example.com", "https://*.example.org"},
 		AllowMethods: "GET, POST", AllowHeaders: "Content-Type", AllowCredentials: true, MaxAgeSeconds: 600}

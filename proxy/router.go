@@ -124,9 +124,7 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 		for _, loc := range s.Locations {
 			r := &route{loc: loc, limits: limits.routeLimits(loc.RateLimit, zones)}
 			if loc.Rewrite.Target != "" {
-				if re, err := regexp.Compile("(?i)" + loc.Path); err == nil {
-					r.rewrite = re
-				}
+				r.rewrite = loc.PathRegexp.Compiled() // nil: no capture groups
 			}
 			switch {
 			case loc.PathType == model.PathTypeExact:
@@ -134,9 +132,9 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 			case loc.Regex:
 				// ingress-nginx writes use-regex paths as case-insensitive
 				// "location ~*".
-				re, err := regexp.Compile("(?i)" + loc.Path)
-				if err != nil {
-					continue
+				re := loc.PathRegexp.Compiled()
+				if re == nil {
+					continue // the builder refuses such a path
 				}
 				r.re = re
 				vh.regex = append(vh.regex, r)
@@ -214,4 +212,3 @@ func prefixMatch(prefix string, path []byte) bool {
 	}
 	return len(path) == len(p) || path[len(p)] == '/'
 }
-

@@ -12,7 +12,7 @@ func routerConfig() *model.Configuration {
 		{Hostname: "_", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: "default", IsDefaultBackend: true}}},
 		{Hostname: "a.example.com", Aliases: []string{"alias.test"}, Locations: []model.Location{
 			{Path: "/exact", PathType: model.PathTypeExact, Backend: "exact"},
-			{Path: "/api/v[0-9]+", PathType: model.PathTypeImplementationSpecific, Regex: true, Backend: "regex"},
+			{Path: "/api/v[0-9]+", PathType: model.PathTypeImplementationSpecific, Regex: true, Backend: "regex", PathRegexp: model.NewRegexp("(?i)/api/v[0-9]+")},
 			{Path: "/foo", PathType: model.PathTypePrefix, Backend: "foo"},
 			{Path: "/foo/bar/", PathType: model.PathTypePrefix, Backend: "foobar"},
 			{Path: "/", PathType: model.PathTypePrefix, Backend: "root"},

@@ -321,7 +321,7 @@ func TestBuildClientAuth(t *testing.T) {
 						continue
 					}
 					ca := s.ClientAuth
-					if ca == nil || ca.CA != string(caPEM) || ca.Verify != model.VerifyOptional || ca.Depth != 1 || ca.MatchCN != "CN=(alice|bob)" || s.Locations[0].Denied != nil {
+					if ca == nil || ca.CA != string(caPEM) || ca.Verify != model.VerifyOptional || ca.Depth != 1 || ca.MatchCN.String() != "CN=(alice|bob)" || s.Locations[0].Denied != nil {
 						t.Errorf("ClientAuth %+v, denied %+v", ca, s.Locations[0].Denied)
 					}
 				case "o.example.com":

@@ -420,7 +420,7 @@ func (b *builder) clientAuth(ing *networkingv1.Ingress, c *clientAuthAnnotations
 	}
 	return &model.ClientAuth{
 		Secret: model.ObjectRef{Kind: "Secret", Namespace: ns, Name: name, UID: string(sec.UID)},
-		CA:     string(ca), CRL: string(crl), Verify: c.verify, Depth: c.depth, ErrorPage: c.errorPage, PassCertificate: c.pass, MatchCN: c.matchCN,
+		CA:     string(ca), CRL: string(crl), Verify: c.verify, Depth: c.depth, ErrorPage: c.errorPage, PassCertificate: c.pass, MatchCN: matchCN(c.matchCN),
 	}, nil
 }
 
@@ -738,4 +738,12 @@ func (b *builder) authProxySetHeaders(ing *networkingv1.Ingress, ref string) ([]
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// matchCN is auth-tls-match-cn, checked by the caller; nil when unset.
+func matchCN(v string) *model.Regexp {
+	if v == "" {
+		return nil
+	}
+	return model.NewRegexp(v)
 }

@@ -1259,6 +1259,9 @@ func (b *builder) finish() {
 	}
 	sort.Slice(b.cfg.Backends, func(i, j int) bool { return b.cfg.Backends[i].Name < b.cfg.Backends[j].Name })
 	for _, s := range b.servers {
+		for i := range s.Locations {
+			s.Locations[i].SetPathRegexp()
+		}
 		// ingress-nginx sorts locations by path descending and then, stably,
 		// by path length descending: longest first, equal lengths in
 		// descending byte order. Same path: Exact, ImplementationSpecific,

@@ -149,7 +149,7 @@ type ClientAuth struct {
 	PassCertificate bool `json:"passCertificate,omitempty"`
 	// MatchCN is auth-tls-match-cn: a regular expression (RE2, and PCRE
 	// alike: no backslash, quote or brace) the subject DN must match.
-	MatchCN string `json:"matchCN,omitempty"`
+	MatchCN *Regexp `json:"matchCN,omitempty"`
 }
 
 // ClientVerify is auth-tls-verify-client.
@@ -198,6 +198,11 @@ type Location struct {
 	// Regex is true when Path is a regular expression (use-regex, or a
 	// rewrite-target on ImplementationSpecific, as ingress-nginx does).
 	Regex bool `json:"regex,omitempty"`
+	// PathRegexp is "(?i)" and Path, case-insensitive as nginx's
+	// "location ~*": what the Go plane matches a Regex path with, and
+	// takes rewrite-target's capture groups from. The builder sets it
+	// (SetPathRegexp) when Regex is true or Rewrite.Target is set.
+	PathRegexp *Regexp `json:"pathRegexp,omitempty"`
 
 	// Ingress is the object this location came from; empty for the default.
 	Ingress ObjectRef `json:"ingress"`
