@@ -758,6 +758,13 @@ func TestHelmValuesTable(t *testing.T) {
 	if n := len(rowRE.FindAllString(first, -1)); n != 76 {
 		t.Errorf("the controller.* table has %d rows; want ingress-nginx's 76 values", n)
 	}
+	counts := map[string]int{}
+	for _, m := range rowRE.FindAllStringSubmatch(first, -1) {
+		counts[m[2]]++
+	}
+	if said := fmt.Sprintf("%d supported, %d refused, %d ignored", counts["supported"], counts["refused"], counts["ignored"]); !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), said) {
+		t.Errorf("docs/helm.md does not say %q, the counts of its controller.* table", said)
+	}
 	statusOf := func(desc string) string {
 		switch {
 		case strings.HasPrefix(desc, "Refused with a message"):
