@@ -541,6 +541,7 @@ func TestHelmRefusedValues(t *testing.T) {
 		"proxySetHeaders":             {[]string{"--set", "controller.proxySetHeaders.X-Team=edge"}, "proxy-set-headers ConfigMap key is not implemented"},
 		"addHeaders":                  {[]string{"--set", "controller.addHeaders.X-Team=edge"}, "add-headers ConfigMap key is not implemented"},
 		"chroot":                      {[]string{"--set", "controller.image.chroot=true"}, "no chroot variant"},
+		"ingress-nginx-image":         {[]string{"--set", "controller.image.image=ingress-nginx/controller"}, "controller.image names ingress-nginx's controller image"},
 		"wait-shutdown":               {[]string{"--set", "controller.lifecycle.preStop.exec.command[0]=/wait-shutdown"}, "drains on SIGTERM itself"},
 		"dhParam":                     {[]string{"--set", "dhParam=AAAA"}, "ssl-dh-param ConfigMap key is not implemented"},
 		"webhook-without-cert":        {[]string{"--set", "controller.admissionWebhooks.enabled=true"}, "kube-webhook-certgen Jobs (admissionWebhooks.patch) are not supported"},

@@ -75,7 +75,7 @@ registry/image; digest pins it. Call with (dict "image" ... "global" .Values.glo
 {{- $img := .image -}}
 {{- $repo := $img.repository -}}
 {{- if not $repo -}}
-{{- $repo = printf "%s/%s" (default .global.image.registry $img.registry) $img.image -}}
+{{- $repo = printf "%s/%s" (default .global.image.registry $img.registry) (required "an image needs image.image or image.repository" $img.image) -}}
 {{- end -}}
 {{- $ref := $repo -}}
 {{- if $img.tag }}{{ $ref = printf "%s:%s" $ref (toString $img.tag) }}{{ end -}}
