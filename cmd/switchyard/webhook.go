@@ -39,12 +39,12 @@ func serveWebhook(ctx context.Context, opts controllerOptions, ctrl *controlplan
 	if opts.Manifests != "" {
 		return errors.New("--validating-webhook needs an API server, not --manifests")
 	}
-	if err := ctrl.EnableAdmission(); err != nil {
-		return err
-	}
 	certs, err := admission.NewCertReloader(opts.ValidatingWebhookCertificate, opts.ValidatingWebhookKey)
 	if err != nil {
 		return fmt.Errorf("--validating-webhook-certificate/--validating-webhook-key: %w", err)
+	}
+	if err := ctrl.EnableAdmission(); err != nil {
+		return err
 	}
 	h, err := admission.NewHandler(admission.Config{Store: ctrl, Registerer: reg})
 	if err != nil {
