@@ -7,6 +7,11 @@ need_pkgs=()
 for p in nginx libnginx-mod-http-lua lua-resty-core lua-cjson wrk iproute2 util-linux chromium; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
+# mmdebstrap, umoci and setcap build the controller image (make image,
+# deploy/image/build.sh; test/image runs it).
+for p in mmdebstrap umoci libcap2-bin; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
 if ((${#need_pkgs[@]})); then
 	echo "setup: installing ${need_pkgs[*]}"
 	SUDO=""
