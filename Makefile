@@ -14,7 +14,7 @@ GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # Parallel test binaries on a 2-core machine: two is what fits.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 30m
 
-.PHONY: test setup lint vet unit bench run
+.PHONY: test setup lint vet unit bench run image
 
 test: setup lint
 	$(GO) test $(TEST_FLAGS) ./...
@@ -43,3 +43,9 @@ bench:
 
 run:
 	$(GO) run ./cmd/switchyard quickstart
+
+# The controller image as an OCI layout and an oci-archive under _out/image
+# (IMAGE_OUT), tagged IMAGE_VERSION (default: git describe), without a
+# container engine: needs root, mmdebstrap and umoci (docs/image.md).
+image:
+	./deploy/image/build.sh $(or $(IMAGE_OUT),_out/image) $(IMAGE_VERSION)
