@@ -65,6 +65,7 @@ func TestHelmChartDryRun(t *testing.T) {
 			"--set", "controller.service.type=LoadBalancer", "--set", "controller.hostPort.enabled=false"},
 		"both": {"--set", "controller.kind=Both", "--set", "controller.metrics.enabled=true",
 			"--set", "controller.scope.enabled=true", "--set", "defaultBackend.enabled=true"},
+		"no-rbac": {"--set", "rbac.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ops-managed"},
 		"namespaceOverride": {"--set", "namespaceOverride=edge-system", "--set", "controller.networkPolicy.enabled=true",
 			"--set", "tcp.9000=default/echo:9000", "--set", "controller.service.internal.enabled=true"},
 	}
@@ -78,6 +79,12 @@ func TestHelmChartDryRun(t *testing.T) {
 				}
 				if ns := m.obj.GetNamespace(); name == "namespaceOverride" && ns != "" && ns != "edge-system" {
 					t.Errorf("%s: namespace %q; want namespaceOverride's edge-system", m, ns)
+				}
+				switch m.obj.GetKind() {
+				case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+					if name == "no-rbac" {
+						t.Errorf("%s rendered; want none with rbac.create=false, serviceAccount.create=false", m)
+					}
 				}
 			}
 		})
