@@ -924,3 +924,37 @@ func TestHelmChartControllerRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestHelmUpdateStatusFalseDropsStatusRBAC: with --update-status=false the
+// controller writes no Ingress status, so the chart grants no update on
+// ingresses/status, cluster-wide or scoped; by default it does.
+func TestHelmUpdateStatusFalseDropsStatusRBAC(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args       []string
+		wantStatus bool
+	}{
+		"default":              {nil, true},
+		"update-status=false":  {[]string{"--set", "controller.extraArgs.update-status=false"}, false},
+		"scoped":               {[]string{"--set", "controller.scope.enabled=true"}, true},
+		"scoped-update-status": {[]string{"--set", "controller.scope.enabled=true", "--set-string", "controller.extraArgs.update-status=false"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := false
+			for _, m := range helmTemplate(t, tc.args...) {
+				var rules []rbacv1.PolicyRule
+				switch m.obj.GetKind() {
+				case "ClusterRole":
+					rules = typed[rbacv1.ClusterRole](t, m.obj).Rules
+				case "Role":
+					rules = typed[rbacv1.Role](t, m.obj).Rules
+				}
+				for _, r := range rules {
+					got = got || slices.Contains(r.Resources, "ingresses/status")
+				}
+			}
+			if got != tc.wantStatus {
+				t.Errorf("a rule on ingresses/status: %v; want %v", got, tc.wantStatus)
+			}
+		})
+	}
+}
