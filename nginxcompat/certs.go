@@ -144,7 +144,9 @@ func RemoveStaleClientCAs(dir string, cas map[string]string) error {
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
 		ours := (strings.HasPrefix(e.Name(), "client-ca-") && filepath.Ext(e.Name()) == ".crt") ||
-			(strings.HasPrefix(e.Name(), "client-crl-") && filepath.Ext(e.Name()) == ".crl")
+			(strings.HasPrefix(e.Name(), "client-crl-") && filepath.Ext(e.Name()) == ".crl") ||
+			(strings.HasPrefix(e.Name(), "upstream-ca-") && filepath.Ext(e.Name()) == ".crt") ||
+			(strings.HasPrefix(e.Name(), "upstream-cert-") && filepath.Ext(e.Name()) == ".key")
 		if _, keep := cas[p]; !keep && !e.IsDir() && ours {
 			if err := os.Remove(p); err != nil {
 				return fmt.Errorf("remove stale client CA bundle: %w", err)

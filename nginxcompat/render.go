@@ -225,6 +225,12 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 			if lv.BasicFile != "" {
 				authFiles[lv.BasicFile] = lv.basicData
 			}
+			if ps := lv.ProxySSL; ps != nil {
+				cas[ps.CAFile] = ps.caPEM
+				if ps.CertFile != "" {
+					cas[ps.CertFile] = ps.certKeyPEM
+				}
+			}
 			if rl := lv.RateLimit; rl != nil && !seenZone[rl.ID] {
 				seenZone[rl.ID] = true
 				v.RateLimits = append(v.RateLimits, rl)
@@ -359,6 +365,8 @@ type corsV struct {
 }
 
 type locationV struct {
+	// ProxySSL is proxy-ssl-* (backend-protocol HTTPS); nil without.
+	ProxySSL                        *proxySSLV
 	Modifier, Path                  string
 	Namespace, IngressName, Service string
 	Backend                         string
@@ -683,7 +691,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	seen := map[string]bool{}
 	for i := range s.Locations {
 		l := &s.Locations[i]
-		lv, err := locationView(l, sv.TLS != "", g, rc.AuthDir, rc.DigestSocket, s.Hostname)
+		lv, err := locationView(l, sv.TLS != "", g, rc, s.Hostname)
 		if err == nil && denyAll {
 			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
 		}
@@ -751,7 +759,8 @@ func rateLimitView(rl *model.RateLimit) (*rateLimitV, error) {
 // reRealm is auth-realm's grammar.
 var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
 
-func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSocket, server string) (*locationV, error) {
+func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, server string) (*locationV, error) {
+	authDir, digestSocket := rc.AuthDir, rc.DigestSocket
 	p := l.Path
 	if p == "" {
 		p = "/"
@@ -955,6 +964,13 @@ func locationView(l *model.Location, tls bool, g *globalView, authDir, digestSoc
 		lv.Scheme = "http"
 	case model.ProtocolHTTPS:
 		lv.Scheme = "https"
+		if l.UpstreamTLS != nil {
+			ps, err := proxySSLView(l.UpstreamTLS, rc.CertDir)
+			if err != nil {
+				return lv, err
+			}
+			lv.ProxySSL = ps
+		}
 	case model.ProtocolH2C:
 		// nginx cannot proxy_pass over h2c; grpc_pass speaks HTTP/2
 		// cleartext, as ingress-nginx does for H2C.

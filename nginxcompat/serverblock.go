@@ -284,6 +284,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 			b.WriteByte(';')
 		}
 	}
+	if l.ProxySSL != nil {
+		writeProxySSL(b, l.ProxySSL)
+	}
 	if l.GRPC {
 		b.WriteString("\n            grpc_pass ")
 	} else {

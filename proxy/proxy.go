@@ -65,6 +65,9 @@ type Config struct {
 	// written from many goroutines at once, one Write per line, so it must
 	// be safe for concurrent use (an *os.File is).
 	AccessLog io.Writer
+	// ErrorLog receives a line when a TLS handshake with an upstream fails
+	// (a failed proxy-ssl-verify, say), at most one a second; nil: none.
+	ErrorLog func(msg string)
 	// MetricsPerHost labels request metrics with the server name
 	// (--metrics-per-host); the label is empty otherwise.
 	MetricsPerHost bool
@@ -920,15 +923,24 @@ func tokenListHas(v []byte, tok string) bool {
 }
 
 // clientKey names a keep-alive pool: a peer, spoken to in plain HTTP/1.1
-// or over TLS.
+// or over TLS, with the proxy-ssl-* settings tlsID names (upstreamTLS).
 type clientKey struct {
-	addr string
-	tls  bool
+	addr  string
+	tls   bool
+	tlsID string
 }
 
 // client returns the keep-alive pool for a peer, creating it on first use.
 func (p *Proxy) pool(addr string, loc *model.Location) *peerPool {
 	key := clientKey{addr: addr, tls: loc.BackendProtocol == model.ProtocolHTTPS}
+	var ut *upstreamTLS
+	if key.tls && loc.UpstreamTLS != nil {
+		ut = p.routes.Load().upstreamTLS[loc.UpstreamTLS]
+		if ut == nil {
+			ut = newUpstreamTLS(loc.UpstreamTLS) // a request of a replaced table
+		}
+		key.tlsID = ut.id
+	}
 	if c := (*p.pools.Load())[key]; c != nil {
 		return c
 	}
@@ -938,7 +950,7 @@ func (p *Proxy) pool(addr string, loc *model.Location) *peerPool {
 	if c := old[key]; c != nil {
 		return c
 	}
-	c := &peerPool{addr: addr, tls: key.tls}
+	c := &peerPool{addr: addr, tls: key.tls, upTLS: ut, errLog: p.cfg.ErrorLog}
 	next := make(map[clientKey]*peerPool, len(old)+1)
 	for k, v := range old {
 		next[k] = v

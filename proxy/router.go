@@ -11,6 +11,9 @@ import (
 
 // table is an immutable routing table built from one Configuration.
 type table struct {
+	// upstreamTLS are the locations' proxy-ssl-* as client TLS
+	// configurations, made once per configuration.
+	upstreamTLS map[*model.UpstreamTLS]*upstreamTLS
 	// redirectCode is http-redirect-code for ssl-redirect (308 default).
 	redirectCode int
 	// fullForwardedFor is use-forwarded-headers with
@@ -123,6 +126,12 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 		}
 		for _, loc := range s.Locations {
 			r := &route{loc: loc, limits: limits.routeLimits(loc.RateLimit, zones)}
+			if u := loc.UpstreamTLS; u != nil && t.upstreamTLS[u] == nil {
+				if t.upstreamTLS == nil {
+					t.upstreamTLS = map[*model.UpstreamTLS]*upstreamTLS{}
+				}
+				t.upstreamTLS[u] = newUpstreamTLS(u)
+			}
 			if loc.Rewrite.Target != "" {
 				r.rewrite = loc.PathRegexp.Compiled() // nil: no capture groups
 			}

@@ -46,6 +46,10 @@ var errBadChunk = errors.New("proxy: malformed chunked body from upstream")
 type peerPool struct {
 	addr string
 	tls  bool
+	// upTLS is the location's proxy-ssl-* (nil: no verification, no SNI,
+	// no client certificate); errLog reports failed handshakes.
+	upTLS  *upstreamTLS
+	errLog func(string)
 
 	mu   sync.Mutex
 	idle []*upConn // most recently used last
@@ -101,9 +105,14 @@ func (pp *peerPool) get(t timeouts, now time.Duration) (c *upConn, connect time.
 }
 
 // dial connects to the peer within timeout, with TLS for backend-protocol
-// HTTPS (no verification and no SNI: nginx's proxy_ssl_verify off and
+// HTTPS: as the location's proxy-ssl-* say (upstreamTLS), else with no
+// verification and no SNI (nginx's proxy_ssl_verify off and
 // proxy_ssl_server_name off, ingress-nginx's defaults).
 func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
+	if pp.upTLS != nil && pp.upTLS.err != nil {
+		logUpstreamTLS(pp.errLog, pp.addr, pp.upTLS.err)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: pp.upTLS.err}
+	}
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.Dial("tcp", pp.addr)
 	if err != nil || !pp.tls {
@@ -111,15 +120,24 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // nginx's proxy_ssl_verify off
+	conf := insecureUpstream
+	if pp.upTLS != nil {
+		conf = pp.upTLS.conf
+	}
+	tc := tls.Client(conn, conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = conn.Close()
+		logUpstreamTLS(pp.errLog, pp.addr, err)
 		// A failed handshake is a failed connect: another peer may be
 		// tried whatever the request (nothing reached the application).
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("tls handshake: %w", err)}
 	}
 	return tc, nil
 }
+
+// insecureUpstream is ingress-nginx's default for HTTPS upstreams:
+// proxy_ssl_verify off, no SNI, sessions resumed.
+var insecureUpstream = &tls.Config{InsecureSkipVerify: true, ClientSessionCache: tls.NewLRUClientSessionCache(1024)} //nolint:gosec // nginx's proxy_ssl_verify off
 
 // put returns c to its pool, or closes it when the pool is full.
 func (c *upConn) put() {

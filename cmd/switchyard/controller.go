@@ -119,7 +119,8 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if nginxMode {
 		pxMetrics = nil
 	}
-	pxCfg := proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost}
+	pxCfg := proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost,
+		ErrorLog: func(msg string) { klog.Warning(msg) }}
 	if opts.AccessLog != nil && !nginxMode {
 		// Buffered, so a slow reader of standard output never holds a
 		// request; lines that do not fit are dropped and counted.

@@ -80,6 +80,10 @@ type annotations struct {
 	// clientAuth the result; nil without auth-tls-secret.
 	clientAuthAnn *clientAuthAnnotations
 	clientAuth    *model.ClientAuth
+	// proxySSLAnn is proxy-ssl-* before the Secret is looked up, and
+	// upstreamTLS the result; nil without proxy-ssl-secret.
+	proxySSLAnn *proxySSLAnnotations
+	upstreamTLS *model.UpstreamTLS
 	// basicAuthAnn is auth-type: basic before the Secret is looked up,
 	// and basicAuth the result; nil without auth-type.
 	basicAuthAnn     *basicAuthAnnotations
@@ -311,6 +315,15 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 	}
 	a.clientAuthAnn = parseClientAuth(get, bad, warn, boolean, integer)
+	failClosed := func(name, msg string) {
+		a.deny(name, msg)
+		errs = append(errs, annotationError{key: annotationPrefix + name, reason: model.ReasonFailedClosed,
+			msg: msg + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
+	}
+	a.proxySSLAnn = parseProxySSL(get, bad, warn, failClosed, integer)
+	if a.proxySSLAnn != nil && a.backendProtocol != string(model.ProtocolHTTPS) {
+		warn("proxy-ssl-secret", "has no effect unless backend-protocol is HTTPS (as in ingress-nginx, whose proxy_ssl_* apply to proxy_pass https only)")
+	}
 	a.basicAuthAnn = parseBasicAuth(get, bad, warn)
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs

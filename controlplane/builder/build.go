@@ -217,6 +217,18 @@ func Build(in Input, opt Options) *model.Configuration {
 			}
 			a.clientAuth = ca
 		}
+		if a.proxySSLAnn != nil {
+			warn := func(key, msg string) {
+				errs = append(errs, annotationError{key: annotationPrefix + key, reason: model.ReasonUnsupported, msg: msg})
+			}
+			u, err := b.upstreamTLS(ing, a.proxySSLAnn, warn)
+			if err != nil {
+				a.deny("proxy-ssl-secret", err.Error())
+				errs = append(errs, annotationError{key: annotationPrefix + "proxy-ssl-secret", reason: model.ReasonFailedClosed,
+					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (fail closed, as ingress-nginx denies them)"})
+			}
+			a.upstreamTLS = u
+		}
 		if a.externalAuth != nil && a.authProxySetHeaders != "" {
 			hs, err := b.authProxySetHeaders(ing, a.authProxySetHeaders)
 			if err != nil {
@@ -683,6 +695,9 @@ func (b *builder) location(ing *networkingv1.Ingress, ref model.ObjectRef, a ann
 func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model.Location, a annotations) {
 	if a.backendProtocol != "" {
 		loc.BackendProtocol = model.BackendProtocol(a.backendProtocol)
+	}
+	if loc.BackendProtocol == model.ProtocolHTTPS {
+		loc.UpstreamTLS = a.upstreamTLS // proxy_ssl_* apply to proxy_pass https only
 	}
 	if a.sslRedirect != nil {
 		loc.Rewrite.SSLRedirect = *a.sslRedirect

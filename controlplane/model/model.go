@@ -222,6 +222,9 @@ type Location struct {
 	Rewrite         Rewrite         `json:"rewrite"`
 	Redirect        Redirect        `json:"redirect"`
 	Proxy           Proxy           `json:"proxy"`
+	// UpstreamTLS is proxy-ssl-*, for backend-protocol HTTPS; nil: nginx's
+	// defaults (no verification, no SNI, no client certificate).
+	UpstreamTLS *UpstreamTLS `json:"upstreamTLS,omitempty"`
 	// Denied, when set, makes every data plane answer 503 to every request
 	// of this location without going upstream, before any other check
 	// (ingress-nginx's denied locations): an access-control annotation or

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -130,7 +132,24 @@ var (
 	revokingCA  *harness.CA
 	revokedPEM  []byte
 	clientCerts map[string]tls.Certificate
+	// upstreamCA signs the HTTPS backends' certificates (tlsBackendSpecs)
+	// and the client certificate upstreamClientSecret holds; upstreamDeep
+	// is an intermediate of it.
+	upstreamCA, upstreamDeep *harness.CA
 )
+
+// tlsBackendSpecs are echo backends over TLS, for proxy-ssl-* rows: each
+// certificate names only backend.internal; "tlsdeep"'s chains to
+// upstreamCA through an intermediate. They ask for a client certificate
+// of upstreamCA (optional) and echo, as request fields, the SNI they got
+// (X-Tls-Sni) and the client certificate's CN (X-Tls-Client-Cn).
+var tlsBackendSpecs = []struct {
+	Name, IP string
+	Deep     bool
+}{
+	{"tls", "127.0.0.21", false},
+	{"tlsdeep", "127.0.0.22", true},
+}
 
 // TestMain runs the tests inside harness's network namespace, which also
 // fails the binary if a controller or nginx outlives them.
@@ -188,6 +207,38 @@ func startBackends(t *testing.T) map[string]string {
 		t.Cleanup(func() { _ = srv.Close() })
 		out[name] = ln.Addr().String()
 	}
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(upstreamCA.PEM)
+	for _, b := range tlsBackendSpecs {
+		ca := upstreamCA
+		if b.Deep {
+			ca = upstreamDeep
+		}
+		c, k := ca.ServerCert(t, "backend.internal")
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := tls.Listen("tcp", net.JoinHostPort(b.IP, "0"), &tls.Config{Certificates: []tls.Certificate{pair},
+			ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: clientCAs, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := b.Name
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n, _ := io.Copy(io.Discard, r.Body)
+				r.Header.Set("X-Tls-Sni", r.TLS.ServerName)
+				if len(r.TLS.PeerCertificates) > 0 {
+					r.Header.Set("X-Tls-Client-Cn", r.TLS.PeerCertificates[0].Subject.CommonName)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n})
+			})}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		out[name] = ln.Addr().String()
+	}
 	return out
 }
 
@@ -208,6 +259,22 @@ func (e *env) manifests(t *testing.T, dir string, rows []Row, extra map[string]s
 		"caSecret": func(name string) string {
 			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n",
 				name, base64.StdEncoding.EncodeToString(e.ca.PEM))
+		},
+		// upstreamCASecret holds upstreamCA as ca.crt, in demo;
+		// strangerCASecret another CA's certificate; upstreamClientSecret
+		// upstreamCA with a client certificate (CN=switchyard) it issued.
+		"upstreamCASecret": func(name string) string {
+			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n",
+				name, base64.StdEncoding.EncodeToString(upstreamCA.PEM))
+		},
+		"strangerCASecret": func(name string) string {
+			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n",
+				name, base64.StdEncoding.EncodeToString(revokingCA.PEM))
+		},
+		"upstreamClientSecret": func(name string) string {
+			c, k := upstreamCA.ClientCert(t, "switchyard")
+			return fmt.Sprintf("---\napiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: demo}\ndata:\n  ca.crt: %s\n  tls.crt: %s\n  tls.key: %s\n",
+				name, base64.StdEncoding.EncodeToString(upstreamCA.PEM), base64.StdEncoding.EncodeToString(c), base64.StdEncoding.EncodeToString(k))
 		},
 		// crlSecret holds revokingCA as ca.crt and its revocation list,
 		// which lists carol's certificate, as ca.crl, in demo.
@@ -494,6 +561,8 @@ func TestBehaviour(t *testing.T) {
 	suiteCA = harness.NewCA(t, "Suite CA")
 	stranger := harness.NewCA(t, "Stranger CA")
 	revokingCA = harness.NewRevokingCA(t, "Revoking CA")
+	upstreamCA = harness.NewCA(t, "Upstream CA")
+	upstreamDeep = upstreamCA.Intermediate(t, "Upstream Intermediate CA")
 	clientCerts = map[string]tls.Certificate{}
 	for name, ca := range map[string]*harness.CA{"alice": suiteCA, "bob": suiteCA, "stranger": stranger, "carol": revokingCA, "dave": revokingCA} {
 		cn := name

@@ -47,6 +47,8 @@ type CA struct {
 	PEM  []byte
 	cert *x509.Certificate
 	key  crypto.Signer
+	// parent is the CA that signed this one (Intermediate); nil for a root.
+	parent *CA
 }
 
 // NewCA makes a CA named cn, valid for an hour either side of now.
@@ -144,4 +146,54 @@ func (ca *CA) CRLValid(t testing.TB, thisUpdate, nextUpdate time.Time, revoked .
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der})
+}
+
+// ServerCert issues a server certificate (extended key usage serverAuth)
+// for the DNS names, as a tls.Certificate's PEM parts; certPEM is the leaf
+// followed by the CA's own certificate when the CA is an intermediate
+// (Intermediate), as a server sends its chain.
+func (ca *CA) ServerCert(t testing.TB, names ...string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0], Organization: []string{"Switchyard Test"}},
+		DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if ca.parent != nil {
+		certPEM = append(certPEM, ca.PEM...)
+	}
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+}
+
+// Intermediate makes a CA named cn that ca signs: certificates it issues
+// chain to ca through it.
+func (ca *CA) Intermediate(t testing.TB, cn string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key, parent: ca}
 }
