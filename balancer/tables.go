@@ -105,14 +105,22 @@ var ErrNotSticky = errors.New("balancer: backend's new sessions cannot be premad
 // a sticky backend (a request without its cookie), in attempt order, and
 // returns how many: exactly what CandidatePicks gives such a request, with
 // the upstream key each cookie would carry instead of the cookie, which
-// depends on the request (CookieRecipe). a must be fresh (Reset).
+// depends on the request (CookieRecipe). a must be fresh (Reset), or hold
+// the sticky backend RouteAhead chose.
 func (r *Registry) NewSessions(backend string, a *Attempt, peers, keys []string) (int, error) {
 	b := r.snap.Load().byName[backend]
 	if b == nil {
 		return 0, ErrUnknownBackend
 	}
+	// A routed backend's premade entry (RouteAhead) chose the backend
+	// already.
+	if a.chosen != nil {
+		b = a.chosen
+	} else if len(b.alternatives) > 0 {
+		return 0, ErrNotSticky
+	}
 	s, ok := b.algo.(*sticky)
-	if !ok || len(b.alternatives) > 0 {
+	if !ok {
 		return 0, ErrNotSticky
 	}
 	a.chosen = b
@@ -142,6 +150,11 @@ func (r *Registry) HashTable(backend string) (HashTable, bool) {
 	if b == nil || len(b.alternatives) > 0 {
 		return HashTable{}, false
 	}
+	return hashTableOf(b)
+}
+
+// hashTableOf is b's own table, whatever its alternatives.
+func hashTableOf(b *backend) (HashTable, bool) {
 	if s, ok := b.algo.(*sticky); ok {
 		if !s.persistent {
 			return HashTable{Kind: TableSticky, Cookie: s.cookieName, Hashes: s.ring.hashes, Owners: s.ring.owners, Recipe: s.recipe()}, true

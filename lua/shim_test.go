@@ -148,6 +148,8 @@ var locations = []location{
 	{"/rr-refused/", "default-rrrefused-80"},
 	{"/ewma-refused/", "default-ewmarefused-80"},
 	{"/generation/", "default-generation-80"},
+	{"/hcanary/", "default-hmain-80"},
+	{"/scanary/", "default-smain-80"},
 }
 
 func newEnv(t *testing.T, workers int) *env {

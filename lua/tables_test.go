@@ -86,6 +86,24 @@ func TestShimTables(t *testing.T) {
 			"name": "route", "locations": map[string][]string{"shim.test": {"/sticky/", "/generation/"}},
 			"expires": "3600", "maxage": "120", "samesite": "None", "conditional_samesite_none": true}}}
 	}
+	// with returns m with the pairs kv added (a copy).
+	with := func(m map[string]any, kv ...any) map[string]any {
+		out := map[string]any{}
+		for k, v := range m {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
+		}
+		return out
+	}
+	stickyAt := func(path string) map[string]any {
+		return map[string]any{"sessionAffinityConfig": map[string]any{"name": "cookie", "mode": "balanced", "cookieSessionAffinity": map[string]any{
+			"name": "route", "locations": map[string][]string{"shim.test": {path}}, "expires": "3600"}}}
+	}
+	policy := func(weight int, header, value, cookie string) map[string]any {
+		return map[string]any{"weight": weight, "weightTotal": 0, "header": header, "headerValue": value, "headerPattern": "", "cookie": cookie}
+	}
 	payload := func(hashEndpoints []string) []byte {
 		body, err := json.Marshal([]map[string]any{
 			wire("default-hash-80", hashEndpoints, hashBy),
@@ -96,8 +114,17 @@ func TestShimTables(t *testing.T) {
 			// Round robin with a round-robin canary by weight: premade
 			// routing decisions, and leases of each backend's rotation.
 			wire("default-main-80", addrs(b1, b2), map[string]any{"alternativeBackends": []string{"default-rrcanary-80"}}),
-			wire("default-rrcanary-80", addrs(canary, b4), map[string]any{"noServer": true, "trafficShapingPolicy": map[string]any{
-				"weight": 30, "weightTotal": 0, "header": "", "headerValue": "", "headerPattern": "", "cookie": ""}}),
+			wire("default-rrcanary-80", addrs(canary, b4), map[string]any{"noServer": true, "trafficShapingPolicy": policy(30, "X-Canary", "", "canary")}),
+			// chash with a chashsubset canary by header value, cookie
+			// and weight; sticky_balanced with a sticky canary by weight:
+			// routed in the worker (Go's Route), then each backend's
+			// own table.
+			wire("default-hmain-80", addrs(b1, b2, b3), map[string]any{"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri"},
+				"alternativeBackends": []string{"default-hcanary-80"}}),
+			wire("default-hcanary-80", addrs(canary, b4, b3), map[string]any{"noServer": true, "trafficShapingPolicy": policy(30, "X-Canary", "yes", "canary"),
+				"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri", "upstream-hash-by-subset": true, "upstream-hash-by-subset-size": 2}}),
+			wire("default-smain-80", addrs(b1, b2), with(stickyAt("/scanary/"), "alternativeBackends", []string{"default-scanary-80"})),
+			wire("default-scanary-80", addrs(canary, b4), with(stickyAt("/scanary/"), "noServer", true, "trafficShapingPolicy", policy(30, "", "", ""))),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
 			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),
 			wire("default-ewmarefused-80", append([]string{refused}, addrs(b1, b2)...), map[string]any{"sessionAffinityConfig": map[string]any{
@@ -236,15 +263,180 @@ func TestShimTables(t *testing.T) {
 		}
 	})
 
-	t.Run("a request with the canary header asks Go", func(t *testing.T) {
+	t.Run("an ewma canary chosen by the header takes the canary's premade picks", func(t *testing.T) {
 		before := e.frames(t, "pick")
-		for range 20 {
-			if code, who, _ := e.get(t, "/weighted/x", "X-Canary", "always"); code != 200 || who != canary.addr {
-				t.Fatalf("X-Canary: always: %d from %q; want the canary", code, who)
+		for range 100 {
+			if code, who, resp := e.get(t, "/weighted/x", "X-Canary", "always"); code != 200 || who != canary.addr ||
+				resp.Header.Get("X-Alternative") != "default-wcanary-80" {
+				t.Fatalf("X-Canary: always: %d from %q (X-Alternative %q); want the canary", code, who, resp.Header.Get("X-Alternative"))
 			}
 		}
-		if asked := e.frames(t, "pick") - before; asked != 20 {
-			t.Errorf("%v of 20 requests with the canary header asked Go; want all", asked)
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of 100 requests with the canary header asked Go", asked)
+		if asked > 3 {
+			t.Errorf("%v of 100 requests with the canary header asked Go; want the route and the canary's premade picks to decide all but the first few", asked)
+		}
+	})
+
+	t.Run("round robin with a canary by header and cookie: routed in the worker, each rotation in order", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		const n = 1200
+		var main, alt []string
+		for i := range n {
+			var hdr []string
+			switch i % 3 {
+			case 1:
+				hdr = []string{"X-Canary", "always"}
+			case 2:
+				hdr = []string{"Cookie", "canary=never"}
+			}
+			code, who, resp := e.get(t, "/canary/x", hdr...)
+			toAlt := resp.Header.Get("X-Alternative") == "default-rrcanary-80"
+			if code != 200 || i%3 == 1 && !toAlt || i%3 == 2 && toAlt {
+				t.Fatalf("request %d %v: %d from %q, X-Alternative %q", i, hdr, code, who, resp.Header.Get("X-Alternative"))
+			}
+			if toAlt {
+				alt = append(alt, who)
+			} else {
+				main = append(main, who)
+			}
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of %d requests asked Go; %d went to the canary", asked, n, len(alt))
+		if asked > 20 {
+			t.Errorf("%v of %d requests asked Go; want the route, draws and leases to decide all but the first few", asked, n)
+		}
+		// A third by header, and 30 % of the third by weight alone.
+		if want, sd := n/3+n/3*0.3, math.Sqrt(n/3*0.3*0.7); math.Abs(float64(len(alt))-want) > 6*sd {
+			t.Errorf("%d of %d requests went to the canary; want about %v", len(alt), n, want)
+		}
+		for name, seq := range map[string][]string{"main": main, "canary": alt} {
+			repeats := 0
+			for i := 1; i < len(seq); i++ {
+				if seq[i] == seq[i-1] {
+					repeats++
+				}
+			}
+			if repeats > max(2, len(seq)/100) {
+				t.Errorf("%s: %d of %d requests went to the peer before them; round robin over two peers alternates", name, repeats, len(seq))
+			}
+		}
+	})
+
+	// goPeers is the set of peers Registry.Pick gives the request in
+	// tries picks (a chashsubset draws a member per pick).
+	goPeers := func(t *testing.T, reg *balancer.Registry, backend string, vars map[string]string, tries int) map[string]bool {
+		t.Helper()
+		set := map[string]bool{}
+		for range tries {
+			set[goPeer(t, reg, backend, vars)] = true
+		}
+		return set
+	}
+	// checkHashCanary sends n requests to /hcanary/: by the header, the
+	// cookie, a header value that falls through, and none; each reaches
+	// Go's peer for its side (the draw of the weight rule aside, which the
+	// response's X-Alternative says). It returns how many went to the
+	// canary by weight, of how many.
+	checkHashCanary := func(t *testing.T, reg *balancer.Registry, tag string, n int) (int, int) {
+		t.Helper()
+		drawn, toCanary := 0, 0
+		for i := range n {
+			uri := fmt.Sprintf("/hcanary/%s/%d", tag, i)
+			var hdr []string
+			switch i % 4 {
+			case 1:
+				hdr = []string{"X-Canary", "yes"}
+			case 2:
+				hdr = []string{"Cookie", "canary=never"}
+			case 3:
+				hdr = []string{"X-Canary", "no"}
+			}
+			code, who, resp := e.get(t, uri, hdr...)
+			toAlt := resp.Header.Get("X-Alternative") == "default-hcanary-80"
+			if code != 200 || i%4 == 1 && !toAlt || i%4 == 2 && toAlt {
+				t.Fatalf("%s %v: %d from %q, X-Alternative %q", uri, hdr, code, who, resp.Header.Get("X-Alternative"))
+			}
+			if i%4 == 0 || i%4 == 3 {
+				drawn++
+				if toAlt {
+					toCanary++
+				}
+			}
+			vars := map[string]string{"request_uri": uri}
+			if toAlt {
+				vars["http_x_canary"] = "yes"
+				if subset := goPeers(t, reg, "default-hmain-80", vars, 30); !subset[who] {
+					t.Fatalf("%s %v: canary served by %s; Go's subset is %v", uri, hdr, who, subset)
+				}
+			} else {
+				vars["cookie_canary"] = "never"
+				if want := goPeer(t, reg, "default-hmain-80", vars); who != want {
+					t.Fatalf("%s %v: primary served by %s; Go picks %s", uri, hdr, who, want)
+				}
+			}
+		}
+		return toCanary, drawn
+	}
+
+	t.Run("chash with a chashsubset canary: routed in the worker, then each backend's table", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		toCanary, drawn := checkHashCanary(t, reg, "a", 800)
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of 800 requests asked Go; %d of %d drawn by weight went to the canary", asked, toCanary, drawn)
+		if asked > 10 {
+			t.Errorf("%v of 800 requests asked Go; want the route, draws and tables to decide all but the first few", asked)
+		}
+		if sd := math.Sqrt(float64(drawn) * 0.3 * 0.7); math.Abs(float64(toCanary)-float64(drawn)*0.3) > 6*sd {
+			t.Errorf("%d of %d requests drawn by weight went to the 30 %% canary", toCanary, drawn)
+		}
+	})
+
+	var stickyCanaryCookies []string
+	t.Run("sticky with a sticky canary: new sessions drawn by Go, returning ones routed by their cookie", func(t *testing.T) {
+		before := e.frames(t, "pick")
+		keys := map[string]string{"default-smain-80": balancer.BackendKey("default-smain-80"), "default-scanary-80": balancer.BackendKey("default-scanary-80")}
+		const n = 400
+		toCanary := 0
+		for range n {
+			code, who, resp := e.get(t, "/scanary/")
+			served := cmpOr(resp.Header.Get("X-Alternative"), "default-smain-80")
+			c := resp.Header.Get("Set-Cookie")
+			value, _, _ := strings.Cut(strings.TrimPrefix(c, "route="), ";")
+			_, bkey, _ := strings.Cut(value, "|")
+			if code != 200 || bkey != keys[served] || !strings.Contains(c, "; Path=/scanary/") {
+				t.Fatalf("new session: %d from %q of %s, Set-Cookie %q", code, who, served, c)
+			}
+			if served == "default-scanary-80" {
+				toCanary++
+			}
+			stickyCanaryCookies = append(stickyCanaryCookies, "route="+value)
+		}
+		if sd := math.Sqrt(n * 0.3 * 0.7); math.Abs(float64(toCanary)-n*0.3) > 6*sd {
+			t.Errorf("%d of %d new sessions went to the 30 %% canary", toCanary, n)
+		}
+		for _, c := range stickyCanaryCookies {
+			vars := map[string]string{"http_cookie": "x=1; " + c, "host": "shim.test", "server_name": "shim.test", "location_path": "/scanary/"}
+			var a balancer.Attempt
+			p, err := reg.Pick("default-smain-80", balancer.VarsFunc(func(n string) ([]byte, bool) {
+				v, ok := vars[n]
+				return []byte(v), ok
+			}), &a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				code, who, resp := e.get(t, "/scanary/", "Cookie", "x=1; "+c)
+				if code != 200 || who != p.Peer || cmpOr(resp.Header.Get("X-Alternative"), "default-smain-80") != p.Backend || resp.Header.Get("Set-Cookie") != "" {
+					t.Fatalf("returning %s: %d from %q (X-Alternative %q, Set-Cookie %q); Go picks %s of %s", c, code, who,
+						resp.Header.Get("X-Alternative"), resp.Header.Get("Set-Cookie"), p.Peer, p.Backend)
+				}
+			}
+		}
+		asked := e.frames(t, "pick") - before
+		t.Logf("%v of %d sticky canary requests asked Go; %d new sessions went to the canary", asked, 3*n, toCanary)
+		if asked > 10 {
+			t.Errorf("%v of %d requests asked Go; want the route, draws and tables to decide all but the first few", asked, 3*n)
 		}
 	})
 
@@ -420,8 +612,38 @@ func TestShimTables(t *testing.T) {
 		checkHash(t, reg, "c", 50) // the tables of this generation are in place
 		replay(t, reg, "/sticky/", "default-sticky-80", balancedCookies, 1)
 		replay(t, reg, "/generation/", "default-generation-80", persistentCookies, 1)
+		// The routed backends' infos and tables of this generation.
+		for i := range 8 {
+			e.get(t, fmt.Sprintf("/hcanary/warm/%d", i), "X-Canary", "yes")
+			e.get(t, fmt.Sprintf("/hcanary/warm/%d", i), "Cookie", "canary=never")
+		}
+		for _, c := range stickyCanaryCookies[:4] {
+			e.get(t, "/scanary/", "Cookie", c)
+		}
+		time.Sleep(50 * time.Millisecond)
 		_ = e.goProc.Stop()
 		replay(t, reg, "/sticky/", "default-sticky-80", balancedCookies, 2)
+		// Routed backends keep routing: the header and cookie rules and
+		// sticky affinity decide as Go would, then each backend's table.
+		for i := range 100 {
+			uri := fmt.Sprintf("/hcanary/down/%d", i)
+			code, who, resp := e.get(t, uri, "X-Canary", "yes")
+			vars := map[string]string{"request_uri": uri, "http_x_canary": "yes"}
+			if subset := goPeers(t, reg, "default-hmain-80", vars, 30); code != 200 || !subset[who] || resp.Header.Get("X-Alternative") != "default-hcanary-80" {
+				t.Fatalf("Go down, %s to the canary: %d from %q; Go's subset is %v", uri, code, who, subset)
+			}
+			code, who, _ = e.get(t, uri, "Cookie", "canary=never")
+			if want := goPeer(t, reg, "default-hmain-80", map[string]string{"request_uri": uri, "cookie_canary": "never"}); code != 200 || who != want {
+				t.Fatalf("Go down, %s to the primary: %d from %q; Go picks %s", uri, code, who, want)
+			}
+		}
+		for _, c := range stickyCanaryCookies {
+			vars := map[string]string{"http_cookie": c, "host": "shim.test", "server_name": "shim.test", "location_path": "/scanary/"}
+			want := goPeer(t, reg, "default-smain-80", vars)
+			if code, who, _ := e.get(t, "/scanary/", "Cookie", c); code != 200 || who != want {
+				t.Fatalf("Go down, returning %s: %d from %q; Go picks %s", c, code, who, want)
+			}
+		}
 		replay(t, reg, "/generation/", "default-generation-80", persistentCookies, 2)
 		for i := range 300 {
 			uri := fmt.Sprintf("/hash/d/%d", i)
@@ -614,4 +836,12 @@ func TestShimUnderLoad(t *testing.T) {
 	if err != nil || !strings.Contains(string(log), "served from what another worker had") {
 		t.Errorf("the reloaded workers did not use the shared dict (error.log: %v)", err)
 	}
+}
+
+// cmpOr returns a, or b when a is empty.
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

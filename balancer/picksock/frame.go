@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
 )
 
 // Version is the protocol version carried in every frame.
@@ -429,7 +431,18 @@ type BackendInfo struct {
 	HashTable, Premade bool
 	Vars               []string
 	Peers              []string
+	// Route, when not nil, is the backend's canary routing, which the shim
+	// evaluates itself (flags bit 6; only to a shim whose hello asked for
+	// routes, HelloRoutes). Its HashTable and Premade then describe the
+	// backend's own table and the premade draws of its weight rule.
+	Route *balancer.Route
 }
+
+// HelloRoutes is the backend name of the hello of a shim that applies
+// routes (BackendInfo.Route): a server that knows it answers that shim's
+// backend infos with routes, tables of backends with alternatives and
+// premade draws; an older server answers it as an unknown backend.
+const HelloRoutes = "\x00routes"
 
 // AppendCounts appends an aggregated-completions frame.
 func AppendCounts(dst []byte, backend, peer string, completed, failed uint32) []byte {
@@ -520,7 +533,7 @@ func AppendLeaseReply(dst []byte, id uint32, l Lease) []byte {
 
 // DecodeLeaseReply decodes a lease reply frame.
 func DecodeLeaseReply(frame []byte) (id uint32, l Lease, err error) {
-	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+	if n, err := FrameLen(frame); err != nil || n == 0 || n != len(frame) {
 		return 0, l, ErrShort
 	}
 	r := reader{b: frame[4:]}
@@ -548,6 +561,7 @@ const (
 	flagTables         = 8
 	flagHashTable      = 16
 	flagPremade        = 32
+	flagRoute          = 64 // a route section follows the peers
 )
 
 // AppendVarsReply appends a backend-info reply frame: the variables a pick
@@ -572,6 +586,11 @@ func AppendInfoReply(dst []byte, id uint32, info BackendInfo) []byte {
 			flags |= f.bit
 		}
 	}
+	room := MaxFrame
+	if rb := routeBytes(info.Route); rb > 0 {
+		flags |= flagRoute
+		room -= rb
+	}
 	dst = append(dst, flags)
 	names := info.Vars
 	if len(names) > MaxVars {
@@ -585,19 +604,74 @@ func AppendInfoReply(dst []byte, id uint32, info BackendInfo) []byte {
 	dst = append(dst, 0, 0)
 	n := 0
 	for _, p := range info.Peers {
-		if len(p) > 255 || len(dst)+1+len(p)-start-4 > MaxFrame || n == math.MaxUint16 {
+		if len(p) > 255 || len(dst)+1+len(p)-start-4 > room || n == math.MaxUint16 {
 			continue
 		}
 		dst = appendStr8(dst, p)
 		n++
 	}
 	binary.BigEndian.PutUint16(dst[npos:], uint16(n))
+	if flags&flagRoute != 0 {
+		dst = appendRoute(dst, info.Route)
+	}
 	return finish(dst, start)
+}
+
+// routeBytes is the size of a route section, or 0 when there is none or it
+// cannot be sent (a string too long): the shim then asks Go per request.
+func routeBytes(rt *balancer.Route) int {
+	if rt == nil {
+		return 0
+	}
+	for _, s := range []string{rt.Alternative, rt.PrimaryCookie, rt.PrimaryKey, rt.AltCookie, rt.AltKey, rt.HeaderVar, rt.CookieVar} {
+		if len(s) > 255 {
+			return 0
+		}
+	}
+	if len(rt.HeaderValueText) > math.MaxUint16 || rt.Weight < 0 || rt.Total <= 0 || rt.Total > math.MaxInt32 {
+		return 0
+	}
+	return 5 + len(rt.Alternative) + len(rt.PrimaryCookie) + len(rt.PrimaryKey) + len(rt.AltCookie) + len(rt.AltKey) +
+		1 + 1 + len(rt.HeaderVar) + 2 + len(rt.HeaderValueText) + 1 + len(rt.CookieVar) + 8 + 2
+}
+
+// appendRoute appends a route section (routeBytes said it fits).
+func appendRoute(dst []byte, rt *balancer.Route) []byte {
+	dst = appendStr8(dst, rt.Alternative)
+	dst = appendStr8(dst, rt.PrimaryCookie)
+	dst = appendStr8(dst, rt.PrimaryKey)
+	dst = appendStr8(dst, rt.AltCookie)
+	dst = appendStr8(dst, rt.AltKey)
+	dst = append(dst, byte(rt.Header))
+	dst = appendStr8(dst, rt.HeaderVar)
+	dst = appendStr16(dst, rt.HeaderValueText)
+	dst = appendStr8(dst, rt.CookieVar)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(min(rt.Weight, math.MaxInt32)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(rt.Total))
+	return append(dst, byte(rt.PrimaryOwn), byte(rt.AltOwn))
+}
+
+// decodeRoute reads a route section.
+func decodeRoute(r *reader) *balancer.Route {
+	rt := &balancer.Route{}
+	str := func() string { return string(r.bytes(int(r.u8()))) }
+	rt.Alternative, rt.PrimaryCookie, rt.PrimaryKey, rt.AltCookie, rt.AltKey = str(), str(), str(), str(), str()
+	rt.Header = balancer.RouteHeader(r.u8())
+	rt.HeaderVar = str()
+	rt.HeaderValueText = string(r.bytes(int(r.u16())))
+	rt.CookieVar = str()
+	rt.Weight, rt.Total = int(r.u32()), int(r.u32())
+	rt.PrimaryOwn, rt.AltOwn = balancer.OwnData(r.u8()), balancer.OwnData(r.u8())
+	if rt.Header > balancer.HeaderAlways || rt.Total == 0 || rt.Weight > math.MaxInt32 || rt.Total > math.MaxInt32 ||
+		rt.PrimaryOwn == 0 || rt.PrimaryOwn > balancer.OwnPicks || rt.AltOwn > balancer.OwnPicks || (rt.AltOwn == 0) != (rt.Alternative == "") {
+		r.bad = true
+	}
+	return rt
 }
 
 // DecodePickReply decodes a pick reply frame (for Go clients and tests).
 func DecodePickReply(frame []byte) (id uint32, p PickReply, err error) {
-	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+	if n, err := FrameLen(frame); err != nil || n == 0 || n != len(frame) {
 		return 0, p, ErrShort
 	}
 	r := reader{b: frame[4:]}
@@ -623,7 +697,7 @@ func DecodePickReply(frame []byte) (id uint32, p PickReply, err error) {
 
 // DecodeVarsReply decodes a backend-info reply frame.
 func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
-	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+	if n, err := FrameLen(frame); err != nil || n == 0 || n != len(frame) {
 		return 0, info, ErrShort
 	}
 	r := reader{b: frame[4:]}
@@ -645,6 +719,9 @@ func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
 	np := int(r.u16())
 	for i := 0; i < np && !r.bad; i++ {
 		info.Peers = append(info.Peers, string(r.bytes(int(r.u8()))))
+	}
+	if flags&flagRoute != 0 && !r.bad {
+		info.Route = decodeRoute(&r)
 	}
 	if r.bad || len(r.b) != 0 {
 		return 0, BackendInfo{}, ErrShort

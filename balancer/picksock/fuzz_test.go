@@ -2,7 +2,10 @@ package picksock
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
+
+	"github.com/switchyard-proxy/switchyard/balancer"
 )
 
 // FuzzDecodeRequest: any bytes either fail to decode or decode to a frame
@@ -14,6 +17,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendPick(nil, 1, "default-web-80", "request_uri", "/a", "https", "on"))
 	f.Add(AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 502, true))
 	f.Add(AppendNeedVars(nil, 3, "b"))
+	f.Add(AppendNeedVars(nil, 3, HelloRoutes))
 	f.Add(AppendLease(nil, 4, "b", 64))
 	f.Add(AppendCounts(nil, "b", "127.0.0.2:80", 9, 1))
 	f.Add(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}))
@@ -77,6 +81,36 @@ func FuzzDecodeRequest(f *testing.F) {
 			if re := AppendPick(nil, q.ID, string(q.Backend), vars...); !bytes.Equal(re, b) {
 				t.Fatalf("re-encode differs:\n%x\n%x", re, b)
 			}
+		}
+	})
+}
+
+// FuzzDecodeVarsReply: any bytes either fail to decode as a backend-info
+// reply or decode to an info that survives the wire unchanged (the server's
+// own flags aside); a route section is checked as the shim checks it.
+func FuzzDecodeVarsReply(f *testing.F) {
+	f.Add(AppendInfoReply(nil, 1, BackendInfo{Gen: 7, Leasable: true, Vars: []string{"request_uri"}, Peers: []string{"10.0.0.1:80"}}))
+	f.Add(AppendInfoReply(nil, 2, BackendInfo{Gen: 8, HashTable: true, Premade: true, Vars: []string{"http_cookie", "http_x_canary"},
+		Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}, Route: &balancer.Route{Alternative: "canary", PrimaryCookie: "route",
+			PrimaryKey: balancer.BackendKey("main"), AltCookie: "route", AltKey: balancer.BackendKey("canary"), Header: balancer.HeaderValue,
+			HeaderVar: "http_x_canary", HeaderValueText: "yes", CookieVar: "cookie_canary", Weight: 30, Total: 100,
+			PrimaryOwn: balancer.OwnSticky, AltOwn: balancer.OwnSticky}}))
+	f.Add(AppendInfoReply(nil, 3, BackendInfo{Gen: 9, Premade: true, Peers: []string{"10.0.0.1:80"},
+		Route: &balancer.Route{Header: balancer.HeaderPattern, HeaderVar: "http_x", Weight: 0, Total: 100, PrimaryOwn: balancer.OwnLease}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, info, err := DecodeVarsReply(b)
+		if err != nil {
+			return
+		}
+		if rt := info.Route; rt != nil {
+			if rt.Total <= 0 || rt.Weight < 0 || rt.PrimaryOwn == 0 || rt.PrimaryOwn > balancer.OwnPicks || (rt.AltOwn == 0) != (rt.Alternative == "") {
+				t.Fatalf("accepted route %+v", rt)
+			}
+		}
+		_, again, err := DecodeVarsReply(AppendInfoReply(nil, 1, info))
+		info.ConnectSamples, info.Tables = true, true
+		if err != nil || !reflect.DeepEqual(again, info) {
+			t.Fatalf("info %+v after the wire: %+v %v", info, again, err)
 		}
 	})
 }

@@ -29,6 +29,9 @@ type Picker interface {
 	HashTable(backend string) (balancer.HashTable, bool)
 	Premadeable(backend string) bool
 	RouteOwn(backend string, a *balancer.Attempt) (string, bool)
+	Route(backend string) (balancer.Route, bool)
+	RouteAhead(backend string, a *balancer.Attempt) (string, balancer.RouteKind, bool)
+	OwnTable(backend string) (balancer.HashTable, bool)
 	NewSessions(backend string, a *balancer.Attempt, peers, keys []string) (int, error)
 	// Changed returns a channel closed when Version next changes.
 	Changed() <-chan struct{}
@@ -208,8 +211,11 @@ type conn struct {
 	wmu        sync.Mutex
 	pushed     uint32 // the last generation pushed (guarded by wmu)
 	subscribed bool
-	done       chan struct{} // closed when ServeConn returns
-	pushers    sync.WaitGroup
+	// routes: the shim's hello asked for routes (HelloRoutes): its backend
+	// infos carry them, and tables and premade draws follow.
+	routes  bool
+	done    chan struct{} // closed when ServeConn returns
+	pushers sync.WaitGroup
 }
 
 // ServeConn serves one connection until EOF or error. Replies to all frames
@@ -317,14 +323,25 @@ func (cs *conn) handle(frame []byte) error {
 		p := cs.s.cfg.Picker
 		gen := uint32(p.Version())
 		name := unsafeString(q.Backend)
+		if name == HelloRoutes {
+			cs.routes = true
+		}
 		peers := p.Peers(name)
 		code := byte(CodeOK)
 		if peers == nil {
 			code = CodeUnknownBackend
 		}
-		_, hashTable := p.HashTable(name)
-		cs.out = AppendInfoReply(cs.out, q.ID, BackendInfo{Code: code, Gen: gen, Leasable: p.Leasable(name), Scored: p.Scored(name),
-			HashTable: hashTable, Premade: p.Premadeable(name), Vars: p.NeededVars(name), Peers: peers})
+		info := BackendInfo{Code: code, Gen: gen, Leasable: p.Leasable(name), Scored: p.Scored(name),
+			Premade: p.Premadeable(name), Vars: p.NeededVars(name), Peers: peers}
+		_, info.HashTable = p.HashTable(name)
+		if rt, ok := cs.route(name); ok {
+			// A routed backend: its own table, and premade draws of its
+			// weight rule.
+			info.Route = &rt
+			_, info.HashTable = p.OwnTable(name)
+			info.Premade = true
+		}
+		cs.out = AppendInfoReply(cs.out, q.ID, info)
 	case TypeLease:
 		cs.lease(q)
 	case TypeSubscribe:
@@ -343,6 +360,15 @@ func (cs *conn) handle(frame []byte) error {
 		cs.s.cfg.Picker.Count(unsafeString(q.Backend), unsafeString(q.Peer), uint64(q.Completed), uint64(q.FailedN))
 	}
 	return nil
+}
+
+// route returns the backend's route if this connection's shim applies
+// routes.
+func (cs *conn) route(name string) (balancer.Route, bool) {
+	if !cs.routes {
+		return balancer.Route{}, false
+	}
+	return cs.s.cfg.Picker.Route(name)
 }
 
 // lease answers a lease request. The generation is read before the lease is
@@ -465,6 +491,9 @@ func (cs *conn) table(q *Request) {
 	gen := uint32(p.Version())
 	name := unsafeString(q.Backend)
 	t, ok := p.HashTable(name)
+	if _, routed := cs.route(name); routed {
+		t, ok = p.OwnTable(name)
+	}
 	code := byte(CodeOK)
 	npeers := 0
 	switch {
@@ -487,6 +516,10 @@ func (cs *conn) premade(q *Request) {
 	gen := uint32(p.Version())
 	name := unsafeString(q.Backend)
 	dst, start := appendHeader(cs.out, TypePremadeReply, q.ID)
+	if _, routed := cs.route(name); routed {
+		cs.out = cs.premadeRouted(dst, start, name, gen, min(int(q.Count), MaxPremade))
+		return
+	}
 	switch {
 	case !p.Premadeable(name):
 		code := byte(CodeNoTable)
@@ -553,4 +586,58 @@ func (cs *conn) premade(q *Request) {
 	}
 	binary.BigEndian.PutUint16(dst[npos:], uint16(made))
 	cs.out = finish(dst, start)
+}
+
+// premadeRouted writes the body of a premade reply for a routed backend
+// (BackendInfo.Route): count draws of its weight rule, each with what the
+// chosen backend's own data cannot give the shim: a new sticky session's
+// peers and keys, or the picks of an ewma or least_request backend. A
+// backend whose request takes its peers from its lease or table gets the
+// choice only (flags bit 2).
+func (cs *conn) premadeRouted(dst []byte, start int, name string, gen uint32, count int) []byte {
+	p := cs.s.cfg.Picker
+	dst = append(dst, CodeOK)
+	dst = binary.BigEndian.AppendUint32(dst, gen)
+	npos := len(dst)
+	dst = append(dst, 0, 0)
+	var empty Request
+	k := cs.s.cfg.Candidates
+	made := 0
+	for made < count {
+		cs.att.Reset()
+		chosen, kind, ok := p.RouteAhead(name, &cs.att)
+		if !ok {
+			break
+		}
+		switch kind {
+		case balancer.RouteOnly:
+			dst, ok = premadeOwnEntry(dst, start, chosen, chosen != name)
+		case balancer.RouteSessions:
+			n, err := p.NewSessions(name, &cs.att, cs.cands[:k], cs.cookies[:k])
+			if err != nil {
+				ok = false
+				break
+			}
+			for i := range n {
+				cs.picks[i] = balancer.Pick{Backend: chosen, Alternative: chosen != name, Peer: cs.cands[i], EWMAScore: -1}
+			}
+			dst, ok = premadeEntryKeys(dst, start, cs.picks[:n], cs.cookies[:n])
+		case balancer.RoutePicks:
+			n, err := p.CandidatePicks(name, &empty, &cs.att, cs.picks[:k])
+			if err != nil {
+				ok = false
+				break
+			}
+			dst, ok = premadeEntry(dst, start, cs.picks[:n])
+		}
+		if !ok {
+			break
+		}
+		made++
+	}
+	if made == 0 {
+		dst[npos-5] = CodeNoPeer
+	}
+	binary.BigEndian.PutUint16(dst[npos:], uint16(made))
+	return finish(dst, start)
 }

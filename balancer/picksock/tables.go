@@ -458,7 +458,7 @@ func DecodePremadeReply(frame []byte) (id uint32, code byte, gen uint32, picks [
 // replyReader checks a reply frame's length, version and type and returns a
 // reader positioned after its id.
 func replyReader(frame []byte, typ byte) (*reader, uint32, error) {
-	if n, err := FrameLen(frame); err != nil || n != len(frame) {
+	if n, err := FrameLen(frame); err != nil || n == 0 || n != len(frame) {
 		return nil, 0, ErrShort
 	}
 	r := &reader{b: frame[4:]}

@@ -335,9 +335,12 @@ local function pump(premature)
       -- Generations are per Go process: the hello's reply gives this one's.
       state.gen = nil
       -- Hello: a backend-info query for no backend, whose flags say
-      -- what this Go side takes (older ones answer without bit 2).
+      -- what this Go side takes (older ones answer without bit 2). Its
+      -- name asks for routes (picksock.HelloRoutes): a Go side that
+      -- knows them sends them with the infos of backends with a canary
+      -- (flags bit 6); an older one answers it as an unknown backend.
       local id = new_id()
-      if enqueue(frame(T.INFO, id, "\0")) then
+      if enqueue(frame(T.INFO, id, wire.str8("\0routes"))) then
         waiting[id] = { hello = true, pending = true }
       end
       local rt = ngx.thread.spawn(reader, sock)

@@ -38,6 +38,10 @@ local sticky_cookie = tables.sticky_cookie
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
 local take_premade_wait = premade.take_wait
+local route = require("switchyard.route")
+local decide, decide_local = route.decide, route.decide_local
+local DRAW = route.DRAW
+local OWN_LEASE, OWN_PICKS, OWN_STICKY = route.OWN_LEASE, route.OWN_PICKS, route.OWN_STICKY
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
@@ -165,6 +169,134 @@ function _M.candidate(s, i)
   return s.cands[k], cookie
 end
 
+-- own_pick fills s for a request to backend name that the route sent to
+-- backend c (alt: the alternative), from c's own decision data of kind own
+-- (route.OWN_*): the next position of a lease of its rotation, its table,
+-- or premade picks. drawn: the request took a premade draw of name's
+-- weight rule, and s holds what that entry carries (c's picks, or a new
+-- session of c). It returns s, or nil when c's data is not at hand (the
+-- request asks Go, which routes it again).
+local function own_pick(s, info, name, c, alt, own, drawn)
+  local cinfo = info
+  if c ~= name then
+    cinfo = get_info(c)
+    if not cinfo or cinfo.gen ~= state.gen then
+      return nil
+    end
+  end
+  if own == OWN_LEASE then
+    -- Once a round-robin backend's requests are routed here, requests
+    -- wait for the draws or lease on their way rather than ask Go, whose
+    -- pick would take a position of its rotation out of this worker's
+    -- lease order.
+    info.owns = true
+    if cinfo.npeers > 0 and take_leased_wait(s, cinfo, c) then
+      s.alt, s.rname = alt, c
+      return s
+    end
+    return nil
+  end
+  if own == OWN_PICKS then
+    if drawn then
+      return s
+    end
+    -- A canary of ewma or least_request chosen by a rule: its own
+    -- premade picks (a primary's are draws: ask Go).
+    if c ~= name and cinfo.premade and not cinfo.pfailed and take_premade(s, cinfo, c) then
+      s.alt = alt
+      return s
+    end
+    return nil
+  end
+  if not cinfo.ring then
+    if cinfo.hashtable and not cinfo.tpending and not cinfo.tfailed then
+      request_table(cinfo, c, cinfo.tloaded or 0)
+    end
+    return nil
+  end
+  if ring_pick(s, cinfo, c) then
+    s.alt = alt
+    local recipe = cinfo.recipe
+    if not (recipe and recipe.change_on_failure) then
+      return s
+    end
+    -- change-on-failure: the retries are new sessions of c, premade by
+    -- Go for c (a canary's own batch; a primary's batch holds draws).
+    if c ~= name and cinfo.premade and not cinfo.pfailed and premade_retries(s, cinfo, c) then
+      s.alt = alt
+      return s
+    end
+    return nil
+  end
+  if own ~= OWN_STICKY then
+    return nil
+  end
+  -- A new sticky session: the draw's entry carries one of c's, written
+  -- with c's recipe; a canary chosen by a rule takes one of its own.
+  if drawn then
+    if s.recipe_src == cinfo then
+      return s
+    end
+    return nil
+  end
+  if c ~= name and cinfo.premade and not cinfo.pfailed and take_premade(s, cinfo, c) then
+    s.alt = alt
+    return s
+  end
+  return nil
+end
+
+-- routed fills s for a request to a backend whose info carries a route
+-- (a canary the shim routes itself, docs/pick-protocol.md "Routed
+-- backends"), or returns nil when Go must decide it.
+local function routed(s, info, name)
+  local rt = info.route
+  local c, alt = decide(rt, name)
+  local drawn = false
+  if not c then
+    if alt ~= DRAW or not info.premade or info.pfailed then
+      return nil
+    end
+    local took
+    if info.owns then
+      took = take_premade_wait(s, info, name)
+    else
+      took = take_premade(s, info, name)
+    end
+    if not took then
+      return nil
+    end
+    drawn = true
+    c, alt = s.own or s.backend, s.alt
+    s.own = false
+  end
+  return own_pick(s, info, name, c, alt, c == name and rt.pown or rt.aown, drawn)
+end
+
+-- routed_down is routed while Go cannot answer: the route decided here
+-- (the weight drawn here too), then the chosen backend's last table, or
+-- its last peer list round robin.
+local function routed_down(s, info, name)
+  local c, alt = decide_local(info.route, name)
+  local cinfo = info
+  if c ~= name then
+    cinfo = state.infos[c] or shared_info(c)
+    if not cinfo then
+      cinfo, c, alt = info, name, false
+    end
+  end
+  s.name = c
+  local r = cinfo.ring and ring_pick(s, cinfo, c) or fallback(s, cinfo)
+  s.name = name
+  if r then
+    r.alt, r.backend = alt, c
+    if cinfo ~= info then
+      r.rname = c
+    end
+  end
+  return r
+end
+
 -- pick_frame builds the pick frame of request id to backend name, with the
 -- variables info names.
 local function pick_frame(id, name, info)
@@ -217,6 +349,9 @@ function _M.pick(name)
   s.name, s.attempt = name, 0
   if not state.connected then
     log_once("fallback", "Go side unreachable; hash and sticky state.tables as last sent, round robin over the last peer lists")
+    if info.route then
+      return routed_down(s, info, name)
+    end
     -- The last table Go sent keeps deciding: the same peers as before Go
     -- went away, sticky cookies honoured.
     if info.ring and ring_pick(s, info, name) then
@@ -231,7 +366,13 @@ function _M.pick(name)
   -- (get_info waits for a fresh info, but returns the old one when Go does
   -- not answer in time).
   if info.gen == state.gen and state.tables then
-    if info.ring then
+    if info.route then
+      if routed(s, info, name) then
+        return s
+      end
+      -- Go decides: nothing of the data tried may stay on s.
+      s.rpeers, s.rinfo, s.recipe, s.rname, s.own = false, false, false, false, false
+    elseif info.ring then
       if ring_pick(s, info, name) then
         local recipe = info.recipe
         if not (recipe and recipe.change_on_failure) then

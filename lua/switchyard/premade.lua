@@ -119,15 +119,26 @@ function _M.take(s, info, name)
     end
     cur.pos, cur.i = i, cur.i + 1
     s.n, s.code, s.alt, s.backend, s.score, s.recipe = 0, 0, band(flags, 1) == 1, backend, nil, false
-    s.own = backend
+    s.own, s.recipe_src = backend, false
     return true
   end
   if not nc or nc == 0 or nc > STRIDE then
     return bad_batch(info, cur)
   end
   local keyed = band(flags, 2) == 2
-  local recipe = keyed and info.recipe
+  -- A new session's cookie is written from its backend's recipe: for a
+  -- routed backend's draw, the chosen backend's (s.recipe_src tells
+  -- pick.lua which info it came from).
+  local rinfo = info
+  if keyed and backend ~= name then
+    rinfo = state.infos[backend]
+    if rinfo and rinfo.gen ~= info.gen then
+      rinfo = nil
+    end
+  end
+  local recipe = keyed and rinfo and rinfo.recipe
   local set = recipe and should_set_cookie(recipe)
+  s.recipe_src = recipe and rinfo or false
   local cands, cookies = s.cands, s.cookies
   for j = 1, nc do
     l = byte(b, i)

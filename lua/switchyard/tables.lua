@@ -441,6 +441,8 @@ function _M.sticky_cookie(r, key)
   return table.concat(t, "", 1, n)
 end
 
+_M.cookie_value = cookie_value
+
 conn.handlers[T.TABLE_REPLY] = function(s, b)
   return load_table(s.info, s.name, b)
 end

@@ -76,7 +76,7 @@ local function parse_info(b, i)
     -- Hash table: whole (ring) or being fetched (tpending, tloaded points),
     -- or refused (tfailed).
     ring = false, tpending = false, tfailed = false }
-  local code = byte(b, i)
+  local code, i0 = byte(b, i), i
   info.gen = be32(b, i + 1)
   info.leasable = band(byte(b, i + 5), 1) == 1
   info.scored = band(byte(b, i + 5), 2) == 2
@@ -106,6 +106,31 @@ local function parse_info(b, i)
   end
   info.npeers = np
   info.unknown = code == CODE_UNKNOWN
+  if band(byte(b, i0 + 5), 64) == 64 then
+    -- The route section (a backend with a canary the shim routes itself).
+    local rt = {}
+    local function s8()
+      local l = byte(b, i)
+      local v = sub(b, i + 1, i + l)
+      i = i + 1 + l
+      return v
+    end
+    rt.alt, rt.pcookie, rt.pkey, rt.acookie, rt.akey = s8(), s8(), s8(), s8(), s8()
+    rt.hmode = byte(b, i)
+    i = i + 1
+    rt.hvar = s8()
+    local l = byte(b, i) * 256 + byte(b, i + 1)
+    rt.hvalue = sub(b, i + 2, i + 1 + l)
+    i = i + 2 + l
+    rt.cvar = s8()
+    rt.weight, rt.total = be32(b, i), be32(b, i + 4)
+    rt.pown, rt.aown = byte(b, i + 8), byte(b, i + 9)
+    if not rt.aown or i + 9 ~= #b or rt.total == 0 or rt.hmode > 4 or rt.pown == 0 or rt.pown > 4 or rt.aown > 4
+        or (rt.aown == 0) ~= (rt.alt == "") then
+      error("bad route section")
+    end
+    info.route = rt
+  end
   return info
 end
 
