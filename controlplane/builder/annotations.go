@@ -449,22 +449,30 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 			a.appRoot = v
 		}
 	}
-	if v, ok := get("permanent-redirect"); ok {
+	// temporal-redirect wins when both are set, as ingress-nginx's
+	// redirect parser reads it first; a code out of range is reported and
+	// the default (302, 301) kept.
+	if v, ok := get("temporal-redirect"); ok {
 		if !reURL.MatchString(v) {
-			bad("permanent-redirect", "%q is not an http(s) URL", v)
+			bad("temporal-redirect", "%q is not an http(s) URL", v)
 		} else {
-			a.redirectURL, a.redirectCode = v, 301
-			if n, ok := integer("permanent-redirect-code", 300, 308); ok {
+			a.redirectURL, a.redirectCode = v, 302
+			if n, ok := integer("temporal-redirect-code", 300, 307); ok {
 				a.redirectCode = n
 			}
 		}
 	}
-	if v, ok := get("temporal-redirect"); ok {
-		// permanent-redirect wins when both are set, as in ingress-nginx.
-		if !reURL.MatchString(v) {
-			bad("temporal-redirect", "%q is not an http(s) URL", v)
-		} else if a.redirectURL == "" {
-			a.redirectURL, a.redirectCode = v, 302
+	if v, ok := get("permanent-redirect"); ok {
+		switch {
+		case !reURL.MatchString(v):
+			bad("permanent-redirect", "%q is not an http(s) URL", v)
+		case a.redirectURL != "":
+			bad("permanent-redirect", "%q beside temporal-redirect, which wins (as in ingress-nginx)", v)
+		default:
+			a.redirectURL, a.redirectCode = v, 301
+			if n, ok := integer("permanent-redirect-code", 300, 308); ok {
+				a.redirectCode = n
+			}
 		}
 	}
 	parseProxyAnnotations(a, get, bad, integer)

@@ -104,7 +104,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "permanent-redirect", Group: GroupRouting, Support: Supported, Note: "http(s) URLs only"},
 	{Name: "permanent-redirect-code", Group: GroupRouting, Support: Supported},
 	{Name: "temporal-redirect", Group: GroupRouting, Support: Supported, Note: "http(s) URLs only"},
-	{Name: "temporal-redirect-code", Group: GroupRouting, Support: Unsupported, Note: "temporal redirects answer 302"},
+	{Name: "temporal-redirect-code", Group: GroupRouting, Support: Supported, Note: "300-307; another value is reported and 302 kept"},
 	{Name: "ssl-redirect", Group: GroupRouting, Support: Supported, Note: "`http-redirect-code`, 308 by default"},
 	{Name: "force-ssl-redirect", Group: GroupRouting, Support: Supported},
 	{Name: "preserve-trailing-slash", Group: GroupRouting, Support: Partial, Note: "only the ssl-redirect's trailing slash is affected"},

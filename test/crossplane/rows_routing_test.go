@@ -110,8 +110,17 @@ var _ = register(
 		Manifests: `{{service "a" "redir" "demo"}}` +
 			ingress("moved", "moved.test", "redir", root, "permanent-redirect", "https://new.example.com/") +
 			ingress("moved308", "moved308.test", "redir", root, "permanent-redirect", "https://new.example.com/x", "permanent-redirect-code", "308") +
-			ingress("temp", "temp.test", "redir", root, "temporal-redirect", "https://tmp.example.com/x"),
+			ingress("temp", "temp.test", "redir", root, "temporal-redirect", "https://tmp.example.com/x") +
+			ingress("temp307", "temp307.test", "redir", root, "temporal-redirect", "https://tmp.example.com/y", "temporal-redirect-code", "307") +
+			ingress("tempbad", "tempbad.test", "redir", root, "temporal-redirect", "https://tmp.example.com/z", "temporal-redirect-code", "308") +
+			ingress("bothredir", "bothredir.test", "redir", root, "permanent-redirect", "https://new.example.com/",
+				"temporal-redirect", "https://tmp.example.com/w"),
 		Requests: []Request{
+			{Name: "temporal-redirect-code", Host: "temp307.test", Path: "/", Want: Want{Status: 307, Header: map[string]string{"Location": "https://tmp.example.com/y"}}},
+			// 300-307 only, as ingress-nginx: 308 is reported, 302 kept.
+			{Name: "temporal-redirect-code out of range", Host: "tempbad.test", Path: "/", Want: Want{Status: 302, Header: map[string]string{"Location": "https://tmp.example.com/z"}}},
+			// ingress-nginx's redirect parser reads temporal-redirect first.
+			{Name: "temporal-redirect beside permanent-redirect wins", Host: "bothredir.test", Path: "/", Want: Want{Status: 302, Header: map[string]string{"Location": "https://tmp.example.com/w"}}},
 			{Name: "permanent", Host: "moved.test", Path: "/a?b=c", Want: Want{Status: 301, Header: map[string]string{"Location": "https://new.example.com/"}}},
 			{Name: "permanent-redirect-code", Host: "moved308.test", Path: "/a", Want: Want{Status: 308, Header: map[string]string{"Location": "https://new.example.com/x"}}},
 			{Name: "temporal", Host: "temp.test", Path: "/a", Want: Want{Status: 302, Header: map[string]string{"Location": "https://tmp.example.com/x"}}},
