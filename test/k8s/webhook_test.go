@@ -2,10 +2,12 @@ package k8s
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -276,6 +278,60 @@ func TestValidatingWebhook(t *testing.T) {
 		t.Errorf("Ingress of another class: %v; want admitted", err)
 	}
 
+	// An UPDATE goes through the webhook too.
+	cur, err := admin.NetworkingV1().Ingresses(ns).Get(ctx, "good", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Annotations = map[string]string{"nginx.ingress.kubernetes.io/server-snippet": "return 200;"}
+	if _, err := admin.NetworkingV1().Ingresses(ns).Update(ctx, cur, metav1.UpdateOptions{}); err == nil {
+		t.Error("an UPDATE adding a snippet was admitted")
+	} else if want := prefix + builderSays(cur); err.Error() != want {
+		t.Errorf("UPDATE denied with\n  %s\nwant\n  %s", err, want)
+	}
+
+	// Rotation, as cert-manager does it: new files from a new CA replace
+	// the old ones and the caBundle follows. The webhook serves the new
+	// certificate without a restart, and the API server, trusting only
+	// the new CA, reaches it again.
+	newCA, newCert, newKey := webhookPKI(t, t.TempDir(), svcName+"."+ns+".svc")
+	for _, f := range [][2]string{{newCert, certFile}, {newKey, keyFile}} {
+		if err := os.Rename(f[0], f[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(wantPEM)
+	hookAddr := net.JoinHostPort(ip, strconv.Itoa(hookPort))
+	harness.WaitFor(t, 30*time.Second, "the webhook serving the rotated certificate", ctrl, func(ctx context.Context) (bool, error) {
+		d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // the test compares the served certificate itself
+		conn, err := d.DialContext(ctx, "tcp", hookAddr)
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close()
+		return bytes.Equal(conn.(*tls.Conn).ConnectionState().PeerCertificates[0].Raw, blk.Bytes), nil
+	})
+	got, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, vwc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Webhooks[0].ClientConfig.CABundle = newCA
+	if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rotated := ingress("rotated", class, "rotated.example", snippet.Annotations)
+	harness.WaitFor(t, time.Minute, "the API server calling the webhook with the new caBundle", ctrl, func(ctx context.Context) (bool, error) {
+		_, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, rotated, metav1.CreateOptions{})
+		if err == nil {
+			return false, admin.NetworkingV1().Ingresses(ns).Delete(ctx, rotated.Name, metav1.DeleteOptions{})
+		}
+		return err.Error() == prefix+builderSays(rotated), nil // "failed calling webhook" while the API server has the old bundle
+	})
+
 	// ingress-nginx's webhook metrics, on the status port.
 	metrics := scrape(t, status+"/metrics")
 	for _, name := range []string{"nginx_ingress_controller_admission_roundtrip_duration", "nginx_ingress_controller_admission_tested_duration"} {
@@ -283,8 +339,10 @@ func TestValidatingWebhook(t *testing.T) {
 			t.Errorf("%s = %v (present %v); want a positive duration", name, v, ok)
 		}
 	}
-	if v := metrics["nginx_ingress_controller_check_errors"]; v < 3 {
-		t.Errorf("check_errors summed to %v; want at least 3 (snippet, bad-value, copy)", v)
+	t.Logf("last review: admission_roundtrip_duration %.2f ms, admission_tested_ingresses %v",
+		metrics["nginx_ingress_controller_admission_roundtrip_duration"]*1000, metrics["nginx_ingress_controller_admission_tested_ingresses"])
+	if v := metrics["nginx_ingress_controller_check_errors"]; v < 5 {
+		t.Errorf("check_errors summed to %v; want at least 5 (snippet, bad-value, copy, the UPDATE, rotated)", v)
 	}
 	if log, err := os.ReadFile(ctrl.LogPath()); err != nil {
 		t.Fatal(err)
