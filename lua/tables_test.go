@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,7 +125,7 @@ func TestShimTables(t *testing.T) {
 			wire("default-hcanary-80", addrs(canary, b4, b3), map[string]any{"noServer": true, "trafficShapingPolicy": policy(30, "X-Canary", "yes", "canary"),
 				"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri", "upstream-hash-by-subset": true, "upstream-hash-by-subset-size": 2}}),
 			wire("default-smain-80", addrs(b1, b2), with(stickyAt("/scanary/"), "alternativeBackends", []string{"default-scanary-80"})),
-			wire("default-scanary-80", addrs(canary, b4), with(stickyAt("/scanary/"), "noServer", true, "trafficShapingPolicy", policy(30, "", "", ""))),
+			wire("default-scanary-80", addrs(canary, b4), with(stickyAt("/scanary/"), "noServer", true, "trafficShapingPolicy", policy(30, "", "", "canary"))),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
 			wire("default-generation-80", addrs(b1, b2, b3, b4), sticky("persistent")),
 			wire("default-ewmarefused-80", append([]string{refused}, addrs(b1, b2)...), map[string]any{"sessionAffinityConfig": map[string]any{
@@ -271,10 +272,18 @@ func TestShimTables(t *testing.T) {
 				t.Fatalf("X-Canary: always: %d from %q (X-Alternative %q); want the canary", code, who, resp.Header.Get("X-Alternative"))
 			}
 		}
+		// Kept on the ewma primary by the header: the primary's picks
+		// from the draws that chose it.
+		for range 100 {
+			if code, who, resp := e.get(t, "/weighted/x", "X-Canary", "never"); code != 200 || (who != b1.addr && who != b2.addr) ||
+				resp.Header.Get("X-Alternative") != "" {
+				t.Fatalf("X-Canary: never: %d from %q (X-Alternative %q); want the primary", code, who, resp.Header.Get("X-Alternative"))
+			}
+		}
 		asked := e.frames(t, "pick") - before
-		t.Logf("%v of 100 requests with the canary header asked Go", asked)
+		t.Logf("%v of 200 requests with the canary header asked Go", asked)
 		if asked > 3 {
-			t.Errorf("%v of 100 requests with the canary header asked Go; want the route and the canary's premade picks to decide all but the first few", asked)
+			t.Errorf("%v of 200 requests with the canary header asked Go; want the route and premade picks to decide all but the first few", asked)
 		}
 	})
 
@@ -415,6 +424,20 @@ func TestShimTables(t *testing.T) {
 		if sd := math.Sqrt(n * 0.3 * 0.7); math.Abs(float64(toCanary)-n*0.3) > 6*sd {
 			t.Errorf("%d of %d new sessions went to the 30 %% canary", toCanary, n)
 		}
+		// New sessions a rule sends to one side: the canary's own
+		// premade sessions, the primary's from the draws that chose it.
+		for i := range 200 {
+			want, c := "default-smain-80", "canary=never"
+			if i%2 == 1 {
+				want, c = "default-scanary-80", "canary=always"
+			}
+			code, who, resp := e.get(t, "/scanary/", "Cookie", c)
+			served := cmpOr(resp.Header.Get("X-Alternative"), "default-smain-80")
+			value, _, _ := strings.Cut(strings.TrimPrefix(resp.Header.Get("Set-Cookie"), "route="), ";")
+			if _, bkey, _ := strings.Cut(value, "|"); code != 200 || served != want || bkey != keys[want] {
+				t.Fatalf("new session with %s: %d from %q of %s, Set-Cookie %q", c, code, who, served, resp.Header.Get("Set-Cookie"))
+			}
+		}
 		for _, c := range stickyCanaryCookies {
 			vars := map[string]string{"http_cookie": "x=1; " + c, "host": "shim.test", "server_name": "shim.test", "location_path": "/scanary/"}
 			var a balancer.Attempt
@@ -434,9 +457,9 @@ func TestShimTables(t *testing.T) {
 			}
 		}
 		asked := e.frames(t, "pick") - before
-		t.Logf("%v of %d sticky canary requests asked Go; %d new sessions went to the canary", asked, 3*n, toCanary)
+		t.Logf("%v of %d sticky canary requests asked Go; %d new sessions went to the canary", asked, 3*n+200, toCanary)
 		if asked > 10 {
-			t.Errorf("%v of %d requests asked Go; want the route, draws and tables to decide all but the first few", asked, 3*n)
+			t.Errorf("%v of %d requests asked Go; want the route, draws and tables to decide all but the first few", asked, 3*n+200)
 		}
 	})
 
@@ -686,8 +709,17 @@ func TestShimUnderLoad(t *testing.T) {
 	}
 	regs := make([]*balancer.Registry, len(configs))
 	post := func(i int) {
-		body, err := json.Marshal([]map[string]any{wire("default-hash-80", configs[i].eps, map[string]any{
-			"upstreamHashByConfig": map[string]any{"upstream-hash-by": configs[i].hashBy}})})
+		hashBy := map[string]any{"upstream-hash-by": configs[i].hashBy}
+		rev := slices.Clone(configs[i].eps)
+		slices.Reverse(rev)
+		body, err := json.Marshal([]map[string]any{
+			wire("default-hash-80", configs[i].eps, map[string]any{"upstreamHashByConfig": hashBy}),
+			// A chash primary with a chash canary by header and cookie,
+			// which the shim routes itself (TestShimTables).
+			wire("default-hmain-80", configs[i].eps, map[string]any{"upstreamHashByConfig": hashBy, "alternativeBackends": []string{"default-hcanary-80"}}),
+			wire("default-hcanary-80", rev[:2], map[string]any{"upstreamHashByConfig": hashBy, "noServer": true, "trafficShapingPolicy": map[string]any{
+				"weight": 50, "weightTotal": 0, "header": "X-Canary", "headerValue": "yes", "headerPattern": "", "cookie": "canary"}}),
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -711,11 +743,16 @@ func TestShimUnderLoad(t *testing.T) {
 		for range conc {
 			wg.Go(func() {
 				for ctx.Err() == nil {
-					uri := fmt.Sprintf("/hash/load/%d", seq.Add(1))
+					n := seq.Add(1)
+					uri := fmt.Sprintf("/hash/load/%d", n)
+					if n%3 != 0 {
+						uri = fmt.Sprintf("/hcanary/load/%d", n)
+					}
 					start := time.Now()
 					req, _ := http.NewRequest("GET", "http://"+e.listen+uri, nil)
 					req.Host = "shim.test"
 					req.Header.Set("X-Extra", "e")
+					canaryRule(req, n)
 					resp, err := e.client.Do(req)
 					r := result{uri: uri, start: start}
 					if err == nil {
@@ -734,11 +771,25 @@ func TestShimUnderLoad(t *testing.T) {
 		}
 		wg.Wait()
 	}
+	// want is Go's peer for a request the load sent: on /hcanary/, the
+	// header sends every other one to the canary, the cookie the others
+	// to the primary.
 	want := func(reg *balancer.Registry, uri string) string {
-		return goPeer(t, reg, "default-hash-80", map[string]string{"request_uri": uri, "http_x_extra": "e"})
+		vars := map[string]string{"request_uri": uri, "http_x_extra": "e"}
+		var n int64
+		if _, err := fmt.Sscanf(uri[strings.LastIndexByte(uri, '/')+1:], "%d", &n); err == nil && strings.HasPrefix(uri, "/hcanary/") {
+			if n%2 == 1 {
+				vars["http_x_canary"] = "yes"
+			} else {
+				vars["cookie_canary"] = "never"
+			}
+			return goPeer(t, reg, "default-hmain-80", vars)
+		}
+		return goPeer(t, reg, "default-hash-80", vars)
 	}
 
 	post(0)
+	picksBefore := e.frames(t, "pick")
 	ctx, cancel := context.WithCancel(context.Background())
 	loadDone := make(chan struct{})
 	go func() { run(ctx, 16); close(loadDone) }()
@@ -753,6 +804,7 @@ func TestShimUnderLoad(t *testing.T) {
 	time.Sleep(700 * time.Millisecond)
 	cancel()
 	<-loadDone
+	asked := e.frames(t, "pick") - picksBefore
 
 	checked, either := 0, 0
 	for _, r := range results {
@@ -787,9 +839,15 @@ func TestShimUnderLoad(t *testing.T) {
 			either++
 		}
 	}
-	t.Logf("%d requests under 3 configuration changes, each on the configuration in force (%d overlapped a change)", checked, either)
+	t.Logf("%d requests under 3 configuration changes (2 in 3 to a routed canary), each on the configuration in force (%d overlapped a change)", checked, either)
 	if checked < 500 {
 		t.Fatalf("only %d requests under load", checked)
+	}
+	// Each worker asks Go for a backend's first requests of a generation,
+	// while its table is on its way; the tables decide the rest.
+	t.Logf("%v of %d requests asked Go", asked, checked)
+	if asked > float64(checked)/50 {
+		t.Errorf("%v of %d requests under load asked Go; want the routes and tables to decide all but a few per change", asked, checked)
 	}
 
 	// The Go side killed under load.
@@ -817,11 +875,15 @@ func TestShimUnderLoad(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for i := range 200 {
+	for i := range 300 {
 		uri := fmt.Sprintf("/hash/reloaded/%d", i)
+		if i%3 != 0 {
+			uri = fmt.Sprintf("/hcanary/reloaded/%d", i)
+		}
 		req, _ := http.NewRequest("GET", "http://"+e.listen+uri, nil)
 		req.Host = "shim.test"
 		req.Header.Set("X-Extra", "e")
+		canaryRule(req, int64(i))
 		resp, err := fresh.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -835,6 +897,16 @@ func TestShimUnderLoad(t *testing.T) {
 	log, err := os.ReadFile(filepath.Join(e.dir, "error.log"))
 	if err != nil || !strings.Contains(string(log), "served from what another worker had") {
 		t.Errorf("the reloaded workers did not use the shared dict (error.log: %v)", err)
+	}
+}
+
+// canaryRule sets what routes request n of TestShimUnderLoad on /hcanary/:
+// the canary header on odd ones, the cookie keeping the primary on even.
+func canaryRule(req *http.Request, n int64) {
+	if n%2 == 1 {
+		req.Header.Set("X-Canary", "yes")
+	} else {
+		req.Header.Set("Cookie", "canary=never")
 	}
 }
 

@@ -37,7 +37,7 @@ local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_t
 local sticky_cookie = tables.sticky_cookie
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
-local take_premade_wait = premade.take_wait
+local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
 local route = require("switchyard.route")
 local decide, decide_local = route.decide, route.decide_local
 local DRAW = route.DRAW
@@ -169,6 +169,19 @@ function _M.candidate(s, i)
   return s.cands[k], cookie
 end
 
+-- own_premade fills s with premade picks (or a new session) of backend c
+-- for a request a rule routed there: a canary's own batch, or for the
+-- primary name the next of its draws that chose it (premade.take_for).
+local function own_premade(s, info, name, cinfo, c)
+  if not cinfo.premade or cinfo.pfailed then
+    return false
+  end
+  if c ~= name then
+    return take_premade(s, cinfo, c)
+  end
+  return take_premade_for(s, info, name, c)
+end
+
 -- own_pick fills s for a request to backend name that the route sent to
 -- backend c (alt: the alternative), from c's own decision data of kind own
 -- (route.OWN_*): the next position of a lease of its rotation, its table,
@@ -200,9 +213,10 @@ local function own_pick(s, info, name, c, alt, own, drawn)
     if drawn then
       return s
     end
-    -- A canary of ewma or least_request chosen by a rule: its own
-    -- premade picks (a primary's are draws: ask Go).
-    if c ~= name and cinfo.premade and not cinfo.pfailed and take_premade(s, cinfo, c) then
+    -- An ewma or least_request backend chosen by a rule: a canary's own
+    -- premade picks, or the primary's from the next of its draws that
+    -- chose it.
+    if own_premade(s, info, name, cinfo, c) then
       s.alt = alt
       return s
     end
@@ -221,8 +235,8 @@ local function own_pick(s, info, name, c, alt, own, drawn)
       return s
     end
     -- change-on-failure: the retries are new sessions of c, premade by
-    -- Go for c (a canary's own batch; a primary's batch holds draws).
-    if c ~= name and cinfo.premade and not cinfo.pfailed and premade_retries(s, cinfo, c) then
+    -- Go for c (a canary's own batch; a primary's draws that chose it).
+    if cinfo.premade and not cinfo.pfailed and premade_retries(s, cinfo, c, c == name and c or nil) then
       s.alt = alt
       return s
     end
@@ -239,7 +253,7 @@ local function own_pick(s, info, name, c, alt, own, drawn)
     end
     return nil
   end
-  if c ~= name and cinfo.premade and not cinfo.pfailed and take_premade(s, cinfo, c) then
+  if own_premade(s, info, name, cinfo, c) and s.recipe_src == cinfo then
     s.alt = alt
     return s
   end

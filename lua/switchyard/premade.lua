@@ -166,7 +166,7 @@ function _M.take(s, info, name)
   cur.pos, cur.i = i, cur.i + 1
   s.n, s.code, s.alt, s.backend, s.score = nc, 0, band(flags, 1) == 1, backend, score
   -- s.cookies hold upstream keys; pick.candidate writes the cookie.
-  s.recipe = set and recipe or false
+  s.recipe, s.own = set and recipe or false, false
   return true
 end
 
@@ -178,8 +178,14 @@ end
 -- cookie: what Go gives the retries of such a request under
 -- change-on-failure. It reports false when no premade pick is at hand.
 local scratch = { cands = {}, cookies = {} }
-function _M.retries(s, info, name)
-  if not _M.take(scratch, info, name) then
+function _M.retries(s, info, name, backend)
+  local took
+  if backend then
+    took = _M.take_for(scratch, info, name, backend)
+  else
+    took = _M.take(scratch, info, name)
+  end
+  if not took then
     return false
   end
   local peer, cands, cookies = s.cands[1], s.cands, s.cookies
@@ -196,6 +202,28 @@ function _M.retries(s, info, name)
   end
   s.n, s.recipe = n, scratch.recipe
   return true
+end
+
+-- SCAN bounds the draws take_for passes over.
+local SCAN = 8
+
+-- take_for fills s with the next of a routed backend's premade draws that
+-- chose backend and carries its picks or new session (not a choice only),
+-- for a request a rule sent there: draws that chose another backend are
+-- passed over and dropped. Draws are independent, so dropping some leaves
+-- those after them as Go made them, and the weight's share of the requests
+-- that take draws unchanged. It reports false after SCAN draws without one.
+function _M.take_for(s, info, name, backend)
+  for _ = 1, SCAN do
+    if not _M.take(s, info, name) then
+      return false
+    end
+    if not s.own and s.backend == backend then
+      return true
+    end
+  end
+  s.own = false
+  return false
 end
 
 function _M.vars_absent(info)
