@@ -357,13 +357,18 @@ func (o *outcome) requestID(h *fasthttp.RequestHeader) []byte {
 
 // ServeHTTP handles one request and records its metrics.
 func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
-	var o outcome
+	// The outcome escapes (the HTTP/2-upstream and upgrade paths take its
+	// address through interfaces), so it comes from a pool instead of the
+	// heap. Nothing keeps it past this function: response bodies fasthttp
+	// streams after the handler returns hold no reference to it.
+	o := outcomePool.Get().(*outcome)
+	defer putOutcome(o)
 	// fasthttp read the clock just before calling the handler.
 	start := ctx.Time()
 	if h := h1ConnOf(ctx.Conn()); h != nil {
 		h.tc.headDone() // fasthttp read the head whole
 	}
-	p.handle(ctx, &o)
+	p.handle(ctx, o)
 	if o.hsts != "" {
 		// Every answer, the proxy's own ones too (redirects, 401, 204),
 		// as ingress-nginx's header phase adds it.
@@ -387,11 +392,19 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	x.remote = o.remote
 	if p.metrics != nil {
 		x.respHeader = len(resp.Header.Header())
-		p.metrics.observe(&x, &o, took)
+		p.metrics.observe(&x, o, took)
 	}
 	if p.cfg.AccessLog != nil {
-		p.accessLog(&x, &o, start, took)
+		p.accessLog(&x, o, start, took)
 	}
+}
+
+var outcomePool = sync.Pool{New: func() any { return new(outcome) }}
+
+// putOutcome clears o and returns it to the pool.
+func putOutcome(o *outcome) {
+	*o = outcome{}
+	outcomePool.Put(o)
 }
 
 // exchange is what the metrics and the access log read of one finished

@@ -25,6 +25,17 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 	b.Run("accesslog=off", func(b *testing.B) { benchProxy(b, Config{}) })
 	b.Run("accesslog=on", func(b *testing.B) { benchProxy(b, Config{AccessLog: io.Discard}) })
 	b.Run("metrics=on", func(b *testing.B) { benchProxy(b, Config{Registerer: prometheus.NewRegistry()}) })
+	// A limit-rps route (high enough never to refuse) with the access log
+	// and metrics on: what issue 19 asks stay at 0 allocations.
+	b.Run("limit-rps,accesslog,metrics", func(b *testing.B) {
+		benchProxyWith(b, Config{AccessLog: io.Discard, Registerer: prometheus.NewRegistry()}, func(cfg *model.Configuration) {
+			for i := range cfg.Servers {
+				for j := range cfg.Servers[i].Locations {
+					cfg.Servers[i].Locations[j].RateLimit = &model.RateLimit{Zone: "bench", RPS: 1 << 30, BurstMultiplier: 5}
+				}
+			}
+		})
+	})
 }
 
 // benchConfig runs a fasthttp backend answering a short body and serves
@@ -41,8 +52,14 @@ func benchConfig(b *testing.B) *model.Configuration {
 	return oneHost("bench.example.com", beLn.Addr().String())
 }
 
-func benchProxy(b *testing.B, pc Config) {
+func benchProxy(b *testing.B, pc Config) { benchProxyWith(b, pc, nil) }
+
+// benchProxyWith is benchProxy with the configuration edited by edit first.
+func benchProxyWith(b *testing.B, pc Config, edit func(*model.Configuration)) {
 	cfg := benchConfig(b)
+	if edit != nil {
+		edit(cfg)
+	}
 	reg := balancer.NewRegistry(balancer.Config{})
 	if err := reg.Sync(cfg.Backends); err != nil {
 		b.Fatal(err)
