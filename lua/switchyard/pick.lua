@@ -179,6 +179,10 @@ local function own_premade(s, info, name, cinfo, c)
   if c ~= name then
     return take_premade(s, cinfo, c)
   end
+  local rt = info.route
+  if rt.alt ~= "" and rt.weight >= rt.total then
+    return false -- every draw chose the canary
+  end
   return take_premade_for(s, info, name, c)
 end
 
