@@ -36,9 +36,9 @@ func (c *Controller) EnableAdmission() error {
 
 // AdmissionInput snapshots, from the informer caches a sync reads, what
 // builder.ReviewIngress needs to review candidate: the Ingresses sharing a
-// host and path with it, every IngressClass, the Services of their
-// namespaces, every Secret and ConfigMap (an annotation may name one in
-// another namespace), and the controller ConfigMap. EndpointSlices are
+// host and path with it, every IngressClass, the Services, Secrets and
+// ConfigMaps of their namespaces (an annotation names only its own
+// namespace's), and the controller ConfigMap. EndpointSlices are
 // left out: they never make an error on an Ingress. It reads only what the
 // controller already watches, so the webhook needs no RBAC of its own.
 // Before Ready the caches may be incomplete; without EnableAdmission it
@@ -77,12 +77,16 @@ func (c *Controller) AdmissionInput(candidate *networkingv1.Ingress) (builder.In
 			return in, fmt.Errorf("list services: %w", err)
 		}
 		in.Services = append(in.Services, svcs...)
-	}
-	if in.Secrets, err = l.secrets.List(all); err != nil {
-		return in, fmt.Errorf("list secrets: %w", err)
-	}
-	if in.ConfigMaps, err = l.configMaps.List(all); err != nil {
-		return in, fmt.Errorf("list configmaps: %w", err)
+		secrets, err := l.secrets.Secrets(ns).List(all)
+		if err != nil {
+			return in, fmt.Errorf("list secrets: %w", err)
+		}
+		in.Secrets = append(in.Secrets, secrets...)
+		cms, err := l.configMaps.ConfigMaps(ns).List(all)
+		if err != nil {
+			return in, fmt.Errorf("list configmaps: %w", err)
+		}
+		in.ConfigMaps = append(in.ConfigMaps, cms...)
 	}
 	if in.ConfigMap, err = l.configMap(c.cfg.ConfigMap); err != nil {
 		return in, err

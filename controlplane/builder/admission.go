@@ -42,8 +42,9 @@ type Review struct {
 // built: those of this class with a rule on one of candidate's hosts and
 // paths (host/path ownership and canary merging are decided per host and
 // path; everything else Build reports about an Ingress depends on that
-// Ingress alone, on Services, Secrets, ConfigMaps and the controller
-// ConfigMap). EndpointSlices are left out: they only give backends their
+// Ingress alone, on the Services, Secrets and ConfigMaps of its namespace
+// (an annotation names only its own namespace's, sameNamespace) and on
+// the controller ConfigMap). EndpointSlices are left out: they only give backends their
 // endpoints and never make an error on an Ingress. A second build without
 // candidate finds the Ingresses that would lose a path to it. So a review
 // costs two builds of a handful of Ingresses, not a build of the store
@@ -68,10 +69,22 @@ func ReviewIngress(in Input, opt Options, candidate *networkingv1.Ingress) Revie
 		related = append(related, ing)
 		namespaces[ing.Namespace] = true
 	}
-	sub := Input{IngressClasses: in.IngressClasses, Secrets: in.Secrets, ConfigMaps: in.ConfigMaps, ConfigMap: in.ConfigMap}
+	// Services, Secrets and ConfigMaps of the namespaces involved: an
+	// Ingress names only its own namespace's (sameNamespace).
+	sub := Input{IngressClasses: in.IngressClasses, ConfigMap: in.ConfigMap}
 	for _, s := range in.Services {
 		if namespaces[s.Namespace] {
 			sub.Services = append(sub.Services, s)
+		}
+	}
+	for _, s := range in.Secrets {
+		if namespaces[s.Namespace] {
+			sub.Secrets = append(sub.Secrets, s)
+		}
+	}
+	for _, cm := range in.ConfigMaps {
+		if namespaces[cm.Namespace] {
+			sub.ConfigMaps = append(sub.ConfigMaps, cm)
 		}
 	}
 	r := Review{Ours: true, Scanned: scanned, Built: len(related) + 1}
