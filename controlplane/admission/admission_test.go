@@ -200,6 +200,26 @@ func TestHandler(t *testing.T) {
 			return ing
 		}(), warnedBy: func(model.ObjectError) bool { return true }},
 		{name: "missing TLS secret warns", ing: missingTLS, warnedBy: func(model.ObjectError) bool { return true }},
+		{name: "default-backend Service not there yet warns", ing: ingress("ns2", "later", 5, map[string]string{ann + "default-backend": "later"}, "b.example/"),
+			warnedBy: func(model.ObjectError) bool { return true }},
+		{name: "default-backend not a Service name", ing: ingress("ns2", "badname", 5, map[string]string{ann + "default-backend": "Not_A_Name"}, "b.example/"),
+			deniedBy: []func(builder.Input, *networkingv1.Ingress) []string{func(in builder.Input, c *networkingv1.Ingress) []string {
+				return builderErrors(in, c, "ns2", "badname", all)
+			}}},
+		{name: "auth Secret missing fails closed", ing: ingress("ns2", "auth", 5, map[string]string{ann + "auth-type": "basic", ann + "auth-secret": "nope"}, "b.example/"),
+			deniedBy: []func(builder.Input, *networkingv1.Ingress) []string{func(in builder.Input, c *networkingv1.Ingress) []string {
+				return builderErrors(in, c, "ns2", "auth", all)
+			}}},
+		{name: "path no data plane may get", ing: ingress("ns2", "path", 5, nil, "b.example/a;b"),
+			deniedBy: []func(builder.Input, *networkingv1.Ingress) []string{func(in builder.Input, c *networkingv1.Ingress) []string {
+				return builderErrors(in, c, "ns2", "path", all)
+			}}},
+		{name: "host not a DNS name", ing: ingress("ns2", "host", 5, nil, "B_.example/"),
+			deniedBy: []func(builder.Input, *networkingv1.Ingress) []string{func(in builder.Input, c *networkingv1.Ingress) []string {
+				return builderErrors(in, c, "ns2", "host", all)
+			}}},
+		{name: "canary without primary warns", ing: ingress("ns2", "lonely", 5, map[string]string{ann + "canary": "true", ann + "canary-weight": "10"}, "nobody.example/"),
+			warnedBy: func(model.ObjectError) bool { return true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInput()
@@ -377,5 +397,35 @@ func TestMetricNames(t *testing.T) {
 func TestNewHandlerNeedsStore(t *testing.T) {
 	if _, err := NewHandler(Config{}); err == nil {
 		t.Error("NewHandler without a Store succeeded")
+	}
+}
+
+// A DELETE carries no new object, and an Ingress being deleted will not be
+// served: both are admitted, even with a snippet.
+func TestHandlerDeleteAndDeleting(t *testing.T) {
+	h, err := NewHandler(Config{Store: &store{in: baseInput()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := ingress("ns2", "bad", 5, map[string]string{ann + "configuration-snippet": "x"}, "b.example/")
+	if resp := post(t, h, reviewBody(t, admissionv1.Create, bad, "ns2")); resp.Allowed {
+		t.Fatal("BUG: the snippet Ingress is admitted on CREATE")
+	}
+	var del admissionv1.AdmissionReview
+	if err := json.Unmarshal(reviewBody(t, admissionv1.Delete, bad, "ns2"), &del); err != nil {
+		t.Fatal(err)
+	}
+	del.Request.Object, del.Request.OldObject = runtime.RawExtension{}, runtime.RawExtension{Raw: del.Request.Object.Raw}
+	b, err := json.Marshal(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := post(t, h, b); !resp.Allowed {
+		t.Errorf("DELETE denied: %+v", resp.Result)
+	}
+	deleting := bad.DeepCopy()
+	deleting.DeletionTimestamp = ptr(metav1.NewTime(base))
+	if resp := post(t, h, reviewBody(t, admissionv1.Update, deleting, "ns2")); !resp.Allowed {
+		t.Errorf("UPDATE of an Ingress being deleted denied: %+v", resp.Result)
 	}
 }
