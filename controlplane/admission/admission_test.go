@@ -2,7 +2,9 @@ package admission
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -427,5 +429,52 @@ func TestHandlerDeleteAndDeleting(t *testing.T) {
 	deleting.DeletionTimestamp = ptr(metav1.NewTime(base))
 	if resp := post(t, h, reviewBody(t, admissionv1.Update, deleting, "ns2")); !resp.Allowed {
 		t.Errorf("UPDATE of an Ingress being deleted denied: %+v", resp.Result)
+	}
+}
+
+// Reviews served concurrently over TLS, as the API server sends them,
+// each get their own verdict.
+func TestHandlerConcurrentTLS(t *testing.T) {
+	h, err := NewHandler(Config{Store: &store{in: baseInput()}, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	defer srv.Close()
+	good := reviewBody(t, admissionv1.Create, ingress("ns2", "good", 5, nil, "b.example/"), "ns2")
+	bad := reviewBody(t, admissionv1.Create, ingress("ns2", "bad", 5, nil, "a.example/"), "ns2")
+	errs := make(chan error, 8)
+	for w := range 8 {
+		go func() {
+			for range 20 {
+				body, want := good, true
+				if w%2 == 1 {
+					body, want = bad, false
+				}
+				resp, err := srv.Client().Post(srv.URL+Path, "application/json", bytes.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				var out admissionv1.AdmissionReview
+				err = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if err != nil || out.Response == nil || out.Response.Allowed != want {
+					errs <- fmt.Errorf("worker %d: %v, response %+v; want allowed %v", w, err, out.Response, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got := testutil.ToFloat64(h.m.checkErrors.WithLabelValues("ns2", "bad")); got != 80 {
+		t.Errorf("check_errors{ns2/bad} = %v; want 80", got)
 	}
 }
