@@ -365,6 +365,10 @@ type corsV struct {
 }
 
 type locationV struct {
+	// Headers are add-headers and custom-headers (model.Location's
+	// ResponseHeaders), checked again: each goes out with add_header, the
+	// upstream's field of that name hidden.
+	Headers []model.HeaderField
 	// ProxySSL is proxy-ssl-* (backend-protocol HTTPS); nil without.
 	ProxySSL                        *proxySSLV
 	Modifier, Path                  string
@@ -480,6 +484,23 @@ func validHost(h string) bool {
 
 // printableNoDollar accepts visible ASCII without space and '$' (and no
 // control characters), the grammar of paths and URLs here.
+// reResponseHeader is a response field's name as the builder allows it.
+var reResponseHeader = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+
+// literalValue is a field value nginx reads as text: printable ASCII and
+// spaces, no '$' (a variable), not empty, no blank at either end.
+func literalValue(s string) bool {
+	if s == "" || len(s) > 4096 || s[0] == ' ' || s[len(s)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= 0x7f || c == '$' {
+			return false
+		}
+	}
+	return true
+}
+
 func printableNoDollar(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -772,6 +793,12 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 		return nil, fmt.Errorf("path must start with / and hold visible ASCII without $")
 	}
 	lv := &locationV{Path: p, Backend: l.Backend}
+	for _, h := range l.ResponseHeaders {
+		if !reResponseHeader.MatchString(h.Name) || !literalValue(h.Value) {
+			return lv, fmt.Errorf("response header %q", h.Name)
+		}
+	}
+	lv.Headers = l.ResponseHeaders
 	switch {
 	case l.Regex:
 		lv.Modifier = "~* "

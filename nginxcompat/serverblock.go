@@ -234,7 +234,18 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	if l.CORS != nil {
 		writeCORS(b, l.CORS, hsts)
 	}
-	if l.Auth != nil || l.DigestKey != "" || l.CORS != nil {
+	for _, h := range l.Headers {
+		// more_set_headers replaces the upstream's field; nginx's
+		// add_header would add a second one.
+		b.WriteString("\n            proxy_hide_header ")
+		b.WriteString(h.Name)
+		b.WriteString(";\n            add_header ")
+		b.WriteString(h.Name)
+		b.WriteByte(' ')
+		b.WriteString(quote(h.Value))
+		b.WriteByte(';')
+	}
+	if l.Auth != nil || l.DigestKey != "" || l.CORS != nil || len(l.Headers) > 0 {
 		writeHSTS(b, "\n            ", hsts)
 	}
 	b.WriteString("\n\n            rewrite_by_lua_block {\n                balancer.rewrite()\n            }\n            log_by_lua_block {\n                balancer.log()\n            }\n\n            client_max_body_size ")

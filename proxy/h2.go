@@ -265,20 +265,34 @@ type h2Writer struct {
 	w       http.ResponseWriter
 	status  int
 	written int
+	// headers are the location's add-headers and custom-headers, set
+	// with the status when it is one nginx's add_header acts on.
+	headers []model.HeaderField
+}
+
+// setStatus records the answer's status and adds headers for it.
+func (w *h2Writer) setStatus(code int) {
+	w.status = code
+	if len(w.headers) > 0 && model.ResponseHeaderStatus(code) {
+		h := w.w.Header()
+		for _, f := range w.headers {
+			h.Set(f.Name, f.Value)
+		}
+	}
 }
 
 func (w *h2Writer) Header() http.Header { return w.w.Header() }
 
 func (w *h2Writer) WriteHeader(code int) {
 	if w.status == 0 {
-		w.status = code
+		w.setStatus(code)
 	}
 	w.w.WriteHeader(code)
 }
 
 func (w *h2Writer) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.setStatus(http.StatusOK)
 	}
 	n, err := w.w.Write(b)
 	w.written += n
@@ -362,6 +376,9 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	vh, rt := tbl.lookup(host, upath)
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
+	}
+	if rt != nil {
+		w.headers = rt.loc.ResponseHeaders
 	}
 	if vh != nil && vh.tls && r.TLS != nil && tbl.hsts != "" {
 		// Every answer, as ingress-nginx's header phase adds it.

@@ -321,6 +321,8 @@ type outcome struct {
 	// hsts is the Strict-Transport-Security value the answer gets (an
 	// HTTPS request to a server with a certificate); empty without.
 	hsts string
+	// headers are the location's add-headers and custom-headers.
+	headers []model.HeaderField
 }
 
 // setAuth keeps what external authentication passes, after the fields of
@@ -373,6 +375,13 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		// Every answer, the proxy's own ones too (redirects, 401, 204),
 		// as ingress-nginx's header phase adds it.
 		ctx.Response.Header.Set("Strict-Transport-Security", o.hsts)
+	}
+	if len(o.headers) > 0 && model.ResponseHeaderStatus(ctx.Response.StatusCode()) {
+		// add-headers and custom-headers, over the upstream's fields,
+		// on the answers nginx's add_header acts on.
+		for _, h := range o.headers {
+			ctx.Response.Header.Set(h.Name, h.Value)
+		}
 	}
 	if s := p.conns.Load(); s.keepAlive == 0 || ctx.ConnRequestNum() >= s.keepAliveRequests {
 		// keep-alive 0, or keep-alive-requests reached: nginx closes
@@ -453,6 +462,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	vh, rt := tbl.lookup(host, ctx.Path())
 	if rt != nil && !rt.loc.IsDefaultBackend {
 		o.server, o.loc = vh.name, &rt.loc
+	}
+	if rt != nil {
+		o.headers = rt.loc.ResponseHeaders
 	}
 	if vh != nil && vh.tls && ctx.IsTLS() {
 		o.hsts = tbl.hsts

@@ -84,6 +84,10 @@ type annotations struct {
 	// upstreamTLS the result; nil without proxy-ssl-secret.
 	proxySSLAnn *proxySSLAnnotations
 	upstreamTLS *model.UpstreamTLS
+	// customHeadersRef is custom-headers, the ConfigMap's reference, and
+	// customHeaders its fields.
+	customHeadersRef string
+	customHeaders    []model.HeaderField
 	// basicAuthAnn is auth-type: basic before the Secret is looked up,
 	// and basicAuth the result; nil without auth-type.
 	basicAuthAnn     *basicAuthAnnotations
@@ -321,6 +325,13 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 			msg: msg + "; every path of this Ingress answers 503 until it is fixed (fail closed)"})
 	}
 	a.proxySSLAnn = parseProxySSL(get, bad, warn, failClosed, integer)
+	if v, ok := get("custom-headers"); ok {
+		if v = strings.TrimSpace(v); reObjectRef.MatchString(v) {
+			a.customHeadersRef = v
+		} else {
+			failClosed("custom-headers", fmt.Sprintf("%q is not a ConfigMap name or namespace/name", v))
+		}
+	}
 	if a.proxySSLAnn != nil && a.backendProtocol != string(model.ProtocolHTTPS) {
 		warn("proxy-ssl-secret", "has no effect unless backend-protocol is HTTPS (as in ingress-nginx, whose proxy_ssl_* apply to proxy_pass https only)")
 	}

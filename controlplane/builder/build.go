@@ -126,8 +126,13 @@ type builder struct {
 	slices   map[string][]*discoveryv1.EndpointSlice // ns/service
 	secrets  map[string]*corev1.Secret               // ns/name
 	cms      map[string]*corev1.ConfigMap            // ns/name
-	backends map[string]*balancer.Backend            // by name
-	servers  map[string]*model.Server                // by hostname
+	// allowedResponseHeaders is global-allowed-response-headers, the
+	// names custom-headers may set (none without the key);
+	// globalHeaders is add-headers.
+	allowedResponseHeaders []string
+	globalHeaders          []model.HeaderField
+	backends               map[string]*balancer.Backend // by name
+	servers                map[string]*model.Server     // by hostname
 	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
 	// of the Ingress that created them: any Ingress's "/" path replaces it.
 	hostRoots map[string]bool
@@ -229,6 +234,15 @@ func Build(in Input, opt Options) *model.Configuration {
 			}
 			a.upstreamTLS = u
 		}
+		if a.customHeadersRef != "" {
+			hs, err := b.customHeaders(ing, a.customHeadersRef)
+			if err != nil {
+				a.deny("custom-headers", err.Error())
+				errs = append(errs, annotationError{key: annotationPrefix + "custom-headers", reason: model.ReasonFailedClosed,
+					msg: err.Error() + "; every path of this Ingress answers 503 until it is fixed (ingress-nginx denies them too)"})
+			}
+			a.customHeaders = hs
+		}
 		if a.externalAuth != nil && a.authProxySetHeaders != "" {
 			hs, err := b.authProxySetHeaders(ing, a.authProxySetHeaders)
 			if err != nil {
@@ -311,6 +325,7 @@ func (b *builder) global() {
 		Proxy: model.Proxy{ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20,
 			NextUpstream: []string{"error", "timeout"}, NextUpstreamTries: 3}}
 	b.access.noAuth = []string{"/.well-known/acme-challenge"} // ingress-nginx's default
+	b.allowedResponseHeaders = []string{}
 	cm := b.in.ConfigMap
 	if cm != nil {
 		ref := model.ObjectRef{Kind: "ConfigMap", Namespace: cm.Namespace, Name: cm.Name, UID: string(cm.UID)}
@@ -385,6 +400,7 @@ func (b *builder) global() {
 		b.globalAccess(cm, ref, &g)
 		connections(cm.Data, &g, bad)
 		g.Nginx = nginxSettings(cm.Data, bad)
+		b.addHeaders(cm.Data, bad)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":
@@ -416,7 +432,7 @@ func (b *builder) defaultServer() {
 	b.backends[def.Name] = def
 	b.servers[model.CatchAllHost] = &model.Server{Hostname: model.CatchAllHost, Locations: []model.Location{{
 		Path: "/", PathType: model.PathTypePrefix, Backend: def.Name, IsDefaultBackend: true,
-		BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy,
+		BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy, ResponseHeaders: b.globalHeaders,
 		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect}, DenySourceRanges: b.access.block,
 	}}}
 }
@@ -699,6 +715,7 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	if loc.BackendProtocol == model.ProtocolHTTPS {
 		loc.UpstreamTLS = a.upstreamTLS // proxy_ssl_* apply to proxy_pass https only
 	}
+	loc.ResponseHeaders = mergeHeaders(b.globalHeaders, a.customHeaders)
 	if a.sslRedirect != nil {
 		loc.Rewrite.SSLRedirect = *a.sslRedirect
 	}

@@ -201,7 +201,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "cors-max-age", Group: GroupHeaders, Support: Supported},
 	{Name: "custom-http-errors", Group: GroupHeaders, Support: Partial, NginxPlane: "yes, without X-Service-Port", Note: "the default backend (or `default-backend`'s Service) answers the listed codes, with X-Code, X-Format, X-Original-URI ..."},
 	{Name: "disable-proxy-intercept-errors", Group: GroupHeaders, Support: Unsupported},
-	{Name: "custom-headers", Group: GroupHeaders, Support: Unsupported},
+	{Name: "custom-headers", Group: GroupHeaders, Support: Partial, GoPlane: "yes", NginxPlane: "yes, with add_header and proxy_hide_header (no headers-more module)", Note: "a ConfigMap in the Ingress's namespace whose fields go on answers of status 200, 201, 204, 206, 301-304, 307, 308, replacing the upstream's; each name must be in the ConfigMap's global-allowed-response-headers, as ingress-nginx requires; values are literal text: a `$` (an nginx variable in ingress-nginx), a missing ConfigMap or a name not allowed makes the Ingress answer 503, as ingress-nginx denies it"},
 	{Name: "ssl-ciphers", Group: GroupHeaders, Support: Unsupported},
 	{Name: "ssl-prefer-server-ciphers", Group: GroupHeaders, Support: Unsupported},
 	{Name: "http2-push-preload", Group: GroupHeaders, Support: Unsupported, Note: "documented by ingress-nginx, no longer read by it"},

@@ -61,7 +61,7 @@ type ConfigMapKey struct {
 var ConfigMapKeys = []ConfigMapKey{
 	{Name: "access-log-params", Status: KeyUnsupported},
 	{Name: "access-log-path", Status: KeyUnsupported},
-	{Name: "add-headers", Status: KeyUnsupported},
+	{Name: "add-headers", Status: BothPlanes, Note: "namespace/name of a ConfigMap whose fields go on every answer of status 200, 201, 204, 206, 301-304, 307, 308; values are literal text (no nginx variables)"},
 	{Name: "allow-backend-server-header", Status: KeyUnsupported},
 	{Name: "allow-cross-namespace-resources", Status: KeyUnsupported},
 	{Name: "allow-snippet-annotations", Status: KeyUnsupported, Note: "snippet annotations are always refused"},
@@ -113,7 +113,7 @@ var ConfigMapKeys = []ConfigMapKey{
 	{Name: "forwarded-host-header", Status: KeyUnsupported},
 	{Name: "generate-request-id", Status: KeyUnsupported},
 	{Name: "geoip2-autoreload-in-minutes", Status: KeyUnsupported},
-	{Name: "global-allowed-response-headers", Status: KeyUnsupported},
+	{Name: "global-allowed-response-headers", Status: BothPlanes},
 	{Name: "global-auth-always-set-cookie", Status: BothPlanes, Access: true},
 	{Name: "global-auth-cache-duration", Status: BothPlanes},
 	{Name: "global-auth-cache-key", Status: BothPlanes, Note: "the variables of the `auth-cache-key` annotation"},

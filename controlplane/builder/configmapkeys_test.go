@@ -206,6 +206,8 @@ var builderKeys = map[string]struct {
 	"global-auth-cache-duration":            {val: "200 1m", with: map[string]string{"global-auth-url": "http://auth.example/verify", "global-auth-cache-key": "$remote_addr"}},
 	"no-auth-locations":                     {val: "/", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
 	"proxy-buffering":                       {val: "on"},
+	"add-headers":                           {val: "shop/hdrs"},
+	"global-allowed-response-headers":       {val: "X-Custom"},
 	"worker-shutdown-timeout":               {val: "30s"},
 	"server-tokens":                         {val: "true"},
 	"enable-access-log-for-default-backend": {val: "true"},
@@ -225,6 +227,14 @@ var builderKeys = map[string]struct {
 // no ConfigMap string.
 func TestConfigMapKeysTheBuilderReads(t *testing.T) {
 	in := loadInput(t, "testdata/basic.yaml")
+	// A ConfigMap of fields for add-headers and custom-headers, and an
+	// Ingress naming it, which global-allowed-response-headers lets serve.
+	in.ConfigMaps = append(in.ConfigMaps, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hdrs"},
+		Data: map[string]string{"X-Custom": "1"}})
+	custom := in.Ingresses[0].DeepCopy()
+	custom.Name += "-custom"
+	custom.Annotations = map[string]string{annotationPrefix + "custom-headers": "hdrs"}
+	in.Ingresses = append(in.Ingresses, custom)
 	build := func(data map[string]string) string {
 		in.ConfigMap = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ingress", Name: "switchyard"}, Data: data}
 		cfg := Build(in, Options{})

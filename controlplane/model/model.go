@@ -222,6 +222,12 @@ type Location struct {
 	Rewrite         Rewrite         `json:"rewrite"`
 	Redirect        Redirect        `json:"redirect"`
 	Proxy           Proxy           `json:"proxy"`
+	// ResponseHeaders are the ConfigMap's add-headers with the Ingress's
+	// custom-headers over them, sorted by name: set on answers whose
+	// status is in ResponseHeaderStatuses, replacing any field of that
+	// name the upstream sent (headers-more's more_set_headers, as
+	// ingress-nginx writes them).
+	ResponseHeaders []HeaderField `json:"responseHeaders,omitempty"`
 	// UpstreamTLS is proxy-ssl-*, for backend-protocol HTTPS; nil: nginx's
 	// defaults (no verification, no SNI, no client certificate).
 	UpstreamTLS *UpstreamTLS `json:"upstreamTLS,omitempty"`
@@ -759,4 +765,16 @@ func ValidUpstreamVhost(s string) bool {
 		}
 	}
 	return true
+}
+
+// ResponseHeaderStatus reports whether an answer of this status gets a
+// location's ResponseHeaders: 200, 201, 204, 206, 301, 302, 303, 304, 307
+// and 308, the statuses nginx's add_header and headers-more's
+// more_set_headers act on by default.
+func ResponseHeaderStatus(code int) bool {
+	switch code {
+	case 200, 201, 204, 206, 301, 302, 303, 304, 307, 308:
+		return true
+	}
+	return false
 }

@@ -1,0 +1,133 @@
+package builder
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// reResponseHeader is the name a custom-headers or add-headers field may
+// have, as ingress-nginx's customheaders parser allows.
+var reResponseHeader = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
+
+// validResponseHeader says why a response field cannot be sent the same on
+// both planes; nil when it can. Values are literal text: a '$' (an nginx
+// variable in ingress-nginx) is refused, since the Go plane has none.
+func validResponseHeader(name, value string) error {
+	if !reResponseHeader.MatchString(name) {
+		return fmt.Errorf("%q is not a header name (letters, digits, '-' and '_')", name)
+	}
+	if value == "" || len(value) > 4096 || strings.TrimSpace(value) != value {
+		return fmt.Errorf("the value of %s is empty, longer than 4096 bytes, or starts or ends with a blank", name)
+	}
+	for i := 0; i < len(value); i++ {
+		c := value[i]
+		if c < 0x20 || c > 0x7e {
+			return fmt.Errorf("the value of %s holds a byte other than printable ASCII", name)
+		}
+		if c == '$' {
+			return fmt.Errorf("the value of %s holds '$': nginx variables are not supported", name)
+		}
+	}
+	return nil
+}
+
+// responseHeaderMap reads a ConfigMap of response fields (add-headers,
+// custom-headers), sorted by name; allowed, when not nil, lists the names
+// it may hold (global-allowed-response-headers).
+func responseHeaderMap(cm *corev1.ConfigMap, allowed []string) ([]model.HeaderField, error) {
+	if len(cm.BinaryData) > 0 {
+		return nil, fmt.Errorf("configmap %s/%s holds binaryData, which cannot be sent as fields", cm.Namespace, cm.Name)
+	}
+	out := make([]model.HeaderField, 0, len(cm.Data))
+	for k, v := range cm.Data {
+		if err := validResponseHeader(k, v); err != nil {
+			return nil, fmt.Errorf("configmap %s/%s: %v", cm.Namespace, cm.Name, err)
+		}
+		if allowed != nil && !slices.Contains(allowed, k) {
+			return nil, fmt.Errorf("configmap %s/%s: header %s is not in the ConfigMap's global-allowed-response-headers %v", cm.Namespace, cm.Name, k, allowed)
+		}
+		out = append(out, model.HeaderField{Name: k, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// customHeaders reads the ConfigMap custom-headers names for ing ("name" or
+// "namespace/name", in the Ingress's namespace), its fields allowed by the
+// controller ConfigMap's global-allowed-response-headers, as ingress-nginx
+// requires; an error denies the Ingress's locations, as ingress-nginx does.
+func (b *builder) customHeaders(ing *networkingv1.Ingress, ref string) ([]model.HeaderField, error) {
+	ns, name, err := sameNamespace(ing, ref, "configmap")
+	if err != nil {
+		return nil, err
+	}
+	cm := b.cms[ns+"/"+name]
+	if cm == nil {
+		return nil, fmt.Errorf("configmap %s/%s does not exist", ns, name)
+	}
+	return responseHeaderMap(cm, b.allowedResponseHeaders)
+}
+
+// addHeaders reads the controller ConfigMap's add-headers ("namespace/name"
+// of a ConfigMap whose fields go on every response) and
+// global-allowed-response-headers. An error is reported and add-headers
+// ignored.
+func (b *builder) addHeaders(data map[string]string, bad func(key, msg string)) {
+	b.allowedResponseHeaders = []string{}
+	if v, ok := data["global-allowed-response-headers"]; ok {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h == "" {
+				continue
+			}
+			if !reResponseHeader.MatchString(h) {
+				bad("global-allowed-response-headers", fmt.Sprintf("%q is not a header name", h))
+				continue
+			}
+			b.allowedResponseHeaders = append(b.allowedResponseHeaders, h)
+		}
+	}
+	v, ok := data["add-headers"]
+	if !ok {
+		return
+	}
+	ns, name, found := strings.Cut(strings.TrimSpace(v), "/")
+	if !found || !reObjectRef.MatchString(ns+"/"+name) {
+		bad("add-headers", fmt.Sprintf("%q is not namespace/name of a ConfigMap", v))
+		return
+	}
+	cm := b.cms[ns+"/"+name]
+	if cm == nil {
+		bad("add-headers", fmt.Sprintf("configmap %s/%s does not exist", ns, name))
+		return
+	}
+	hs, err := responseHeaderMap(cm, nil)
+	if err != nil {
+		bad("add-headers", err.Error())
+		return
+	}
+	b.globalHeaders = hs
+}
+
+// mergeHeaders is add-headers with an Ingress's custom-headers over it,
+// sorted by name.
+func mergeHeaders(global, custom []model.HeaderField) []model.HeaderField {
+	if len(custom) == 0 {
+		return global
+	}
+	out := append([]model.HeaderField(nil), custom...)
+	for _, g := range global {
+		if !slices.ContainsFunc(custom, func(c model.HeaderField) bool { return strings.EqualFold(c.Name, g.Name) }) {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
