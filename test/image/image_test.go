@@ -22,7 +22,8 @@ import (
 )
 
 // imageDirEnv names a finished build.sh output directory to test instead of
-// building one (make image writes ./_out/image).
+// building one (make image writes _out/image); a relative path is taken from
+// the repository's root.
 const imageDirEnv = "SWITCHYARD_IMAGE_DIR"
 
 // repoRoot is the repository, from this package's directory.
@@ -142,6 +143,9 @@ func image(t *testing.T) *builtImage {
 	}
 	shared.once.Do(func() {
 		dir := os.Getenv(imageDirEnv)
+		if dir != "" && !filepath.IsAbs(dir) {
+			dir = filepath.Join(repoRoot, dir) // relative to the repository, as make image's _out/image
+		}
 		if dir == "" {
 			shared.tmp, shared.err = os.MkdirTemp("", "switchyard-image-test")
 			if shared.err != nil {
