@@ -10,7 +10,8 @@
 #    command (suite, mirrors, packages, options), so a second build does not
 #    download anything. SWITCHYARD_IMAGE_REFRESH=1 rebuilds it (to take
 #    Debian's security updates); DEBIAN_SNAPSHOT=20261120T000000Z builds from
-#    snapshot.debian.org at that time instead of deb.debian.org.
+#    snapshot.debian.org at that time instead of deb.debian.org (untested:
+#    that host does not resolve on the project's machines).
 # 2. The static switchyard binary (CGO_ENABLED=0, -trimpath) in
 #    /usr/local/bin, the Lua shim in /usr/share/switchyard/lua, user and group
 #    switchyard (10001) with home /var/lib/switchyard, and the file capability
@@ -94,6 +95,7 @@ rootfs_tar=$cache/debian-$suite-$key.tar
 		start=$(date +%s)
 		rm -rf "$rootfs_tar.tmp"
 		if ! mmdebstrap --format=tar "${mmdebstrap_args[@]}" "$rootfs_tar.tmp" "${mirrors[@]}" >"$cache/mmdebstrap.log" 2>&1; then
+			rm -rf "$rootfs_tar.tmp"
 			tail -n 40 "$cache/mmdebstrap.log" >&2
 			echo "build.sh: mmdebstrap failed; its whole output is in $cache/mmdebstrap.log" >&2
 			exit 1
