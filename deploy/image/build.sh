@@ -14,8 +14,9 @@
 #    that host does not resolve on the project's machines).
 # 2. The static switchyard binary (CGO_ENABLED=0, -trimpath) in
 #    /usr/local/bin, the Lua shim in /usr/share/switchyard/lua, user and group
-#    switchyard (10001) with home /var/lib/switchyard, and the file capability
-#    cap_net_bind_service on the binary and on /usr/sbin/nginx.
+#    switchyard (10001) with home /var/lib/switchyard, no setuid or setgid
+#    file, and the file capability cap_net_bind_service on the binary and on
+#    /usr/sbin/nginx.
 # 3. One layer tar (GNU tar, keeping the security.capability xattr as a PAX
 #    record), added to an OCI layout with umoci, then the image config:
 #    user 10001:10001, entrypoint /usr/local/bin/switchyard, cmd controller.
@@ -135,6 +136,11 @@ echo 'switchyard:!:::::::' >>"$root/etc/shadow"
 echo 'switchyard:!::' >>"$root/etc/gshadow"
 # Home; --nginx-dir defaults to /var/lib/switchyard/nginx.
 install -d -m 0755 -o 10001 -g 10001 "$root/var/lib/switchyard" "$root/var/lib/switchyard/nginx"
+
+# No setuid or setgid files (Debian's essential set has su, newgrp and
+# unix_chkpwd): the DaemonSet must allow privilege escalation for the file
+# capabilities below, so the image offers no other way up.
+find "$root" -xdev -type f -perm /6000 -exec chmod ug-s {} +
 
 # Binding 80 and 443 as uid 10001: the DaemonSet adds only NET_BIND_SERVICE
 # to the bounding set; these file capabilities raise it at exec.
