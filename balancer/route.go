@@ -193,3 +193,19 @@ func (r *Registry) OwnTable(backend string) (HashTable, bool) {
 	}
 	return hashTableOf(b)
 }
+
+// RouteFor is the canary routing of one request to backend, without a
+// pick: the backend it goes to and whether that is an alternative. The
+// shim asks for it when the request has a header a pattern reads (the
+// route's HeaderPattern), then takes the request's peers from the chosen
+// backend's own data, so a round-robin backend's rotation loses no
+// position to a pick the shim would not use.
+func (r *Registry) RouteFor(backend string, req Request) (string, bool, error) {
+	snap := r.snap.Load()
+	b := snap.byName[backend]
+	if b == nil {
+		return backend, false, ErrUnknownBackend
+	}
+	chosen := r.choose(snap, b, req)
+	return chosen.name, chosen != b, nil
+}

@@ -150,6 +150,7 @@ var locations = []location{
 	{"/generation/", "default-generation-80"},
 	{"/hcanary/", "default-hmain-80"},
 	{"/scanary/", "default-smain-80"},
+	{"/pcanary/", "default-pmain-80"},
 }
 
 func newEnv(t *testing.T, workers int) *env {

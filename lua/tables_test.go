@@ -124,6 +124,12 @@ func TestShimTables(t *testing.T) {
 				"alternativeBackends": []string{"default-hcanary-80"}}),
 			wire("default-hcanary-80", addrs(canary, b4, b3), map[string]any{"noServer": true, "trafficShapingPolicy": policy(30, "X-Canary", "yes", "canary"),
 				"upstreamHashByConfig": map[string]any{"upstream-hash-by": "$request_uri", "upstream-hash-by-subset": true, "upstream-hash-by-subset-size": 2}}),
+			// Round robin with a round-robin canary by header pattern:
+			// Go routes requests with the header (0x0A), each backend's
+			// lease gives their peers.
+			wire("default-pmain-80", addrs(b1, b2), map[string]any{"alternativeBackends": []string{"default-pcanary-80"}}),
+			wire("default-pcanary-80", addrs(canary, b4), map[string]any{"noServer": true, "trafficShapingPolicy": map[string]any{
+				"weight": 0, "weightTotal": 0, "header": "X-Canary", "headerValue": "", "headerPattern": "^y", "cookie": ""}}),
 			wire("default-smain-80", addrs(b1, b2), with(stickyAt("/scanary/"), "alternativeBackends", []string{"default-scanary-80"})),
 			wire("default-scanary-80", addrs(canary, b4), with(stickyAt("/scanary/"), "noServer", true, "trafficShapingPolicy", policy(30, "", "", "canary"))),
 			wire("default-sticky-80", addrs(b1, b2, b3, b4), sticky("balanced")),
@@ -318,6 +324,51 @@ func TestShimTables(t *testing.T) {
 		// A third by header, and 30 % of the third by weight alone.
 		if want, sd := n/3+n/3*0.3, math.Sqrt(n/3*0.3*0.7); math.Abs(float64(len(alt))-want) > 6*sd {
 			t.Errorf("%d of %d requests went to the canary; want about %v", len(alt), n, want)
+		}
+		for name, seq := range map[string][]string{"main": main, "canary": alt} {
+			repeats := 0
+			for i := 1; i < len(seq); i++ {
+				if seq[i] == seq[i-1] {
+					repeats++
+				}
+			}
+			if repeats > max(2, len(seq)/100) {
+				t.Errorf("%s: %d of %d requests went to the peer before them; round robin over two peers alternates", name, repeats, len(seq))
+			}
+		}
+	})
+
+	t.Run("round robin with a canary by header pattern: Go routes, each rotation in order", func(t *testing.T) {
+		before, routesBefore := e.frames(t, "pick"), e.frames(t, "route")
+		// A third with the header the pattern matches, a third with one
+		// it does not, a third without it (kept on the main by weight 0,
+		// in the worker): the main's requests of both kinds take its
+		// lease in turn.
+		const n = 900
+		var main, alt []string
+		for i := range n {
+			h, hdr := "yes", []string{"X-Canary", "yes"}
+			switch i % 3 {
+			case 1:
+				h, hdr = "no", []string{"X-Canary", "no"}
+			case 2:
+				h, hdr = "", nil
+			}
+			code, who, resp := e.get(t, "/pcanary/x", hdr...)
+			toAlt := resp.Header.Get("X-Alternative") == "default-pcanary-80"
+			if code != 200 || toAlt != (h == "yes") {
+				t.Fatalf("X-Canary %s: %d from %q, X-Alternative %q", h, code, who, resp.Header.Get("X-Alternative"))
+			}
+			if toAlt {
+				alt = append(alt, who)
+			} else {
+				main = append(main, who)
+			}
+		}
+		asked, routes := e.frames(t, "pick")-before, e.frames(t, "route")-routesBefore
+		t.Logf("%v of %d requests asked Go for a pick, %v for a route", asked, n, routes)
+		if asked > 4 || routes < 2*n/3-4 || routes > 2*n/3 {
+			t.Errorf("%v of %d requests asked Go for a pick and %v for a route; want routes only", asked, n, routes)
 		}
 		for name, seq := range map[string][]string{"main": main, "canary": alt} {
 			repeats := 0

@@ -23,12 +23,14 @@ const (
 	TypeSubscribe    = 0x07 // shim -> Go: push this connection every new generation (TypeGen)
 	TypeTable        = 0x08 // shim -> Go: a chunk of a backend's hash table
 	TypePremade      = 0x09 // shim -> Go: picks made ahead for requests without the backend's variables
+	TypeRoute        = 0x0A // shim -> Go: the canary routing of one request, no pick (a pick frame's body)
 	TypePickReply    = 0x81
 	TypeVarsReply    = 0x83
 	TypeLeaseReply   = 0x84
 	TypeGen          = 0x87 // Go -> shim, id 0: the generation changed
 	TypeTableReply   = 0x88
 	TypePremadeReply = 0x89
+	TypeRouteReply   = 0x8A // a pick reply without candidates
 )
 
 // Error codes of a pick reply.
@@ -209,7 +211,7 @@ func DecodeRequest(frame []byte, q *Request) error {
 	q.ID = r.u32()
 	q.Backend = r.bytes(int(r.u8()))
 	switch q.Type {
-	case TypePick:
+	case TypePick, TypeRoute:
 		nv := int(r.u8())
 		if nv > MaxVars {
 			return fmt.Errorf("%w: %d variables (max %d)", ErrTooBig, nv, MaxVars)
@@ -326,7 +328,17 @@ func appendStr8(dst []byte, s string) []byte {
 
 // AppendPick appends a pick request frame (used by tests and the Go client).
 func AppendPick(dst []byte, id uint32, backend string, vars ...string) []byte {
-	dst, start := appendHeader(dst, TypePick, id)
+	return appendPick(dst, TypePick, id, backend, vars)
+}
+
+// AppendRoute appends a route request frame: a pick frame's body, answered
+// with the backend the request is routed to and no pick.
+func AppendRoute(dst []byte, id uint32, backend string, vars ...string) []byte {
+	return appendPick(dst, TypeRoute, id, backend, vars)
+}
+
+func appendPick(dst []byte, typ byte, id uint32, backend string, vars []string) []byte {
+	dst, start := appendHeader(dst, typ, id)
 	dst = appendStr8(dst, backend)
 	dst = append(dst, byte(len(vars)/2))
 	for i := 0; i+1 < len(vars); i += 2 {
@@ -391,7 +403,17 @@ func appendStr16(dst []byte, s string) []byte {
 // AppendPickReply appends a pick reply frame for request id. cookies is
 // either nil or as long as cands.
 func AppendPickReply(dst []byte, id uint32, code byte, alt bool, gen uint32, backend string, score float64, cands, cookies []string) []byte {
-	dst, start := appendHeader(dst, TypePickReply, id)
+	return appendPickReply(dst, TypePickReply, id, code, alt, gen, backend, score, cands, cookies)
+}
+
+// AppendRouteReply appends a route reply: a pick reply of type
+// TypeRouteReply that names the backend and carries no candidates.
+func AppendRouteReply(dst []byte, id uint32, code byte, alt bool, gen uint32, backend string) []byte {
+	return appendPickReply(dst, TypeRouteReply, id, code, alt, gen, backend, -1, nil, nil)
+}
+
+func appendPickReply(dst []byte, typ byte, id uint32, code byte, alt bool, gen uint32, backend string, score float64, cands, cookies []string) []byte {
+	dst, start := appendHeader(dst, typ, id)
 	flags := byte(0)
 	if alt {
 		flags = 1
@@ -671,11 +693,20 @@ func decodeRoute(r *reader) *balancer.Route {
 
 // DecodePickReply decodes a pick reply frame (for Go clients and tests).
 func DecodePickReply(frame []byte) (id uint32, p PickReply, err error) {
+	return decodePickReply(frame, TypePickReply)
+}
+
+// DecodeRouteReply decodes a route reply frame (for Go clients and tests).
+func DecodeRouteReply(frame []byte) (id uint32, p PickReply, err error) {
+	return decodePickReply(frame, TypeRouteReply)
+}
+
+func decodePickReply(frame []byte, typ byte) (id uint32, p PickReply, err error) {
 	if n, err := FrameLen(frame); err != nil || n == 0 || n != len(frame) {
 		return 0, p, ErrShort
 	}
 	r := reader{b: frame[4:]}
-	if r.u8() != Version || r.u8() != TypePickReply {
+	if r.u8() != Version || r.u8() != typ {
 		return 0, p, ErrType
 	}
 	id = r.u32()

@@ -18,6 +18,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 502, true))
 	f.Add(AppendNeedVars(nil, 3, "b"))
 	f.Add(AppendNeedVars(nil, 3, HelloRoutes))
+	f.Add(AppendRoute(nil, 11, "default-web-80", "http_x_canary", "yes", "request_uri", "/a"))
 	f.Add(AppendLease(nil, 4, "b", 64))
 	f.Add(AppendCounts(nil, "b", "127.0.0.2:80", 9, 1))
 	f.Add(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}))
@@ -73,12 +74,16 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatalf("counts re-encode differs:\n%x\n%x", re, b)
 			}
 		}
-		if q.Type == TypePick {
+		if q.Type == TypePick || q.Type == TypeRoute {
 			vars := make([]string, 0, 2*q.NVars)
 			for i := 0; i < q.NVars; i++ {
 				vars = append(vars, string(q.Vars[i].Name), string(q.Vars[i].Value))
 			}
-			if re := AppendPick(nil, q.ID, string(q.Backend), vars...); !bytes.Equal(re, b) {
+			re := AppendPick(nil, q.ID, string(q.Backend), vars...)
+			if q.Type == TypeRoute {
+				re = AppendRoute(nil, q.ID, string(q.Backend), vars...)
+			}
+			if !bytes.Equal(re, b) {
 				t.Fatalf("re-encode differs:\n%x\n%x", re, b)
 			}
 		}

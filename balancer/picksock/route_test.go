@@ -246,6 +246,28 @@ func TestRoutes(t *testing.T) {
 		}
 	}
 
+	// A request a header pattern reads: Go routes it (0x0A), without a
+	// pick.
+	for _, q := range []struct {
+		name, want string
+		vars       []string
+	}{
+		{"rrmain", "pcanary", []string{"http_x_canary", "abc"}},
+		{"hmain", "hcanary", []string{"http_x_canary", "yes", "request_uri", "/a"}},
+		{"hmain", "hmain", []string{"cookie_canary", "never", "request_uri", "/a"}},
+		{"smain", "smain", []string{"http_cookie", "route=k|" + balancer.BackendKey("smain")}},
+	} {
+		tc.send(AppendRoute(nil, 12, q.name, q.vars...))
+		id, p, err := DecodeRouteReply(tc.read())
+		if err != nil || id != 12 || p.Code != CodeOK || p.Backend != q.want || p.Alternative != (q.want != q.name) || len(p.Candidates) != 0 {
+			t.Fatalf("route of %s %v: %+v %v; want %s", q.name, q.vars, p, err, q.want)
+		}
+	}
+	tc.send(AppendRoute(nil, 13, "nosuch"))
+	if _, p, err := DecodeRouteReply(tc.read()); err != nil || p.Code != CodeUnknownBackend {
+		t.Fatalf("route of an unknown backend: %+v %v", p, err)
+	}
+
 	// A route survives the wire byte for byte.
 	for name, rt := range routes {
 		f := AppendInfoReply(nil, 9, BackendInfo{Gen: 1, Route: rt, Peers: []string{"10.0.0.1:80"}})

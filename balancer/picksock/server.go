@@ -32,6 +32,7 @@ type Picker interface {
 	Route(backend string) (balancer.Route, bool)
 	RouteAhead(backend string, a *balancer.Attempt) (string, balancer.RouteKind, bool)
 	OwnTable(backend string) (balancer.HashTable, bool)
+	RouteFor(backend string, req balancer.Request) (string, bool, error)
 	NewSessions(backend string, a *balancer.Attempt, peers, keys []string) (int, error)
 	// Changed returns a channel closed when Version next changes.
 	Changed() <-chan struct{}
@@ -96,6 +97,7 @@ func (s *Server) Frames(typ byte) uint64 { return s.frames[typ].Load() }
 var FrameTypes = map[byte]string{
 	TypePick: "pick", TypeDone: "feedback", TypeNeedVars: "backend_info", TypeLease: "lease",
 	TypeCounts: "counts", TypeRequests: "requests", TypeSubscribe: "subscribe", TypeTable: "table", TypePremade: "premade",
+	TypeRoute: "route",
 }
 
 // NewServer returns a Server.
@@ -310,6 +312,14 @@ func (cs *conn) handle(frame []byte) error {
 	switch q.Type {
 	case TypePick:
 		cs.pick(q)
+	case TypeRoute:
+		gen := uint32(cs.s.cfg.Picker.Version())
+		chosen, alt, err := cs.s.cfg.Picker.RouteFor(unsafeString(q.Backend), q)
+		code := byte(CodeOK)
+		if err != nil {
+			code = CodeUnknownBackend
+		}
+		cs.out = AppendRouteReply(cs.out, q.ID, code, alt, gen, chosen)
 	case TypeDone:
 		// The backend and peer names are only read during the call.
 		cs.s.cfg.Picker.Feedback(unsafeString(q.Backend), unsafeString(q.Peer), balancer.DoneInfo{

@@ -40,8 +40,14 @@ local take_premade, vars_absent, premade_retries = premade.take, premade.vars_ab
 local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
 local route = require("switchyard.route")
 local decide, decide_local = route.decide, route.decide_local
-local DRAW = route.DRAW
+local ASK = route.ASK
 local OWN_LEASE, OWN_PICKS, OWN_STICKY = route.OWN_LEASE, route.OWN_PICKS, route.OWN_STICKY
+
+conn.handlers[T.ROUTE_REPLY] = function(s, b)
+  wire.parse_pick(s, b, 7)
+  conn.see_gen(s.gen)
+  return nil
+end
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
@@ -169,6 +175,42 @@ function _M.candidate(s, i)
   return s.cands[k], cookie
 end
 
+-- pick_frame builds the pick frame (or, with typ T.ROUTE, the route
+-- frame) of request id to backend name, with the variables info names.
+local function pick_frame(id, name, info, typ)
+  typ = typ or T.PICK
+  local nv = info.nvars
+  if nv == 0 then
+    return frame(typ, id, str8(name) .. "\0")
+  end
+  local parts = { str8(name), char(0) }
+  local k = 0
+  local vars, names = info.vars, info.names
+  for j = 1, nv do
+    local v = ngx_var[vars[j]]
+    if v then
+      k = k + 1
+      parts[#parts + 1] = names[j]
+      parts[#parts + 1] = str16(v)
+    end
+  end
+  parts[2] = char(k)
+  return frame(typ, id, table.concat(parts))
+end
+
+-- same_vars reports whether two infos name the same variables.
+local function same_vars(a, b)
+  if a.nvars ~= b.nvars then
+    return false
+  end
+  for j = 1, a.nvars do
+    if a.names[j] ~= b.names[j] then
+      return false
+    end
+  end
+  return true
+end
+
 -- own_premade fills s with premade picks (or a new session) of backend c
 -- for a request a rule routed there: a canary's own batch, or for the
 -- primary name the next of its draws that chose it (premade.take_for).
@@ -264,6 +306,16 @@ local function own_pick(s, info, name, c, alt, own, drawn)
   return nil
 end
 
+-- ask_route asks Go which backend a request to name goes to (0x0A) and
+-- returns it and whether it is the alternative, or nil.
+local function ask_route(s, info, name)
+  local id = new_id()
+  if not ask(s, id, pick_frame(id, name, info, T.ROUTE)) or s.code ~= 0 or s.gen ~= info.gen then
+    return nil
+  end
+  return s.backend, s.alt
+end
+
 -- routed fills s for a request to a backend whose info carries a route
 -- (a canary the shim routes itself, docs/pick-protocol.md "Routed
 -- backends"), or returns nil when Go must decide it.
@@ -271,8 +323,17 @@ local function routed(s, info, name)
   local rt = info.route
   local c, alt = decide(rt, name)
   local drawn = false
-  if not c then
-    if alt ~= DRAW or not info.premade or info.pfailed then
+  if not c and alt == ASK then
+    -- A header a pattern reads: Go routes the request, and the chosen
+    -- backend's own data decides it as any other (a pick Go made would
+    -- take a position of a round-robin rotation out of this worker's
+    -- lease order).
+    c, alt = ask_route(s, info, name)
+    if not c then
+      return nil
+    end
+  elseif not c then
+    if not info.premade or info.pfailed then
       return nil
     end
     local took
@@ -313,41 +374,6 @@ local function routed_down(s, info, name)
     end
   end
   return r
-end
-
--- pick_frame builds the pick frame of request id to backend name, with the
--- variables info names.
-local function pick_frame(id, name, info)
-  local nv = info.nvars
-  if nv == 0 then
-    return frame(T.PICK, id, str8(name) .. "\0")
-  end
-  local parts = { str8(name), char(0) }
-  local k = 0
-  local vars, names = info.vars, info.names
-  for j = 1, nv do
-    local v = ngx_var[vars[j]]
-    if v then
-      k = k + 1
-      parts[#parts + 1] = names[j]
-      parts[#parts + 1] = str16(v)
-    end
-  end
-  parts[2] = char(k)
-  return frame(T.PICK, id, table.concat(parts))
-end
-
--- same_vars reports whether two infos name the same variables.
-local function same_vars(a, b)
-  if a.nvars ~= b.nvars then
-    return false
-  end
-  for j = 1, a.nvars do
-    if a.names[j] ~= b.names[j] then
-      return false
-    end
-  end
-  return true
 end
 
 -- pick asks Go for the candidates of one request to backend name. It returns

@@ -11,7 +11,8 @@ local _M = {
   VERSION = 1,
   -- Frame types; replies set the high bit.
   T = { PICK = 1, DONE = 2, INFO = 3, LEASE = 4, COUNTS = 5, REQUESTS = 6, SUBSCRIBE = 7, TABLE = 8, PREMADE = 9,
-    PICK_REPLY = 0x81, INFO_REPLY = 0x83, LEASE_REPLY = 0x84, GEN = 0x87, TABLE_REPLY = 0x88, PREMADE_REPLY = 0x89 },
+    ROUTE = 10, PICK_REPLY = 0x81, INFO_REPLY = 0x83, LEASE_REPLY = 0x84, GEN = 0x87, TABLE_REPLY = 0x88,
+    PREMADE_REPLY = 0x89, ROUTE_REPLY = 0x8A },
   CODE_UNKNOWN = 1,
   TWO32 = 4294967296,
   -- The IEEE 754 bits of -1.0, "not scored", as sent big-endian.
