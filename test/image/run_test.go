@@ -2,6 +2,9 @@ package image
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -21,18 +24,23 @@ import (
 // defaultTestTimeout bounds one wait: the controller's readiness, a request.
 const defaultTestTimeout = 90 * time.Second
 
-// testHost is the Ingress host the requests carry.
-const testHost = "image.test"
+// testHost is the Ingress host of the HTTP requests; tlsHost's Ingress has
+// TLS (its own, so that testHost is not redirected to HTTPS).
+const (
+	testHost = "image.test"
+	tlsHost  = "tls.image.test"
+)
 
 // manifestsDir is where, inside the root filesystem, the test puts the
 // Ingress, Service and EndpointSlice the controller serves.
 const manifestsDir = "/run/switchyard-test/manifests"
 
-// manifestsYAML routes testHost to a selector-less Service whose
-// EndpointSlice names backend (ip:port), with the IngressClass the
-// controller serves by default (--ingress-class switchyard,
-// --controller-class switchyard.dev/ingress-controller; deploy/quickstart).
-func manifestsYAML(ip string, port int) string {
+// manifestsYAML routes testHost, and tlsHost over TLS with certPEM and
+// keyPEM, to a selector-less Service whose EndpointSlice names backend
+// (ip:port), with the IngressClass the controller serves by default
+// (--ingress-class switchyard, --controller-class
+// switchyard.dev/ingress-controller; deploy/quickstart).
+func manifestsYAML(ip string, port int, certPEM, keyPEM []byte) string {
 	return fmt.Sprintf(`apiVersion: networking.k8s.io/v1
 kind: IngressClass
 metadata: {name: switchyard}
@@ -68,7 +76,28 @@ spec:
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: backend, port: {name: http}}}}
-`, ip, port, testHost)
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: backend-tls, namespace: image}
+spec:
+  ingressClassName: switchyard
+  tls:
+  - {hosts: [%[4]s], secretName: backend-tls}
+  rules:
+  - host: %[4]s
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: backend, port: {name: http}}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: backend-tls, namespace: image}
+type: kubernetes.io/tls
+data:
+  tls.crt: %[5]s
+  tls.key: %[6]s
+`, ip, port, testHost, tlsHost, base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
 }
 
 // mountRuntimeFS mounts what a container runtime gives every container
@@ -164,7 +193,7 @@ func checkCredentials(t *testing.T, what string, pid int) {
 // file capabilities. It serves manifests (--manifests) routing to a backend
 // on 127.0.0.2, once with --data-plane=go and once with --data-plane=nginx,
 // on the default ports (80, 443, status 10254), and each must answer 200
-// from the backend.
+// from the backend over HTTP on port 80 and over HTTPS on port 443.
 func TestImageServes(t *testing.T) {
 	harness.RequireNetNS(t)
 	img := image(t)
@@ -198,7 +227,13 @@ func TestImageServes(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "backend.yaml"), []byte(manifestsYAML("127.0.0.2", port)), 0o644); err != nil {
+	certPEM, keyPEM := harness.SelfSignedPEM(t, tlsHost)
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(certPEM) {
+		t.Fatal("the test certificate does not parse")
+	}
+	// 0644: the controller (10001) reads it; the key is a throwaway.
+	if err := os.WriteFile(filepath.Join(dir, "backend.yaml"), []byte(manifestsYAML("127.0.0.2", port, certPEM, keyPEM)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -241,14 +276,18 @@ func TestImageServes(t *testing.T) {
 				harness.HTTPReady("http://127.0.0.1:10254/readyz", http.StatusOK, nil, nil))
 
 			before := hits.Load()
-			for _, url := range []string{"http://127.0.0.1:80/", "http://127.0.0.1/some/path"} {
-				status, body := get(t, url)
-				if status != http.StatusOK || !strings.HasPrefix(body, "backend saw "+testHost) {
-					t.Errorf("GET %s Host %s through --data-plane=%s: %d %q; want 200 from the backend", url, testHost, plane, status, body)
+			for _, r := range []struct{ url, host string }{
+				{"http://127.0.0.1:80/", testHost},
+				{"http://127.0.0.1/some/path", testHost},
+				{"https://127.0.0.1:443/", tlsHost},
+			} {
+				status, body := get(t, r.url, r.host, roots)
+				if status != http.StatusOK || !strings.HasPrefix(body, "backend saw "+r.host) {
+					t.Errorf("GET %s Host %s through --data-plane=%s: %d %q; want 200 from the backend", r.url, r.host, plane, status, body)
 				}
 			}
-			if got := hits.Load() - before; got != 2 {
-				t.Errorf("the backend saw %d requests; want 2", got)
+			if got := hits.Load() - before; got != 3 {
+				t.Errorf("the backend saw %d requests; want 3", got)
 			}
 
 			checkCredentials(t, "switchyard", p.Pid())
@@ -273,8 +312,9 @@ func TestImageServes(t *testing.T) {
 	}
 }
 
-// get sends one GET with Host testHost, bounded by defaultTestTimeout.
-func get(t *testing.T, url string) (int, string) {
+// get sends one GET for host (Host header, and SNI for https, verified
+// against roots), bounded by defaultTestTimeout.
+func get(t *testing.T, url, host string, roots *x509.CertPool) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
@@ -282,8 +322,9 @@ func get(t *testing.T, url string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Host = testHost
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	req.Host = host
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{ServerName: host, RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Errorf("GET %s: %v", url, err)
