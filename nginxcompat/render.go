@@ -369,6 +369,9 @@ type locationV struct {
 	// ResponseHeaders), checked again: each goes out with add_header, the
 	// upstream's field of that name hidden.
 	Headers []model.HeaderField
+	// SetHeaders are proxy-set-headers, after the location's own
+	// proxy_set_header lines.
+	SetHeaders []model.HeaderField
 	// ProxySSL is proxy-ssl-* (backend-protocol HTTPS); nil without.
 	ProxySSL                        *proxySSLV
 	Modifier, Path                  string
@@ -799,6 +802,12 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 		}
 	}
 	lv.Headers = l.ResponseHeaders
+	for _, h := range l.ProxySetHeaders {
+		if !reResponseHeader.MatchString(h.Name) || (h.Value != "" && !literalValue(h.Value)) {
+			return lv, fmt.Errorf("proxy-set-headers field %q", h.Name)
+		}
+	}
+	lv.SetHeaders = l.ProxySetHeaders
 	switch {
 	case l.Regex:
 		lv.Modifier = "~* "

@@ -276,6 +276,13 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 		b.WriteString(quote(l.XForwardedPrefix))
 		b.WriteByte(';')
 	}
+	for _, h := range l.SetHeaders {
+		b.WriteString("\n            proxy_set_header ")
+		b.WriteString(h.Name)
+		b.WriteByte(' ')
+		b.WriteString(quote(h.Value))
+		b.WriteByte(';')
+	}
 	if l.RewriteTarget != "" {
 		b.WriteString("\n            rewrite ")
 		b.WriteString(quote(l.RewriteRegex))

@@ -379,6 +379,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	}
 	if rt != nil {
 		w.headers = rt.loc.ResponseHeaders
+		o.addUpstreamFields(rt.setFields) // proxy-set-headers
 	}
 	if vh != nil && vh.tls && r.TLS != nil && tbl.hsts != "" {
 		// Every answer, as ingress-nginx's header phase adds it.

@@ -465,6 +465,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	}
 	if rt != nil {
 		o.headers = rt.loc.ResponseHeaders
+		o.addUpstreamFields(rt.setFields) // proxy-set-headers
 	}
 	if vh != nil && vh.tls && ctx.IsTLS() {
 		o.hsts = tbl.hsts

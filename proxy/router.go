@@ -60,6 +60,10 @@ type vhost struct {
 // route is one location.
 type route struct {
 	loc model.Location
+	// setFields are the location's proxy-set-headers, as the fields the
+	// upstream request carries in place of the client's (outcome's
+	// addUpstreamFields).
+	setFields [][2]string
 	// limits are the location's rate limits (limit-rps, limit-rpm) on
 	// zones that outlive the table; nil without.
 	limits []routeLimit
@@ -126,6 +130,9 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 		}
 		for _, loc := range s.Locations {
 			r := &route{loc: loc, limits: limits.routeLimits(loc.RateLimit, zones)}
+			for _, h := range loc.ProxySetHeaders {
+				r.setFields = append(r.setFields, [2]string{h.Name, h.Value})
+			}
 			if u := loc.UpstreamTLS; u != nil && t.upstreamTLS[u] == nil {
 				if t.upstreamTLS == nil {
 					t.upstreamTLS = map[*model.UpstreamTLS]*upstreamTLS{}

@@ -131,8 +131,10 @@ type builder struct {
 	// globalHeaders is add-headers.
 	allowedResponseHeaders []string
 	globalHeaders          []model.HeaderField
-	backends               map[string]*balancer.Backend // by name
-	servers                map[string]*model.Server     // by hostname
+	// proxySetFields is proxy-set-headers.
+	proxySetFields []model.HeaderField
+	backends       map[string]*balancer.Backend // by name
+	servers        map[string]*model.Server     // by hostname
 	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
 	// of the Ingress that created them: any Ingress's "/" path replaces it.
 	hostRoots map[string]bool
@@ -401,6 +403,7 @@ func (b *builder) global() {
 		connections(cm.Data, &g, bad)
 		g.Nginx = nginxSettings(cm.Data, bad)
 		b.addHeaders(cm.Data, bad)
+		b.proxySetHeaders(cm.Data, bad)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":
@@ -433,7 +436,8 @@ func (b *builder) defaultServer() {
 	b.servers[model.CatchAllHost] = &model.Server{Hostname: model.CatchAllHost, Locations: []model.Location{{
 		Path: "/", PathType: model.PathTypePrefix, Backend: def.Name, IsDefaultBackend: true,
 		BackendProtocol: model.ProtocolHTTP, Proxy: b.cfg.Global.Proxy, ResponseHeaders: b.globalHeaders,
-		Rewrite: model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect}, DenySourceRanges: b.access.block,
+		ProxySetHeaders: b.proxySetFields,
+		Rewrite:         model.Rewrite{SSLRedirect: b.cfg.Global.SSLRedirect}, DenySourceRanges: b.access.block,
 	}}}
 }
 
@@ -716,6 +720,7 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 		loc.UpstreamTLS = a.upstreamTLS // proxy_ssl_* apply to proxy_pass https only
 	}
 	loc.ResponseHeaders = mergeHeaders(b.globalHeaders, a.customHeaders)
+	loc.ProxySetHeaders = b.proxySetFields
 	if a.sslRedirect != nil {
 		loc.Rewrite.SSLRedirect = *a.sslRedirect
 	}

@@ -202,7 +202,7 @@ var ConfigMapKeys = []ConfigMapKey{
 	{Name: "proxy-redirect-to", Status: KeyUnsupported},
 	{Name: "proxy-request-buffering", Status: KeyUnsupported},
 	{Name: "proxy-send-timeout", Status: BothPlanes},
-	{Name: "proxy-set-headers", Status: KeyUnsupported},
+	{Name: "proxy-set-headers", Status: BothPlanes, Note: "namespace/name of a ConfigMap whose fields go upstream; values are literal text (a `$`, an nginx variable in ingress-nginx, is refused); fields the proxy sets itself (Host, X-Forwarded-*, X-Real-IP, X-Request-ID, ...) are refused"},
 	{Name: "proxy-ssl-location-only", Status: KeyUnsupported},
 	{Name: "proxy-stream-next-upstream", Status: KeyUnsupported},
 	{Name: "proxy-stream-next-upstream-timeout", Status: KeyUnsupported},

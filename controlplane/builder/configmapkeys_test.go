@@ -207,6 +207,7 @@ var builderKeys = map[string]struct {
 	"no-auth-locations":                     {val: "/", with: map[string]string{"global-auth-url": "http://auth.example/verify"}},
 	"proxy-buffering":                       {val: "on"},
 	"add-headers":                           {val: "shop/hdrs"},
+	"proxy-set-headers":                     {val: "shop/hdrs"},
 	"global-allowed-response-headers":       {val: "X-Custom"},
 	"worker-shutdown-timeout":               {val: "30s"},
 	"server-tokens":                         {val: "true"},

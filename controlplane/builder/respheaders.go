@@ -131,3 +131,45 @@ func mergeHeaders(global, custom []model.HeaderField) []model.HeaderField {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// proxySetReserved are the fields every data plane sets upstream itself
+// (ingress-nginx's location template): proxy-set-headers may not name them,
+// or nginx would send two.
+var proxySetReserved = []string{"Host", "Connection", "Upgrade", "X-Request-ID", "X-Real-IP", "X-Forwarded-For",
+	"X-Forwarded-Host", "X-Forwarded-Port", "X-Forwarded-Proto", "X-Forwarded-Scheme", "X-Scheme", "X-Forwarded-Prefix",
+	"X-Original-URI", "X-Original-Forwarded-For", "X-Original-Forwarded-Host", "Proxy", "Authorization"}
+
+// proxySetHeaders reads the controller ConfigMap's proxy-set-headers
+// ("namespace/name" of a ConfigMap whose fields go upstream). Values are
+// literal text (ValidProxySetHeader) and may be empty; a field every data
+// plane sets itself is refused. An error is reported and the key ignored.
+func (b *builder) proxySetHeaders(data map[string]string, bad func(key, msg string)) {
+	v, ok := data["proxy-set-headers"]
+	if !ok {
+		return
+	}
+	ns, name, found := strings.Cut(strings.TrimSpace(v), "/")
+	if !found || !reObjectRef.MatchString(ns+"/"+name) {
+		bad("proxy-set-headers", fmt.Sprintf("%q is not namespace/name of a ConfigMap", v))
+		return
+	}
+	cm := b.cms[ns+"/"+name]
+	if cm == nil {
+		bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s does not exist", ns, name))
+		return
+	}
+	out := make([]model.HeaderField, 0, len(cm.Data))
+	for k, val := range cm.Data {
+		if err := ValidProxySetHeader(k, val); err != nil {
+			bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s: %v", ns, name, err))
+			return
+		}
+		if slices.ContainsFunc(proxySetReserved, func(r string) bool { return strings.EqualFold(r, k) }) {
+			bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s: %s is set by the proxy itself", ns, name, k))
+			return
+		}
+		out = append(out, model.HeaderField{Name: k, Value: val})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	b.proxySetFields = out
+}

@@ -228,6 +228,10 @@ type Location struct {
 	// name the upstream sent (headers-more's more_set_headers, as
 	// ingress-nginx writes them).
 	ResponseHeaders []HeaderField `json:"responseHeaders,omitempty"`
+	// ProxySetHeaders are the ConfigMap's proxy-set-headers, sorted by
+	// name: fields sent upstream in place of any the client sent under
+	// that name (an empty value removes it), as nginx's proxy_set_header.
+	ProxySetHeaders []HeaderField `json:"proxySetHeaders,omitempty"`
 	// UpstreamTLS is proxy-ssl-*, for backend-protocol HTTPS; nil: nginx's
 	// defaults (no verification, no SNI, no client certificate).
 	UpstreamTLS *UpstreamTLS `json:"upstreamTLS,omitempty"`
