@@ -516,6 +516,33 @@ func TestHelmConfigEditKeepsPods(t *testing.T) {
 	}
 }
 
+// TestHelmHeaderConfigMaps: controller.addHeaders and
+// controller.proxySetHeaders render ConfigMaps named as ingress-nginx's
+// chart names them, and the controller ConfigMap's add-headers and
+// proxy-set-headers point at them; without them neither key is set.
+func TestHelmHeaderConfigMaps(t *testing.T) {
+	ms := helmTemplate(t, "--set", "controller.addHeaders.X-Team=edge", "--set", "controller.proxySetHeaders.X-Env=prod")
+	cm := typed[corev1.ConfigMap](t, find(t, ms, "ConfigMap", "edge-switchyard-controller"))
+	if got := cm.Data["add-headers"]; got != "switchyard/edge-switchyard-custom-add-headers" {
+		t.Errorf("add-headers = %q", got)
+	}
+	if got := cm.Data["proxy-set-headers"]; got != "switchyard/edge-switchyard-custom-proxy-headers" {
+		t.Errorf("proxy-set-headers = %q", got)
+	}
+	add := typed[corev1.ConfigMap](t, find(t, ms, "ConfigMap", "edge-switchyard-custom-add-headers"))
+	proxy := typed[corev1.ConfigMap](t, find(t, ms, "ConfigMap", "edge-switchyard-custom-proxy-headers"))
+	if !cmp.Equal(add.Data, map[string]string{"X-Team": "edge"}) || !cmp.Equal(proxy.Data, map[string]string{"X-Env": "prod"}) {
+		t.Errorf("add %v, proxy %v", add.Data, proxy.Data)
+	}
+	plain := typed[corev1.ConfigMap](t, find(t, helmTemplate(t), "ConfigMap", "edge-switchyard-controller"))
+	if _, ok := plain.Data["add-headers"]; ok {
+		t.Error("add-headers set without controller.addHeaders")
+	}
+	if _, ok := plain.Data["proxy-set-headers"]; ok {
+		t.Error("proxy-set-headers set without controller.proxySetHeaders")
+	}
+}
+
 // TestHelmRefusedValues: keys Switchyard deliberately does not support fail
 // the render with what to do instead, unknown keys fail the schema, and
 // chart 0.1's top-level names say where they moved.
@@ -538,8 +565,6 @@ func TestHelmRefusedValues(t *testing.T) {
 		"keda":                        {[]string{"--set", "controller.keda.enabled=true"}, "use controller.autoscaling"},
 		"customTemplate":              {[]string{"--set", "controller.customTemplate.configMapName=tmpl"}, "not from an nginx.conf template"},
 		"extraModules":                {[]string{"--set", "controller.extraModules[0].name=otel"}, "loads no nginx modules"},
-		"proxySetHeaders":             {[]string{"--set", "controller.proxySetHeaders.X-Team=edge"}, "proxy-set-headers ConfigMap key is not implemented"},
-		"addHeaders":                  {[]string{"--set", "controller.addHeaders.X-Team=edge"}, "add-headers ConfigMap key is not implemented"},
 		"chroot":                      {[]string{"--set", "controller.image.chroot=true"}, "no chroot variant"},
 		"port-collision":              {[]string{"--set", "controller.metrics.port=443"}, "controller.containerPort.https and controller.metrics.port are both port 443"},
 		"webhook-port-collision": {[]string{"--set", "controller.admissionWebhooks.enabled=true", "--set", "controller.admissionWebhooks.certManager.enabled=true",
