@@ -41,6 +41,8 @@ type annotations struct {
 	canaryWeightTotal int
 
 	useRegex bool
+	// serviceUpstream is service-upstream; nil: the ConfigMap's default.
+	serviceUpstream *bool
 
 	// Per-location settings.
 	backendProtocol       string
@@ -298,6 +300,10 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 	}
 	a.useRegex = boolean("use-regex")
+	if _, ok := get("service-upstream"); ok {
+		v := boolean("service-upstream")
+		a.serviceUpstream = &v
+	}
 	a.globalAuth = true
 	if _, ok := get("enable-global-auth"); ok {
 		a.globalAuth = boolean("enable-global-auth")

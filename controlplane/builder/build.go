@@ -133,6 +133,9 @@ type builder struct {
 	globalHeaders          []model.HeaderField
 	// proxySetFields is proxy-set-headers.
 	proxySetFields []model.HeaderField
+	// serviceUpstream is the ConfigMap's service-upstream, the
+	// annotation's default.
+	serviceUpstream bool
 	backends       map[string]*balancer.Backend // by name
 	servers        map[string]*model.Server     // by hostname
 	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
@@ -404,6 +407,7 @@ func (b *builder) global() {
 		g.Nginx = nginxSettings(cm.Data, bad)
 		b.addHeaders(cm.Data, bad)
 		b.proxySetHeaders(cm.Data, bad)
+		boolKey("service-upstream", &b.serviceUpstream)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":
@@ -829,6 +833,16 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 			be.Service.Spec = spec
 		}
 		be.Endpoints = b.endpoints(svc, sp, corev1.ProtocolTCP)
+		if up := a.serviceUpstream; (up != nil && *up) || (up == nil && b.serviceUpstream) {
+			// service-upstream: the Service's cluster IP and port as the
+			// one endpoint, as ingress-nginx; without a cluster IP it
+			// says so and keeps the endpoints.
+			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
+				be.Endpoints = []balancer.Endpoint{{Address: ip.String(), Port: balancer.PortString(strconv.Itoa(int(sp.Port)))}}
+			} else {
+				b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
+			}
+		}
 		if svc.Spec.Type == corev1.ServiceTypeExternalName && isLoopback(svc.Spec.ExternalName) {
 			b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s is an ExternalName pointing at loopback (%s), which is refused; the backend has no endpoints",
 				ing.Namespace, sb.Name, svc.Spec.ExternalName))

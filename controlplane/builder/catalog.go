@@ -113,7 +113,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "relative-redirects", Group: GroupRouting, Support: Unsupported},
 	{Name: "ssl-passthrough", Group: GroupRouting, Support: Supported, Note: "with `--enable-ssl-passthrough` (SNI routing in `tcpproxy/`)"},
 	{Name: "default-backend", Group: GroupRouting, Support: Partial, GoPlane: "partly: the backend custom-http-errors asks", NginxPlane: "partly: the backend custom-http-errors asks", Note: "an unmatched request gets the built-in `default backend - 404`"},
-	{Name: "service-upstream", Group: GroupRouting, Support: Unsupported},
+	{Name: "service-upstream", Group: GroupRouting, Support: Supported, Note: "the Service's cluster IP and port as the one endpoint; a Service without one (headless, ExternalName) keeps its endpoints, with an Event"},
 
 	// Proxying.
 	{Name: "backend-protocol", Group: GroupProxy, Support: Supported, Note: "`HTTP`, `HTTPS`, `GRPC`, `GRPCS`, `H2C`; `AJP`, `FCGI` refused; upstream certificates are not verified, as nginx's default, unless proxy-ssl-verify says so (HTTPS; GRPCS never, as in ingress-nginx)"},

@@ -216,7 +216,7 @@ var ConfigMapKeys = []ConfigMapKey{
 	{Name: "server-name-hash-max-size", Status: KeyUnsupported},
 	{Name: "server-snippet", Status: KeyRefused, Note: "raw nginx configuration"},
 	{Name: "server-tokens", Status: NginxPlaneOnly},
-	{Name: "service-upstream", Status: KeyUnsupported},
+	{Name: "service-upstream", Status: BothPlanes, Note: "the default of the service-upstream annotation"},
 	{Name: "skip-access-log-urls", Status: KeyUnsupported},
 	{Name: "ssl-buffer-size", Status: KeyUnsupported},
 	{Name: "ssl-ciphers", Status: NginxPlaneOnly},

@@ -208,6 +208,7 @@ var builderKeys = map[string]struct {
 	"proxy-buffering":                       {val: "on"},
 	"add-headers":                           {val: "shop/hdrs"},
 	"proxy-set-headers":                     {val: "shop/hdrs"},
+	"service-upstream":                      {val: "true"},
 	"global-allowed-response-headers":       {val: "X-Custom"},
 	"worker-shutdown-timeout":               {val: "30s"},
 	"server-tokens":                         {val: "true"},
@@ -236,6 +237,9 @@ func TestConfigMapKeysTheBuilderReads(t *testing.T) {
 	custom.Name += "-custom"
 	custom.Annotations = map[string]string{annotationPrefix + "custom-headers": "hdrs"}
 	in.Ingresses = append(in.Ingresses, custom)
+	for _, svc := range in.Services {
+		svc.Spec.ClusterIP = "10.96.0.10" // for service-upstream
+	}
 	build := func(data map[string]string) string {
 		in.ConfigMap = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ingress", Name: "switchyard"}, Data: data}
 		cfg := Build(in, Options{})

@@ -106,6 +106,43 @@ var _ = register(
 		},
 	},
 	Row{
+		// service-upstream: the cluster IP (here backend b's address and
+		// port, as kube-proxy would route it) instead of the endpoints
+		// (backend a).
+		Name: "service-upstream",
+		Manifests: ingress("svcup", "svcup.test", "svcup", root, "service-upstream", "true") +
+			ingress("svcupoff", "svcupoff.test", "svcupoff", root) +
+			ingress("svcupheadless", "svcupheadless.test", "svcupheadless", root, "service-upstream", "true") + `
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svcup, namespace: demo}
+spec:
+  clusterIP: {{backend "b"}}
+  ports:
+  - {name: http, port: {{port "b"}}, targetPort: {{port "a"}}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: svcup-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: svcup}
+addressType: IPv4
+ports:
+- {name: http, port: {{port "a"}}, protocol: TCP}
+endpoints:
+- addresses: ["{{backend "a"}}"]
+  conditions: {ready: true}
+` + `{{service "a" "svcupheadless" "demo"}}{{service "a" "svcupoff" "demo"}}`,
+		Requests: []Request{
+			{Name: "the cluster IP", Host: "svcup.test", Path: "/", Want: Want{Status: 200, Backend: "b"}},
+			{Name: "without: the endpoints", Host: "svcupoff.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+			// No cluster IP (headless): the endpoints, with an Event.
+			{Name: "a headless Service keeps its endpoints", Host: "svcupheadless.test", Path: "/", Want: Want{Status: 200, Backend: "a"}},
+		},
+	},
+	Row{
 		Name: "redirects",
 		Manifests: `{{service "a" "redir" "demo"}}` +
 			ingress("moved", "moved.test", "redir", root, "permanent-redirect", "https://new.example.com/") +
