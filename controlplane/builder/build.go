@@ -136,8 +136,8 @@ type builder struct {
 	// serviceUpstream is the ConfigMap's service-upstream, the
 	// annotation's default.
 	serviceUpstream bool
-	backends       map[string]*balancer.Backend // by name
-	servers        map[string]*model.Server     // by hostname
+	backends        map[string]*balancer.Backend // by name
+	servers         map[string]*model.Server     // by hostname
 	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
 	// of the Ingress that created them: any Ingress's "/" path replaces it.
 	hostRoots map[string]bool
