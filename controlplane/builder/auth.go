@@ -698,19 +698,7 @@ func ValidProxySetHeader(name, value string) error {
 	if model.AuthSubrequestField(name) {
 		return fmt.Errorf("%s is set by the auth subrequest itself", name)
 	}
-	if len(value) > 4096 || strings.TrimSpace(value) != value {
-		return fmt.Errorf("the value of %s is longer than 4096 bytes or starts or ends with a blank", name)
-	}
-	for i := 0; i < len(value); i++ {
-		c := value[i]
-		if c < 0x20 || c > 0x7e {
-			return fmt.Errorf("the value of %s holds a byte other than printable ASCII", name)
-		}
-		if c == '$' {
-			return fmt.Errorf("the value of %s holds '$': nginx variables are not supported, and nginx would expand one", name)
-		}
-	}
-	return nil
+	return literalFieldValue(name, value)
 }
 
 // authProxySetHeaders reads the ConfigMap auth-proxy-set-headers names: in

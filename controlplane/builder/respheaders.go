@@ -24,8 +24,18 @@ func validResponseHeader(name, value string) error {
 	if !reResponseHeader.MatchString(name) {
 		return fmt.Errorf("%q is not a header name (letters, digits, '-' and '_')", name)
 	}
-	if value == "" || len(value) > 4096 || strings.TrimSpace(value) != value {
-		return fmt.Errorf("the value of %s is empty, longer than 4096 bytes, or starts or ends with a blank", name)
+	if value == "" {
+		return fmt.Errorf("the value of %s is empty", name)
+	}
+	return literalFieldValue(name, value)
+}
+
+// literalFieldValue says why value, a field's, is not literal text both
+// planes send alike: at most 4096 bytes of printable ASCII, no blank at
+// either end, no '$' (nginx would expand a variable).
+func literalFieldValue(name, value string) error {
+	if len(value) > 4096 || strings.TrimSpace(value) != value {
+		return fmt.Errorf("the value of %s is longer than 4096 bytes or starts or ends with a blank", name)
 	}
 	for i := 0; i < len(value); i++ {
 		c := value[i]
@@ -33,10 +43,24 @@ func validResponseHeader(name, value string) error {
 			return fmt.Errorf("the value of %s holds a byte other than printable ASCII", name)
 		}
 		if c == '$' {
-			return fmt.Errorf("the value of %s holds '$': nginx variables are not supported", name)
+			return fmt.Errorf("the value of %s holds '$': nginx variables are not supported, and nginx would expand one", name)
 		}
 	}
 	return nil
+}
+
+// namedConfigMap is the ConfigMap a controller ConfigMap key names as
+// "namespace/name".
+func (b *builder) namedConfigMap(v string) (*corev1.ConfigMap, error) {
+	ns, name, found := strings.Cut(strings.TrimSpace(v), "/")
+	if !found || !reObjectRef.MatchString(ns+"/"+name) {
+		return nil, fmt.Errorf("%q is not namespace/name of a ConfigMap", v)
+	}
+	cm := b.cms[ns+"/"+name]
+	if cm == nil {
+		return nil, fmt.Errorf("configmap %s/%s does not exist", ns, name)
+	}
+	return cm, nil
 }
 
 // responseHeaderMap reads a ConfigMap of response fields (add-headers,
@@ -98,14 +122,9 @@ func (b *builder) addHeaders(data map[string]string, bad func(key, msg string)) 
 	if !ok {
 		return
 	}
-	ns, name, found := strings.Cut(strings.TrimSpace(v), "/")
-	if !found || !reObjectRef.MatchString(ns+"/"+name) {
-		bad("add-headers", fmt.Sprintf("%q is not namespace/name of a ConfigMap", v))
-		return
-	}
-	cm := b.cms[ns+"/"+name]
-	if cm == nil {
-		bad("add-headers", fmt.Sprintf("configmap %s/%s does not exist", ns, name))
+	cm, err := b.namedConfigMap(v)
+	if err != nil {
+		bad("add-headers", err.Error())
 		return
 	}
 	hs, err := responseHeaderMap(cm, nil)
@@ -148,24 +167,19 @@ func (b *builder) proxySetHeaders(data map[string]string, bad func(key, msg stri
 	if !ok {
 		return
 	}
-	ns, name, found := strings.Cut(strings.TrimSpace(v), "/")
-	if !found || !reObjectRef.MatchString(ns+"/"+name) {
-		bad("proxy-set-headers", fmt.Sprintf("%q is not namespace/name of a ConfigMap", v))
-		return
-	}
-	cm := b.cms[ns+"/"+name]
-	if cm == nil {
-		bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s does not exist", ns, name))
+	cm, err := b.namedConfigMap(v)
+	if err != nil {
+		bad("proxy-set-headers", err.Error())
 		return
 	}
 	out := make([]model.HeaderField, 0, len(cm.Data))
 	for k, val := range cm.Data {
 		if err := ValidProxySetHeader(k, val); err != nil {
-			bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s: %v", ns, name, err))
+			bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s: %v", cm.Namespace, cm.Name, err))
 			return
 		}
 		if slices.ContainsFunc(proxySetReserved, func(r string) bool { return strings.EqualFold(r, k) }) {
-			bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s: %s is set by the proxy itself", ns, name, k))
+			bad("proxy-set-headers", fmt.Sprintf("configmap %s/%s: %s is set by the proxy itself", cm.Namespace, cm.Name, k))
 			return
 		}
 		out = append(out, model.HeaderField{Name: k, Value: val})
