@@ -54,14 +54,25 @@ type CA struct {
 // NewCA makes a CA named cn, valid for an hour either side of now.
 func NewCA(t testing.TB, cn string) *CA {
 	t.Helper()
+	return makeCA(t, cn, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature, nil)
+}
+
+// makeCA makes a CA named cn with key usage usage, signed by parent (nil:
+// self-signed), valid for an hour either side of now.
+func makeCA(t testing.TB, cn string, usage x509.KeyUsage, parent *CA) *CA {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+		KeyUsage: usage}
+	signer, signerKey := tmpl, crypto.Signer(key)
+	if parent != nil {
+		signer, signerKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, key.Public(), signerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,20 +80,30 @@ func NewCA(t testing.TB, cn string) *CA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}
+	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key, parent: parent}
 }
 
 // ClientCert issues a client certificate (extended key usage clientAuth)
 // with subject CN=cn, O=Switchyard Test, as a tls.Certificate's PEM parts.
 func (ca *CA) ClientCert(t testing.TB, cn string) (certPEM, keyPEM []byte) {
 	t.Helper()
+	return ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+}
+
+// issue signs a leaf certificate of tmpl (serial, validity and key usage
+// filled in) with a new key, as a tls.Certificate's PEM parts; certPEM is
+// the leaf followed by the CA's own certificate when the CA is an
+// intermediate, as a server sends its chain.
+func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
 		t.Fatal(err)
@@ -91,29 +112,18 @@ func (ca *CA) ClientCert(t testing.TB, cn string) (certPEM, keyPEM []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if ca.parent != nil {
+		certPEM = append(certPEM, ca.PEM...)
+	}
+	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
 }
 
 // NewRevokingCA makes a CA as NewCA does whose certificate may also sign
 // certificate revocation lists (key usage cRLSign), for CRL.
 func NewRevokingCA(t testing.TB, cn string) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}
+	return makeCA(t, cn, x509.KeyUsageCertSign|x509.KeyUsageCRLSign|x509.KeyUsageDigitalSignature, nil)
 }
 
 // CRL is a certificate revocation list of the CA, PEM ("X509 CRL"), current
@@ -154,46 +164,13 @@ func (ca *CA) CRLValid(t testing.TB, thisUpdate, nextUpdate time.Time, revoked .
 // (Intermediate), as a server sends its chain.
 func (ca *CA) ServerCert(t testing.TB, names ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0], Organization: []string{"Switchyard Test"}},
-		DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if ca.parent != nil {
-		certPEM = append(certPEM, ca.PEM...)
-	}
-	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	return ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: names[0], Organization: []string{"Switchyard Test"}},
+		DNSNames: names, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 }
 
 // Intermediate makes a CA named cn that ca signs: certificates it issues
 // chain to ca through it.
 func (ca *CA) Intermediate(t testing.TB, cn string) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: []string{"Switchyard Test"}},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key, parent: ca}
+	return makeCA(t, cn, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature, ca)
 }
