@@ -244,12 +244,26 @@ local function own_pick(s, info, name, c, alt, own, drawn)
     end
   end
   if own == OWN_LEASE then
-    -- Once a round-robin backend's requests are routed here, requests
-    -- wait for the draws or lease on their way rather than ask Go, whose
-    -- pick would take a position of its rotation out of this worker's
-    -- lease order.
-    info.owns = true
-    if cinfo.npeers > 0 and take_leased_wait(s, cinfo, c) then
+    -- Once a lease served a request routed here, requests wait for the
+    -- draws or lease on their way rather than ask Go, whose pick would
+    -- take a position of its rotation out of this worker's lease order.
+    -- Until then (a new info: a new configuration, or the worker's first
+    -- requests) a request without a lease at hand asks Go: waiting for a
+    -- lease and using its first position only, as each request did when
+    -- the configuration changed between requests, gave every request the
+    -- same peer (a lease's length is a multiple of two peers; 20 of 20 in
+    -- TestControllerNginxDataPlane).
+    if cinfo.npeers == 0 then
+      return nil
+    end
+    local took
+    if info.owns then
+      took = take_leased_wait(s, cinfo, c)
+    else
+      took = take_leased(s, cinfo, c)
+    end
+    if took then
+      info.owns = true
       s.alt, s.rname = alt, c
       return s
     end
