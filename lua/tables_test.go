@@ -338,6 +338,30 @@ func TestShimTables(t *testing.T) {
 		}
 	})
 
+	t.Run("round robin with a canary at a low rate: each rotation in order", func(t *testing.T) {
+		// Requests further apart than a lease's 100 ms: each one must not
+		// take the first position of a fresh lease (a lease's length is a
+		// multiple of the two peers, so that was the same peer every time).
+		var seq []string
+		for range 12 {
+			time.Sleep(150 * time.Millisecond)
+			code, who, resp := e.get(t, "/canary/x", "Cookie", "canary=never")
+			if code != 200 || resp.Header.Get("X-Alternative") != "" {
+				t.Fatalf("canary=never: %d from %q, X-Alternative %q", code, who, resp.Header.Get("X-Alternative"))
+			}
+			seq = append(seq, who)
+		}
+		repeats := 0
+		for i := 1; i < len(seq); i++ {
+			if seq[i] == seq[i-1] {
+				repeats++
+			}
+		}
+		if repeats > 1 {
+			t.Errorf("12 requests 150 ms apart: %d went to the peer before them (%v); round robin over two peers alternates", repeats, seq)
+		}
+	})
+
 	t.Run("round robin with a canary by header pattern: Go routes, each rotation in order", func(t *testing.T) {
 		before, routesBefore := e.frames(t, "pick"), e.frames(t, "route")
 		// A third with the header the pattern matches, a third with one

@@ -43,11 +43,21 @@ function _M.next(info, name)
   local now = ngx_now()
   info.demand = info.demand + 1
   local left = info.lleft
-  local expired = now - info.lt >= LEASE_TTL
+  -- With generation pushes (state.tables: this connection subscribed), a
+  -- lease is good until its info is of an old generation, which pick.lua
+  -- checks before the lease is reached: its positions are used up, not
+  -- dropped after LEASE_TTL. Dropping them cost the round robin its order
+  -- at low rates: each request further than LEASE_TTL from the last took
+  -- the first position of a fresh lease, whose length is often a multiple
+  -- of the peers (8 of 11 repeats over 12 requests 150 ms apart,
+  -- TestShimTables). Without pushes, LEASE_TTL bounds how long endpoint
+  -- changes take to reach the worker.
+  local ttl = not state.tables
+  local expired = ttl and now - info.lt >= LEASE_TTL
   if left == 0 or expired then
     left = 0
     local start = info.nstart
-    if start and now - info.nt < LEASE_TTL then
+    if start and (not ttl or now - info.nt < LEASE_TTL) then
       -- Positions start+1 .. start+count (uint32).
       start = start + 1 < TWO32 and start + 1 or 0
       info.lpos, info.lidx, left, info.lt, info.leased = start, start % info.npeers, info.ncount, info.nt, true
