@@ -2,6 +2,7 @@ package nginxcompat
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -414,6 +415,7 @@ type locationV struct {
 	ConnectTimeout, SendTimeout int
 	ReadTimeout                 int
 	Buffering                   bool
+	BufferSize, BuffersNumber   int
 	NextUpstream                string
 	NextUpstreamTries           int
 	NextUpstreamTimeout         int
@@ -959,6 +961,12 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 	}
 	lv.BodySize = strconv.FormatInt(pr.BodySizeBytes, 10)
 	lv.Buffering = pr.Buffering
+	// proxy-buffer-size and proxy-buffers-number, ingress-nginx's 4k and 4
+	// when unset; the builder keeps them within 1k-1m and 2-256.
+	lv.BufferSize, lv.BuffersNumber = cmp.Or(pr.BufferSizeBytes, 4<<10), cmp.Or(pr.BuffersNumber, 4)
+	if lv.BufferSize < 1<<10 || lv.BufferSize > 1<<20 || lv.BuffersNumber < 2 || lv.BuffersNumber > 256 {
+		return lv, fmt.Errorf("proxy-buffer-size %d or proxy-buffers-number %d", lv.BufferSize, lv.BuffersNumber)
+	}
 	nu := pr.NextUpstream
 	if len(nu) == 0 {
 		nu = def.NextUpstream
@@ -1071,7 +1079,7 @@ var ConfigMapKeys = []string{
 	"http-redirect-code", "hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload",
 	"ssl-redirect", "proxy-connect-timeout", "proxy-send-timeout", "proxy-read-timeout",
 	"proxy-body-size", "proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout",
-	"proxy-buffering", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
+	"proxy-buffering", "proxy-buffer-size", "proxy-buffers-number", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
 }
 
 // configMapRef names the controller ConfigMap; the caller knows its name.

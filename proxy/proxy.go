@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -66,7 +67,8 @@ type Config struct {
 	// be safe for concurrent use (an *os.File is).
 	AccessLog io.Writer
 	// ErrorLog receives a line when a TLS handshake with an upstream fails
-	// (a failed proxy-ssl-verify, say), at most one a second; nil: none.
+	// (a failed proxy-ssl-verify, say) or an upstream sends a head larger
+	// than proxy-buffer-size, at most one a second; nil: none.
 	ErrorLog func(msg string)
 	// MetricsPerHost labels request metrics with the server name
 	// (--metrics-per-host); the label is empty otherwise.
@@ -701,7 +703,8 @@ type fastTry struct {
 }
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Duration) (int, time.Duration, error) {
-	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent)
+	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent,
+		cmp.Or(loc.Proxy.BufferSizeBytes, defaultUpstreamHead))
 	if err == nil && !t.lim.over && t.lim.clientErr == nil {
 		return t.resp.StatusCode(), connect, nil
 	}

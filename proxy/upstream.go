@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -110,7 +111,7 @@ func (pp *peerPool) get(t timeouts, now time.Duration) (c *upConn, connect time.
 // proxy_ssl_server_name off, ingress-nginx's defaults).
 func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 	if pp.upTLS != nil && pp.upTLS.err != nil {
-		logUpstreamTLS(pp.errLog, pp.addr, pp.upTLS.err)
+		logUpstream(pp.errLog, pp.addr, pp.upTLS.err)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: pp.upTLS.err}
 	}
 	d := net.Dialer{Timeout: timeout}
@@ -127,7 +128,7 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 	tc := tls.Client(conn, conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = conn.Close()
-		logUpstreamTLS(pp.errLog, pp.addr, err)
+		logUpstream(pp.errLog, pp.addr, fmt.Errorf("TLS handshake failed: %w", err))
 		// A failed handshake is a failed connect: another peer may be
 		// tried whatever the request (nothing reached the application).
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("tls handshake: %w", err)}
@@ -199,7 +200,7 @@ func (pp *peerPool) closeIdle(now time.Duration, all bool) {
 // it. replayable says out may be written again: a reused connection that
 // the peer had closed is then replaced by a new one, once, as nginx and
 // fasthttp do. connect is the connect time of the connection used.
-func roundTrip(pp *peerPool, t timeouts, now time.Duration, out *outbound, resp *fasthttp.Response, smallBody int, replayable bool) (connect time.Duration, err error) {
+func roundTrip(pp *peerPool, t timeouts, now time.Duration, out *outbound, resp *fasthttp.Response, smallBody int, replayable bool, headMax int) (connect time.Duration, err error) {
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			now = monoNow()
@@ -233,7 +234,7 @@ func roundTrip(pp *peerPool, t timeouts, now time.Duration, out *outbound, resp 
 			}
 			return connect, err
 		}
-		return connect, readResponse(c, out, resp, smallBody)
+		return connect, readResponse(c, out, resp, smallBody, headMax)
 	}
 }
 
@@ -273,15 +274,59 @@ func writeRequest(c *upConn, out *outbound) error {
 	return c.bw.Flush()
 }
 
+// defaultUpstreamHead is the response head an upstream may send without
+// proxy-buffer-size: ingress-nginx's 4k, the size of a connection's read
+// buffer.
+const defaultUpstreamHead = 4 << 10
+
+// errTooBigHeader is nginx's "upstream sent too big header": a response
+// head larger than proxy-buffer-size, a 502.
+var errTooBigHeader = errors.New("upstream sent too big header while reading response header from upstream")
+
+// readHead reads one response head of at most headMax bytes (proxy-buffer-
+// size). The connection's read buffer grows for a location that allows
+// more than it holds; a head over headMax is errTooBigHeader, logged.
+func readHead(c *upConn, h *fasthttp.ResponseHeader, headMax int) error {
+	err := h.Read(c.br)
+	if err == nil {
+		if c.br.Size() > headMax && len(h.Header()) > headMax {
+			// Read on a buffer grown for another location.
+			logUpstream(c.pool.errLog, c.pool.addr, errTooBigHeader)
+			return errTooBigHeader
+		}
+		return nil
+	}
+	return readHeadFailed(c, h, headMax, err)
+}
+
+// readHeadFailed is readHead after a failed Read: a head over the read
+// buffer is read again into a larger one when headMax allows, else it is
+// errTooBigHeader. Kept apart so the common path takes no allocation.
+func readHeadFailed(c *upConn, h *fasthttp.ResponseHeader, headMax int, err error) error {
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) && c.br.Size() < headMax {
+		// The head so far stays buffered (Read only peeks): carry it
+		// into a reader of headMax bytes.
+		held, _ := c.br.Peek(c.br.Buffered())
+		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(held)), &c.tc), headMax)
+		err = h.Read(c.br)
+	}
+	if errors.As(err, &small) || (err == nil && len(h.Header()) > headMax) {
+		logUpstream(c.pool.errLog, c.pool.addr, errTooBigHeader)
+		return errTooBigHeader
+	}
+	return err
+}
+
 // readResponse reads the response head and sets up the body.
-func readResponse(c *upConn, out *outbound, resp *fasthttp.Response, smallBody int) error {
+func readResponse(c *upConn, out *outbound, resp *fasthttp.Response, smallBody, headMax int) error {
 	resp.Reset()
 	h := &resp.Header
 	h.DisableNormalizing()
 	// No Content-Type made up for an upstream that sent none (Reset
 	// cleared the server's NoDefaultContentType).
 	h.SetNoDefaultContentType(true)
-	if err := h.Read(c.br); err != nil {
+	if err := readHead(c, h, headMax); err != nil {
 		c.close()
 		return err
 	}
@@ -290,7 +335,7 @@ func readResponse(c *upConn, out *outbound, resp *fasthttp.Response, smallBody i
 			c.close()
 			return errors.New("proxy: too many interim responses from upstream")
 		}
-		if err := h.Read(c.br); err != nil {
+		if err := readHead(c, h, headMax); err != nil {
 			c.close()
 			return err
 		}

@@ -108,22 +108,21 @@ func verifyUpstream(certs []*x509.Certificate, roots *x509.CertPool, name string
 	return fmt.Errorf("upstream SSL certificate verify error: certificate chain too long (proxy-ssl-verify-depth %d)", depth)
 }
 
-// upstreamTLSLog throttles the log of failed upstream TLS handshakes to one
-// line a second for the whole process: a dead or misconfigured upstream
-// under load must not flood the log.
-var upstreamTLSLog atomic.Int64
+// upstreamLogAt throttles the log of upstream faults (a failed TLS
+// handshake, a head too big) to one line a second for the whole process: a
+// dead or misconfigured upstream under load must not flood the log.
+var upstreamLogAt atomic.Int64
 
-// logUpstreamTLS writes why a handshake with addr failed, at most once a
-// second, to w (nil: nowhere).
-func logUpstreamTLS(w func(string), addr string, err error) {
+// logUpstream writes what went wrong with the upstream addr, at most once
+// a second, to w (nil: nowhere).
+func logUpstream(w func(string), addr string, err error) {
 	if w == nil {
 		return
 	}
 	now := time.Now().Unix()
-	last := upstreamTLSLog.Load()
-	if now == last || !upstreamTLSLog.CompareAndSwap(last, now) {
+	last := upstreamLogAt.Load()
+	if now == last || !upstreamLogAt.CompareAndSwap(last, now) {
 		return
 	}
-	msg := err.Error()
-	w("upstream TLS handshake with " + addr + " failed: " + strings.TrimPrefix(msg, "tls: "))
+	w("upstream " + addr + ": " + strings.TrimPrefix(err.Error(), "tls: "))
 }

@@ -61,6 +61,9 @@ type annotations struct {
 	nextUpstreamTries     *int
 	nextUpstreamTimeout   *int
 	buffering             *bool
+	// bufferSize and buffersNumber are proxy-buffer-size and
+	// proxy-buffers-number; nil: the ConfigMap's.
+	bufferSize, buffersNumber *int
 	// allowSourceRanges and denySourceRanges are nil when the annotation
 	// is absent (the ConfigMap's default applies).
 	allowSourceRanges []netip.Prefix
@@ -687,6 +690,20 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		} else {
 			a.nextUpstream = toks
 		}
+	}
+	if v, ok := get("proxy-buffer-size"); ok {
+		// At most 1 MiB: the Go plane holds a head of that size per
+		// connection while it reads it.
+		if n, err := nginxSize(v); err != nil || n < 1<<10 || n > 1<<20 {
+			bad("proxy-buffer-size", "%q is not a size from 1k to 1m", v)
+		} else {
+			a.bufferSize = &n
+		}
+	}
+	// At least 2: nginx refuses proxy_buffers of one (its busy buffers
+	// must be smaller than all buffers but one).
+	if n, ok := integer("proxy-buffers-number", 2, 256); ok {
+		a.buffersNumber = &n
 	}
 	if v, ok := get("proxy-buffering"); ok {
 		switch v {

@@ -328,7 +328,7 @@ func (b *builder) objErr(ing *networkingv1.Ingress, field, msg string) {
 func (b *builder) global() {
 	g := model.Global{SSLRedirect: true, HTTPRedirectCode: 308, HSTS: true, HSTSMaxAgeSeconds: 31536000, HSTSIncludeSubdomains: true,
 		Proxy: model.Proxy{ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20,
-			NextUpstream: []string{"error", "timeout"}, NextUpstreamTries: 3}}
+			NextUpstream: []string{"error", "timeout"}, NextUpstreamTries: 3, BufferSizeBytes: 4 << 10, BuffersNumber: 4}}
 	b.access.noAuth = []string{"/.well-known/acme-challenge"} // ingress-nginx's default
 	b.allowedResponseHeaders = []string{}
 	cm := b.in.ConfigMap
@@ -401,6 +401,12 @@ func (b *builder) global() {
 		}
 		if px.buffering != nil {
 			g.Proxy.Buffering = *px.buffering
+		}
+		if px.bufferSize != nil {
+			g.Proxy.BufferSizeBytes = *px.bufferSize
+		}
+		if px.buffersNumber != nil {
+			g.Proxy.BuffersNumber = *px.buffersNumber
 		}
 		b.globalAccess(cm, ref, &g)
 		connections(cm.Data, &g, bad)
@@ -752,6 +758,12 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	}
 	if a.buffering != nil {
 		px.Buffering = *a.buffering
+	}
+	if a.bufferSize != nil {
+		px.BufferSizeBytes = *a.bufferSize
+	}
+	if a.buffersNumber != nil {
+		px.BuffersNumber = *a.buffersNumber
 	}
 	b.applyAccess(loc, a)
 	if a.cors.enabled {

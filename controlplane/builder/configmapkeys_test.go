@@ -209,6 +209,8 @@ var builderKeys = map[string]struct {
 	"add-headers":                           {val: "shop/hdrs"},
 	"proxy-set-headers":                     {val: "shop/hdrs"},
 	"service-upstream":                      {val: "true"},
+	"proxy-buffer-size":                     {val: "16k"},
+	"proxy-buffers-number":                  {val: "8"},
 	"global-allowed-response-headers":       {val: "X-Custom"},
 	"worker-shutdown-timeout":               {val: "30s"},
 	"server-tokens":                         {val: "true"},

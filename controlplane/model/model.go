@@ -518,6 +518,13 @@ type Proxy struct {
 	NextUpstreamTimeoutSeconds int `json:"nextUpstreamTimeout"`
 	// Buffering is proxy-buffering ("on"/"off" in nginx).
 	Buffering bool `json:"buffering,omitempty"`
+	// BufferSizeBytes is proxy-buffer-size, the most an upstream's
+	// response head may take (nginx: "upstream sent too big header", 502);
+	// 0 means 4096, ingress-nginx's 4k.
+	BufferSizeBytes int `json:"bufferSize,omitempty"`
+	// BuffersNumber is proxy-buffers-number, nginx's proxy_buffers count;
+	// 0 means 4.
+	BuffersNumber int `json:"buffersNumber,omitempty"`
 }
 
 // CORS holds enable-cors and the cors-* annotations.

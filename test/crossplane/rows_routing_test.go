@@ -106,6 +106,27 @@ var _ = register(
 		},
 	},
 	Row{
+		// proxy-buffer-size: the most an upstream's response head may
+		// take, nginx's "upstream sent too big header" (502) beyond.
+		Name: "proxy-buffer-size",
+		Manifests: `{{service "a" "bufsize" "demo"}}` + ingress("bufdefault", "bufdefault.test", "bufsize", root) +
+			ingress("buf16k", "buf16k.test", "bufsize", root, "proxy-buffer-size", "16k"),
+		Requests: []Request{
+			{Name: "a 2 KB head by default", Host: "bufdefault.test", Path: "/", Header: map[string]string{"X-Answer-Header-Bytes": "2000"},
+				Want: Want{Status: 200, Backend: "a"}},
+			{Name: "a 6 KB head over the default 4k: 502", Host: "bufdefault.test", Path: "/", Header: map[string]string{"X-Answer-Header-Bytes": "6000"},
+				Want: Want{Status: 502}},
+			{Name: "an 8 KB head with 16k", Host: "buf16k.test", Path: "/", Header: map[string]string{"X-Answer-Header-Bytes": "8000"},
+				Want: Want{Status: 200, Backend: "a"}},
+			{Name: "a 20 KB head over 16k: 502", Host: "buf16k.test", Path: "/", Header: map[string]string{"X-Answer-Header-Bytes": "20000"},
+				Want: Want{Status: 502}},
+			// The connection grown for 16k is the default location's
+			// again: 4k still holds there.
+			{Name: "the default again after 16k", Host: "bufdefault.test", Path: "/", Header: map[string]string{"X-Answer-Header-Bytes": "6000"},
+				Want: Want{Status: 502}},
+		},
+	},
+	Row{
 		// service-upstream: the cluster IP (here backend b's address and
 		// port, as kube-proxy would route it) instead of the endpoints
 		// (backend a).

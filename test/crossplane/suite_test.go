@@ -199,6 +199,11 @@ func startBackends(t *testing.T) map[string]string {
 		name, status := b.Name, b.Status
 		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, _ := io.Copy(io.Discard, r.Body)
+			if big, err := strconv.Atoi(r.Header.Get("X-Answer-Header-Bytes")); err == nil && big > 0 && big < 1<<20 {
+				// A response head of about that many bytes, for
+				// proxy-buffer-size rows.
+				w.Header().Set("X-Big", strings.Repeat("b", big))
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			_ = json.NewEncoder(w).Encode(echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n})
