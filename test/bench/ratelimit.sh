@@ -123,7 +123,7 @@ run() {
 for p in plain limited; do taskset -c 0 wrk -t2 -c64 -d1s -H 'Host: bench.local' "http://127.0.0.1:${http[$p]}/" >/dev/null; done
 echo "# $measured; $(go version | cut -d' ' -f3); ${secs}s x $rounds rounds, wrk -t2 -c64, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# round  plain_rps plain_us/req  limited_rps limited_us/req  ratio"
-ratios=()
+ratios=() cpus=()
 for r in $(seq "$rounds"); do
 	if [ $((r % 2)) = 1 ]; then
 		read -r prps pcpu < <(run plain)
@@ -134,9 +134,17 @@ for r in $(seq "$rounds"); do
 	fi
 	ratio=$(awk -v a="$lrps" -v b="$prps" 'BEGIN { printf "%.3f", a / b }')
 	ratios+=("$ratio")
+	cpus+=("$(awk -v a="$lcpu" -v b="$pcpu" 'BEGIN { printf "%.3f", a / b }')")
 	echo "  $r  $prps $pcpu  $lrps $lcpu  $ratio"
 done
-printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { printf "# limited / plain rps: median %.3f [%.3f, %.3f] over %d rounds\n", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR], NR }'
+# median WHAT VALUES...: the median [range] of the values.
+median() {
+	local what="$1"
+	shift
+	printf '%s\n' "$@" | sort -n | awk -v w="$what" '{ v[NR] = $1 } END { printf "# %s: median %.3f [%.3f, %.3f] over %d rounds\n", w, (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR], NR }'
+}
+median "limited / plain rps" "${ratios[@]}"
+median "limited / plain CPU per request" "${cpus[@]}"
 for p in plain limited; do
 	reqs=$(curl -sf "http://127.0.0.1:${status[$p]}/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }')
 	echo "# $p: nginx_ingress_controller_requests $reqs, access log $(wc -l <"$tmp/$p.access.log") lines"
