@@ -248,11 +248,11 @@ local function own_pick(s, info, name, c, alt, own, drawn)
     -- draws or lease on their way rather than ask Go, whose pick would
     -- take a position of its rotation out of this worker's lease order.
     -- Until then (a new info: a new configuration, or the worker's first
-    -- requests) a request without a lease at hand asks Go: waiting for a
-    -- lease and using its first position only, as each request did when
-    -- the configuration changed between requests, gave every request the
-    -- same peer (a lease's length is a multiple of two peers; 20 of 20 in
-    -- TestControllerNginxDataPlane).
+    -- requests) a request without a lease at hand asks Go: when each
+    -- request waited for a fresh lease and used only its first position
+    -- (leases then expired between slow requests), every request got the
+    -- same peer (a lease's length is often a multiple of the peers; 20 of
+    -- 20 in TestControllerNginxDataPlane on a loaded machine).
     if cinfo.npeers == 0 then
       return nil
     end
