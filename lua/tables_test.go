@@ -360,6 +360,20 @@ func TestShimTables(t *testing.T) {
 		if repeats > 1 {
 			t.Errorf("12 requests 150 ms apart: %d went to the peer before them (%v); round robin over two peers alternates", repeats, seq)
 		}
+		// Routed by Go's draws of the weight rule: a batch of draws is
+		// used up, not asked for again per slow request.
+		before, premadeBefore := e.frames(t, "pick"), e.frames(t, "premade")
+		for range 12 {
+			time.Sleep(150 * time.Millisecond)
+			if code, who, _ := e.get(t, "/canary/x"); code != 200 {
+				t.Fatalf("canary: %d from %q", code, who)
+			}
+		}
+		asked, premade := e.frames(t, "pick")-before, e.frames(t, "premade")-premadeBefore
+		t.Logf("12 requests 150 ms apart: %v asked Go, %v batches of draws", asked, premade)
+		if asked > 0 || premade > 2 {
+			t.Errorf("12 requests 150 ms apart: %v asked Go, %v batches of draws; want the draws at hand to decide them", asked, premade)
+		}
 	})
 
 	t.Run("round robin with a canary by header pattern: Go routes, each rotation in order", func(t *testing.T) {

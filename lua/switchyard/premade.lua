@@ -71,16 +71,31 @@ end
 -- whether there was one. Like leases, a batch is used for at most
 -- LEASE_TTL, and the next one is asked for as soon as one starts being
 -- used; when none is at hand the request asks Go itself.
+-- ttl is how long a batch of info's is used: LEASE_TTL, or for ever (until
+-- its info is of an old generation, which pick.lua checks first) for the
+-- draws of a routed backend none of whose sides is scored: a draw of the
+-- weight rule, a routing choice or a new sticky session do not go stale as
+-- an ewma pick does, and dropping them made each request of a slow stream
+-- wait for a fresh batch.
+local function ttl(info)
+  local rt = info.route
+  if rt and state.tables and rt.pown ~= 4 and rt.aown ~= 4 then
+    return math.huge
+  end
+  return LEASE_TTL
+end
+
 function _M.take(s, info, name)
   local now = ngx_now()
   info.pdemand = info.pdemand + 1
   local cur = info.pcur
-  if not cur or cur.i > cur.n or now - cur.t >= LEASE_TTL then
+  local life = ttl(info)
+  if not cur or cur.i > cur.n or now - cur.t >= life then
     local nxt = info.pnext
     if cur then
       cur.n, cur.b = 0, nil
     end
-    if nxt and nxt.n > 0 and now - nxt.t < LEASE_TTL then
+    if nxt and nxt.n > 0 and now - nxt.t < life then
       info.pcur, info.pnext = nxt, cur
       cur = nxt
     else
