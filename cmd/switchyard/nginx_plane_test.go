@@ -130,10 +130,13 @@ func TestControllerNginxDataPlane(t *testing.T) {
 		_, body, _ := get("echo.localhost")
 		seen[strings.SplitN(body, ":", 2)[0]]++
 	}
-	// The shared rotation, exactly: under load (load average 9) leases
-	// that expired unused skewed it up to 20/0 before bf997bf.
-	if seen["backend-1"] != 10 || seen["backend-2"] != 10 {
-		t.Errorf("round robin through nginx: %v; want 10 each", seen)
+	// Both endpoints serve. Not an exact 10/10: each of the two nginx
+	// workers holds its own lease of the shared rotation, so requests that
+	// alternate between workers may repeat a peer. Leases that expired
+	// unused made it 20/0 on a loaded machine before bf997bf; the rotation
+	// itself is checked by lua's TestShimTables.
+	if seen["backend-1"] == 0 || seen["backend-2"] == 0 || seen["backend-1"]+seen["backend-2"] != 20 {
+		t.Errorf("round robin through nginx: %v; want both endpoints", seen)
 	}
 	for range 3 {
 		if _, body, _ := get("echo.localhost", "X-Canary", "always"); !strings.HasPrefix(body, "backend-2:") {
