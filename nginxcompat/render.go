@@ -366,6 +366,9 @@ type corsV struct {
 }
 
 type locationV struct {
+	// WWWRedirect is from-to-www-redirect's host: the location only
+	// redirects there, with the request's scheme, port and URI.
+	WWWRedirect string
 	// Headers are add-headers and custom-headers (model.Location's
 	// ResponseHeaders), checked again: each goes out with add_header, the
 	// upstream's field of that name hidden.
@@ -713,6 +716,15 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 		} else {
 			sv.ClientAuth = cav
 		}
+	}
+	if s.RedirectTo != "" {
+		// from-to-www-redirect: one location answering every request.
+		if !validHost(s.RedirectTo) || strings.HasPrefix(s.RedirectTo, "*.") || s.RedirectTo == model.CatchAllHost {
+			bad(firstIngress(s), "nginx.ingress.kubernetes.io/from-to-www-redirect", "redirect to %q: not a host; server left out", s.RedirectTo)
+			return nil, errs
+		}
+		sv.Locations = []*locationV{{Path: "/", WWWRedirect: s.RedirectTo}}
+		return sv, errs
 	}
 	seen := map[string]bool{}
 	for i := range s.Locations {

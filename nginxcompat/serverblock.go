@@ -131,6 +131,16 @@ func writeInt(b *bytes.Buffer, n int) {
 }
 
 func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
+	if l.WWWRedirect != "" {
+		// As ingress-nginx's redirect servers (its Lua builds the same
+		// scheme://host:port and URI without one trailing slash).
+		b.WriteString("\n        location / {\n            return ")
+		writeInt(b, v.G.HTTPRedirectCode)
+		b.WriteString(" $pass_access_scheme://")
+		b.WriteString(l.WWWRedirect)
+		b.WriteString(":$pass_server_port$redirect_uri_no_slash;\n        }")
+		return
+	}
 	b.WriteString("\n        location ")
 	b.WriteString(l.Modifier)
 	b.WriteString(quote(l.Path))

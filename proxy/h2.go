@@ -385,6 +385,15 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		// Every answer, as ingress-nginx's header phase adds it.
 		w.Header().Set("Strict-Transport-Security", tbl.hsts)
 	}
+	if vh != nil && vh.redirectTo != "" {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		if local == nil {
+			local = &net.TCPAddr{}
+		}
+		w.answer(verdict{status: tbl.redirectCode, location: tbl.wwwRedirect(vh, r.TLS != nil, local,
+			r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Port"), []byte(r.RequestURI))})
+		return
+	}
 	if vh != nil && vh.clientAuth != nil {
 		a := vh.clientAuth.check(r.TLS, host)
 		if a.v.status != 0 {

@@ -472,6 +472,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if vh != nil && vh.tls && ctx.IsTLS() {
 		o.hsts = tbl.hsts
 	}
+	if vh != nil && vh.redirectTo != "" {
+		answerFast(ctx, verdict{status: tbl.redirectCode, location: tbl.wwwRedirect(vh, ctx.IsTLS(), ctx.LocalAddr(),
+			string(ctx.Request.Header.Peek("X-Forwarded-Proto")), string(ctx.Request.Header.Peek("X-Forwarded-Port")), ctx.Request.Header.RequestURI())})
+		return
+	}
 	if vh != nil && vh.clientAuth != nil {
 		// Before anything of the server's, as nginx checks the
 		// certificate right after the request head.

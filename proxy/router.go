@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"cmp"
+	"net"
+	"net/netip"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -11,6 +14,9 @@ import (
 
 // table is an immutable routing table built from one Configuration.
 type table struct {
+	// useForwarded is use-forwarded-headers: X-Forwarded-Proto and
+	// X-Forwarded-Port name the scheme and port of redirects to www.
+	useForwarded bool
 	// upstreamTLS are the locations' proxy-ssl-* as client TLS
 	// configurations, made once per configuration.
 	upstreamTLS map[*model.UpstreamTLS]*upstreamTLS
@@ -55,6 +61,9 @@ type vhost struct {
 	// set when it could not be parsed: every location answers 503.
 	clientAuth *clientAuth
 	failClosed bool
+	// redirectTo is from-to-www-redirect's host: every request is
+	// redirected there (wwwRedirect); empty for other servers.
+	redirectTo string
 }
 
 // route is one location.
@@ -121,9 +130,10 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 	if cfg.Global.HSTS {
 		t.hsts = cfg.Global.HSTSHeader()
 	}
+	t.useForwarded = cfg.Global.UseForwardedHeaders
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
-		vh := &vhost{name: s.Hostname, exact: map[string]*route{}, tls: s.TLS != nil}
+		vh := &vhost{name: s.Hostname, exact: map[string]*route{}, tls: s.TLS != nil, redirectTo: s.RedirectTo}
 		if s.ClientAuth != nil {
 			vh.clientAuth = newClientAuth(s.ClientAuth)
 			vh.failClosed = vh.clientAuth == nil
@@ -227,4 +237,23 @@ func prefixMatch(prefix string, path []byte) bool {
 		return false
 	}
 	return len(path) == len(p) || path[len(p)] == '/'
+}
+
+// wwwRedirect is the Location from-to-www-redirect sends a request to: the
+// scheme and the port it came in on (X-Forwarded-Proto and -Port instead
+// with use-forwarded-headers, when sent), as ingress-nginx's redirect
+// servers.
+func (t *table) wwwRedirect(vh *vhost, tls bool, local net.Addr, forwardedProto, forwardedPort string, requestURI []byte) string {
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	port := ""
+	if ap, err := netip.ParseAddrPort(local.String()); err == nil {
+		port = strconv.Itoa(int(ap.Port()))
+	}
+	if t.useForwarded {
+		scheme, port = cmp.Or(forwardedProto, scheme), cmp.Or(forwardedPort, port)
+	}
+	return model.WWWRedirectLocation(scheme, vh.redirectTo, port, requestURI)
 }

@@ -41,6 +41,8 @@ type annotations struct {
 	canaryWeightTotal int
 
 	useRegex bool
+	// fromToWWW is from-to-www-redirect.
+	fromToWWW bool
 	// serviceUpstream is service-upstream; nil: the ConfigMap's default.
 	serviceUpstream *bool
 
@@ -303,6 +305,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 	}
 	a.useRegex = boolean("use-regex")
+	a.fromToWWW = boolean("from-to-www-redirect")
 	if _, ok := get("service-upstream"); ok {
 		v := boolean("service-upstream")
 		a.serviceUpstream = &v

@@ -136,8 +136,11 @@ type builder struct {
 	// serviceUpstream is the ConfigMap's service-upstream, the
 	// annotation's default.
 	serviceUpstream bool
-	backends        map[string]*balancer.Backend // by name
-	servers         map[string]*model.Server     // by hostname
+	// wwwRedirects are the hosts with from-to-www-redirect, each with the
+	// oldest Ingress asking for it.
+	wwwRedirects map[string]*networkingv1.Ingress
+	backends     map[string]*balancer.Backend // by name
+	servers      map[string]*model.Server     // by hostname
 	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
 	// of the Ingress that created them: any Ingress's "/" path replaces it.
 	hostRoots map[string]bool
@@ -624,6 +627,14 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 		}
 		if a.sslPassthrough && host != model.CatchAllHost {
 			srv.SSLPassthrough = true
+		}
+		if a.fromToWWW && host != model.CatchAllHost && !strings.HasPrefix(host, "*.") {
+			if b.wwwRedirects == nil {
+				b.wwwRedirects = map[string]*networkingv1.Ingress{}
+			}
+			if b.wwwRedirects[host] == nil {
+				b.wwwRedirects[host] = ing
+			}
 		}
 		for pi, p := range rule.HTTP.Paths {
 			field := fmt.Sprintf("spec.rules[%d].http.paths[%d]", ri, pi)
@@ -1315,6 +1326,7 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 
 // finish sorts everything so the same input always gives the same bytes.
 func (b *builder) finish() {
+	b.wwwServers()
 	b.cfg.Backends = make([]balancer.Backend, 0, len(b.backends))
 	b.cfg.Servers = make([]model.Server, 0, len(b.servers))
 	for _, be := range b.backends {
@@ -1351,4 +1363,52 @@ func (b *builder) finish() {
 	if len(b.cfg.Certificates) == 0 {
 		b.cfg.Certificates = nil
 	}
+}
+
+// wwwServers adds the redirect server of each host with
+// from-to-www-redirect, as ingress-nginx's BuildRedirects: www.<host> for
+// <host>, <host> for www.<host>; none where a server of that name exists
+// (an Event says so). Its TLS is the host's certificate when that names it
+// too.
+func (b *builder) wwwServers() {
+	hosts := make([]string, 0, len(b.wwwRedirects))
+	for h := range b.wwwRedirects {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, to := range hosts {
+		from := "www." + to
+		if rest, ok := strings.CutPrefix(to, "www."); ok {
+			from = rest
+		}
+		ing := b.wwwRedirects[to]
+		if b.servers[from] != nil {
+			b.objErr(ing, annotationPrefix+"from-to-www-redirect", fmt.Sprintf("%s is served by an Ingress; no redirect from it to %s", from, to))
+			continue
+		}
+		if validateHost(from) != nil {
+			continue
+		}
+		srv := &model.Server{Hostname: from, RedirectTo: to}
+		if t := b.servers[to].TLS; t != nil {
+			if c, ok := b.cfg.Certificates[t.CertificateUID]; ok && certNames(c.Hosts, from) {
+				srv.TLS = &model.ServerTLS{CertificateUID: t.CertificateUID}
+			}
+		}
+		b.servers[from] = srv
+	}
+}
+
+// certNames reports whether a certificate for names is valid for host (a
+// "*." name covers one label).
+func certNames(names []string, host string) bool {
+	for _, n := range names {
+		if n == host {
+			return true
+		}
+		if suffix, ok := strings.CutPrefix(n, "*"); ok && strings.HasSuffix(host, suffix) && !strings.Contains(host[:len(host)-len(suffix)], ".") && len(host) > len(suffix) {
+			return true
+		}
+	}
+	return false
 }

@@ -108,7 +108,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "ssl-redirect", Group: GroupRouting, Support: Supported, Note: "`http-redirect-code`, 308 by default"},
 	{Name: "force-ssl-redirect", Group: GroupRouting, Support: Supported},
 	{Name: "preserve-trailing-slash", Group: GroupRouting, Support: Partial, Note: "only the ssl-redirect's trailing slash is affected"},
-	{Name: "from-to-www-redirect", Group: GroupRouting, Support: Unsupported},
+	{Name: "from-to-www-redirect", Group: GroupRouting, Support: Supported, Note: "a server for www.<host> (or <host> without www.) redirecting to the Ingress host with http-redirect-code, its port and path, as ingress-nginx; over HTTPS only when the host's certificate also names it (else the catch-all answers), and not when an Ingress serves that name (an Event says so)"},
 	{Name: "use-port-in-redirects", Group: GroupRouting, Support: Unsupported},
 	{Name: "relative-redirects", Group: GroupRouting, Support: Unsupported},
 	{Name: "ssl-passthrough", Group: GroupRouting, Support: Supported, Note: "with `--enable-ssl-passthrough` (SNI routing in `tcpproxy/`)"},

@@ -106,6 +106,12 @@ type Server struct {
 	// ClientAuth, when set, is auth-tls-*: TLS clients are asked for a
 	// certificate verified against its CA before any location runs.
 	ClientAuth *ClientAuth `json:"clientAuth,omitempty"`
+	// RedirectTo, when set, makes this server answer every request with a
+	// redirect to that host (from-to-www-redirect: "www.example.com" to
+	// "example.com" or the other way): Global.HTTPRedirectCode, Location
+	// scheme://RedirectTo:port and the request URI without a trailing
+	// slash, as ingress-nginx's redirect servers; it has no Locations.
+	RedirectTo string `json:"redirectTo,omitempty"`
 	// SSLPassthrough sends this host's TLS connections to the backend
 	// unterminated (tcpproxy); Locations are then not used for HTTPS.
 	SSLPassthrough bool `json:"sslPassthrough,omitempty"`
@@ -788,4 +794,15 @@ func ResponseHeaderStatus(code int) bool {
 		return true
 	}
 	return false
+}
+
+// WWWRedirectLocation is the Location of a from-to-www-redirect answer, as
+// ingress-nginx's redirect server builds it: scheme://to:port and the
+// request URI less one trailing slash ("/" becomes "").
+func WWWRedirectLocation(scheme, to, port string, requestURI []byte) string {
+	uri := requestURI
+	if n := len(uri); n > 0 && uri[n-1] == '/' {
+		uri = uri[:n-1]
+	}
+	return scheme + "://" + to + ":" + port + string(uri)
 }

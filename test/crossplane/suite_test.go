@@ -492,7 +492,11 @@ func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 	}
 	for k := range r.Want.Header {
 		v := reDigestNonce.ReplaceAllString(h.Get(k), `nonce="<nonce>"`)
-		a.Header[k] = reDigestRspauth.ReplaceAllString(v, `rspauth="<rspauth>"`)
+		v = reDigestRspauth.ReplaceAllString(v, `rspauth="<rspauth>"`)
+		if k == "Location" {
+			v = reLocationPort.ReplaceAllString(v, "$1:<port>")
+		}
+		a.Header[k] = v
 	}
 	if ec != nil {
 		a.Backend = ec.Backend
