@@ -373,6 +373,8 @@ type locationV struct {
 	// ResponseHeaders), checked again: each goes out with add_header, the
 	// upstream's field of that name hidden.
 	Headers []model.HeaderField
+	// NoAccessLog is enable-access-log: "false".
+	NoAccessLog bool
 	// SetHeaders are proxy-set-headers, after the location's own
 	// proxy_set_header lines.
 	SetHeaders []model.HeaderField
@@ -816,6 +818,7 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 		}
 	}
 	lv.Headers = l.ResponseHeaders
+	lv.NoAccessLog = l.NoAccessLog
 	for _, h := range l.ProxySetHeaders {
 		if !reResponseHeader.MatchString(h.Name) || (h.Value != "" && !literalValue(h.Value)) {
 			return lv, fmt.Errorf("proxy-set-headers field %q", h.Name)
@@ -1066,6 +1069,8 @@ type globalView struct {
 	UpstreamKeepaliveTimeout     string
 	UpstreamKeepaliveRequests    int
 	Proxy                        model.Proxy
+	// SkipAccessLog is skip-access-log-urls, checked again.
+	SkipAccessLog []string
 	// RealIPHeader and RealIPFrom are real_ip_header and the
 	// set_real_ip_from ranges (model.Global.RealIP); RealIPHeader is empty
 	// without. FullForwardedFrom is the variable compute-full-forwarded-for
@@ -1161,6 +1166,13 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 		v.HTTPRedirectCode = c
 	default:
 		bad("http-redirect-code", strconv.Itoa(c), "301, 302, 307 or 308")
+	}
+	for _, u := range g.SkipAccessLogURLs {
+		if strings.HasPrefix(u, "/") && literalValue(u) && !strings.ContainsAny(u, " \"\\'") {
+			v.SkipAccessLog = append(v.SkipAccessLog, u)
+		} else {
+			bad("skip-access-log-urls", u, "a request URI")
+		}
 	}
 	// The nginx-only keys, parsed and checked by the builder
 	// (model.NginxSettings); checked again here where a value is written

@@ -159,7 +159,7 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	}
 	b.WriteString(quote(escapeDollar(lp)))
 	b.WriteByte(';')
-	if l.Backend == model.DefaultBackendName && !v.G.AccessLogDefaultBackend {
+	if l.NoAccessLog || (l.Backend == model.DefaultBackendName && !v.G.AccessLogDefaultBackend) {
 		b.WriteString("\n            access_log off;")
 	}
 	if l.Denied {

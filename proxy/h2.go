@@ -348,7 +348,7 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 		x.respHeader = headerBytes(w.Header())
 		p.metrics.observe(&x, &o, took)
 	}
-	if p.cfg.AccessLog != nil {
+	if p.cfg.AccessLog != nil && !o.noLog {
 		p.accessLog(&x, &o, start, took)
 	}
 }
@@ -380,6 +380,10 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if rt != nil {
 		w.headers = rt.loc.ResponseHeaders
 		o.addUpstreamFields(rt.setFields) // proxy-set-headers
+		o.noLog = rt.loc.NoAccessLog
+	}
+	if len(tbl.skipLog) > 0 && tbl.skipLog[r.RequestURI] {
+		o.noLog = true
 	}
 	if vh != nil && vh.tls && r.TLS != nil && tbl.hsts != "" {
 		// Every answer, as ingress-nginx's header phase adds it.

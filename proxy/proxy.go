@@ -325,6 +325,9 @@ type outcome struct {
 	hsts string
 	// headers are the location's add-headers and custom-headers.
 	headers []model.HeaderField
+	// noLog: the request is not written to the access log
+	// (enable-access-log: "false", skip-access-log-urls).
+	noLog bool
 }
 
 // setAuth keeps what external authentication passes, after the fields of
@@ -405,7 +408,7 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		x.respHeader = len(resp.Header.Header())
 		p.metrics.observe(&x, o, took)
 	}
-	if p.cfg.AccessLog != nil {
+	if p.cfg.AccessLog != nil && !o.noLog {
 		p.accessLog(&x, o, start, took)
 	}
 }
@@ -468,6 +471,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if rt != nil {
 		o.headers = rt.loc.ResponseHeaders
 		o.addUpstreamFields(rt.setFields) // proxy-set-headers
+		o.noLog = rt.loc.NoAccessLog
+	}
+	if len(tbl.skipLog) > 0 && tbl.skipLog[string(ctx.Request.Header.RequestURI())] {
+		o.noLog = true
 	}
 	if vh != nil && vh.tls && ctx.IsTLS() {
 		o.hsts = tbl.hsts

@@ -14,6 +14,8 @@ import (
 
 // table is an immutable routing table built from one Configuration.
 type table struct {
+	// skipLog is skip-access-log-urls: request URIs not logged.
+	skipLog map[string]bool
 	// useForwarded is use-forwarded-headers: X-Forwarded-Proto and
 	// X-Forwarded-Port name the scheme and port of redirects to www.
 	useForwarded bool
@@ -131,6 +133,12 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 		t.hsts = cfg.Global.HSTSHeader()
 	}
 	t.useForwarded = cfg.Global.UseForwardedHeaders
+	for _, u := range cfg.Global.SkipAccessLogURLs {
+		if t.skipLog == nil {
+			t.skipLog = map[string]bool{}
+		}
+		t.skipLog[u] = true
+	}
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
 		vh := &vhost{name: s.Hostname, exact: map[string]*route{}, tls: s.TLS != nil, redirectTo: s.RedirectTo}

@@ -43,6 +43,8 @@ type annotations struct {
 	useRegex bool
 	// fromToWWW is from-to-www-redirect.
 	fromToWWW bool
+	// noAccessLog is enable-access-log: "false".
+	noAccessLog bool
 	// serviceUpstream is service-upstream; nil: the ConfigMap's default.
 	serviceUpstream *bool
 
@@ -306,6 +308,9 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 	}
 	a.useRegex = boolean("use-regex")
 	a.fromToWWW = boolean("from-to-www-redirect")
+	if _, ok := get("enable-access-log"); ok {
+		a.noAccessLog = !boolean("enable-access-log")
+	}
 	if _, ok := get("service-upstream"); ok {
 		v := boolean("service-upstream")
 		a.serviceUpstream = &v

@@ -417,6 +417,18 @@ func (b *builder) global() {
 		b.addHeaders(cm.Data, bad)
 		b.proxySetHeaders(cm.Data, bad)
 		boolKey("service-upstream", &b.serviceUpstream)
+		if v, ok := cm.Data["skip-access-log-urls"]; ok {
+			for _, u := range strings.Split(v, ",") {
+				if u = strings.TrimSpace(u); u == "" {
+					continue
+				}
+				if !strings.HasPrefix(u, "/") || !literalURI(u) {
+					bad("skip-access-log-urls", fmt.Sprintf("%q is not a request URI (a path and query of visible ASCII, no quote, backslash or $)", u))
+					continue
+				}
+				g.SkipAccessLogURLs = append(g.SkipAccessLogURLs, u)
+			}
+		}
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":
@@ -741,6 +753,7 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 		loc.UpstreamTLS = a.upstreamTLS // proxy_ssl_* apply to proxy_pass https only
 	}
 	loc.ResponseHeaders = mergeHeaders(b.globalHeaders, a.customHeaders)
+	loc.NoAccessLog = a.noAccessLog
 	loc.ProxySetHeaders = b.proxySetFields
 	if a.sslRedirect != nil {
 		loc.Rewrite.SSLRedirect = *a.sslRedirect

@@ -210,7 +210,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "enable-modsecurity", Group: GroupOther, Support: Unsupported, Note: "the WAF is not run. ingress-nginx's ModSecurity only detects (`SecRuleEngine DetectionOnly`) unless a `modsecurity-snippet` turns blocking on, and that snippet fails closed"},
 	{Name: "enable-owasp-core-rules", Group: GroupOther, Support: Unsupported, Note: "as `enable-modsecurity`"},
 	{Name: "modsecurity-transaction-id", Group: GroupOther, Support: Unsupported},
-	{Name: "enable-access-log", Group: GroupOther, Support: Unsupported},
+	{Name: "enable-access-log", Group: GroupOther, Support: Supported, Note: "\"false\": the location's requests are not logged"},
 	{Name: "enable-rewrite-log", Group: GroupOther, Support: Unsupported},
 	{Name: "enable-opentelemetry", Group: GroupOther, Support: Unsupported},
 	{Name: "opentelemetry-trust-incoming-span", Group: GroupOther, Support: Unsupported},

@@ -217,7 +217,7 @@ var ConfigMapKeys = []ConfigMapKey{
 	{Name: "server-snippet", Status: KeyRefused, Note: "raw nginx configuration"},
 	{Name: "server-tokens", Status: NginxPlaneOnly},
 	{Name: "service-upstream", Status: BothPlanes, Note: "the default of the service-upstream annotation"},
-	{Name: "skip-access-log-urls", Status: KeyUnsupported},
+	{Name: "skip-access-log-urls", Status: BothPlanes, Note: "requests whose URI (path and query) is exactly one of these are not logged"},
 	{Name: "ssl-buffer-size", Status: KeyUnsupported},
 	{Name: "ssl-ciphers", Status: NginxPlaneOnly},
 	{Name: "ssl-dh-param", Status: KeyUnsupported},

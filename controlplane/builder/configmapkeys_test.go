@@ -211,6 +211,7 @@ var builderKeys = map[string]struct {
 	"service-upstream":                      {val: "true"},
 	"proxy-buffer-size":                     {val: "16k"},
 	"proxy-buffers-number":                  {val: "8"},
+	"skip-access-log-urls":                  {val: "/healthz, /ping?x=1"},
 	"global-allowed-response-headers":       {val: "X-Custom"},
 	"worker-shutdown-timeout":               {val: "30s"},
 	"server-tokens":                         {val: "true"},

@@ -187,3 +187,17 @@ func (b *builder) proxySetHeaders(data map[string]string, bad func(key, msg stri
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	b.proxySetFields = out
 }
+
+// literalURI reports whether u is visible ASCII without a quote, a
+// backslash or '$', so nginx reads it as one literal word.
+func literalURI(u string) bool {
+	if len(u) > 2048 {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' || c == '$' || c == '\'' {
+			return false
+		}
+	}
+	return true
+}

@@ -228,6 +228,9 @@ type Location struct {
 	Rewrite         Rewrite         `json:"rewrite"`
 	Redirect        Redirect        `json:"redirect"`
 	Proxy           Proxy           `json:"proxy"`
+	// NoAccessLog is enable-access-log: "false": requests to this location
+	// are not written to the access log.
+	NoAccessLog bool `json:"noAccessLog,omitempty"`
 	// ResponseHeaders are the ConfigMap's add-headers with the Ingress's
 	// custom-headers over them, sorted by name: set on answers whose
 	// status is in ResponseHeaderStatuses, replacing any field of that
@@ -655,6 +658,9 @@ type Global struct {
 	// and 8192.
 	LargeClientHeaderBuffers    int `json:"largeClientHeaderBuffers,omitempty"`
 	LargeClientHeaderBufferSize int `json:"largeClientHeaderBufferSize,omitempty"`
+	// SkipAccessLogURLs is skip-access-log-urls: requests whose URI (path
+	// and query, as sent) is one of these are not logged.
+	SkipAccessLogURLs []string `json:"skipAccessLogURLs,omitempty"`
 	// Nginx holds the keys only the nginx data plane carries out.
 	Nginx NginxSettings `json:"nginx,omitzero"`
 }

@@ -84,7 +84,20 @@ type Want struct {
 	Host string
 	// Sent are request fields the backend must have got; "" means absent.
 	Sent map[string]string
+	// Logged, when set, says whether the request's access log line must be
+	// there (the request carries an X-Request-ID naming it).
+	Logged logCheck
 }
+
+// logCheck is what a row expects of the access log.
+type logCheck int
+
+const (
+	// logged: the request's line is written.
+	logged logCheck = iota + 1
+	// notLogged: it is not, within a second.
+	notLogged
+)
 
 var (
 	rowsMu sync.Mutex
@@ -186,6 +199,9 @@ type env struct {
 	certs    map[string]tls.Certificate
 	http     string
 	https    string
+	// log is the controller's output, where both planes write the access
+	// log.
+	log string
 }
 
 func startBackends(t *testing.T) map[string]string {
@@ -389,6 +405,7 @@ func (e *env) startController(t *testing.T, plane string, rows []Row, extra map[
 		args = append(args, harness.NginxPlaneArgs(t, "../../lua")...)
 	}
 	p := harness.StartProcess(t, harness.Cmd{Name: "switchyard-" + plane, Path: binary, Args: args})
+	e.log = p.LogPath()
 	e.http = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort))
 	e.https = net.JoinHostPort("127.0.0.1", strconv.Itoa(httpsPort))
 	harness.WaitFor(t, readyTimeout, "switchyard /readyz", p, harness.HTTPReady("http://127.0.0.1:"+strconv.Itoa(status)+"/readyz", 200, nil, nil))
@@ -649,6 +666,13 @@ func TestBehaviour(t *testing.T) {
 							code, h, ec, err := e.do(ctx, req)
 							a := answerOf(req, code, h, ec, err)
 							results[plane][key] = a
+							if req.Want.Logged != 0 {
+								if err := e.checkLogged(req); err != nil {
+									t.Error(err)
+									a.Err += " log: " + err.Error()
+									results[plane][key] = a
+								}
+							}
 							for _, m := range mismatches(a, req.Want) {
 								if known {
 									drifted = true
@@ -686,5 +710,38 @@ func TestBehaviour(t *testing.T) {
 	}
 	if len(keys) == 0 {
 		t.Error("no row ran")
+	}
+}
+
+// checkLogged waits for the request's access log line (its X-Request-ID in
+// the controller's output) to be written, or, for notLogged, for a second
+// in which it is not.
+func (e *env) checkLogged(r Request) error {
+	id := r.Header["X-Request-ID"]
+	if id == "" {
+		return fmt.Errorf("a row checking the access log must send an X-Request-ID")
+	}
+	wait := 5 * time.Second
+	if r.Want.Logged == notLogged {
+		wait = time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile(e.log)
+		if err != nil {
+			return err
+		}
+		has := bytes.Contains(b, []byte(id))
+		switch {
+		case has && r.Want.Logged == notLogged:
+			return fmt.Errorf("request %s is in the access log", id)
+		case has:
+			return nil
+		case time.Now().After(deadline) && r.Want.Logged == logged:
+			return fmt.Errorf("request %s is not in the access log after %s", id, wait)
+		case time.Now().After(deadline):
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // the Go plane writes its log in batches
 	}
 }
