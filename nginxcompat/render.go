@@ -421,6 +421,10 @@ type locationV struct {
 	ReadTimeout                 int
 	Buffering                   bool
 	BufferSize, BuffersNumber   int
+	// RequestBuffering and ClientBodyBuffer are proxy-request-buffering
+	// and client-body-buffer-size (ingress-nginx's on and 8k).
+	RequestBuffering            bool
+	ClientBodyBuffer            int
 	NextUpstream                string
 	NextUpstreamTries           int
 	NextUpstreamTimeout         int
@@ -979,6 +983,10 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 	// proxy-buffer-size and proxy-buffers-number, ingress-nginx's 4k and 4
 	// when unset; the builder keeps them within 1k-1m and 2-256.
 	lv.BufferSize, lv.BuffersNumber = cmp.Or(pr.BufferSizeBytes, 4<<10), cmp.Or(pr.BuffersNumber, 4)
+	lv.RequestBuffering, lv.ClientBodyBuffer = !pr.NoRequestBuffering, cmp.Or(pr.ClientBodyBufferBytes, 8<<10)
+	if lv.ClientBodyBuffer < 1<<10 || lv.ClientBodyBuffer > 64<<20 {
+		return lv, fmt.Errorf("client-body-buffer-size %d", lv.ClientBodyBuffer)
+	}
 	if lv.BufferSize < 1<<10 || lv.BufferSize > 1<<20 || lv.BuffersNumber < 2 || lv.BuffersNumber > 256 {
 		return lv, fmt.Errorf("proxy-buffer-size %d or proxy-buffers-number %d", lv.BufferSize, lv.BuffersNumber)
 	}
@@ -1096,7 +1104,7 @@ var ConfigMapKeys = []string{
 	"http-redirect-code", "hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload",
 	"ssl-redirect", "proxy-connect-timeout", "proxy-send-timeout", "proxy-read-timeout",
 	"proxy-body-size", "proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout",
-	"proxy-buffering", "proxy-buffer-size", "proxy-buffers-number", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
+	"proxy-buffering", "proxy-buffer-size", "proxy-buffers-number", "proxy-request-buffering", "client-body-buffer-size", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
 }
 
 // configMapRef names the controller ConfigMap; the caller knows its name.

@@ -68,6 +68,10 @@ type annotations struct {
 	// bufferSize and buffersNumber are proxy-buffer-size and
 	// proxy-buffers-number; nil: the ConfigMap's.
 	bufferSize, buffersNumber *int
+	// noRequestBuffering and clientBodyBuffer are proxy-request-buffering
+	// and client-body-buffer-size; nil: the ConfigMap's.
+	noRequestBuffering *bool
+	clientBodyBuffer   *int
 	// allowSourceRanges and denySourceRanges are nil when the annotation
 	// is absent (the ConfigMap's default applies).
 	allowSourceRanges []netip.Prefix
@@ -720,6 +724,22 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 			a.buffering = &b
 		default:
 			bad("proxy-buffering", "%q is not on or off", v)
+		}
+	}
+	if v, ok := get("proxy-request-buffering"); ok {
+		switch v {
+		case "on", "off":
+			off := v == "off"
+			a.noRequestBuffering = &off
+		default:
+			bad("proxy-request-buffering", "%q is not on or off", v)
+		}
+	}
+	if v, ok := get("client-body-buffer-size"); ok {
+		if n, err := nginxSize(v); err != nil || n < 1<<10 || n > 64<<20 {
+			bad("client-body-buffer-size", "%q is not a size from 1k to 64m", v)
+		} else {
+			a.clientBodyBuffer = &n
 		}
 	}
 }

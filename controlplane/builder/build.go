@@ -411,6 +411,12 @@ func (b *builder) global() {
 		if px.buffersNumber != nil {
 			g.Proxy.BuffersNumber = *px.buffersNumber
 		}
+		if px.noRequestBuffering != nil {
+			g.Proxy.NoRequestBuffering = *px.noRequestBuffering
+		}
+		if px.clientBodyBuffer != nil {
+			g.Proxy.ClientBodyBufferBytes = *px.clientBodyBuffer
+		}
 		b.globalAccess(cm, ref, &g)
 		connections(cm.Data, &g, bad)
 		g.Nginx = nginxSettings(cm.Data, bad)
@@ -788,6 +794,12 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	}
 	if a.buffersNumber != nil {
 		px.BuffersNumber = *a.buffersNumber
+	}
+	if a.noRequestBuffering != nil {
+		px.NoRequestBuffering = *a.noRequestBuffering
+	}
+	if a.clientBodyBuffer != nil {
+		px.ClientBodyBufferBytes = *a.clientBodyBuffer
 	}
 	b.applyAccess(loc, a)
 	if a.cors.enabled {

@@ -212,6 +212,8 @@ var builderKeys = map[string]struct {
 	"proxy-buffer-size":                     {val: "16k"},
 	"proxy-buffers-number":                  {val: "8"},
 	"skip-access-log-urls":                  {val: "/healthz, /ping?x=1"},
+	"proxy-request-buffering":               {val: "off"},
+	"client-body-buffer-size":               {val: "16k"},
 	"global-allowed-response-headers":       {val: "X-Custom"},
 	"worker-shutdown-timeout":               {val: "30s"},
 	"server-tokens":                         {val: "true"},

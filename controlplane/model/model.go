@@ -534,6 +534,15 @@ type Proxy struct {
 	// BuffersNumber is proxy-buffers-number, nginx's proxy_buffers count;
 	// 0 means 4.
 	BuffersNumber int `json:"buffersNumber,omitempty"`
+	// NoRequestBuffering is proxy-request-buffering: "off": nginx sends a
+	// request body upstream as it arrives instead of reading it whole
+	// first. The Go plane reads a body of up to 64 KiB whole and streams a
+	// larger one either way.
+	NoRequestBuffering bool `json:"noRequestBuffering,omitempty"`
+	// ClientBodyBufferBytes is client-body-buffer-size, nginx's memory
+	// buffer for a request body before it spills to a file; 0 means 8192.
+	// No effect on the Go plane, which never writes bodies to disk.
+	ClientBodyBufferBytes int `json:"clientBodyBufferSize,omitempty"`
 }
 
 // CORS holds enable-cors and the cors-* annotations.

@@ -84,6 +84,9 @@ type Want struct {
 	Host string
 	// Sent are request fields the backend must have got; "" means absent.
 	Sent map[string]string
+	// BodyLen, when set, is how many body bytes the backend must have
+	// read.
+	BodyLen int64
 	// Logged, when set, says whether the request's access log line must be
 	// there (the request carries an X-Request-ID naming it).
 	Logged logCheck
@@ -499,6 +502,7 @@ type answer struct {
 	URI     string
 	Host    string
 	Sent    map[string]string
+	BodyLen int64
 }
 
 // answerOf is the answer in comparable form: only the fields r checks.
@@ -522,6 +526,9 @@ func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 		}
 		if r.Want.Host != "" {
 			a.Host = ec.Host
+		}
+		if r.Want.BodyLen != 0 {
+			a.BodyLen = ec.BodyLen
 		}
 		for k := range r.Want.Sent {
 			a.Sent[k] = http.Header(ec.Header).Get(k)
@@ -549,6 +556,9 @@ func mismatches(a answer, w Want) []string {
 	}
 	if w.URI != "" && a.URI != w.URI {
 		out = append(out, fmt.Sprintf("backend got URI %q; want %q", a.URI, w.URI))
+	}
+	if w.BodyLen != 0 && a.BodyLen != w.BodyLen {
+		out = append(out, fmt.Sprintf("backend read %d body bytes; want %d", a.BodyLen, w.BodyLen))
 	}
 	if w.Host != "" && a.Host != w.Host {
 		out = append(out, fmt.Sprintf("backend got Host %q; want %q", a.Host, w.Host))
