@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The cost of a rate limit on the Go plane (issue 19's benchmark): two
-# `switchyard controller --data-plane=go` processes of the same build, in
-# manifests mode with the defaults (request metrics on the status port, the
-# upstreaminfo access log on standard output redirected to a file), one
-# Ingress over three backends; the second Ingress has limit-rps: "1000000"
-# (a limit no client reaches here, so every request takes the limiter's
-# path and is served). wrk -t2 -c64 in alternating rounds, the products
+# The cost of a rate limit and the access log on the Go plane (issue 19's
+# benchmark): two `switchyard controller --data-plane=go` processes of the
+# same build, in manifests mode with the defaults (request metrics on the
+# status port, the upstreaminfo access log on standard output redirected to
+# a file), one Ingress over three backends. "plain": the Ingress has
+# enable-access-log: "false" (BASE=log keeps its log on); "limited": its
+# Ingress logs and has limit-rps: "1000000" (a limit no client reaches
+# here, so every request takes the limiter's path and is served). wrk -t2 -c64 in alternating rounds, the products
 # pinned to CPU 1 (GOMAXPROCS=1), wrk and the backends to CPU 0. Prints per
 # round rps and CPU per request of each, and the median [range] of the
 # per-round ratios limited / unlimited. Needs root (apt-get), wrk, curl,
 # taskset.
-# Usage: [REV=<commit>] test/bench/ratelimit.sh [seconds] [rounds]
+# Usage: [REV=<commit>] [BASE=nolog|log] test/bench/ratelimit.sh [seconds] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs="${1:-5}"
@@ -84,7 +85,11 @@ spec:
       - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
 YAML
 }
-manifests plain ""
+if [ "${BASE:-nolog}" = log ]; then
+	manifests plain ""
+else
+	manifests plain 'nginx.ingress.kubernetes.io/enable-access-log: "false"'
+fi
 manifests limited 'nginx.ingress.kubernetes.io/limit-rps: "1000000"'
 
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$bport,127.0.0.3:$bport,127.0.0.4:$bport" &
@@ -121,7 +126,7 @@ run() {
 	awk -v t0="$t0" -v t1="$(ticks "$1")" -v n="$n" -v hz="$hz" -v r="$rps" 'BEGIN { printf "%.0f %.1f\n", r, (t1 - t0) / hz * 1e6 / n }'
 }
 for p in plain limited; do taskset -c 0 wrk -t2 -c64 -d1s -H 'Host: bench.local' "http://127.0.0.1:${http[$p]}/" >/dev/null; done
-echo "# $measured; $(go version | cut -d' ' -f3); ${secs}s x $rounds rounds, wrk -t2 -c64, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $measured; $(go version | cut -d' ' -f3); ${secs}s x $rounds rounds, wrk -t2 -c64, plain's access log ${BASE:-nolog}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# round  plain_rps plain_us/req  limited_rps limited_us/req  ratio"
 ratios=() cpus=()
 for r in $(seq "$rounds"); do
@@ -147,6 +152,11 @@ median "limited / plain rps" "${ratios[@]}"
 median "limited / plain CPU per request" "${cpus[@]}"
 for p in plain limited; do
 	reqs=$(curl -sf "http://127.0.0.1:${status[$p]}/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }')
-	echo "# $p: nginx_ingress_controller_requests $reqs, access log $(wc -l <"$tmp/$p.access.log") lines"
+	lines=$(wc -l <"$tmp/$p.access.log")
+	echo "# $p: nginx_ingress_controller_requests $reqs, access log $lines lines"
 	[ "${reqs:-0}" -gt 0 ] || { echo "ratelimit.sh: $p had no request metrics" >&2; exit 1; }
+	if [ "$p" = limited ] && [ "$lines" -le 0 ]; then
+		echo "ratelimit.sh: limited wrote no access log" >&2
+		exit 1
+	fi
 done
