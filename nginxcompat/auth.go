@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -318,18 +317,12 @@ var (
 
 // clientCAFile is where a CA bundle is written: named by its content, so a
 // new bundle never overwrites one a running nginx would read again.
-func clientCAFile(dir, pem string) string {
-	h := sha1.Sum([]byte(pem)) // #nosec G401 -- a file name
-	return filepath.Join(dir, "client-ca-"+hex.EncodeToString(h[:10])+".crt")
-}
+func clientCAFile(dir, pem string) string { return pemFile(dir, "client-ca-", ".crt", pem) }
 
 // clientCRLFile is where a server's revocation lists are written, named by
 // their content as clientCAFile (not .pem, which RemoveStaleCertificates
 // owns).
-func clientCRLFile(dir, pem string) string {
-	h := sha1.Sum([]byte(pem)) // #nosec G401 -- a file name
-	return filepath.Join(dir, "client-crl-"+hex.EncodeToString(h[:10])+".crl")
-}
+func clientCRLFile(dir, pem string) string { return pemFile(dir, "client-crl-", ".crl", pem) }
 
 // clientAuthView checks a server's ClientAuth.
 func clientAuthView(ca *model.ClientAuth, certDir string) (*clientAuthV, error) {

@@ -56,7 +56,8 @@ func proxySSLView(u *model.UpstreamTLS, certDir string) (*proxySSLV, error) {
 	return v, nil
 }
 
-// pemFile names a file by its content, as clientCAFile.
+// pemFile names a file of dir by its content: prefix, 10 bytes of its SHA-1
+// in hex, ext. An unchanged file keeps its name across renders.
 func pemFile(dir, prefix, ext, pem string) string {
 	h := sha1.Sum([]byte(pem)) // #nosec G401 -- a file name
 	return filepath.Join(dir, prefix+hex.EncodeToString(h[:10])+ext)
