@@ -290,13 +290,17 @@ func readHead(c *upConn, h *fasthttp.ResponseHeader, headMax int) error {
 	err := h.Read(c.br)
 	if err == nil {
 		if c.br.Size() > headMax && len(h.Header()) > headMax {
-			// Read on a buffer grown for another location.
-			logUpstream(c.pool.errLog, c.pool.addr, errTooBigHeader)
-			return errTooBigHeader
+			return c.tooBigHeader() // read on a buffer grown for another location
 		}
 		return nil
 	}
 	return readHeadFailed(c, h, headMax, err)
+}
+
+// tooBigHeader logs and returns errTooBigHeader.
+func (c *upConn) tooBigHeader() error {
+	logUpstream(c.pool.errLog, c.pool.addr, errTooBigHeader)
+	return errTooBigHeader
 }
 
 // readHeadFailed is readHead after a failed Read: a head over the read
@@ -312,8 +316,7 @@ func readHeadFailed(c *upConn, h *fasthttp.ResponseHeader, headMax int, err erro
 		err = h.Read(c.br)
 	}
 	if errors.As(err, &small) || (err == nil && len(h.Header()) > headMax) {
-		logUpstream(c.pool.errLog, c.pool.addr, errTooBigHeader)
-		return errTooBigHeader
+		return c.tooBigHeader()
 	}
 	return err
 }
