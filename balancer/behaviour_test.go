@@ -30,7 +30,12 @@ func TestImplementationPrecedence(t *testing.T) {
 		{"peak_ewma", Backend{LoadBalance: "peak_ewma"}, "peak_ewma"},
 	}
 	for _, tt := range tests {
-		if got := implementation(&tt.b); got != tt.want {
+		tt.b.Name = "b"
+		m, err := tt.b.Model()
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got := string(m.Implementation()); got != tt.want {
 			t.Errorf("%s: got %s; want %s", tt.name, got, tt.want)
 		}
 	}

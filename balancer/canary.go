@@ -3,11 +3,12 @@ package balancer
 import (
 	"bytes"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"regexp"
 	"strings"
 )
 
-// canaryPolicy is a TrafficShapingPolicy compiled at Sync.
+// canaryPolicy is a backend's Canary rules made ready for requests at Sync.
 type canaryPolicy struct {
 	weight, total int
 	headerVar     string // "http_x_canary", "" for none
@@ -17,7 +18,7 @@ type canaryPolicy struct {
 	cookieVar     string
 }
 
-func compilePolicy(p TrafficShapingPolicy) (canaryPolicy, error) {
+func compilePolicy(p model.Canary) (canaryPolicy, error) {
 	c := canaryPolicy{weight: p.Weight, total: 100}
 	// Lua ignores a weight-total that is not above 100 (spec §3.6 rule 8).
 	if p.WeightTotal > 100 {
@@ -30,15 +31,14 @@ func compilePolicy(p TrafficShapingPolicy) (canaryPolicy, error) {
 		c.cookieVar = "cookie_" + p.Cookie
 	}
 	c.headerValue = []byte(p.HeaderValue)
-	var err error
-	if p.HeaderValue == "" && p.HeaderPattern != "" {
-		c.pattern, err = regexp.Compile(p.HeaderPattern)
-		if err != nil {
+	if p.HeaderValue == "" && p.HeaderPattern.String() != "" {
+		c.pattern = p.HeaderPattern.Compiled()
+		if c.pattern == nil {
 			c.badPattern = true
-			err = fmt.Errorf("canary-by-header-pattern %q: RE2 rejects it (requests with the header stay on the primary): %w", p.HeaderPattern, err)
+			return c, fmt.Errorf("canary-by-header-pattern %q: RE2 rejects it (requests with the header stay on the primary)", p.HeaderPattern.String())
 		}
 	}
-	return c, err
+	return c, nil
 }
 
 // route implements route_to_alternative_balancer (spec §3.6): affinity →

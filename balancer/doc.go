@@ -3,10 +3,13 @@
 // sticky_persistent) and canary routing, in Go, plus least_request and
 // peak_ewma.
 //
-// In: the backends payload ingress-nginx POSTs to /configuration/backends
-// (Backend), and per request a Request view and per-attempt state. Out: a
-// peer ("ip:port"), the backend actually used, an optional Set-Cookie.
+// In: the controller's typed backends (model.Backend, through Apply), or the
+// payload ingress-nginx POSTs to /configuration/backends in its wire form
+// (Backend, through Sync, which converts and checks each one), and per
+// request a Request view and per-attempt state. Out: a peer ("ip:port"), the
+// backend actually used, an optional Set-Cookie.
 //
-// It is a leaf: it imports nothing from k8s.io and nothing else from this
-// module (enforced by depguard in .golangci.yml).
+// It is a leaf: from this module it imports only the typed snapshot
+// (controlplane/model), and nothing from k8s.io (enforced by depguard in
+// .golangci.yml).
 package balancer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +63,7 @@ type Registry struct {
 	// last and lastErr are the previous Sync's payload and answer (guarded
 	// by mu): a Sync of the same payload changes nothing, not even the
 	// generation, so the nginx shims keep their tables and leases.
-	last    []Backend
+	last    []model.Backend
 	lastErr error
 }
 
@@ -219,40 +221,85 @@ func (r *Registry) nowSeconds() float64 {
 	return float64(r.now().UnixNano()) / 1e9
 }
 
-// Sync applies a whole backends payload: backends not in it are removed. Each
-// backend is built on its own: one that fails validation keeps its previous
+// Sync applies a whole /configuration/backends payload in ingress-nginx's
+// wire form: backends not in it are removed. Each backend is converted
+// (Backend.Model) and built on its own: one that fails keeps its previous
 // balancer (if any) while the others are applied. The error joins the
 // per-backend failures, each naming its backend.
-// Sync keeps backends to compare with the next payload: the caller must not
-// modify it afterwards. A payload equal to the previous one changes nothing,
-// not even Version.
 func (r *Registry) Sync(backends []Backend) error {
+	typed := make([]model.Backend, 0, len(backends))
+	var invalid []string
+	var errs []error
+	for i := range backends {
+		m, err := backends[i].Model()
+		if err != nil {
+			invalid = append(invalid, backends[i].Name)
+			errs = append(errs, err)
+			continue
+		}
+		typed = append(typed, m)
+	}
+	return errors.Join(append(errs, r.apply(typed, invalid))...)
+}
+
+// Apply applies typed backends, the controller's own: backends not in it
+// are removed; one that cannot be built keeps its previous balancer (if
+// any) while the others are applied. The error joins the per-backend
+// failures, each naming its backend. Apply keeps backends to compare with
+// the next call: the caller must not modify them afterwards. Backends equal
+// to the previous ones change nothing, not even Version.
+func (r *Registry) Apply(backends []model.Backend) error { return r.apply(backends, nil) }
+
+// apply is Apply; the backends named in keep failed before they got here
+// and keep their previous balancers.
+func (r *Registry) apply(backends []model.Backend, keep []string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// The controller syncs on every change of its Configuration, most of
+	// The controller applies on every change of its Configuration, most of
 	// which leave the backends as they were. ExternalName backends are
-	// resolved again at every Sync, so a payload with one is always built.
-	if r.last != nil && reflect.DeepEqual(r.last, backends) && !hasExternalName(backends) {
+	// resolved again every time, so a payload with one is always built.
+	if r.last != nil && len(keep) == 0 && sameBackends(r.last, backends) && !hasExternalName(backends) {
 		return r.lastErr
 	}
-	err := r.sync(backends)
+	err := r.sync(backends, keep)
 	r.last, r.lastErr = backends, err
+	if len(keep) > 0 {
+		r.last = nil // what was kept is not in backends
+	}
 	return err
 }
 
+// sameBackends reports whether a and b hold the same backends, canary
+// patterns compared by their text.
+func sameBackends(a, b []model.Backend) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Canary.HeaderPattern.String() != y.Canary.HeaderPattern.String() {
+			return false
+		}
+		x.Canary.HeaderPattern, y.Canary.HeaderPattern = nil, nil
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
 // hasExternalName reports whether a payload has an ExternalName backend.
-func hasExternalName(backends []Backend) bool {
+func hasExternalName(backends []model.Backend) bool {
 	for i := range backends {
-		if _, ok := backends[i].Service.IsExternalName(); ok {
+		if backends[i].ExternalName != "" {
 			return true
 		}
 	}
 	return false
 }
 
-// sync is Sync without the comparison with the previous payload.
-func (r *Registry) sync(backends []Backend) error {
-
+// sync is apply without the comparison with the previous payload.
+func (r *Registry) sync(backends []model.Backend, keep []string) error {
 	old := r.snap.Load()
 	next := &snapshot{byName: make(map[string]*backend, len(backends))}
 	r.rings = newRingBuilds(len(backends))
@@ -275,6 +322,12 @@ func (r *Registry) sync(backends []Backend) error {
 		}
 		if nb != nil {
 			next.byName[b.Name] = nb
+		}
+	}
+	for _, name := range keep {
+		if prev, ok := old.byName[name]; ok && !present[name] {
+			present[name] = true
+			next.byName[name] = prev
 		}
 	}
 	r.rings.wait()
@@ -302,8 +355,8 @@ func (r *Registry) sync(backends []Backend) error {
 // with no usable endpoints (Lua sets the balancer to nil: requests get 503),
 // and (nil, err) when the backend is invalid. A non-fatal problem (a canary
 // pattern RE2 rejects) returns the balancer and an error.
-func (r *Registry) build(in *Backend) (*backend, error) {
-	if err := in.Validate(); err != nil {
+func (r *Registry) build(in *model.Backend) (*backend, error) {
+	if err := checkTyped(in); err != nil {
 		return nil, err
 	}
 	addrs := r.endpointAddrs(in)
@@ -313,7 +366,7 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 		delete(r.states, in.Name)
 		return nil, nil
 	}
-	algoName := implementation(in)
+	algoName := string(in.Implementation())
 	fresh := st == nil || st.algo != algoName
 	if st == nil {
 		st = &backendState{endpoints: map[string]*endpointState{}}
@@ -323,7 +376,7 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 	b := &backend{
 		name:         in.Name,
 		algoName:     algoName,
-		alternatives: in.AlternativeBackends,
+		alternatives: in.Alternatives,
 		byAddr:       make(map[string]int, len(addrs)),
 		scored:       algoName == "ewma" || algoName == "peak_ewma",
 		peak:         algoName == "peak_ewma",
@@ -354,7 +407,7 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 	st.algo = algoName
 
 	var softErr error
-	policy, err := compilePolicy(in.TrafficShapingPolicy)
+	policy, err := compilePolicy(in.Canary)
 	if err != nil {
 		softErr = fmt.Errorf("backend %q: %w", in.Name, err)
 	}
@@ -395,16 +448,15 @@ func (r *Registry) build(in *Backend) (*backend, error) {
 		b.algo = leastRequest{}
 	case "chash":
 		tmpl := "$request_uri" // fix: Lua hashed the literal "nil" (spec §4.3 quirk)
-		if in.UpstreamHashBy.HashBy != nil {
-			tmpl = *in.UpstreamHashBy.HashBy
+		if in.HashBy != nil {
+			tmpl = in.HashBy.Key
 		}
 		b.algo = newCHash(r, st, b, parseHashKey(tmpl))
 	case "chashsubset":
-		tmpl := "$request_uri"
-		if in.UpstreamHashBy.HashBy != nil {
-			tmpl = *in.UpstreamHashBy.HashBy
+		tmpl, size := "$request_uri", 0
+		if in.HashBy != nil {
+			tmpl, size = in.HashBy.Key, in.HashBy.SubsetSize
 		}
-		size := in.UpstreamHashBy.HashBySubsetSize
 		if size <= 0 {
 			size = 3
 		}
@@ -443,9 +495,8 @@ func (r *Registry) slowStart(b *backend, added []*endpointState) {
 }
 
 // endpointAddrs returns the deduplicated node ids of a backend, resolving
-// ExternalName hostnames.
-func (r *Registry) endpointAddrs(in *Backend) []string {
-	_, external := in.Service.IsExternalName()
+// the names of an ExternalName backend.
+func (r *Registry) endpointAddrs(in *model.Backend) []string {
 	seen := make(map[string]bool, len(in.Endpoints))
 	out := make([]string, 0, len(in.Endpoints))
 	add := func(a string) {
@@ -455,23 +506,17 @@ func (r *Registry) endpointAddrs(in *Backend) []string {
 		}
 	}
 	for _, e := range in.Endpoints {
-		port, kind, err := checkEndpoint(e)
-		if err != nil {
-			continue // Validate already reported it
-		}
-		if kind != addrHostname {
-			add(nodeID(e.Address, port, kind)) // IP literals need no resolution (fix of #13076)
+		if in.ExternalName == "" || isIP(e.Address) {
+			add(e.HostPort()) // IP literals need no resolution (fix of #13076)
 			continue
-		}
-		if !external {
-			continue // a hostname is only meaningful for ExternalName
 		}
 		ips, err := r.cfg.Resolve(context.Background(), e.Address)
 		if err != nil {
 			continue // unresolved: dropped, as in Lua
 		}
+		port := strconv.Itoa(int(e.Port))
 		for _, ip := range ips {
-			add(mustAddr(ip, e.Port.Str))
+			add(mustAddr(ip, port))
 		}
 	}
 	return out
@@ -491,49 +536,18 @@ func nodeSetKey(addrs []string) string {
 	return strings.Join(s, ",")
 }
 
-// implementation chooses the algorithm exactly as balancer.lua
-// get_implementation (spec §3.4): affinity beats hash-by, hash-by beats
-// load-balance; unknown names fall back to round_robin.
-func implementation(b *Backend) string {
-	if b.SessionAffinity.Name == "cookie" {
-		if b.SessionAffinity.Mode == "persistent" {
-			return "sticky_persistent"
+// checkTyped checks what the builder guarantees of a typed backend, for
+// callers of Apply that are not the builder.
+func checkTyped(in *model.Backend) error {
+	if in.Name == "" {
+		return errors.New("backend with an empty name")
+	}
+	for i, e := range in.Endpoints {
+		if e.Port == 0 || e.Address == "" {
+			return fmt.Errorf("backend %q: endpoint %d: %q port %d is not an address and a port 1-65535", in.Name, i, e.Address, e.Port)
 		}
-		return "sticky_balanced"
 	}
-	if b.UpstreamHashBy.HashBy != nil {
-		if b.UpstreamHashBy.HashBySubset {
-			return "chashsubset"
-		}
-		return "chash"
-	}
-	if _, ok := algorithms[b.LoadBalance]; ok {
-		return b.LoadBalance
-	}
-	return "round_robin"
-}
-
-// algorithms are the names load-balance accepts: ingress-nginx's six plus
-// Switchyard's two.
-var algorithms = map[string]bool{
-	"round_robin":       true,
-	"ewma":              true,
-	"chash":             true,
-	"chashsubset":       true,
-	"sticky_balanced":   true,
-	"sticky_persistent": true,
-	"least_request":     true,
-	"peak_ewma":         true,
-}
-
-// Algorithms returns the names load-balance accepts, sorted.
-func Algorithms() []string {
-	out := make([]string, 0, len(algorithms))
-	for k := range algorithms {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return nil
 }
 
 // Pick chooses a peer for one attempt of a request to the named backend. The

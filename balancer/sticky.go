@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"crypto/md5"
 	"encoding/hex"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"hash/crc32"
 	"strconv"
 	"strings"
@@ -49,26 +50,26 @@ func md5hex(s string) string {
 // cookie value.
 func BackendKey(name string) string { return md5hex(md5hex(name) + name) }
 
-func newSticky(r *Registry, in *Backend, st *backendState, b *backend, persistent bool) *sticky {
-	ca := in.SessionAffinity.CookieSessionAffinity
+func newSticky(r *Registry, in *model.Backend, st *backendState, b *backend, persistent bool) *sticky {
+	ca := in.Affinity
+	if ca == nil { // load-balance: sticky_* without affinity
+		ca = &model.CookieAffinity{}
+	}
 	s := &sticky{
 		persistent:      persistent,
 		backendKey:      []byte(BackendKey(in.Name)),
 		cookieName:      cmp.Or(ca.Name, "route"), // Lua: name or "route"
-		maxAge:          ca.MaxAge,
 		domain:          ca.Domain,
 		path:            ca.Path,
 		secure:          ca.Secure,
 		conditionalNone: ca.ConditionalSameSiteNone,
 		changeOnFailure: ca.ChangeOnFailure,
 	}
-	if ca.Expires != "" {
-		s.expires, _ = strconv.ParseInt(ca.Expires, 10, 64) // validated
-		s.hasExpires = true
+	if ca.Expires != nil {
+		s.expires, s.hasExpires = *ca.Expires, true
 	}
-	if ca.MaxAge != "" {
-		n, _ := strconv.ParseInt(ca.MaxAge, 10, 64)
-		s.maxAge = strconv.FormatInt(n, 10)
+	if ca.MaxAge != nil {
+		s.maxAge = strconv.FormatInt(*ca.MaxAge, 10)
 	}
 	switch ca.SameSite {
 	case "Strict", "Lax", "None": // resty.cookie drops anything else

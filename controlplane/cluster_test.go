@@ -182,12 +182,12 @@ func TestAgainstAPIServer(t *testing.T) {
 		switch b.Name {
 		case primary:
 			found++
-			if !cmp.Equal(b.AlternativeBackends, []string{canary}) {
-				t.Errorf("primary alternatives = %v; want [%s]", b.AlternativeBackends, canary)
+			if !cmp.Equal(b.Alternatives, []string{canary}) {
+				t.Errorf("primary alternatives = %v; want [%s]", b.Alternatives, canary)
 			}
 		case canary:
 			found++
-			if !b.NoServer || b.TrafficShapingPolicy.Weight != 30 || b.TrafficShapingPolicy.WeightTotal != 100 {
+			if !b.NoServer || b.Canary.Weight != 30 || b.Canary.WeightTotal != 100 {
 				t.Errorf("canary backend = %+v; want noServer, weight 30/100", b)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -97,7 +96,7 @@ func endpointsOf(cfg *model.Configuration, backend string) []string {
 		if b.Name == backend {
 			var out []string
 			for _, e := range b.Endpoints {
-				out = append(out, e.Address+":"+e.Port.Str)
+				out = append(out, e.HostPort())
 			}
 			return out
 		}
@@ -182,9 +181,9 @@ func TestControllerIgnoresOtherClasses(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
-	base := &model.Configuration{Servers: []model.Server{{Hostname: "a"}}, Backends: []balancer.Backend{{Name: "b"}}}
+	base := &model.Configuration{Servers: []model.Server{{Hostname: "a"}}, Backends: []model.Backend{{Name: "b"}}}
 	endpoints := *base
-	endpoints.Backends = []balancer.Backend{{Name: "b", Endpoints: []balancer.Endpoint{{Address: "192.0.2.1", Port: balancer.PortString("80")}}}}
+	endpoints.Backends = []model.Backend{{Name: "b", Endpoints: []model.Endpoint{{Address: "192.0.2.1", Port: 80}}}}
 	servers := *base
 	servers.Servers = []model.Server{{Hostname: "a"}, {Hostname: "c"}}
 	errs := *base

@@ -10,11 +10,15 @@ import (
 	"sync"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
-// BackendSyncer applies a backends payload; *balancer.Registry implements it.
+// BackendSyncer applies backends; *balancer.Registry implements it.
 type BackendSyncer interface {
+	// Sync applies a payload in ingress-nginx's wire form (a POST).
 	Sync(backends []balancer.Backend) error
+	// Apply applies the controller's own typed backends.
+	Apply(backends []model.Backend) error
 }
 
 var _ BackendSyncer = (*balancer.Registry)(nil)
@@ -37,9 +41,9 @@ type API struct {
 	mu           sync.RWMutex // guards the fields below
 	rawBackends  []byte
 	haveBackends bool
-	// synced are backends applied through Sync (the controller's own
+	// synced are backends applied through Apply (the controller's own
 	// path), encoded for GET only when asked.
-	synced      []balancer.Backend
+	synced      []model.Backend
 	general     []byte
 	certServers map[string]string // hostname → certificate uid
 	certData    map[string]string // uid → PEM
@@ -56,15 +60,30 @@ func NewConfigurationAPI(cfg APIConfig) (*API, error) {
 	return &API{cfg: cfg, certServers: map[string]string{}, certData: map[string]string{}}, nil
 }
 
-// Sync applies backends the controller built itself (not POSTed) and makes
+// Apply applies backends the controller built itself (not POSTed) and makes
 // the API report them: /is-dynamic-lb-initialized answers OK and GET
-// /configuration/backends returns them, as after a POST in ingress-nginx.
-func (a *API) Sync(backends []balancer.Backend) error {
-	err := a.cfg.Backends.Sync(backends)
+// /configuration/backends returns them in ingress-nginx's wire form, as
+// after a POST in ingress-nginx.
+func (a *API) Apply(backends []model.Backend) error {
+	err := a.cfg.Backends.Apply(backends)
 	a.mu.Lock()
 	a.synced, a.rawBackends, a.haveBackends = backends, nil, true
 	a.mu.Unlock()
 	return err
+}
+
+// Sync applies a wire-form payload that was not POSTed (a stream line) and
+// makes the API report it, as Apply does.
+func (a *API) Sync(backends []balancer.Backend) error {
+	err := a.cfg.Backends.Sync(backends)
+	raw, merr := json.Marshal(backends)
+	a.mu.Lock()
+	a.synced, a.haveBackends = nil, true
+	if merr == nil {
+		a.rawBackends = raw
+	}
+	a.mu.Unlock()
+	return errors.Join(err, merr)
 }
 
 var _ BackendSyncer = (*API)(nil)
@@ -128,7 +147,7 @@ func (a *API) serve(r *http.Request) (int, []byte, error) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			if a.rawBackends == nil && a.synced != nil {
-				raw, err := json.Marshal(a.synced)
+				raw, err := json.Marshal(balancer.WireBackends(a.synced))
 				if err != nil {
 					return 0, nil, apiErr(http.StatusInternalServerError, "encode backends: %v", err)
 				}

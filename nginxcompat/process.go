@@ -19,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -98,7 +97,7 @@ type Controller struct {
 	reloads  int
 
 	syncMu       sync.Mutex // serializes backend syncs; guards the fields below
-	backends     []balancer.Backend
+	backends     []model.Backend
 	haveBackends bool
 
 	readyMu  sync.Mutex // guards the fields below; never held while waiting
@@ -397,7 +396,7 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 
 // syncBackends hands backends to the balancer. With remember, they become
 // the payload reassert syncs again; without, remembered ones are synced.
-func (c *Controller) syncBackends(backends []balancer.Backend, remember bool) error {
+func (c *Controller) syncBackends(backends []model.Backend, remember bool) error {
 	if c.cfg.Backends == nil {
 		return nil
 	}
@@ -409,7 +408,7 @@ func (c *Controller) syncBackends(backends []balancer.Backend, remember bool) er
 	if !c.haveBackends {
 		return nil
 	}
-	return c.cfg.Backends.Sync(c.backends)
+	return c.cfg.Backends.Apply(c.backends)
 }
 
 // reassert syncs the last Configuration's backends again: a foreign POST

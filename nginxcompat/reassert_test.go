@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/balancer/picksock"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 // Issue 20: a foreign POST /configuration/backends with [] is accepted (as
@@ -64,7 +66,11 @@ func TestReassertUndoesAForeignBackendsPost(t *testing.T) {
 	addr, port, _ := strings.Cut(strings.ReplaceAll(f.be, "-", ":"), ":")
 	cfg := f.config("echo.example.com", "/")
 	cfg.Servers[0].Locations[0].Backend = "default-echo-80"
-	cfg.Backends = []balancer.Backend{{Name: "default-echo-80", Endpoints: []balancer.Endpoint{{Address: addr, Port: balancer.PortString(port)}}}}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backends = []model.Backend{{Name: "default-echo-80", Endpoints: []model.Endpoint{{Address: addr, Port: uint16(n)}}}}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	if err := c.Update(ctx, cfg); err != nil {

@@ -255,7 +255,7 @@ func TestKeepAliveSettings(t *testing.T) {
 	cfg := connsHost("ka.test", peer, model.Global{KeepAliveRequests: 2, KeepAliveSeconds: 1, ClientHeaderTimeoutSeconds: 1})
 	p, reg := newProxy(t, cfg, Config{})
 	update := func(cfg *model.Configuration) {
-		if err := reg.Sync(cfg.Backends); err != nil {
+		if err := reg.Apply(cfg.Backends); err != nil {
 			t.Fatal(err)
 		}
 		p.Update(cfg)

@@ -22,7 +22,7 @@ const builtinDefaultPeer = "127.0.0.1:8181"
 func builtinDefault(cfg *model.Configuration) bool {
 	for _, b := range cfg.Backends {
 		if b.Name == model.DefaultBackendName {
-			return len(b.Endpoints) == 1 && b.Endpoints[0].Address+":"+b.Endpoints[0].Port.String() == builtinDefaultPeer
+			return len(b.Endpoints) == 1 && b.Endpoints[0].HostPort() == builtinDefaultPeer
 		}
 	}
 	return true

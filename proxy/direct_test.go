@@ -20,7 +20,7 @@ import (
 // oneHost serves host's "/" (Prefix) from a backend of the given peers.
 func oneHost(host string, peers ...string) *model.Configuration {
 	return &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(peers...)}},
+		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(peers...)}},
 		Servers:  []model.Server{{Hostname: host, Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
 	}
 }
@@ -60,11 +60,11 @@ func TestRewriteKeepsClientRequest(t *testing.T) {
 	rw.Regex, rw.Rewrite.Target = true, "/$2"
 	rw.SetPathRegexp()
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(deadAddr(t), live)}},
+		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(deadAddr(t), live)}},
 		Servers:  []model.Server{{Hostname: "rw.test", Locations: []model.Location{rw}}},
 	}
 	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
+	if err := reg.Apply(cfg.Backends); err != nil {
 		t.Fatal(err)
 	}
 	picker := &uriPicker{Registry: reg}
@@ -286,7 +286,7 @@ func TestPickSeesClientFields(t *testing.T) {
 	// The client's X-Forwarded-For is extended, not replaced.
 	cfg.Global.UseForwardedHeaders, cfg.Global.ComputeFullForwardedFor = true, true
 	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
+	if err := reg.Apply(cfg.Backends); err != nil {
 		t.Fatal(err)
 	}
 	picker := &varsPicker{Registry: reg}

@@ -56,11 +56,15 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-func endpoints(addrs ...string) []balancer.Endpoint {
-	var out []balancer.Endpoint
+func endpoints(addrs ...string) []model.Endpoint {
+	var out []model.Endpoint
 	for _, a := range addrs {
 		h, p, _ := net.SplitHostPort(a)
-		out = append(out, balancer.Endpoint{Address: h, Port: balancer.PortString(p)})
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, model.Endpoint{Address: h, Port: uint16(n)})
 	}
 	return out
 }
@@ -81,7 +85,7 @@ func start(t *testing.T, cfg *model.Configuration) (string, *balancer.Registry) 
 func newProxy(t testing.TB, cfg *model.Configuration, pc Config) (*Proxy, *balancer.Registry) {
 	t.Helper()
 	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
+	if err := reg.Apply(cfg.Backends); err != nil {
 		t.Fatal(err)
 	}
 	pc.Picker = reg
@@ -132,7 +136,7 @@ func get(t *testing.T, url, host string, hdr map[string]string) (*http.Response,
 func TestRoutingAndHeaders(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)}, {Name: "empty"}},
+		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)}, {Name: "empty"}},
 		Servers: []model.Server{
 			{Hostname: "_", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: model.DefaultBackendName, IsDefaultBackend: true}}},
 			{Hostname: "shop.example.com", Locations: []model.Location{
@@ -185,12 +189,12 @@ func TestRoutingAndHeaders(t *testing.T) {
 func TestBalancingThroughTheProxy(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{
-			{Name: "rr", Endpoints: endpoints(a, b), AlternativeBackends: []string{"canary"}},
-			{Name: "canary", Endpoints: endpoints(b), TrafficShapingPolicy: balancer.TrafficShapingPolicy{Header: "X-Canary"}},
-			{Name: "sticky", Endpoints: endpoints(a, b), SessionAffinity: balancer.SessionAffinityConfig{Name: "cookie",
-				CookieSessionAffinity: balancer.CookieSessionAffinity{Name: "INGRESSCOOKIE", Locations: map[string][]string{"sticky.test": {"/"}}}}},
-			{Name: "retry", Endpoints: endpoints(deadAddr(t), a), LoadBalance: "ewma"},
+		Backends: []model.Backend{
+			{Name: "rr", Endpoints: endpoints(a, b), Alternatives: []string{"canary"}},
+			{Name: "canary", Endpoints: endpoints(b), Canary: model.Canary{Header: "X-Canary"}},
+			{Name: "sticky", Endpoints: endpoints(a, b), Affinity: &model.CookieAffinity{
+				Name: "INGRESSCOOKIE", Locations: map[string][]string{"sticky.test": {"/"}}}},
+			{Name: "retry", Endpoints: endpoints(deadAddr(t), a), Algorithm: model.EWMA},
 		},
 		Servers: []model.Server{
 			{Hostname: "rr.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "rr")}},
@@ -238,11 +242,11 @@ func TestBalancingThroughTheProxy(t *testing.T) {
 func TestRouteSwapUnderLoad(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfgA := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "x", Endpoints: endpoints(a)}},
+		Backends: []model.Backend{{Name: "x", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "swap.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "x")}}},
 	}
 	base, reg := start(t, cfgA)
-	p := &model.Configuration{Backends: []balancer.Backend{{Name: "x", Endpoints: endpoints(b)}}, Servers: cfgA.Servers}
+	p := &model.Configuration{Backends: []model.Backend{{Name: "x", Endpoints: endpoints(b)}}, Servers: cfgA.Servers}
 	errs := make(chan error, 1)
 	go func() {
 		for i := range 50 {
@@ -250,7 +254,7 @@ func TestRouteSwapUnderLoad(t *testing.T) {
 			if i%2 == 1 {
 				c = p
 			}
-			if err := reg.Sync(c.Backends); err != nil {
+			if err := reg.Apply(c.Backends); err != nil {
 				errs <- err
 				return
 			}
@@ -292,7 +296,7 @@ func TestAccessAndRedirects(t *testing.T) {
 	failClosed.Redirect = redirect.Redirect
 	failClosed.AllowSourceRanges = denyLoopback.AllowSourceRanges
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers: []model.Server{
 			{Hostname: "blocked.test", Locations: []model.Location{blocked}},
 			{Hostname: "other-blocked.test", Locations: []model.Location{otherBlocked}},
@@ -346,7 +350,7 @@ func TestRewriteAndCORS(t *testing.T) {
 	cors.CORS = model.CORS{Enabled: true, AllowOrigin: []string{"https://app.example.com", "https://*.example.org"},
 		AllowMethods: "GET, POST", AllowHeaders: "Content-Type", AllowCredentials: true, MaxAgeSeconds: 600}
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers: []model.Server{
 			{Hostname: "rw.test", Locations: []model.Location{rewrite, plain}},
 			{Hostname: "cors.test", Locations: []model.Location{cors}},
@@ -396,7 +400,7 @@ func shopConfig(t *testing.T) (*model.Configuration, string) {
 	l.Ingress = model.ObjectRef{Kind: "Ingress", Namespace: "prod", Name: "shop"}
 	l.Service = "web"
 	return &model.Configuration{
-		Backends: []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "m.test", Locations: []model.Location{l}}},
 	}, a
 }
@@ -472,7 +476,7 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "a")
 	l.Rewrite.SSLRedirect = true
 	cfg := &model.Configuration{
-		Backends:     []balancer.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends:     []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Certificates: map[string]model.Certificate{"uid-shop": {UID: "uid-shop", PEM: pemCert(t, "shop.example.com")}, "uid-wild": {UID: "uid-wild", PEM: pemCert(t, "*.example.org")}},
 		Servers: []model.Server{
 			{Hostname: "shop.example.com", TLS: &model.ServerTLS{CertificateUID: "uid-shop"}, Locations: []model.Location{l}},

@@ -61,7 +61,7 @@ func benchProxyWith(b *testing.B, pc Config, edit func(*model.Configuration)) {
 		edit(cfg)
 	}
 	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
+	if err := reg.Apply(cfg.Backends); err != nil {
 		b.Fatal(err)
 	}
 	pc.Picker = reg

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -101,7 +100,7 @@ func TestGiBBodiesStream(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "big")
 	l.Proxy.BodySizeBytes = 0 // unlimited
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "big", Endpoints: endpoints(be)}},
+		Backends: []model.Backend{{Name: "big", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "big.example.com", Locations: []model.Location{l}}},
 	}
 	base, _ := start(t, cfg)
@@ -156,7 +155,7 @@ func TestBodySizeLimit(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "small")
 	l.Proxy.BodySizeBytes = limit
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "small", Endpoints: endpoints(be)}},
+		Backends: []model.Backend{{Name: "small", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "small.example.com", Locations: []model.Location{l}}},
 	}
 	base, _ := start(t, cfg)
@@ -207,7 +206,7 @@ func TestHTTPSUpstream(t *testing.T) {
 	secure := loc("/", model.PathTypePrefix, "tls")
 	secure.BackendProtocol = model.ProtocolHTTPS
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "tls", Endpoints: endpoints(peer)}},
+		Backends: []model.Backend{{Name: "tls", Endpoints: endpoints(peer)}},
 		Servers: []model.Server{
 			{Hostname: "secure.example.com", Locations: []model.Location{secure}},
 		},

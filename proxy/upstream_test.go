@@ -80,7 +80,7 @@ func okReply(body string) string {
 
 func oneBackendConfig(addr string) *model.Configuration {
 	return &model.Configuration{
-		Backends: []balancer.Backend{{Name: "b", Endpoints: endpoints(addr)}},
+		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(addr)}},
 		Servers:  []model.Server{{Hostname: "t.example", Locations: []model.Location{loc("/", model.PathTypePrefix, "b")}}},
 	}
 }
@@ -218,7 +218,7 @@ func (r *doneRecorder) Done(p *balancer.Pick, info balancer.DoneInfo) {
 func startRecorded(t *testing.T, cfg *model.Configuration) (string, *doneRecorder) {
 	t.Helper()
 	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
+	if err := reg.Apply(cfg.Backends); err != nil {
 		t.Fatal(err)
 	}
 	rec := &doneRecorder{Registry: reg}
@@ -382,7 +382,7 @@ func TestNextUpstreamPolicy(t *testing.T) {
 			l := loc("/", model.PathTypePrefix, "b")
 			l.Proxy.NextUpstream, l.Proxy.NextUpstreamTries, l.Proxy.NextUpstreamTimeoutSeconds = c.next, c.tries, c.timeout
 			cfg := &model.Configuration{
-				Backends: []balancer.Backend{{Name: "b", Endpoints: endpoints(c.peers...)}},
+				Backends: []model.Backend{{Name: "b", Endpoints: endpoints(c.peers...)}},
 				Servers:  []model.Server{{Hostname: "t.example", Locations: []model.Location{l}}},
 			}
 			base, _ := start(t, cfg)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/balancer/picksock"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/nginxcompat"
 	"k8s.io/klog/v2"
 )
@@ -119,6 +120,12 @@ type persistingSyncer struct {
 	picks *picksock.Server
 }
 
+// Apply applies typed backends (wire form, written to the state file).
+func (p persistingSyncer) Apply(backends []model.Backend) error {
+	return p.Sync(balancer.WireBackends(backends))
+}
+
+// Sync applies a wire-form payload, then writes it to the state file.
 func (p persistingSyncer) Sync(backends []balancer.Backend) error {
 	err := p.reg.Sync(backends)
 	if p.picks != nil {

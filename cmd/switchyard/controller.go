@@ -185,7 +185,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					return err
 				}
 			} else {
-				if err := reg.Sync(cfg.Backends); err != nil {
+				if err := reg.Apply(cfg.Backends); err != nil {
 					klog.ErrorS(err, "some backends were not applied")
 				}
 				px.Update(cfg)

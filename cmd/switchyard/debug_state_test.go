@@ -137,7 +137,7 @@ func TestDebugBackendsAndConfig(t *testing.T) {
 		if b.Name == "demo-echo-http" {
 			var addrs []string
 			for _, e := range b.Endpoints {
-				addrs = append(addrs, e.Address+":"+e.Port.String())
+				addrs = append(addrs, e.HostPort())
 			}
 			slices.Sort(addrs)
 			want := []string{ep1, ep2}

@@ -226,7 +226,7 @@ const (
 // collectOrphans exports orphan_ingress for every Ingress path backed by a
 // Service: no-service is 1 when the builder found no usable Service port for
 // it (the Service is missing, lacks the port, or is an unusable
-// ExternalName: its backend then carries the empty spec "{}"); no-endpoint
+// ExternalName: its backend's HasService is false); no-endpoint
 // is 1 when the Service was found but the backend has no endpoints. An
 // Ingress with several paths is orphaned if any of them is, as ingress-nginx
 // sets the gauge per path.
@@ -255,7 +255,7 @@ func collectOrphans(ch chan<- prometheus.Metric, cfg *model.Configuration) {
 				continue
 			}
 			be := &cfg.Backends[bi]
-			noService := be.Service == nil || string(be.Service.Spec) == "{}"
+			noService := !be.HasService
 			set(key{loc.Ingress.Namespace, loc.Ingress.Name, orphanNoService}, noService)
 			if !noService {
 				set(key{loc.Ingress.Namespace, loc.Ingress.Name, orphanNoEndpoint}, len(be.Endpoints) == 0)

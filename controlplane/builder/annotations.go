@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -26,7 +25,7 @@ type annotations struct {
 	affinity             string // "cookie" or ""
 	affinityMode         string
 	affinityCanaryLegacy bool
-	cookie               balancer.CookieSessionAffinity
+	cookie               model.CookieAffinity
 
 	canary              bool
 	canaryHeader        string
@@ -201,7 +200,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 
 	if v, ok := get("load-balance"); ok {
 		if !isAlgorithm(v) {
-			bad("load-balance", "%q is not one of %s", v, strings.Join(balancer.Algorithms(), ", "))
+			bad("load-balance", "%q is not one of %s", v, algorithmNames())
 		} else {
 			a.loadBalance = v
 		}
@@ -262,16 +261,19 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		}
 		for _, k := range []struct {
 			name string
-			dst  *string
+			dst  **int64
 		}{{"session-cookie-expires", &a.cookie.Expires}, {"session-cookie-max-age", &a.cookie.MaxAge}} {
 			if n, ok := integer(k.name, 0, 1<<31-1); ok {
-				*k.dst = strconv.Itoa(n)
+				v := int64(n)
+				*k.dst = &v
 			}
 		}
 		if v, ok := get("session-cookie-samesite"); ok {
 			switch strings.ToLower(v) {
 			case "none", "lax", "strict":
-				a.cookie.SameSite = v // as typed: only exact case takes effect, as in ingress-nginx
+				if v == "None" || v == "Lax" || v == "Strict" {
+					a.cookie.SameSite = v // only the exact case takes effect, as in ingress-nginx
+				}
 			default:
 				bad("session-cookie-samesite", "%q is not None, Lax or Strict", v)
 			}
@@ -424,12 +426,17 @@ func parseSourceRanges(v string) ([]netip.Prefix, error) {
 }
 
 func isAlgorithm(name string) bool {
-	for _, a := range balancer.Algorithms() {
-		if a == name {
-			return true
-		}
+	_, ok := model.ParseAlgorithm(name)
+	return ok
+}
+
+// algorithmNames lists the load-balance values, for messages.
+func algorithmNames() string {
+	names := make([]string, len(model.Algorithms))
+	for i, a := range model.Algorithms {
+		names[i] = string(a)
 	}
-	return false
+	return strings.Join(names, ", ")
 }
 
 var (

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -139,13 +138,12 @@ type builder struct {
 	// wwwRedirects are the hosts with from-to-www-redirect, each with the
 	// oldest Ingress asking for it.
 	wwwRedirects map[string]*networkingv1.Ingress
-	backends     map[string]*balancer.Backend // by name
-	servers      map[string]*model.Server     // by hostname
+	backends     map[string]*model.Backend // by name
+	servers      map[string]*model.Server  // by hostname
 	// hostRoots are the hosts whose "/" came from the spec.defaultBackend
 	// of the Ingress that created them: any Ingress's "/" path replaces it.
 	hostRoots map[string]bool
 	anns      map[*networkingv1.Ingress]annotations // parsed once
-	affinity  map[string]bool                       // backends whose affinity type is set
 	access    globalAccess                          // the ConfigMap's access settings
 	badAddrs  map[string]bool                       // slice/address already reported invalid
 }
@@ -182,10 +180,9 @@ func Build(in Input, opt Options) *model.Configuration {
 		slices:   map[string][]*discoveryv1.EndpointSlice{},
 		secrets:  map[string]*corev1.Secret{},
 		cms:      map[string]*corev1.ConfigMap{},
-		backends: map[string]*balancer.Backend{},
+		backends: map[string]*model.Backend{},
 		servers:  map[string]*model.Server{},
 		anns:     map[*networkingv1.Ingress]annotations{},
-		affinity: map[string]bool{},
 	}
 	for _, s := range in.Services {
 		b.services[s.Namespace+"/"+s.Name] = s
@@ -352,7 +349,7 @@ func (b *builder) global() {
 		}
 		if v, ok := cm.Data["load-balance"]; ok {
 			if isAlgorithm(v) {
-				g.LoadBalance = v
+				g.LoadBalance = model.Algorithm(v)
 			} else {
 				bad("load-balance", fmt.Sprintf("%q is not a load-balancing algorithm", v))
 			}
@@ -453,15 +450,14 @@ func (b *builder) global() {
 
 // defaultServer adds the catch-all server and the default backend.
 func (b *builder) defaultServer() {
-	def := &balancer.Backend{Name: model.DefaultBackendName, Port: balancer.PortNumber(0),
-		SessionAffinity: balancer.SessionAffinityConfig{CookieSessionAffinity: balancer.CookieSessionAffinity{}}}
+	def := &model.Backend{Name: model.DefaultBackendName}
 	if ns, name, ok := strings.Cut(b.opt.DefaultBackendService, "/"); ok {
 		if svc := b.services[ns+"/"+name]; svc != nil && len(svc.Spec.Ports) > 0 {
 			def.Endpoints = b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 		}
 	}
 	if len(def.Endpoints) == 0 {
-		def.Endpoints = []balancer.Endpoint{{Address: "127.0.0.1", Port: balancer.PortString("8181")}}
+		def.Endpoints = []model.Endpoint{{Address: "127.0.0.1", Port: 8181}}
 	}
 	b.backends[def.Name] = def
 	b.servers[model.CatchAllHost] = &model.Server{Hostname: model.CatchAllHost, Locations: []model.Location{{
@@ -608,7 +604,7 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 		rootPath = &networkingv1.HTTPIngressPath{Path: "/", PathType: ptr(networkingv1.PathTypePrefix), Backend: *d}
 		name := ing.Namespace + "-" + d.Service.Name + "-" + portString(d.Service.Port)
 		if b.backends[name] == nil {
-			b.backend(ing, a, d.Service, "spec.defaultBackend").Port = balancer.PortNumber(0)
+			b.backend(ing, a, d.Service, "spec.defaultBackend").Port = model.ServicePort{}
 		}
 	}
 	for ri, rule := range ing.Spec.Rules {
@@ -827,11 +823,9 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 		b.objErr(ing, annotationPrefix+"default-backend", fmt.Sprintf("Service %s/%s does not exist or has no ports; the annotation is ignored", ing.Namespace, svcName))
 		return ""
 	}
-	be := &balancer.Backend{Name: name, Port: balancer.PortNumber(int(svc.Spec.Ports[0].Port)),
-		Service:        &balancer.BackendService{Metadata: []byte("{}"), Spec: []byte("{}"), Status: []byte(`{"loadBalancer":{}}`)},
-		UpstreamHashBy: balancer.UpstreamHashByConfig{HashBySubsetSize: 3}}
-	if spec, err := jsonMarshal(svc.Spec); err == nil {
-		be.Service.Spec = spec
+	be := &model.Backend{Name: name, Port: model.ServicePort{Number: svc.Spec.Ports[0].Port}, HasService: true}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		be.ExternalName = svc.Spec.ExternalName
 	}
 	be.Endpoints = b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 	b.backends[name] = be
@@ -847,26 +841,30 @@ func portString(p networkingv1.ServiceBackendPort) string {
 
 // backend returns the backend for a Service port, creating it (with the
 // upstream-level settings of this, the oldest, Ingress) on first use.
-func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networkingv1.IngressServiceBackend, field string) *balancer.Backend {
+func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networkingv1.IngressServiceBackend, field string) *model.Backend {
 	port := portString(sb.Port)
 	name := ing.Namespace + "-" + sb.Name + "-" + port
 	if be := b.backends[name]; be != nil {
 		return be
 	}
-	be := &balancer.Backend{Name: name, Port: balancer.PortString(port),
-		Service: &balancer.BackendService{Metadata: []byte("{}"), Spec: []byte("{}"), Status: []byte(`{"loadBalancer":{}}`)}}
-	if sb.Port.Name == "" {
-		be.Port = balancer.PortNumber(int(sb.Port.Number))
+	be := &model.Backend{Name: name, Port: model.ServicePort{Name: sb.Port.Name, Number: sb.Port.Number}}
+	if sb.Port.Name != "" {
+		be.Port.Number = 0
 	}
-	be.LoadBalance = a.loadBalance
-	if be.LoadBalance == "" {
-		be.LoadBalance = b.cfg.Global.LoadBalance
+	be.Algorithm = model.Algorithm(a.loadBalance)
+	if be.Algorithm == "" {
+		be.Algorithm = b.cfg.Global.LoadBalance
 	}
-	be.UpstreamHashBy = balancer.UpstreamHashByConfig{HashBy: a.hashBy, HashBySubset: a.hashBySubset, HashBySubsetSize: a.hashBySubsetSize}
+	if a.hashBy != nil {
+		be.HashBy = &model.HashBy{Key: *a.hashBy, Subset: a.hashBySubset, SubsetSize: a.hashBySubsetSize}
+	}
 	if a.canary {
 		be.NoServer = true
-		be.TrafficShapingPolicy = balancer.TrafficShapingPolicy{Weight: a.canaryWeight, WeightTotal: a.canaryWeightTotal,
-			Header: a.canaryHeader, HeaderValue: a.canaryHeaderValue, HeaderPattern: a.canaryHeaderPattern, Cookie: a.canaryCookie}
+		be.Canary = model.Canary{Weight: a.canaryWeight, WeightTotal: a.canaryWeightTotal,
+			Header: a.canaryHeader, HeaderValue: a.canaryHeaderValue, Cookie: a.canaryCookie}
+		if a.canaryHeaderPattern != "" {
+			be.Canary.HeaderPattern = model.NewRegexp(a.canaryHeaderPattern)
+		}
 	}
 	svc := b.services[ing.Namespace+"/"+sb.Name]
 	if svc == nil {
@@ -877,8 +875,9 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 	} else if sp, ok := servicePort(svc, sb.Port); !ok {
 		b.objErr(ing, field+".backend.service.port", fmt.Sprintf("Service %s/%s has no port %s; the backend has no endpoints", ing.Namespace, sb.Name, port))
 	} else {
-		if spec, err := jsonMarshal(svc.Spec); err == nil {
-			be.Service.Spec = spec
+		be.HasService = true
+		if svc.Spec.Type == corev1.ServiceTypeExternalName {
+			be.ExternalName = svc.Spec.ExternalName
 		}
 		be.Endpoints = b.endpoints(svc, sp, corev1.ProtocolTCP)
 		if up := a.serviceUpstream; (up != nil && *up) || (up == nil && b.serviceUpstream) {
@@ -886,7 +885,7 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 			// one endpoint, as ingress-nginx; without a cluster IP it
 			// says so and keeps the endpoints.
 			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
-				be.Endpoints = []balancer.Endpoint{{Address: ip.String(), Port: balancer.PortString(strconv.Itoa(int(sp.Port)))}}
+				be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
 			} else {
 				b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
 			}
@@ -938,7 +937,7 @@ func validExternalName(name string) bool {
 // the Service's numeric target port instead (ingress-nginx #7390), and
 // nothing when the target port is a name. Slices are read in name order
 // (ingress-nginx's order is its cache's, which varies).
-func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) []balancer.Endpoint {
+func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) []model.Endpoint {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		if isLoopback(svc.Spec.ExternalName) || !validExternalName(svc.Spec.ExternalName) {
 			return nil
@@ -947,7 +946,11 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 		if sp.TargetPort.IntValue() == 0 && sp.TargetPort.StrVal == "" {
 			port = strconv.Itoa(int(sp.Port))
 		}
-		return []balancer.Endpoint{{Address: svc.Spec.ExternalName, Port: balancer.PortString(port)}}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return nil // a named target port: ingress-nginx's Lua cannot use it either
+		}
+		return []model.Endpoint{{Address: svc.Spec.ExternalName, Port: uint16(n)}}
 	}
 	slices := append([]*discoveryv1.EndpointSlice(nil), b.slices[svc.Namespace+"/"+svc.Name]...)
 	sort.Slice(slices, func(i, j int) bool { return slices[i].Name < slices[j].Name })
@@ -955,7 +958,7 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 	if sp.TargetPort.Type == intstr.Int {
 		numericTarget = sp.TargetPort.IntVal
 	}
-	var out []balancer.Endpoint
+	var out []model.Endpoint
 	seen := map[string]bool{}
 	var ports []int32
 	for _, es := range slices {
@@ -996,7 +999,7 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 						continue
 					}
 					seen[key] = true
-					out = append(out, balancer.Endpoint{Address: addr, Port: balancer.PortString(ps)})
+					out = append(out, model.Endpoint{Address: addr, Port: uint16(port)})
 				}
 			}
 		}
@@ -1062,18 +1065,16 @@ func ptrStr(p *string) string {
 // first path that sets them; cookie fields overwritten by every path with
 // affinity, and the path appended to locations[host] and to the locations of
 // each server alias (ingress-nginx, §1.4).
-func (b *builder) affinityFor(be *balancer.Backend, a annotations, host, path string) {
+func (b *builder) affinityFor(be *model.Backend, a annotations, host, path string) {
 	if a.affinity != "cookie" {
 		return
 	}
-	sa := &be.SessionAffinity
-	if !b.affinity[be.Name] {
-		b.affinity[be.Name] = true
-		sa.Name = a.affinity
-		sa.Mode = a.affinityMode
+	ca := a.cookie
+	ca.Persistent = a.affinityMode == "persistent"
+	var locs map[string][]string
+	if be.Affinity != nil {
+		ca.Persistent, locs = be.Affinity.Persistent, be.Affinity.Locations
 	}
-	locs := sa.CookieSessionAffinity.Locations
-	sa.CookieSessionAffinity = a.cookie
 	if locs == nil {
 		locs = map[string][]string{}
 	}
@@ -1083,7 +1084,8 @@ func (b *builder) affinityFor(be *balancer.Backend, a annotations, host, path st
 			locs[alias] = append(locs[alias], path)
 		}
 	}
-	sa.CookieSessionAffinity.Locations = locs
+	ca.Locations = locs
+	be.Affinity = &ca
 }
 
 // mergeCanaries adds each canary Ingress's backends as alternative backends
@@ -1135,11 +1137,11 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 				if primary == nil || canary == nil || primary.NoServer || primary.Name == canary.Name {
 					continue
 				}
-				if !contains(primary.AlternativeBackends, canary.Name) {
-					primary.AlternativeBackends = append(primary.AlternativeBackends, canary.Name)
+				if !contains(primary.Alternatives, canary.Name) {
+					primary.Alternatives = append(primary.Alternatives, canary.Name)
 				}
 				if !a.affinityCanaryLegacy {
-					canary.SessionAffinity = copyAffinity(primary.SessionAffinity)
+					canary.Affinity = copyAffinity(primary.Affinity)
 				}
 			}
 		}
@@ -1147,7 +1149,7 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 	// Drop canaries no primary refers to.
 	used := map[string]bool{}
 	for _, be := range b.backends {
-		for _, alt := range be.AlternativeBackends {
+		for _, alt := range be.Alternatives {
 			used[alt] = true
 		}
 	}
@@ -1158,15 +1160,18 @@ func (b *builder) mergeCanaries(canaries []*networkingv1.Ingress) {
 	}
 }
 
-func copyAffinity(sa balancer.SessionAffinityConfig) balancer.SessionAffinityConfig {
-	out := sa
-	if sa.CookieSessionAffinity.Locations != nil {
-		out.CookieSessionAffinity.Locations = map[string][]string{}
-		for k, v := range sa.CookieSessionAffinity.Locations {
-			out.CookieSessionAffinity.Locations[k] = append([]string(nil), v...)
+func copyAffinity(ca *model.CookieAffinity) *model.CookieAffinity {
+	if ca == nil {
+		return nil
+	}
+	out := *ca
+	if ca.Locations != nil {
+		out.Locations = map[string][]string{}
+		for k, v := range ca.Locations {
+			out.Locations[k] = append([]string(nil), v...)
 		}
 	}
-	return out
+	return &out
 }
 
 func contains(s []string, v string) bool {
@@ -1333,11 +1338,10 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 		}
 		backend := proto + "-" + ns + "-" + name + "-" + parts[1]
 		if b.backends[backend] == nil {
-			be := &balancer.Backend{Name: backend, Port: balancer.PortNumber(listen), Endpoints: b.endpoints(svc, sp, l4Protocol(proto))}
-			// Only the spec travels with a stream backend (spec §1.6), so the
-			// data plane can tell an ExternalName service.
-			if spec, err := jsonMarshal(svc.Spec); err == nil {
-				be.Service = &balancer.BackendService{Spec: spec}
+			be := &model.Backend{Name: backend, Port: model.ServicePort{Number: int32(listen)}, HasService: true,
+				Endpoints: b.endpoints(svc, sp, l4Protocol(proto))}
+			if svc.Spec.Type == corev1.ServiceTypeExternalName {
+				be.ExternalName = svc.Spec.ExternalName
 			}
 			b.backends[backend] = be
 		}
@@ -1352,7 +1356,7 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 // finish sorts everything so the same input always gives the same bytes.
 func (b *builder) finish() {
 	b.wwwServers()
-	b.cfg.Backends = make([]balancer.Backend, 0, len(b.backends))
+	b.cfg.Backends = make([]model.Backend, 0, len(b.backends))
 	b.cfg.Servers = make([]model.Server, 0, len(b.servers))
 	for _, be := range b.backends {
 		b.cfg.Backends = append(b.cfg.Backends, *be)

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,17 +34,17 @@ func ep(addr string, ready, serving, terminating *bool) discoveryv1.Endpoint {
 
 func TestEndpoints(t *testing.T) {
 	yes, no := ptr(true), ptr(false)
-	e := func(addrs ...string) []balancer.Endpoint {
-		var out []balancer.Endpoint
+	e := func(addrs ...string) []model.Endpoint {
+		var out []model.Endpoint
 		for _, a := range addrs {
-			out = append(out, balancer.Endpoint{Address: a, Port: balancer.PortString("8080")})
+			out = append(out, model.Endpoint{Address: a, Port: 8080})
 		}
 		return out
 	}
 	tests := []struct {
 		name string
 		eps  []discoveryv1.Endpoint
-		want []balancer.Endpoint
+		want []model.Endpoint
 		// bad is how many addresses are reported invalid.
 		bad int
 	}{
@@ -123,7 +122,7 @@ func TestEndpointPorts(t *testing.T) {
 			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
 			var got []string
 			for _, e := range b.endpoints(svc, tt.sp, tt.proto) {
-				got = append(got, e.Address+":"+e.Port.Str)
+				got = append(got, e.HostPort())
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
@@ -141,14 +140,14 @@ func TestExternalNamePorts(t *testing.T) {
 		ext     string
 		ports   []corev1.ServicePort
 		backend networkingv1.ServiceBackendPort
-		want    []balancer.Endpoint
+		want    []model.Endpoint
 	}{
 		{"no ports, numbered backend", "api.example.com", nil, networkingv1.ServiceBackendPort{Number: 443},
-			[]balancer.Endpoint{{Address: "api.example.com", Port: balancer.PortString("443")}}},
+			[]model.Endpoint{{Address: "api.example.com", Port: 443}}},
 		{"port by number, its target port", "api.example.com", []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
-			networkingv1.ServiceBackendPort{Number: 80}, []balancer.Endpoint{{Address: "api.example.com", Port: balancer.PortString("8080")}}},
+			networkingv1.ServiceBackendPort{Number: 80}, []model.Endpoint{{Address: "api.example.com", Port: 8080}}},
 		{"port by name", "10.9.9.9", []corev1.ServicePort{{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-			networkingv1.ServiceBackendPort{Name: "web"}, []balancer.Endpoint{{Address: "10.9.9.9", Port: balancer.PortString("8080")}}},
+			networkingv1.ServiceBackendPort{Name: "web"}, []model.Endpoint{{Address: "10.9.9.9", Port: 8080}}},
 		{"no ports, named backend: none", "api.example.com", nil, networkingv1.ServiceBackendPort{Name: "web"}, nil},
 		{"not a DNS name: none", "api_example com", nil, networkingv1.ServiceBackendPort{Number: 80}, nil},
 		{"loopback: none", "localhost", nil, networkingv1.ServiceBackendPort{Number: 80}, nil},
@@ -157,7 +156,7 @@ func TestExternalNamePorts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext"},
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: tt.ext, Ports: tt.ports}}
-			b := &builder{cfg: &model.Configuration{}, services: map[string]*corev1.Service{"ns/ext": svc}, backends: map[string]*balancer.Backend{}}
+			b := &builder{cfg: &model.Configuration{}, services: map[string]*corev1.Service{"ns/ext": svc}, backends: map[string]*model.Backend{}}
 			ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ing"}}
 			be := b.backend(ing, annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, "spec")
 			if diff := cmp.Diff(tt.want, be.Endpoints); diff != "" {
@@ -197,15 +196,15 @@ func TestCanaryDefaultBackend(t *testing.T) {
 	if len(cfg.Errors) != 0 {
 		t.Fatalf("errors: %+v", cfg.Errors)
 	}
-	got := map[string]balancer.Backend{}
+	got := map[string]model.Backend{}
 	for _, be := range cfg.Backends {
 		got[be.Name] = be
 	}
-	if diff := cmp.Diff([]string{"ns-canary-http"}, got["ns-main-http"].AlternativeBackends); diff != "" {
+	if diff := cmp.Diff([]string{"ns-canary-http"}, got["ns-main-http"].Alternatives); diff != "" {
 		t.Errorf("primary alternativeBackends (-want +got):\n%s", diff)
 	}
-	want := balancer.TrafficShapingPolicy{Weight: 30, WeightTotal: 100}
-	if diff := cmp.Diff(want, got["ns-canary-http"].TrafficShapingPolicy); diff != "" {
+	want := model.Canary{Weight: 30, WeightTotal: 100}
+	if diff := cmp.Diff(want, got["ns-canary-http"].Canary); diff != "" {
 		t.Errorf("canary policy (-want +got):\n%s", diff)
 	}
 	if !got["ns-canary-http"].NoServer {
@@ -315,8 +314,8 @@ func TestInvalidCanaryNotUsed(t *testing.T) {
 				},
 			}, Options{})
 			for _, be := range cfg.Backends {
-				if len(be.AlternativeBackends) > 0 || be.Name == "ns-canary-http" {
-					t.Errorf("backend %s: alternatives %v; the canary must not be used", be.Name, be.AlternativeBackends)
+				if len(be.Alternatives) > 0 || be.Name == "ns-canary-http" {
+					t.Errorf("backend %s: alternatives %v; the canary must not be used", be.Name, be.Alternatives)
 				}
 			}
 			var fields []string
@@ -406,8 +405,8 @@ func TestIngressDefaultBackend(t *testing.T) {
 		case model.DefaultBackendName:
 			continue
 		}
-		if be.Port.Str != wantPort {
-			t.Errorf("backend %s port %q; want %s", be.Name, be.Port.Str, wantPort)
+		if be.Port.String() != wantPort {
+			t.Errorf("backend %s port %q; want %s", be.Name, be.Port.String(), wantPort)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 // Package model is the plain-data Configuration the control plane builds and
-// every sink consumes: servers, locations, backends (in ingress-nginx's wire
-// form, from package balancer), TCP/UDP services, certificates and the errors
-// found while building.
+// every sink consumes: servers, locations, backends (typed; ingress-nginx's
+// wire form of a backend exists only at the edges that speak it, in package
+// balancer), TCP/UDP services, certificates and the errors found while
+// building.
 //
 // In: nothing; it is built by package controlplane. Out: read by nginxcompat,
-// proxy, tcpproxy and cmd. It imports only package balancer (for the backend
-// wire types) and never client-go: data-plane packages depend on it.
+// proxy, tcpproxy, balancer and cmd. It imports nothing from k8s.io
+// (enforced by depguard in .golangci.yml): data-plane packages and the
+// balancer, a leaf, depend on it.
 package model

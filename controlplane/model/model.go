@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 )
@@ -21,9 +20,8 @@ type Configuration struct {
 	// Version increases by one with every Configuration the controller builds.
 	Version uint64 `json:"version"`
 
-	// Backends are the upstreams, sorted by name, encoded exactly as
-	// ingress-nginx POSTs them to /configuration/backends.
-	Backends []balancer.Backend `json:"backends"`
+	// Backends are the upstreams, sorted by name.
+	Backends []Backend `json:"backends"`
 
 	// Servers are the virtual hosts, sorted by hostname, with the catch-all
 	// server "_" first.
@@ -215,7 +213,7 @@ type Location struct {
 	// Service and ServicePort name the Kubernetes backend.
 	Service     string `json:"service,omitempty"`
 	ServicePort string `json:"servicePort,omitempty"`
-	// Backend is the name of the balancer.Backend serving this location.
+	// Backend is the name of the Backend serving this location.
 	Backend string `json:"backend"`
 	// IsDefaultBackend is true when the location falls back to the default
 	// backend.
@@ -560,7 +558,7 @@ type CORS struct {
 type L4Service struct {
 	// Port is the port the data plane listens on.
 	Port int `json:"port"`
-	// Backend is the balancer.Backend (tcp-<ns>-<svc>-<port>).
+	// Backend is the name of its Backend (tcp-<ns>-<svc>-<port>).
 	Backend string `json:"backend"`
 	// Service is ns/name and ServicePort its port as written.
 	Service     ObjectRef `json:"service"`
@@ -610,7 +608,7 @@ func (r *RealIP) Trusted(addr netip.Addr) bool {
 // ConfigMap; data planes read the typed values and parse nothing.
 type Global struct {
 	// LoadBalance is load-balance; empty means round_robin.
-	LoadBalance string `json:"loadBalance,omitempty"`
+	LoadBalance Algorithm `json:"loadBalance,omitempty"`
 	// UseForwardedHeaders is use-forwarded-headers.
 	UseForwardedHeaders bool `json:"useForwardedHeaders,omitempty"`
 	// ComputeFullForwardedFor is compute-full-forwarded-for.

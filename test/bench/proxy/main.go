@@ -130,23 +130,27 @@ func runBackends(ctx context.Context, addrs []string) error {
 }
 
 func runProxy(ctx context.Context, listen string, backends []string, host string) error {
-	var eps []balancer.Endpoint
+	var eps []model.Endpoint
 	for _, b := range backends {
 		h, p, err := net.SplitHostPort(b)
 		if err != nil {
 			return fmt.Errorf("backend %q: %w", b, err)
 		}
-		eps = append(eps, balancer.Endpoint{Address: h, Port: balancer.PortString(p)})
+		port, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || port == 0 {
+			return fmt.Errorf("backend %q: port is not 1-65535", b)
+		}
+		eps = append(eps, model.Endpoint{Address: h, Port: uint16(port)})
 	}
 	cfg := &model.Configuration{
-		Backends: []balancer.Backend{{Name: "bench", Endpoints: eps}},
+		Backends: []model.Backend{{Name: "bench", Endpoints: eps}},
 		Servers: []model.Server{{Hostname: host, Locations: []model.Location{{
 			Path: "/", PathType: model.PathTypePrefix, Backend: "bench",
 			Proxy: model.Proxy{NextUpstreamTries: 3, ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20},
 		}}}},
 	}
 	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(cfg.Backends); err != nil {
+	if err := reg.Apply(cfg.Backends); err != nil {
 		return fmt.Errorf("sync backends: %w", err)
 	}
 	p, err := proxy.New(proxy.Config{Picker: reg})
