@@ -3,10 +3,13 @@ package balancer
 import (
 	"hash/crc32"
 	"testing"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
-// FuzzDecodeBackends: any body either decodes or errors, and whatever decodes
-// can be synced and picked from without panicking.
+// FuzzDecodeBackends: any body either decodes or errors, whatever decodes
+// can be synced and picked from without panicking, and a backend that
+// converts to the typed form converts back to the same typed backend.
 func FuzzDecodeBackends(f *testing.F) {
 	f.Add([]byte(`[{"name":"default-echo-80","port":80,"endpoints":[{"address":"10.0.0.1","port":"8080"}],"sessionAffinityConfig":{"name":"cookie","mode":"persistent","cookieSessionAffinity":{"name":"route","expires":"10","locations":{"_":["/"]}}},"upstreamHashByConfig":{},"trafficShapingPolicy":{"weight":0,"weightTotal":0,"header":"","headerValue":"","headerPattern":"","cookie":""}}]`))
 	f.Add([]byte(`[{"name":"a","endpoints":[{"address":"fd00::1","port":8080}],"upstreamHashByConfig":{"upstream-hash-by":"$request_uri","upstream-hash-by-subset":true,"upstream-hash-by-subset-size":2},"alternativeBackends":["b"]},{"name":"b","endpoints":[{"address":"10.0.0.2","port":"80"}],"trafficShapingPolicy":{"weight":50,"header":"X","headerPattern":"a+"}}]`))
@@ -16,6 +19,19 @@ func FuzzDecodeBackends(f *testing.F) {
 		bs, err := DecodeBackends(body)
 		if err != nil {
 			return
+		}
+		for i := range bs {
+			m, err := bs[i].Model()
+			if err != nil {
+				continue
+			}
+			again, err := WireBackends([]model.Backend{m})[0].Model()
+			if err != nil {
+				t.Fatalf("backend %d: its own wire form does not convert: %v", i, err)
+			}
+			if !sameBackends([]model.Backend{m}, []model.Backend{again}) {
+				t.Fatalf("backend %d: round trip changed it:\n%+v\n%+v", i, m, again)
+			}
 		}
 		r := NewRegistry(Config{Resolve: noResolve})
 		_ = r.Sync(bs)
