@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 var benchAlgorithms = []struct {
@@ -198,4 +200,46 @@ func BenchmarkBaseline(b *testing.B) {
 		}
 		_ = sink
 	})
+}
+
+// BenchmarkApplyOneChanged is the controller's common case: n backends (a
+// third round robin, a third ewma, a third chash; three endpoints each),
+// Applied again with one endpoint of one backend replaced. Only that
+// backend should cost anything beyond the comparison.
+func BenchmarkApplyOneChanged(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run("backends="+strconv.Itoa(n), func(b *testing.B) {
+			var payloads [2][]model.Backend
+			for v := range payloads {
+				for i := range n {
+					be := model.Backend{Name: "ns-svc" + strconv.Itoa(i) + "-80"}
+					switch i % 3 {
+					case 1:
+						be.Algorithm = model.EWMA
+					case 2:
+						be.HashBy = &model.HashBy{Key: "$request_uri"}
+					}
+					for e := range 3 {
+						be.Endpoints = append(be.Endpoints, model.Endpoint{Address: "10." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + "." + strconv.Itoa(e+1), Port: 8080})
+					}
+					if i == n/2 && v == 1 {
+						be.Endpoints[0].Address = "10.255.255.1"
+					}
+					payloads[v] = append(payloads[v], be)
+				}
+			}
+			r := NewRegistry(Config{})
+			if err := r.Apply(payloads[1]); err != nil { // the first build, untimed
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := r.Apply(payloads[i%2]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }

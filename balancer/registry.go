@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,6 +117,9 @@ type algorithm interface {
 
 // backend is one immutable balancer.
 type backend struct {
+	// in is what it was built from: an equal backend in the next Apply
+	// reuses this balancer. A copy, so it keeps no caller's slice alive.
+	in       model.Backend
 	name     string
 	algoName string
 	algo     algorithm
@@ -276,16 +278,33 @@ func sameBackends(a, b []model.Backend) bool {
 		return false
 	}
 	for i := range a {
-		x, y := a[i], b[i]
-		if x.Canary.HeaderPattern.String() != y.Canary.HeaderPattern.String() {
-			return false
-		}
-		x.Canary.HeaderPattern, y.Canary.HeaderPattern = nil, nil
-		if !reflect.DeepEqual(x, y) {
+		if !a[i].Equal(&b[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// unchanged returns the balancer of the previous generation built from a
+// backend equal to in, which can serve on as it is; nil when in must be
+// built (new, changed, or an ExternalName, whose names are resolved again).
+func (r *Registry) unchanged(old *snapshot, in *model.Backend) *backend {
+	prev := old.byName[in.Name]
+	if prev == nil || in.ExternalName != "" || !prev.in.Equal(in) {
+		return nil
+	}
+	if st := r.states[in.Name]; st == nil || st.algo != prev.algoName {
+		return nil
+	}
+	return prev
+}
+
+// carry copies a balancer of the previous generation into the next one:
+// the copy's per-generation fields (needVars) are set without writing to
+// the one pickers may still be reading.
+func carry(prev *backend) *backend {
+	nb := *prev
+	return &nb
 }
 
 // hasExternalName reports whether a payload has an ExternalName backend.
@@ -305,6 +324,9 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 	r.rings = newRingBuilds(len(backends))
 	var errs []error
 	present := make(map[string]bool, len(backends))
+	// recompute are the balancers of next whose needVars are set below:
+	// every one not shared with the previous generation.
+	var recompute []*backend
 	for i := range backends {
 		b := &backends[i]
 		if present[b.Name] {
@@ -312,22 +334,40 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 			continue
 		}
 		present[b.Name] = true
+		if prev := r.unchanged(old, b); prev != nil {
+			// Only what differs is built again: an endpoint change of one
+			// backend among thousands costs one backend's build. Without
+			// alternatives nothing of it depends on other backends, so the
+			// very balancer serves on.
+			nb := prev
+			if len(prev.alternatives) > 0 {
+				nb = carry(prev)
+				recompute = append(recompute, nb)
+			}
+			next.byName[b.Name] = nb
+			if nb.policy.badPattern {
+				errs = append(errs, fmt.Errorf("backend %q: canary-by-header-pattern %q: RE2 rejects it (requests with the header stay on the primary)", b.Name, b.Canary.HeaderPattern.String()))
+			}
+			continue
+		}
 		nb, err := r.build(b)
 		if err != nil {
 			errs = append(errs, err)
 			if prev, ok := old.byName[b.Name]; ok && nb == nil {
-				next.byName[b.Name] = prev
-				continue
+				nb = carry(prev)
 			}
 		}
 		if nb != nil {
 			next.byName[b.Name] = nb
+			recompute = append(recompute, nb)
 		}
 	}
 	for _, name := range keep {
 		if prev, ok := old.byName[name]; ok && !present[name] {
 			present[name] = true
-			next.byName[name] = prev
+			nb := carry(prev)
+			next.byName[name] = nb
+			recompute = append(recompute, nb)
 		}
 	}
 	r.rings.wait()
@@ -337,7 +377,7 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 			delete(r.states, name)
 		}
 	}
-	for _, b := range next.byName {
+	for _, b := range recompute {
 		b.needVars = neededVars(next, b)
 	}
 	r.snap.Store(next)
@@ -374,6 +414,7 @@ func (r *Registry) build(in *model.Backend) (*backend, error) {
 	}
 
 	b := &backend{
+		in:           *in,
 		name:         in.Name,
 		algoName:     algoName,
 		alternatives: in.Alternatives,

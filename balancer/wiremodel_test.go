@@ -122,3 +122,53 @@ func TestApplyEqualKeepsVersion(t *testing.T) {
 		t.Error("Version unchanged after a new canary pattern")
 	}
 }
+
+// TestApplyReusesOnlyWhatIsUnchanged: an Apply where one backend changed
+// rebuilds that one; the others keep their very balancer (and round-robin
+// position), and a primary whose canary changed learns the canary's new
+// variables although the primary itself is unchanged.
+func TestApplyReusesOnlyWhatIsUnchanged(t *testing.T) {
+	r := NewRegistry(Config{Resolve: noResolve, Rand: seqRand(0)})
+	ep := func(a string) []model.Endpoint { return []model.Endpoint{{Address: a, Port: 80}, {Address: a + "0", Port: 80}} }
+	mk := func(canaryHeader, changedAddr string) []model.Backend {
+		return []model.Backend{
+			{Name: "primary", Endpoints: ep("10.0.0.1"), Alternatives: []string{"canary"}},
+			{Name: "canary", NoServer: true, Endpoints: ep("10.0.0.2"), Canary: model.Canary{Header: canaryHeader}},
+			{Name: "steady", Endpoints: ep("10.0.0.3")},
+			{Name: "changed", Endpoints: ep(changedAddr)},
+		}
+	}
+	if err := r.Apply(mk("X-One", "10.0.0.4")); err != nil {
+		t.Fatal(err)
+	}
+	before := r.snap.Load()
+	var a Attempt
+	first, err := r.Pick("steady", vars{}, &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(mk("X-Two", "10.0.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	after := r.snap.Load()
+	if after.byName["steady"] != before.byName["steady"] {
+		t.Error("the unchanged backend was rebuilt")
+	}
+	if after.byName["changed"] == before.byName["changed"] || !cmp.Equal(r.Peers("changed"), []string{"10.0.0.50:80", "10.0.0.5:80"}) {
+		t.Errorf("the changed backend was not rebuilt: peers %v", r.Peers("changed"))
+	}
+	if got := r.NeededVars("primary"); !cmp.Equal(got, []string{"http_x_two"}) {
+		t.Errorf("primary's needed variables %v; want [http_x_two]", got)
+	}
+	if got := before.byName["primary"].needVars; !cmp.Equal(got, []string{"http_x_one"}) {
+		t.Errorf("the previous generation's primary was modified: %v", got)
+	}
+	var b Attempt
+	second, err := r.Pick("steady", vars{}, &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Peer == first.Peer {
+		t.Errorf("round robin restarted on the unchanged backend: %s twice", first.Peer)
+	}
+}

@@ -1,6 +1,10 @@
 package model
 
-import "strconv"
+import (
+	"maps"
+	"slices"
+	"strconv"
+)
 
 // Backend is one upstream the balancer picks peers from: the endpoints of
 // one Service port and how to choose among them. The builder makes every
@@ -186,4 +190,41 @@ type Canary struct {
 	// HeaderPattern is used when HeaderValue is empty.
 	HeaderPattern *Regexp `json:"headerPattern,omitempty"`
 	Cookie        string  `json:"cookie,omitempty"`
+}
+
+// Equal reports whether b and o are the same backend, canary patterns
+// compared by their text. The balancer rebuilds only backends that are not
+// Equal to their previous version, so every field counts
+// (TestBackendEqualCoversEveryField).
+func (b *Backend) Equal(o *Backend) bool {
+	if b.Name != o.Name || b.Port != o.Port || b.HasService != o.HasService || b.ExternalName != o.ExternalName ||
+		b.Algorithm != o.Algorithm || b.NoServer != o.NoServer || b.SSLPassthrough != o.SSLPassthrough ||
+		!slices.Equal(b.Endpoints, o.Endpoints) || !slices.Equal(b.Alternatives, o.Alternatives) {
+		return false
+	}
+	if (b.HashBy == nil) != (o.HashBy == nil) || b.HashBy != nil && *b.HashBy != *o.HashBy {
+		return false
+	}
+	c, d := &b.Canary, &o.Canary
+	if c.Weight != d.Weight || c.WeightTotal != d.WeightTotal || c.Header != d.Header || c.HeaderValue != d.HeaderValue ||
+		c.Cookie != d.Cookie || c.HeaderPattern.String() != d.HeaderPattern.String() {
+		return false
+	}
+	return b.Affinity.equal(o.Affinity)
+}
+
+func (a *CookieAffinity) equal(o *CookieAffinity) bool {
+	if a == nil || o == nil {
+		return a == o
+	}
+	return a.Persistent == o.Persistent && a.Name == o.Name && sameInt(a.Expires, o.Expires) && sameInt(a.MaxAge, o.MaxAge) &&
+		a.Path == o.Path && a.Domain == o.Domain && a.SameSite == o.SameSite && a.ConditionalSameSiteNone == o.ConditionalSameSiteNone &&
+		a.Secure == o.Secure && a.ChangeOnFailure == o.ChangeOnFailure && maps.EqualFunc(a.Locations, o.Locations, slices.Equal[[]string])
+}
+
+func sameInt(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
