@@ -129,7 +129,9 @@ func TestApplyEqualKeepsVersion(t *testing.T) {
 // variables although the primary itself is unchanged.
 func TestApplyReusesOnlyWhatIsUnchanged(t *testing.T) {
 	r := NewRegistry(Config{Resolve: noResolve, Rand: seqRand(0)})
-	ep := func(a string) []model.Endpoint { return []model.Endpoint{{Address: a, Port: 80}, {Address: a + "0", Port: 80}} }
+	ep := func(a string) []model.Endpoint {
+		return []model.Endpoint{{Address: a, Port: 80}, {Address: a + "0", Port: 80}}
+	}
 	mk := func(canaryHeader, changedAddr string) []model.Backend {
 		return []model.Backend{
 			{Name: "primary", Endpoints: ep("10.0.0.1"), Alternatives: []string{"canary"}},

@@ -2,6 +2,7 @@ package model
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -15,7 +16,7 @@ func TestBackendEqualCoversEveryField(t *testing.T) {
 		return Backend{
 			Name: "b", Port: ServicePort{Number: 80, Name: "http"}, HasService: true, ExternalName: "x.example",
 			Endpoints: []Endpoint{{Address: "10.0.0.1", Port: 80}}, Algorithm: EWMA,
-			HashBy:   &HashBy{Key: "$request_uri", Subset: true, SubsetSize: 3},
+			HashBy: &HashBy{Key: "$request_uri", Subset: true, SubsetSize: 3},
 			Affinity: &CookieAffinity{Persistent: true, Name: "c", Expires: i64(1), MaxAge: i64(2), Path: "/", Domain: "d", SameSite: "Lax",
 				ConditionalSameSiteNone: true, Secure: true, ChangeOnFailure: true, Locations: map[string][]string{"h": {"/"}}},
 			Canary:       Canary{Weight: 1, WeightTotal: 100, Header: "X", HeaderValue: "v", HeaderPattern: NewRegexp("a"), Cookie: "k"},
@@ -109,14 +110,4 @@ func change(v reflect.Value, path string) {
 	}
 }
 
-func splitPath(p string) []string {
-	var out []string
-	for _, s := range []rune(p) {
-		if s == '.' {
-			out = append(out, "")
-			continue
-		}
-		out[len(out)-1] += string(s)
-	}
-	return out
-}
+func splitPath(p string) []string { return strings.Split(strings.TrimPrefix(p, "."), ".") }
