@@ -146,6 +146,7 @@ type builder struct {
 	anns      map[*networkingv1.Ingress]annotations // parsed once
 	access    globalAccess                          // the ConfigMap's access settings
 	badAddrs  map[string]bool                       // slice/address already reported invalid
+	index     *EndpointIndex                        // nil outside BuildIndexed
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
@@ -172,7 +173,17 @@ type globalAccess struct {
 // Build translates in into a Configuration. Problems with single objects are
 // reported in Configuration.Errors and the rest is built.
 func Build(in Input, opt Options) *model.Configuration {
+	cfg, _ := BuildIndexed(in, opt)
+	return cfg
+}
+
+// BuildIndexed is Build, plus the index of which backends took their
+// endpoints from which Service's EndpointSlices, with which a change of
+// slices alone is applied to the Configuration without building it again
+// (EndpointIndex.Refresh).
+func BuildIndexed(in Input, opt Options) (*model.Configuration, *EndpointIndex) {
 	b := &builder{
+		index:    &EndpointIndex{byService: map[string][]endpointSource{}},
 		in:       in,
 		opt:      opt.withDefaults(),
 		cfg:      &model.Configuration{Certificates: map[string]model.Certificate{}},
@@ -310,7 +321,7 @@ func Build(in Input, opt Options) *model.Configuration {
 	b.cfg.UDPServices = b.l4(in.UDPServices, "udp")
 	b.passthrough()
 	b.finish()
-	return b.cfg
+	return b.cfg, b.index
 }
 
 func ingressRef(ing *networkingv1.Ingress) model.ObjectRef {
@@ -448,16 +459,21 @@ func (b *builder) global() {
 	b.cfg.Global = g
 }
 
+// builtinDefaultEndpoint is the built-in default backend's address, the
+// default backend's only endpoint when --default-backend-service is unset
+// or has none (ingress-nginx's 127.0.0.1:8181).
+var builtinDefaultEndpoint = model.Endpoint{Address: "127.0.0.1", Port: 8181}
+
 // defaultServer adds the catch-all server and the default backend.
 func (b *builder) defaultServer() {
 	def := &model.Backend{Name: model.DefaultBackendName}
 	if ns, name, ok := strings.Cut(b.opt.DefaultBackendService, "/"); ok {
 		if svc := b.services[ns+"/"+name]; svc != nil && len(svc.Spec.Ports) > 0 {
-			def.Endpoints = b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
+			b.fillEndpoints(def, svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 		}
 	}
 	if len(def.Endpoints) == 0 {
-		def.Endpoints = []model.Endpoint{{Address: "127.0.0.1", Port: 8181}}
+		def.Endpoints = []model.Endpoint{builtinDefaultEndpoint}
 	}
 	b.backends[def.Name] = def
 	b.servers[model.CatchAllHost] = &model.Server{Hostname: model.CatchAllHost, Locations: []model.Location{{
@@ -827,7 +843,7 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		be.ExternalName = svc.Spec.ExternalName
 	}
-	be.Endpoints = b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
+	b.fillEndpoints(be, svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
 	b.backends[name] = be
 	return name
 }
@@ -879,13 +895,14 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {
 			be.ExternalName = svc.Spec.ExternalName
 		}
-		be.Endpoints = b.endpoints(svc, sp, corev1.ProtocolTCP)
+		b.fillEndpoints(be, svc, sp, corev1.ProtocolTCP)
 		if up := a.serviceUpstream; (up != nil && *up) || (up == nil && b.serviceUpstream) {
 			// service-upstream: the Service's cluster IP and port as the
 			// one endpoint, as ingress-nginx; without a cluster IP it
 			// says so and keeps the endpoints.
 			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
 				be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
+				b.index.forget(svc, be.Name)
 			} else {
 				b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
 			}
@@ -1338,8 +1355,8 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 		}
 		backend := proto + "-" + ns + "-" + name + "-" + parts[1]
 		if b.backends[backend] == nil {
-			be := &model.Backend{Name: backend, Port: model.ServicePort{Number: int32(listen)}, HasService: true,
-				Endpoints: b.endpoints(svc, sp, l4Protocol(proto))}
+			be := &model.Backend{Name: backend, Port: model.ServicePort{Number: int32(listen)}, HasService: true}
+			b.fillEndpoints(be, svc, sp, l4Protocol(proto))
 			if svc.Spec.Type == corev1.ServiceTypeExternalName {
 				be.ExternalName = svc.Spec.ExternalName
 			}

@@ -1,0 +1,119 @@
+package builder
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// EndpointIndex records, for each Service, the backends of one build whose
+// endpoints were read from that Service's EndpointSlices. When only slices
+// changed since that build, Refresh reads those backends' endpoints again
+// and gives the Configuration a full build would give, at the cost of the
+// backends involved instead of the whole cluster.
+type EndpointIndex struct {
+	byService map[string][]endpointSource // by namespace/name
+}
+
+// endpointSource is how one backend's endpoints were read.
+type endpointSource struct {
+	backend string
+	// svc is the Service as the build saw it: a Service change makes the
+	// caller build again, so it is still current when Refresh runs.
+	svc   *corev1.Service
+	port  corev1.ServicePort
+	proto corev1.Protocol
+}
+
+// fillEndpoints sets be's endpoints from the slices of svc's port sp, and
+// records where they came from.
+func (b *builder) fillEndpoints(be *model.Backend, svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) {
+	be.Endpoints = b.endpoints(svc, sp, proto)
+	if b.index == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return // an ExternalName's endpoint does not come from slices
+	}
+	key := svc.Namespace + "/" + svc.Name
+	b.index.byService[key] = append(b.index.byService[key], endpointSource{backend: be.Name, svc: svc, port: sp, proto: proto})
+}
+
+// forget drops a backend whose endpoints were replaced after
+// fillEndpoints (service-upstream).
+func (x *EndpointIndex) forget(svc *corev1.Service, backend string) {
+	if x == nil {
+		return
+	}
+	key := svc.Namespace + "/" + svc.Name
+	srcs := x.byService[key][:0]
+	for _, s := range x.byService[key] {
+		if s.backend != backend {
+			srcs = append(srcs, s)
+		}
+	}
+	x.byService[key] = srcs
+}
+
+// Refresh returns prev, the Configuration built with this index, with the
+// endpoints of the backends of the Services named in changed
+// (namespace/name) read again from slices (which returns a Service's
+// current EndpointSlices). It gives what Build would give when nothing but
+// those Services' slices changed since prev was built. ok is false when it
+// cannot tell (an address a build would report as invalid, in the new
+// slices or among prev's errors): the caller then builds in full. When no
+// endpoint changed it returns prev itself.
+func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, slices func(namespace, service string) []*discoveryv1.EndpointSlice) (cfg *model.Configuration, ok bool) {
+	for _, e := range prev.Errors {
+		if e.Object.Kind == "EndpointSlice" {
+			return nil, false
+		}
+	}
+	var backends []model.Backend // prev's, copied on the first change
+	for _, key := range changed {
+		srcs := x.byService[key]
+		if len(srcs) == 0 {
+			continue
+		}
+		svc := srcs[0].svc
+		b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{key: slices(svc.Namespace, svc.Name)}}
+		for _, src := range srcs {
+			eps := b.endpoints(src.svc, src.port, src.proto)
+			if len(b.cfg.Errors) > 0 {
+				return nil, false
+			}
+			i := sort.Search(len(prev.Backends), func(i int) bool { return prev.Backends[i].Name >= src.backend })
+			if i == len(prev.Backends) || prev.Backends[i].Name != src.backend {
+				continue // not served (an unused canary)
+			}
+			if src.backend == model.DefaultBackendName && len(eps) == 0 {
+				eps = []model.Endpoint{builtinDefaultEndpoint}
+			}
+			if equalEndpoints(prev.Backends[i].Endpoints, eps) {
+				continue
+			}
+			if backends == nil {
+				backends = append([]model.Backend(nil), prev.Backends...)
+			}
+			backends[i].Endpoints = eps
+		}
+	}
+	if backends == nil {
+		return prev, true
+	}
+	next := *prev
+	next.Backends = backends
+	return &next, true
+}
+
+func equalEndpoints(a, b []model.Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
