@@ -146,9 +146,13 @@ func TestAgainstAPIServer(t *testing.T) {
 	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	refreshed := ctrl.Refreshed()
 	u := next(t, updates, func(u update) bool { return len(endpointsOf(u.cfg, primary)) == 2 })
 	if u.change != (Change{Dynamic: true}) {
 		t.Errorf("scaling change = %+v; want dynamic only", u.change)
+	}
+	if ctrl.Refreshed() == refreshed {
+		t.Error("scaling an EndpointSlice made a full build; want the endpoints refreshed alone")
 	}
 	if diff := cmp.Diff(expected(t, admin, builder.Options{WatchNamespace: ns}), u.cfg, ignoreVersion); diff != "" {
 		t.Errorf("scaled Configuration (-want +got):\n%s", diff)

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,7 +39,15 @@ type Change struct {
 	// Dynamic is true when backends (endpoints, algorithms, canary policy,
 	// affinity) or certificates changed: applied without a reload.
 	Dynamic bool
+	// Certificates is true when certificates changed (Dynamic is then
+	// true too). A change with only Dynamic set changed backends alone.
+	Certificates bool
 }
+
+// BackendsOnly reports whether only backends changed: the sinks apply
+// them to their balancers and leave routes, certificates and nginx.conf
+// as they are.
+func (c Change) BackendsOnly() bool { return c.Dynamic && !c.Reload && !c.Certificates }
 
 // Sink consumes Configurations. Update must not modify cfg. An error makes the
 // controller retry the same Configuration later with backoff.
@@ -142,7 +151,24 @@ type Controller struct {
 
 	status *statusWriter // nil without status publishing
 	built  atomic.Bool   // a Configuration was handed to the sinks
+
+	// pendingMu guards what changed since the last build: full is set by
+	// any event but an EndpointSlice's; slices holds the namespace/name
+	// of each Service whose EndpointSlices changed.
+	pendingMu     sync.Mutex
+	pendingFull   bool
+	pendingSlices map[string]bool
+	// index is the last full build's, for applying slice changes alone
+	// (builder.EndpointIndex.Refresh); only the sync loop touches it.
+	index *builder.EndpointIndex
+	// refreshed counts the Configurations handed to the sinks that were
+	// made by Refresh, without a build.
+	refreshed atomic.Uint64
 }
+
+// Refreshed is how many Configurations were made from EndpointSlice
+// changes alone, without a build.
+func (c *Controller) Refreshed() uint64 { return c.refreshed.Load() }
 
 // New builds a Controller; nothing runs until Run.
 func New(cfg Config) (*Controller, error) {
@@ -237,30 +263,35 @@ func New(cfg Config) (*Controller, error) {
 		configMaps:     f.Core().V1().ConfigMaps().Lister(),
 		secrets:        c.secrets.Core().V1().Secrets().Lister(),
 	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.markDirty() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, err1 := meta.Accessor(oldObj)
-			n, err2 := meta.Accessor(newObj)
-			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
-				return // a resync, nothing changed
-			}
-			c.markDirty()
-		},
-		DeleteFunc: func(any) { c.markDirty() },
+	handler := func(changed func(objs ...any)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj any) { changed(obj) },
+			UpdateFunc: func(oldObj, newObj any) {
+				o, err1 := meta.Accessor(oldObj)
+				n, err2 := meta.Accessor(newObj)
+				if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
+					return // a resync, nothing changed
+				}
+				changed(oldObj, newObj)
+			},
+			DeleteFunc: func(obj any) { changed(obj) },
+		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{
-		f.Networking().V1().Ingresses().Informer(),
-		f.Networking().V1().IngressClasses().Informer(),
-		f.Core().V1().Services().Informer(),
-		f.Discovery().V1().EndpointSlices().Informer(),
-		f.Core().V1().ConfigMaps().Informer(),
-		c.secrets.Core().V1().Secrets().Informer(),
+	for _, h := range []struct {
+		inf     cache.SharedIndexInformer
+		changed func(objs ...any)
+	}{
+		{f.Networking().V1().Ingresses().Informer(), c.changedFull},
+		{f.Networking().V1().IngressClasses().Informer(), c.changedFull},
+		{f.Core().V1().Services().Informer(), c.changedFull},
+		{f.Discovery().V1().EndpointSlices().Informer(), c.changedSlices},
+		{f.Core().V1().ConfigMaps().Informer(), c.changedFull},
+		{c.secrets.Core().V1().Secrets().Informer(), c.changedFull},
 	} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
+		if _, err := h.inf.AddEventHandler(handler(h.changed)); err != nil {
 			return nil, fmt.Errorf("controlplane: add event handler: %w", err)
 		}
-		c.synced = append(c.synced, inf.HasSynced)
+		c.synced = append(c.synced, h.inf.HasSynced)
 	}
 	c.broadcaster = record.NewBroadcaster()
 	c.recorder = c.broadcaster.NewRecorder(eventScheme(), corev1.EventSource{Component: cfg.Component})
@@ -277,6 +308,58 @@ func stripManagedFields(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// changedFull records a change that needs a full build.
+func (c *Controller) changedFull(...any) {
+	c.needFull()
+	c.markDirty()
+}
+
+// needFull makes the next build a full one, without asking for it.
+func (c *Controller) needFull() {
+	c.pendingMu.Lock()
+	c.pendingFull = true
+	c.pendingMu.Unlock()
+}
+
+// changedSlices records a change of EndpointSlices (old and new versions):
+// their Services' backends are refreshed without a full build when nothing
+// else changed. A slice whose Service cannot be told needs a full build.
+func (c *Controller) changedSlices(objs ...any) {
+	c.pendingMu.Lock()
+	for _, obj := range objs {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		es, ok := obj.(*discoveryv1.EndpointSlice)
+		svc := ""
+		if ok {
+			svc = es.Labels[discoveryv1.LabelServiceName]
+		}
+		if svc == "" {
+			c.pendingFull = true
+			continue
+		}
+		if c.pendingSlices == nil {
+			c.pendingSlices = map[string]bool{}
+		}
+		c.pendingSlices[es.Namespace+"/"+svc] = true
+	}
+	c.pendingMu.Unlock()
+	c.markDirty()
+}
+
+// takePending returns and clears what changed since the last call.
+func (c *Controller) takePending() (full bool, slices []string) {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	full = c.pendingFull
+	for k := range c.pendingSlices {
+		slices = append(slices, k)
+	}
+	c.pendingFull, c.pendingSlices = false, nil
+	return full, slices
 }
 
 func (c *Controller) markDirty() {
@@ -395,11 +478,26 @@ func (c *Controller) holdoff(ctx context.Context) bool {
 // returns the Configuration now in effect.
 func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*model.Configuration, error) {
 	start := time.Now()
+	full, slices := c.takePending()
+	if !full && len(slices) > 0 && prev != nil && c.index != nil {
+		if cfg, ok := c.index.Refresh(prev, slices, c.listers.slicesOf); ok {
+			if cfg == prev {
+				return prev, nil // no endpoint of a served backend moved
+			}
+			// Only endpoints changed: no build, no hashing of the model.
+			next, err := c.hand(ctx, start, prev, cfg, Change{Dynamic: true})
+			if err == nil {
+				c.refreshed.Add(1)
+			}
+			return next, err
+		}
+	}
 	in, err := c.listers.input(c.cfg.ConfigMap, c.cfg.TCPServicesConfigMap, c.cfg.UDPServicesConfigMap)
 	if err != nil {
+		c.needFull() // the retry builds in full
 		return prev, err
 	}
-	cfg := builder.Build(in, c.cfg.Build)
+	cfg, index := builder.BuildIndexed(in, c.cfg.Build)
 	c.recordErrors(cfg.Errors)
 	change := classify(prev, cfg)
 	if !change.Reload && !change.Dynamic && prev != nil {
@@ -408,8 +506,21 @@ func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*mode
 			// Only errors changed; keep the new list for status pages.
 			c.current.Store(cfg)
 		}
+		c.index = index
 		return cfg, nil
 	}
+	next, err := c.hand(ctx, start, prev, cfg, change)
+	if err != nil {
+		c.needFull() // the retry builds in full
+	} else {
+		c.index = index
+	}
+	return next, err
+}
+
+// hand gives cfg, changed from prev as change says, to every sink; it
+// returns the Configuration now in effect (prev when a sink refused).
+func (c *Controller) hand(ctx context.Context, start time.Time, prev, cfg *model.Configuration, change Change) (*model.Configuration, error) {
 	cfg.Version = c.version.Add(1)
 	for _, s := range c.cfg.Sinks {
 		if err := s.Update(ctx, cfg, change); err != nil {
@@ -443,9 +554,11 @@ func classify(prev, next *model.Configuration) Change {
 	if prev == nil {
 		return Change{Reload: true, Dynamic: true}
 	}
+	certs := hashOf(prev.Certificates) != hashOf(next.Certificates)
 	return Change{
-		Reload:  hashOf(structural(prev)) != hashOf(structural(next)),
-		Dynamic: hashOf(prev.Backends) != hashOf(next.Backends) || hashOf(prev.Certificates) != hashOf(next.Certificates),
+		Reload:       hashOf(structural(prev)) != hashOf(structural(next)),
+		Dynamic:      certs || hashOf(prev.Backends) != hashOf(next.Backends),
+		Certificates: certs,
 	}
 }
 

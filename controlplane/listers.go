@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchyard-proxy/switchyard/controlplane/builder"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,6 +60,17 @@ func (l listers) input(configMap, tcpServices, udpServices string) (builder.Inpu
 		return in, err
 	}
 	return in, nil
+}
+
+// slicesOf returns the cached EndpointSlices of one Service (none on a
+// lister error, which the cache does not give).
+func (l listers) slicesOf(namespace, service string) []*discoveryv1.EndpointSlice {
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})
+	out, err := l.endpointSlices.EndpointSlices(namespace).List(sel)
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // configMap reads "namespace/name" from the cache; empty or missing is nil.
