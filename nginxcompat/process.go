@@ -394,6 +394,16 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 	return nil
 }
 
+// UpdateBackends is Update for a Configuration whose backends alone
+// changed since the last Update: they go to the balancer; nginx.conf, which
+// does not depend on them, is neither rendered nor reloaded.
+func (c *Controller) UpdateBackends(cfg *model.Configuration) error {
+	if err := c.syncBackends(cfg.Backends, true); err != nil {
+		return fmt.Errorf("sync backends: %w", err)
+	}
+	return nil
+}
+
 // syncBackends hands backends to the balancer. With remember, they become
 // the payload reassert syncs again; without, remembered ones are synced.
 func (c *Controller) syncBackends(backends []model.Backend, remember bool) error {

@@ -183,6 +183,15 @@ func (p *Proxy) Update(cfg *model.Configuration) {
 	}
 }
 
+// UpdateBackends is Update for a Configuration whose backends alone changed
+// since the last Update: the routes stay unless the default backend moved
+// between the built-in default server and a Service.
+func (p *Proxy) UpdateBackends(cfg *model.Configuration) {
+	if t := p.routes.Load(); t == nil || t.builtinDefault != builtinDefault(cfg) {
+		p.Update(cfg)
+	}
+}
+
 // Serve accepts connections on ln until ctx ends, then drains: in-flight
 // requests finish, idle connections close.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {

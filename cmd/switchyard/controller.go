@@ -180,7 +180,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			if ngx != nil {
 				// nginxcompat syncs the balancer before it renders: the
 				// shim never asks for a backend Go does not know.
-				if err := ngx.update(ctx, cfg); err != nil {
+				if err := ngx.update(ctx, cfg, ch); err != nil {
 					klog.ErrorS(err, "nginx configuration not applied; the running one keeps serving")
 					return err
 				}
@@ -188,7 +188,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 				if err := reg.Apply(cfg.Backends); err != nil {
 					klog.ErrorS(err, "some backends were not applied")
 				}
-				px.Update(cfg)
+				if ch.BackendsOnly() {
+					px.UpdateBackends(cfg)
+				} else {
+					px.Update(cfg)
+				}
 			}
 			l4.Update(tcpproxy.RoutesFrom(cfg))
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/balancer/picksock"
+	"github.com/switchyard-proxy/switchyard/controlplane"
 	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/nginxcompat"
@@ -157,7 +158,11 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 
 // update hands cfg to nginx (balancer sync, render, test, reload if the file
 // changed) and starts the nginx master after the first accepted file.
-func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration) error {
+func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration, ch controlplane.Change) error {
+	if ch.BackendsOnly() && p.runDone != nil {
+		// nginx.conf does not depend on backends: the balancer alone.
+		return p.ctrl.UpdateBackends(cfg)
+	}
 	// Before the reload, so the new nginx.conf's digest locations are known.
 	p.digest.Update(cfg)
 	if err := p.ctrl.Update(ctx, cfg); err != nil {
