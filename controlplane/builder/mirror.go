@@ -127,6 +127,10 @@ func parseMirrorTarget(s string) (*model.Mirror, error) {
 			return nil, fmt.Errorf("%q: variable $%s is not one of $request_uri, $uri, $args, $query_string, $is_args, $host, $scheme", s, name)
 		}
 	}
+	if len(m.URI) > 0 && m.URI[0].Var != "" && m.URI[0].Var != model.VarRequestURI && m.URI[0].Var != varURIPlaceholder {
+		// Right after the host it would extend the host name.
+		return nil, fmt.Errorf("%q: after the host comes '/', '?', $request_uri or $uri", s)
+	}
 	if !vars {
 		if strings.Contains(path, "?") {
 			return nil, fmt.Errorf("%q: a query in a target without variables is not supported (nginx would append the client's)", s)

@@ -80,6 +80,8 @@ func TestParseMirrorInvalid(t *testing.T) {
 		{"userinfo", "mirror-target", map[string]string{"mirror-target": "http://u@m.example/x"}, false},
 		{"port 0", "mirror-target", map[string]string{"mirror-target": "http://m.example:0/x"}, false},
 		{"port too big", "mirror-target", map[string]string{"mirror-target": "http://m.example:65536/x"}, false},
+		{"variable after host", "mirror-target", map[string]string{"mirror-target": "http://m.example$host/x"}, false},
+		{"args after host", "mirror-target", map[string]string{"mirror-target": "http://m.example$args"}, false},
 		{"unknown variable", "mirror-target", map[string]string{"mirror-target": "http://m.example/$http_cookie"}, false},
 		{"unterminated", "mirror-target", map[string]string{"mirror-target": "http://m.example/${request_uri"}, false},
 		{"fragment", "mirror-target", map[string]string{"mirror-target": "http://m.example/a#b"}, false},
