@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -400,5 +402,31 @@ func TestMirrorStreamedBody(t *testing.T) {
 		if got := target.next(t); got.URI != "/big" || got.Body != "" || got.Fields["Content-Length"] != "0" {
 			t.Errorf("the mirror got %+v; want /big without a body, Content-Length 0", got)
 		}
+	}
+}
+
+// TestMirrorHTTPS: an https target is reached over TLS, its certificate not
+// verified (nginx's proxy_ssl_verify off), with the port the target names.
+func TestMirrorHTTPS(t *testing.T) {
+	be := backend(t, "main")
+	got := make(chan string, 4)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Method + " " + r.RequestURI + " " + r.Host + " tls=" + strconv.FormatBool(r.TLS != nil)
+	}))
+	t.Cleanup(srv.Close)
+	mi := mirrorOf(strings.TrimPrefix(srv.URL, "https://"), model.URLTemplate{{Var: model.VarRequestURI}}, true)
+	mi.Scheme = "https"
+	base, _ := start(t, mirrorConfig(be, mi))
+	resp, _ := get(t, base+"/s?x=1", "mirror.test", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("main answer %d; want 200", resp.StatusCode)
+	}
+	select {
+	case g := <-got:
+		if want := "GET /s?x=1 shadow.example tls=true"; g != want {
+			t.Errorf("the mirror got %q; want %q", g, want)
+		}
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("the https mirror got nothing")
 	}
 }
