@@ -247,7 +247,14 @@ func TestMirrorNeverHoldsTheClient(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			mi := mirrorOf(tt.addr, model.URLTemplate{{Var: model.VarRequestURI}}, true)
-			p, _ := newProxy(t, mirrorConfig(be, mi), Config{Registerer: reg})
+			var logMu sync.Mutex
+			var lines []string
+			errLog := func(msg string) {
+				logMu.Lock()
+				lines = append(lines, msg)
+				logMu.Unlock()
+			}
+			p, _ := newProxy(t, mirrorConfig(be, mi), Config{Registerer: reg, ErrorLog: errLog})
 			base := "http://" + serve(t, p.Serve)
 			c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
 			defer c.CloseIdleConnections()
@@ -267,6 +274,12 @@ func TestMirrorNeverHoldsTheClient(t *testing.T) {
 			}
 			if tt.name == "dead" {
 				waitCount(t, reg, "error", 5)
+				// Five failures within a second or two: one line a second.
+				logMu.Lock()
+				defer logMu.Unlock()
+				if len(lines) == 0 || len(lines) > 2 || !strings.HasPrefix(lines[0], "mirror http://"+tt.addr+": ") {
+					t.Errorf("error log %q; want one or two lines naming the mirror", lines)
+				}
 			}
 		})
 	}
