@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/valyala/fasthttp"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -442,4 +443,25 @@ func TestMirrorHTTPS(t *testing.T) {
 	case <-time.After(defaultTestTimeout):
 		t.Fatal("the https mirror got nothing")
 	}
+}
+
+// BenchmarkProxyMirror is BenchmarkProxyHTTP1's request with every request
+// mirrored to a fasthttp target on loopback: what a copy costs the request
+// path (the copy's own sending runs beside it).
+func BenchmarkProxyMirror(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("mirror") }}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Shutdown() })
+	mi := mirrorOf(ln.Addr().String(), model.URLTemplate{{Var: model.VarRequestURI}}, true)
+	benchProxyWith(b, Config{}, func(cfg *model.Configuration) {
+		for i := range cfg.Servers {
+			for j := range cfg.Servers[i].Locations {
+				cfg.Servers[i].Locations[j].Mirror = mi
+			}
+		}
+	})
 }
