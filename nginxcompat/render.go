@@ -439,6 +439,8 @@ type locationV struct {
 	CustomErrors []int
 	ErrorBackend string
 	ErrorSlot    int
+	// Mirror is mirror-target; nil without.
+	Mirror *mirrorV
 }
 
 // quote writes s as an nginx double-quoted string: only \ and " are special
@@ -1008,6 +1010,13 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 			return nil, fmt.Errorf("upstream-vhost %q", l.UpstreamVhost)
 		}
 		lv.UpstreamVhost = l.UpstreamVhost
+	}
+	if l.Mirror != nil {
+		mv, err := mirrorView(l.Mirror)
+		if err != nil {
+			return lv, err
+		}
+		lv.Mirror = mv
 	}
 	if l.XForwardedPrefix != "" {
 		if !validPath(l.XForwardedPrefix) {

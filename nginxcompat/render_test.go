@@ -165,6 +165,26 @@ func TestRenderGolden(t *testing.T) {
 	all = append(all, goldenCase{in: "testdata/render/basic.json", out: "testdata/render/digest", edit: digest,
 		tweak: func(rc *RenderConfig) { rc.DigestSocket = "/run/switchyard/digest.sock" }},
 		goldenCase{in: "testdata/render/basic.json", out: "testdata/render/digest.nosocket", edit: digest, tweak: func(*RenderConfig) {}})
+	// mirror-target on app.example.com's locations: one Ingress's mirror
+	// (one internal location for both), body off on "/"; another location
+	// with a variable-free target resolved by the builder.
+	mirror := func(cfg *model.Configuration) {
+		for i := range cfg.Servers {
+			for j := range cfg.Servers[i].Locations {
+				l := &cfg.Servers[i].Locations[j]
+				if cfg.Servers[i].Hostname != "app.example.com" {
+					continue
+				}
+				l.Mirror = &model.Mirror{Source: "/_mirror-4f0c5a9e-uid", Scheme: "https", HostPort: "test.env.com", Host: "test.env.com",
+					URI: model.URLTemplate{{Var: model.VarRequestURI}}, RequestBody: l.Path != "/"}
+				if j == 0 {
+					l.Mirror = &model.Mirror{Source: "/_mirror-other", Scheme: "http", HostPort: "10.0.0.9:8080", Host: "shadow.example",
+						URI: model.URLTemplate{{Literal: "/copy"}, {Var: model.VarIsArgs}, {Var: model.VarArgs}}, RequestBody: true}
+				}
+			}
+		}
+	}
+	all = append(all, goldenCase{in: "testdata/render/basic.json", out: "testdata/render/mirror", edit: mirror, tweak: func(*RenderConfig) {}})
 	for _, gc := range all {
 		in := gc.in
 		t.Run(filepath.Base(gc.out), func(t *testing.T) {

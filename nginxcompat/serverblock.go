@@ -88,6 +88,15 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 	if sv.TLS != "" && v.G.HSTS {
 		hsts = v.HSTSValue
 	}
+	// The mirrors' internal locations first, once per Source, as
+	// ingress-nginx writes them ahead of the locations.
+	mirrors := map[string]bool{}
+	for _, l := range sv.Locations {
+		if l.Mirror != nil && !l.Denied && !mirrors[l.Mirror.Source] {
+			mirrors[l.Mirror.Source] = true
+			writeMirrorLocation(b, l.Mirror)
+		}
+	}
 	written := map[*authV]bool{}
 	digests := map[string]bool{}
 	for _, l := range sv.Locations {
@@ -257,6 +266,9 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	}
 	if l.Auth != nil || l.DigestKey != "" || l.CORS != nil || len(l.Headers) > 0 {
 		writeHSTS(b, "\n            ", hsts)
+	}
+	if l.Mirror != nil {
+		writeMirror(b, l.Mirror)
 	}
 	b.WriteString("\n\n            rewrite_by_lua_block {\n                balancer.rewrite()\n            }\n            log_by_lua_block {\n                balancer.log()\n            }\n\n            client_max_body_size ")
 	b.WriteString(l.BodySize)

@@ -7,5 +7,6 @@
 // metrics and the access log.
 //
 // In: model.Configuration snapshots, client connections. Out: proxied
-// requests, metrics, access logs. Never imports client-go.
+// requests, copies of them to mirror targets (mirror.go), metrics, access
+// logs. Never imports client-go.
 package proxy

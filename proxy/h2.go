@@ -538,6 +538,7 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	lim := &limitReader{left: -1}
 	cl := r.ContentLength
 	buffered := true
+	var mirrorBody []byte
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || cl == 0:
 	case cl > 0 && cl <= int64(p.cfg.BodyBufferBytes):
@@ -547,6 +548,9 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 			return
 		}
 		out.SetBodyRaw(body)
+		if loc.Mirror != nil {
+			mirrorBody = body
+		}
 	default:
 		*lim = limitReader{r: r.Body, left: loc.Proxy.BodySizeBytes, length: max(cl, 0)}
 		if lim.left <= 0 {
@@ -554,6 +558,15 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 		}
 		out.SetBodyStream(lim, int(cl))
 		buffered = false
+	}
+	if loc.Mirror != nil {
+		// The client's fields as sent are the view's (r.Header was edited
+		// for the upstream).
+		var client http.Header
+		if hv, ok := view.(*h2View); ok {
+			client = hv.hdr
+		}
+		p.mirror(loc, h2MirrorRequest(r, client, mirrorBody, !buffered))
 	}
 	rp := replayOf(r.Method, buffered)
 	t := &fastTry{p: p, out: outbound{req: out}, resp: resp, lim: lim, replay: rp}

@@ -73,6 +73,10 @@ type Config struct {
 	// MetricsPerHost labels request metrics with the server name
 	// (--metrics-per-host); the label is empty otherwise.
 	MetricsPerHost bool
+	// MirrorConcurrency bounds the copies of requests for mirror-target
+	// in flight (mirror.go); one more is dropped and counted. Zero means
+	// 128.
+	MirrorConcurrency int
 	// H2C makes Serve also accept cleartext HTTP/2 with prior knowledge
 	// (RFC 9113 §3.3), e.g. gRPC clients without TLS; ingress-nginx serves
 	// gRPC over TLS only. False: the plain port speaks HTTP/1.1 only.
@@ -107,6 +111,8 @@ type Proxy struct {
 	// reaper closes idle client connections past their timeouts; the
 	// first Serve starts it.
 	reaper sync.Once
+	// mirrors sends the copies of mirror-target.
+	mirrors *mirrorer
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -127,13 +133,17 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient(), digest: digestauth.NewVerifier(digestauth.VerifierConfig{})}
+	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient(), digest: digestauth.NewVerifier(digestauth.VerifierConfig{}),
+		mirrors: newMirrorer(&cfg)}
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
 		if err != nil {
 			return nil, err
 		}
 		p.metrics = m
+		if err := p.mirrors.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
 	}
 	p.routes.Store(newTable(&model.Configuration{}, &p.limits))
 	p.conns.Store(settingsOf(&model.Global{}, &cfg))
@@ -545,6 +555,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		return
 	}
 	upgrade := upgradeProtocol(&ctx.Request.Header)
+	// The target as sent, before rewrite-target: the mirror's $request_uri.
+	requestURI := ctx.Request.Header.RequestURI()
 	if rt.rewrite != nil {
 		if path, ok := rt.rewritten(ctx.Path()); ok {
 			ctx.Request.URI().SetPathBytes(path)
@@ -597,6 +609,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 			}
 			out.req.SetBodyStream(lim, cl)
 		}
+	}
+	if loc.Mirror != nil {
+		// After the access checks and the body, before upstream: where
+		// nginx's mirror runs (its precontent phase).
+		mr := fastMirrorRequest(ctx, requestURI, host, out.body, !buffered)
+		p.mirror(loc, &mr)
 	}
 	r := replayOf(string(ctx.Method()), buffered)
 	st.try = fastTry{p: p, out: out, resp: &ctx.Response, lim: lim, replay: r}

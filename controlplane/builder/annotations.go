@@ -112,6 +112,9 @@ type annotations struct {
 	serverAliases    []string
 	upstreamVhost    string
 	sslPassthrough   bool
+	// mirror is mirror-target and its kin; nil without a valid
+	// mirror-target. Its Source is set once the Ingress's UID is known.
+	mirror *model.Mirror
 }
 
 type corsAnnotations struct {
@@ -359,6 +362,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 		warn("proxy-ssl-secret", "has no effect unless backend-protocol is HTTPS (as in ingress-nginx, whose proxy_ssl_* apply to proxy_pass https only)")
 	}
 	a.basicAuthAnn = parseBasicAuth(get, bad, warn)
+	a.mirror = parseMirror(get, bad, warn)
 	parseLocationAnnotations(&a, get, bad, boolean, integer)
 	return a, errs
 }

@@ -229,6 +229,9 @@ func BuildIndexed(in Input, opt Options) (*model.Configuration, *EndpointIndex) 
 	})
 	for _, ing := range ours {
 		a, errs := parseAnnotations(ing.Annotations)
+		if a.mirror != nil {
+			a.mirror = withSource(a.mirror, string(ing.UID))
+		}
 		if a.clientAuthAnn != nil {
 			ca, err := b.clientAuth(ing, a.clientAuthAnn)
 			if err != nil {
@@ -822,6 +825,7 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	loc.CustomHTTPErrors = a.customHTTPErrors
 	loc.UpstreamVhost = a.upstreamVhost
 	loc.XForwardedPrefix = a.xForwardedPrefix
+	loc.Mirror = a.mirror
 	if a.defaultBackend != "" {
 		loc.CustomDefaultBackend = b.customDefaultBackend(ing, a.defaultBackend)
 	}

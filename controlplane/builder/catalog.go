@@ -146,9 +146,10 @@ var Catalogue = []AnnotationInfo{
 	{Name: "proxy-ssl-server-name", Group: GroupProxy, Support: Supported},
 	{Name: "proxy-ssl-protocols", Group: GroupProxy, Support: Supported},
 	{Name: "proxy-ssl-ciphers", Group: GroupProxy, Support: Partial, GoPlane: "OpenSSL suite names (ECDHE-RSA-AES128-GCM-SHA256:...) only; a list with other words (DEFAULT, HIGH, !aNULL) keeps Go's default suites, with a warning"},
-	{Name: "mirror-target", Group: GroupProxy, Support: Unsupported},
-	{Name: "mirror-request-body", Group: GroupProxy, Support: Unsupported},
-	{Name: "mirror-host", Group: GroupProxy, Support: Unsupported},
+	{Name: "mirror-target", Group: GroupProxy, Support: Partial, GoPlane: "yes, asynchronously: a slow mirror never holds up the client's connection; at most 128 copies in flight (more are dropped and counted); a streamed body (over 64 KiB or chunked) is not mirrored (docs/compatibility.md)",
+		Note: "an http(s) URL with a literal host (DNS name or IPv4, optional port) and a path that may use only `$request_uri`, `$uri`, `$args`, `$query_string`, `$is_args`, `$host`, `$scheme`; anything else is reported and the Ingress served without the mirror; a target without variables may not hold a query"},
+	{Name: "mirror-request-body", Group: GroupProxy, Support: Supported, Note: "`on` (default) or `off`; with `off` a request with a body is mirrored without it (nginx sends its Content-Length and no body: docs/compatibility.md)"},
+	{Name: "mirror-host", Group: GroupProxy, Support: Partial, Note: "a host name with an optional port (ingress-nginx also takes regex characters); the target's host without its port by default"},
 	{Name: "fastcgi-index", Group: GroupProxy, Support: Unsupported},
 	{Name: "fastcgi-params-configmap", Group: GroupProxy, Support: Unsupported},
 

@@ -236,7 +236,7 @@ func TestInvalidAnnotationValues(t *testing.T) {
 		"cors-allow-origin": "evil\"", "cors-allow-methods": "GET;", "cors-allow-headers": "X{}", "cors-expose-headers": "a\nb",
 		"cors-allow-credentials": "si", "cors-max-age": "old", "custom-http-errors": "200,abc", "default-backend": "Bad_Name",
 		"x-forwarded-prefix": "/a\"b", "server-alias": "bad host", "upstream-vhost": "a b", "configuration-snippet": "return 200;",
-		"server-snippet": "x", "enable-cors": "enable",
+		"server-snippet": "x", "enable-cors": "enable", "mirror-target": "ftp://mirror.example/$request_uri",
 	}
 	base := map[string]string{annotationPrefix + "affinity": "cookie", annotationPrefix + "canary": "true",
 		annotationPrefix + "enable-cors": "true", annotationPrefix + "permanent-redirect": "https://x.example.com/"}

@@ -278,6 +278,62 @@ type Location struct {
 	UpstreamVhost string `json:"upstreamVhost,omitempty"`
 	// XForwardedPrefix sets X-Forwarded-Prefix upstream.
 	XForwardedPrefix string `json:"xForwardedPrefix,omitempty"`
+	// Mirror, when set, sends a copy of every request that goes upstream
+	// to another server (mirror-target); nil without.
+	Mirror *Mirror `json:"mirror,omitempty"`
+}
+
+// Mirror is mirror-target, mirror-request-body and mirror-host, as nginx's
+// mirror module runs them in ingress-nginx's template: each request of the
+// location that reaches its proxy_pass is copied, its answer discarded. The
+// copy has the client's method and fields (less TE, Keep-Alive, Expect and
+// Upgrade) with Host set to Host, and goes to Scheme://HostPort with the
+// URI URI expands to. The builder has resolved everything nginx would work
+// out: the data planes only expand URI.
+type Mirror struct {
+	// Source is ingress-nginx's internal location of the Ingress,
+	// "/_mirror-<Ingress UID>" (letters, digits, '.', '_' and '-' after
+	// the dash).
+	Source string `json:"source"`
+	// Scheme is "http" or "https" (the certificate is not verified, as
+	// nginx's proxy_ssl_verify off).
+	Scheme string `json:"scheme"`
+	// HostPort is the target's host, lower case, and optional ":port":
+	// DNS labels or an IPv4 address (ValidUpstreamVhost).
+	HostPort string `json:"hostPort"`
+	// URI is the request target sent: literal text (URL characters
+	// only, no blank, quote, ';', '{', '}', '$' or backslash) and the
+	// variables of MirrorVars. A target without variables has the
+	// client's query appended ($is_args$args), as nginx's proxy_pass
+	// does, and one without a path starts with Source.
+	URI URLTemplate `json:"uri"`
+	// Host is the Host field sent: mirror-host, else the target's host
+	// without its port (ValidUpstreamVhost).
+	Host string `json:"host"`
+	// RequestBody is mirror-request-body (on by default): the client's
+	// body goes with the copy.
+	RequestBody bool `json:"requestBody"`
+}
+
+// MirrorVars are the variables a Mirror's URI may use, with nginx's
+// meaning in the mirror's subrequest: VarRequestURI, VarArgs (the query
+// as sent, without '?'), VarIsArgs ("?" when there is a query), VarHost
+// and VarScheme.
+var MirrorVars = []URLVar{VarRequestURI, VarArgs, VarIsArgs, VarHost, VarScheme}
+
+// ValidMirrorSource reports whether s is "/_mirror-" and one or more
+// letters, digits, '.', '_' or '-'.
+func ValidMirrorSource(s string) bool {
+	rest, ok := strings.CutPrefix(s, "/_mirror-")
+	if !ok || rest == "" || len(rest) > 253 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // RateLimit is limit-rps, limit-rpm, limit-burst-multiplier and
@@ -470,6 +526,8 @@ const (
 	VarPassAccessScheme  URLVar = "pass_access_scheme"  // ingress-nginx's: the scheme (X-Forwarded-Proto with use-forwarded-headers)
 	VarRequestURI        URLVar = "request_uri"         // the request target as sent
 	VarEscapedRequestURI URLVar = "escaped_request_uri" // request_uri escaped as a URI component
+	VarArgs              URLVar = "args"                // the query as sent, without '?' (Mirror only)
+	VarIsArgs            URLVar = "is_args"             // "?" when the request has a query, else empty (Mirror only)
 )
 
 // URLVars lists the variables a URLTemplate may use.

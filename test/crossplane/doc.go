@@ -24,7 +24,9 @@
 // Service and EndpointSlice pointing at it, {{tlsSecret "name" "host"}} a
 // self-signed kubernetes.io/tls Secret, {{caSecret "name"}} the suite's
 // client CA, {{authURL}} an authentication service speaking oauth2-proxy's
-// contract (test/harness.AuthServer, users "alice"; "mallory" forbidden);
+// contract (test/harness.AuthServer, users "alice"; "mallory" forbidden),
+// {{mirror}} the host:port of a mirror target recording what it gets
+// (Want.Mirror, rows_mirror_test.go);
 // the ingress() helper writes an Ingress with annotations. Request.From
 // picks the client's loopback source address, HTTPS and ClientCert a TLS
 // request with SNI = Host.

@@ -90,6 +90,10 @@ type Want struct {
 	// Logged, when set, says whether the request's access log line must be
 	// there (the request carries an X-Request-ID naming it).
 	Logged logCheck
+	// Mirror, when set, is what the mirror recorder ({{mirror}}) must get
+	// for the request, which carries an X-Request-ID naming it
+	// (rows_mirror_test.go).
+	Mirror *MirrorWant
 }
 
 // logCheck is what a row expects of the access log.
@@ -205,6 +209,8 @@ type env struct {
 	// log is the controller's output, where both planes write the access
 	// log.
 	log string
+	// mirror records what mirror targets get (rows_mirror_test.go).
+	mirror *mirrorRecorder
 }
 
 func startBackends(t *testing.T) map[string]string {
@@ -273,6 +279,8 @@ func (e *env) manifests(t *testing.T, dir string, rows []Row, extra map[string]s
 		"backend": func(n string) string { h, _, _ := net.SplitHostPort(e.backends[n]); return h },
 		"port":    func(n string) string { _, p, _ := net.SplitHostPort(e.backends[n]); return p },
 		"authURL": func() string { return e.auth.URL() + "/oauth2/auth" },
+		// mirror is the mirror recorder's host:port.
+		"mirror": func() string { return e.mirror.addr },
 		// tlsSecret is a kubernetes.io/tls Secret for host in demo.
 		"tlsSecret": func(name, host string) string {
 			c, k := harness.SelfSignedPEM(t, host)
@@ -622,7 +630,7 @@ func TestBehaviour(t *testing.T) {
 		results[plane] = map[string]answer{}
 		t.Run(plane, func(t *testing.T) {
 			e := &env{backends: startBackends(t), auth: harness.StartAuthServer(t, "127.0.0.1", []string{"alice"}, []string{"mallory"}),
-				ca: suiteCA, certs: clientCerts}
+				ca: suiteCA, certs: clientCerts, mirror: startMirrorRecorder(t)}
 			e.auth.SetEcho(authEcho...)
 			// Rows with a ConfigMap of their own run last, each on its own
 			// controller, after the shared one stopped (nginx's built-in
@@ -680,6 +688,12 @@ func TestBehaviour(t *testing.T) {
 								if err := e.checkLogged(req); err != nil {
 									t.Error(err)
 									a.Err += " log: " + err.Error()
+									results[plane][key] = a
+								}
+							}
+							if req.Want.Mirror != nil {
+								if err := e.mirror.check(req); err != nil {
+									a.Err += " mirror: " + err.Error()
 									results[plane][key] = a
 								}
 							}
