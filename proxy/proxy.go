@@ -404,12 +404,20 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		bodySent:  bodyLen(resp.IsBodyStream(), resp.Header.ContentLength(), resp.Body),
 		reqLength: len(req.Header.RawHeaders()) + bodyLen(req.IsBodyStream(), req.Header.ContentLength(), req.Body)}
 	x.remote = o.remote
-	if p.metrics != nil {
+	var lf *logFormat
+	logged := p.cfg.AccessLog != nil && !o.noLog
+	if logged {
+		lf = p.logFormatOf()
+	}
+	if p.metrics != nil || (logged && lf.respHeader) {
 		x.respHeader = len(resp.Header.Header())
+	}
+	if p.metrics != nil {
 		p.metrics.observe(&x, o, took)
 	}
-	if p.cfg.AccessLog != nil && !o.noLog {
-		p.accessLog(&x, o, start, took)
+	if logged {
+		lr := logReq{h1: ctx, end: start.Add(took)}
+		p.accessLog(lf, &x, o, &lr, took)
 	}
 }
 
