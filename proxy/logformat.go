@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/base64"
 	"net/http"
 	"os"
@@ -244,7 +245,7 @@ func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took
 			found = len(v)+len(vs) > 0
 		case model.LogSentHTTP:
 			if r.h1 != nil {
-				v = r.h1.Response.Header.PeekBytes(s.field)
+				v = responseField(&r.h1.Response.Header, s.field)
 			} else if vv := r.h2resp[s.canon]; len(vv) > 0 {
 				vs = vv[0]
 			}
@@ -283,6 +284,19 @@ func (r *logReq) requestField(name []byte, canon string) []byte {
 		return []byte(vv[0])
 	}
 	return nil
+}
+
+// responseField is the response's first field named name, in any case:
+// the proxy keeps the upstream's field names as sent.
+func responseField(h *fasthttp.ResponseHeader, name []byte) []byte {
+	var v []byte
+	found := false
+	h.VisitAll(func(k, val []byte) {
+		if !found && bytes.EqualFold(k, name) {
+			v, found = val, true
+		}
+	})
+	return v
 }
 
 // appendHost appends $host: the request's host, lowercase, without a

@@ -403,6 +403,8 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		status:    resp.StatusCode(),
 		bodySent:  bodyLen(resp.IsBodyStream(), resp.Header.ContentLength(), resp.Body),
 		reqLength: len(req.Header.RawHeaders()) + bodyLen(req.IsBodyStream(), req.Header.ContentLength(), req.Body)}
+	// $request_length counts the request line too ("GET / HTTP/1.1\r\n").
+	x.reqLength += len(x.method) + len(x.requestURI) + len(x.proto) + 4
 	x.remote = o.remote
 	var lf *logFormat
 	logged := p.cfg.AccessLog != nil && !o.noLog
