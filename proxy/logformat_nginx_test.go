@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"encoding/base64"
 	"bufio"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"path/filepath"
