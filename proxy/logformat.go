@@ -289,14 +289,12 @@ func (r *logReq) requestField(name []byte, canon string) []byte {
 // responseField is the response's first field named name, in any case:
 // the proxy keeps the upstream's field names as sent.
 func responseField(h *fasthttp.ResponseHeader, name []byte) []byte {
-	var v []byte
-	found := false
-	h.VisitAll(func(k, val []byte) {
-		if !found && bytes.EqualFold(k, name) {
-			v, found = val, true
+	for k, v := range h.All() {
+		if bytes.EqualFold(k, name) {
+			return v
 		}
-	})
-	return v
+	}
+	return nil
 }
 
 // appendHost appends $host: the request's host, lowercase, without a
