@@ -32,12 +32,23 @@ type logSeg struct {
 	// ("x-request-id"); canon is it as net/http keys its maps.
 	field []byte
 	canon string
+	// known is a field the exchange holds already ($http_referer,
+	// $http_user_agent): no lookup.
+	known knownField
 }
+
+type knownField uint8
+
+const (
+	fieldOther knownField = iota
+	fieldReferer
+	fieldUserAgent
+)
 
 // The values that never change while the process runs.
 var (
-	fieldXFF           = []byte("x-forwarded-for")
-	fieldAuthorization = []byte("authorization")
+	fieldXFF           = []byte("X-Forwarded-For")
+	fieldAuthorization = []byte("Authorization")
 	logPid             = strconv.AppendInt(nil, int64(os.Getpid()), 10)
 	logHostname        = func() []byte { h, _ := os.Hostname(); return []byte(h) }()
 )
@@ -58,8 +69,14 @@ func newLogFormat(f model.LogFormat) *logFormat {
 		case model.LogNone:
 			ls.lit = []byte(s.Literal)
 		case model.LogHTTP, model.LogSentHTTP:
-			ls.field = []byte(s.FieldName())
 			ls.canon = http.CanonicalHeaderKey(s.FieldName())
+			// fasthttp finds a field fastest by its canonical name.
+			ls.field = []byte(ls.canon)
+			if s.Var == model.LogHTTP && s.Header == "referer" {
+				ls.known = fieldReferer
+			} else if s.Var == model.LogHTTP && s.Header == "user_agent" {
+				ls.known = fieldUserAgent
+			}
 		case model.LogBytesSent:
 			lf.respHeader = true
 		}
@@ -94,9 +111,12 @@ func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took
 		num := scratch[:0]
 		switch s.v {
 		case model.LogRemoteAddr, model.LogTheRealIP:
+			// Addresses, numbers and times hold no byte any mode escapes:
+			// appended as they are.
 			if x.remote.IsValid() {
-				v = appendNginxAddr(num, x.remote)
+				b = appendNginxAddr(b, x.remote)
 			}
+			continue
 		case model.LogRemoteUser:
 			var dec [192]byte
 			v, found = basicUser(r, dec[:])
@@ -105,13 +125,16 @@ func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took
 				continue
 			}
 		case model.LogTimeLocal:
-			v = logTimeText(&lastLogTime, r.end, "02/Jan/2006:15:04:05 -0700")
+			b = append(b, logTimeText(&lastLogTime, r.end, "02/Jan/2006:15:04:05 -0700")...)
+			continue
 		case model.LogTimeISO8601:
-			v = logTimeText(&lastISOTime, r.end, "2006-01-02T15:04:05-07:00")
+			b = append(b, logTimeText(&lastISOTime, r.end, "2006-01-02T15:04:05-07:00")...)
+			continue
 		case model.LogMsec:
 			ms := r.end.UnixMilli()
-			v = strconv.AppendInt(num, ms/1000, 10)
-			v = append(v, '.', byte('0'+ms%1000/100), byte('0'+ms%100/10), byte('0'+ms%10))
+			b = strconv.AppendInt(b, ms/1000, 10)
+			b = append(b, '.', byte('0'+ms%1000/100), byte('0'+ms%100/10), byte('0'+ms%10))
+			continue
 		case model.LogRequest:
 			b = appendLogEscaped(b, x.method, f.escape)
 			b = append(b, ' ')
@@ -120,15 +143,20 @@ func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took
 			b = appendLogEscaped(b, x.proto, f.escape)
 			continue
 		case model.LogStatus:
-			v = strconv.AppendInt(num, int64(x.status), 10)
+			b = strconv.AppendInt(b, int64(x.status), 10)
+			continue
 		case model.LogBodyBytesSent:
-			v = strconv.AppendInt(num, int64(x.bodySent), 10)
+			b = strconv.AppendInt(b, int64(x.bodySent), 10)
+			continue
 		case model.LogBytesSent:
-			v = strconv.AppendInt(num, int64(x.bodySent+x.respHeader), 10)
+			b = strconv.AppendInt(b, int64(x.bodySent+x.respHeader), 10)
+			continue
 		case model.LogRequestLength:
-			v = strconv.AppendInt(num, int64(x.reqLength), 10)
+			b = strconv.AppendInt(b, int64(x.reqLength), 10)
+			continue
 		case model.LogRequestTime:
-			v = appendMillis(num, took)
+			b = appendMillis(b, took)
+			continue
 		case model.LogProxyUpstreamName:
 			if o.loc != nil {
 				vs = o.loc.Backend
@@ -137,22 +165,30 @@ func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took
 			vs = o.canary
 		case model.LogUpstreamAddr:
 			vs, found = o.peer, o.peer != ""
-		case model.LogUpstreamResponseLength:
-			v, found = strconv.AppendInt(num, int64(max(o.upstreamLength, 0)), 10), o.peer != ""
-		case model.LogUpstreamResponseTime:
-			v, found = appendMillis(num, o.upstream), o.peer != ""
-		case model.LogUpstreamConnectTime:
-			v, found = appendMillis(num, o.connect), o.peer != ""
-		case model.LogUpstreamHeaderTime:
-			v, found = appendMillis(num, o.header), o.peer != ""
-		case model.LogUpstreamStatus:
-			found = o.peer != ""
-			if o.upstreamStatus == 0 {
-				// No answer from the peer: nginx writes "-" for it.
-				vs = "-"
-			} else {
-				v = strconv.AppendInt(num, int64(o.upstreamStatus), 10)
+		case model.LogUpstreamResponseLength, model.LogUpstreamResponseTime, model.LogUpstreamConnectTime,
+			model.LogUpstreamHeaderTime, model.LogUpstreamStatus:
+			if o.peer == "" {
+				found = false
+				break
 			}
+			switch s.v {
+			case model.LogUpstreamResponseLength:
+				b = strconv.AppendInt(b, int64(max(o.upstreamLength, 0)), 10)
+			case model.LogUpstreamResponseTime:
+				b = appendMillis(b, o.upstream)
+			case model.LogUpstreamConnectTime:
+				b = appendMillis(b, o.connect)
+			case model.LogUpstreamHeaderTime:
+				b = appendMillis(b, o.header)
+			case model.LogUpstreamStatus:
+				if o.upstreamStatus == 0 {
+					// No answer from the peer: nginx writes "-" for it.
+					b = append(b, '-')
+				} else {
+					b = strconv.AppendInt(b, int64(o.upstreamStatus), 10)
+				}
+			}
+			continue
 		case model.LogReqID:
 			v, found = x.requestID, len(x.requestID) > 0
 		case model.LogHost:
@@ -237,10 +273,17 @@ func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took
 		case model.LogHostname:
 			v = logHostname
 		case model.LogHTTP:
-			if r.h1 != nil {
+			switch {
+			case s.known == fieldReferer:
+				v = x.referer
+			case s.known == fieldUserAgent:
+				v = x.userAgent
+			case r.h1 != nil:
 				v = r.h1.Request.Header.PeekBytes(s.field)
-			} else if vv := r.h2.Header[s.canon]; len(vv) > 0 {
-				vs = vv[0]
+			default:
+				if vv := r.h2.Header[s.canon]; len(vv) > 0 {
+					vs = vv[0]
+				}
 			}
 			found = len(v)+len(vs) > 0
 		case model.LogSentHTTP:
@@ -382,14 +425,14 @@ func appendLogEscaped[T string | []byte](b []byte, v T, mode model.LogEscape) []
 		return append(b, v...)
 	}
 	json := mode == model.EscapeJSON
+	mask := escDefault
+	if json {
+		mask = escJSON
+	}
 	done := 0 // v[:done] is appended
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if json {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				continue
-			}
-		} else if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
+		if logEscapes[c]&mask == 0 {
 			continue
 		}
 		b = append(b, v[done:i]...)
@@ -415,6 +458,24 @@ func appendLogEscaped[T string | []byte](b []byte, v T, mode model.LogEscape) []
 	}
 	return append(b, v[done:]...)
 }
+
+// logEscapes marks the bytes each escape mode rewrites.
+var logEscapes = func() (t [256]uint8) {
+	for c := range 256 {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			t[c] |= escDefault
+		}
+		if c < 0x20 || c == '"' || c == '\\' {
+			t[c] |= escJSON
+		}
+	}
+	return t
+}()
+
+const (
+	escDefault uint8 = 1 << iota
+	escJSON
+)
 
 // lastISOTime is $time_iso8601 of the most recent second, as lastLogTime.
 var lastISOTime atomic.Pointer[logTime]
