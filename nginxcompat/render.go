@@ -27,6 +27,7 @@ var templateFS embed.FS
 
 var confTemplate = template.Must(template.New("nginx.tmpl").Funcs(template.FuncMap{
 	"q":                   quote,
+	"logq":                logFormatQuote,
 	"onoff":               onoff,
 	"checksumPlaceholder": func() string { return checksumPlaceholder },
 }).ParseFS(templateFS, "templates/nginx.tmpl"))
@@ -382,7 +383,10 @@ type locationV struct {
 	ProxySSL                        *proxySSLV
 	Modifier, Path                  string
 	Namespace, IngressName, Service string
-	Backend                         string
+	// ServicePort is the backend's port, set as $service_port when the
+	// log format reads it.
+	ServicePort string
+	Backend     string
 	// LocationPath is the Ingress path $location_path names, when Path was
 	// changed from it (a Prefix path's trailing slash); empty: Path.
 	LocationPath string
@@ -460,6 +464,13 @@ func quote(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// logFormatQuote quotes a log format's text for nginx.conf: quote's
+// escapes, and tab, CR and LF as \t, \r and \n, which nginx's reader turns
+// back into those bytes.
+func logFormatQuote(s string) string {
+	return strings.NewReplacer("\t", `\t`, "\r", `\r`, "\n", `\n`).Replace(quote(s))
 }
 
 func onoff(b bool) string {
@@ -846,7 +857,7 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 			return nil, fmt.Errorf("object name %q", n)
 		}
 	}
-	lv.Namespace, lv.IngressName, lv.Service = l.Ingress.Namespace, l.Ingress.Name, l.Service
+	lv.Namespace, lv.IngressName, lv.Service, lv.ServicePort = l.Ingress.Namespace, l.Ingress.Name, l.Service, l.ServicePort
 	if l.Denied != nil {
 		lv.Denied = true
 		return lv, nil
@@ -1077,7 +1088,13 @@ type globalView struct {
 	SSLProtocols            string
 	SSLCiphers              string
 	LogFormatUpstream       string
-	HTTPRedirectCode        int
+	// LogEscape is log_format's escape= (json or none); empty for
+	// nginx's default escaping.
+	LogEscape string
+	// LogServicePort and LogTheRealIP: the format reads $service_port or
+	// $the_real_ip, which nginx.conf then defines as ingress-nginx does.
+	LogServicePort, LogTheRealIP bool
+	HTTPRedirectCode             int
 	// LimitReqStatus is limit-req-status-code (503 by default).
 	LimitReqStatus               int
 	HSTS                         bool
@@ -1102,12 +1119,12 @@ type globalView struct {
 }
 
 // defaultLogFormat is ingress-nginx's log-format-upstream default.
-const defaultLogFormat = `$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_length $request_time [$proxy_upstream_name] [$proxy_alternative_upstream_name] $upstream_addr $upstream_response_length $upstream_response_time $upstream_status $req_id`
+const defaultLogFormat = model.DefaultLogFormatText
 
 // ConfigMapKeys lists the ingress-nginx ConfigMap keys the template honours.
 var ConfigMapKeys = []string{
 	"worker-processes", "worker-shutdown-timeout", "max-worker-connections", "keep-alive",
-	"keep-alive-requests", "server-tokens", "enable-access-log-for-default-backend", "ssl-protocols", "ssl-ciphers", "log-format-upstream",
+	"keep-alive-requests", "server-tokens", "enable-access-log-for-default-backend", "ssl-protocols", "ssl-ciphers", "log-format-upstream", "log-format-escape-json", "log-format-escape-none",
 	"upstream-keepalive-connections", "upstream-keepalive-time", "upstream-keepalive-timeout",
 	"upstream-keepalive-requests", "use-forwarded-headers", "compute-full-forwarded-for",
 	"http-redirect-code", "hsts", "hsts-max-age", "hsts-include-subdomains", "hsts-preload",
@@ -1218,11 +1235,27 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 			bad("ssl-ciphers", c, "an OpenSSL cipher list")
 		}
 	}
-	if f := n.LogFormatUpstream; f != "" {
-		if model.ValidLogFormat(f) {
-			v.LogFormatUpstream = f
+	if f := g.AccessLogFormat; f.Segments != nil {
+		// Checked again: the text is written into nginx.conf.
+		if model.ValidLogFormatSegments(f.Segments) {
+			v.LogFormatUpstream = model.LogFormatText(f.Segments)
 		} else {
-			bad("log-format-upstream", f, "printable text whose $ start variable names")
+			bad("log-format-upstream", model.LogFormatText(f.Segments), "text and known variables")
+		}
+	}
+	switch e := g.AccessLogFormat.Escape; e {
+	case model.EscapeDefault:
+	case model.EscapeJSON, model.EscapeNone:
+		v.LogEscape = string(e)
+	default:
+		bad("log-format-escape-json", string(e), "json or none")
+	}
+	if v.LogFormatUpstream != defaultLogFormat {
+		// Variables ingress-nginx's locations define that only a
+		// format can read: defined when the format names them.
+		for _, s := range g.AccessLogFormat.Segments {
+			v.LogServicePort = v.LogServicePort || s.Var == model.LogServicePort
+			v.LogTheRealIP = v.LogTheRealIP || s.Var == model.LogTheRealIP
 		}
 	}
 	ka := &n.UpstreamKeepalive

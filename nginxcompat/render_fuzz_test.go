@@ -85,7 +85,14 @@ func FuzzRender(f *testing.F) {
 				{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
 				{Hostname: host, Aliases: []string{host}, Locations: []model.Location{loc}},
 			},
-			Global: model.Global{Nginx: model.NginxSettings{LogFormatUpstream: path, SSLCiphers: target}},
+			Global: model.Global{Nginx: model.NginxSettings{SSLCiphers: target}},
+		}
+		if segs, err := model.ParseLogFormat(path); err == nil {
+			cfg.Global.AccessLogFormat.Segments = segs
+		} else {
+			// Not a format the builder passes: written anyway, the
+			// renderer must refuse it.
+			cfg.Global.AccessLogFormat.Segments = []model.LogSegment{{Literal: path}}
 		}
 		r, ds := renderParsed(t, cfg)
 		var servers, locations []*directive

@@ -159,6 +159,10 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	b.WriteString(quote(l.IngressName))
 	b.WriteString(";\n            set $service_name ")
 	b.WriteString(quote(l.Service))
+	if v.G.LogServicePort {
+		b.WriteString(";\n            set $service_port ")
+		b.WriteString(quote(l.ServicePort))
+	}
 	b.WriteString(";\n            set $proxy_upstream_name ")
 	b.WriteString(quote(l.Backend))
 	b.WriteString(";\n            set $proxy_alternative_upstream_name \"\";\n            set $balancer_ewma_score -1;\n            set $location_path ")

@@ -29,6 +29,10 @@ func BenchmarkRequestAccounting(b *testing.B) {
 	o := outcome{server: "app.bench", loc: loc, upstream: 180 * time.Microsecond, connect: 0, header: 170 * time.Microsecond,
 		peer: "127.0.0.2:18381", upstreamStatus: 200, upstreamLength: 22}
 	start := time.Now()
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI("/item")
+	ctx.Request.Header.SetUserAgent("wrk")
+	lr := logReq{h1: &ctx, end: start}
 	run := func(b *testing.B, cfg Config) {
 		cfg.Picker = balancer.NewRegistry(balancer.Config{})
 		p, err := New(cfg)
@@ -42,7 +46,7 @@ func BenchmarkRequestAccounting(b *testing.B) {
 				p.metrics.observe(&x, &o, 250*time.Microsecond)
 			}
 			if p.cfg.AccessLog != nil {
-				p.accessLog(&x, &o, start, 250*time.Microsecond)
+				p.accessLog(defaultLogFormat, &x, &o, &lr, 250*time.Microsecond)
 			}
 		}
 	}

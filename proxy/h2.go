@@ -344,12 +344,19 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 		referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent()), requestID: []byte(r.Header.Get("X-Request-ID")),
 		status: w.status, bodySent: w.written, reqLength: headerBytes(r.Header) + max(int(r.ContentLength), 0)}
 	x.remote = o.remote
-	if p.metrics != nil {
+	var lf *logFormat
+	logged := p.cfg.AccessLog != nil && !o.noLog
+	if logged {
+		lf = p.logFormatOf()
+	}
+	if p.metrics != nil || (logged && lf.respHeader) {
 		x.respHeader = headerBytes(w.Header())
+	}
+	if p.metrics != nil {
 		p.metrics.observe(&x, &o, took)
 	}
-	if p.cfg.AccessLog != nil && !o.noLog {
-		p.accessLog(&x, &o, start, took)
+	if logged {
+		p.accessLog(lf, &x, &o, &logReq{h2: r, h2resp: w.Header(), end: start.Add(took)}, took)
 	}
 }
 

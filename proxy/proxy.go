@@ -422,13 +422,23 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		status:    resp.StatusCode(),
 		bodySent:  bodyLen(resp.IsBodyStream(), resp.Header.ContentLength(), resp.Body),
 		reqLength: len(req.Header.RawHeaders()) + bodyLen(req.IsBodyStream(), req.Header.ContentLength(), req.Body)}
+	// $request_length counts the request line too ("GET / HTTP/1.1\r\n").
+	x.reqLength += len(x.method) + len(x.requestURI) + len(x.proto) + 4
 	x.remote = o.remote
-	if p.metrics != nil {
+	var lf *logFormat
+	logged := p.cfg.AccessLog != nil && !o.noLog
+	if logged {
+		lf = p.logFormatOf()
+	}
+	if p.metrics != nil || (logged && lf.respHeader) {
 		x.respHeader = len(resp.Header.Header())
+	}
+	if p.metrics != nil {
 		p.metrics.observe(&x, o, took)
 	}
-	if p.cfg.AccessLog != nil && !o.noLog {
-		p.accessLog(&x, o, start, took)
+	if logged {
+		lr := logReq{h1: ctx, end: start.Add(took)}
+		p.accessLog(lf, &x, o, &lr, took)
 	}
 }
 

@@ -25,6 +25,12 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 	b.Run("accesslog=off", func(b *testing.B) { benchProxy(b, Config{}) })
 	b.Run("accesslog=on", func(b *testing.B) { benchProxy(b, Config{AccessLog: io.Discard}) })
 	b.Run("metrics=on", func(b *testing.B) { benchProxy(b, Config{Registerer: prometheus.NewRegistry()}) })
+	// A custom log-format-upstream reading most variables, JSON-escaped.
+	b.Run("accesslog=custom", func(b *testing.B) {
+		benchProxyWith(b, Config{AccessLog: io.Discard}, func(cfg *model.Configuration) {
+			cfg.Global.AccessLogFormat = benchLogFormat(b)
+		})
+	})
 	// A limit-rps route (high enough never to refuse) with the access log
 	// and metrics on: what issue 19 asks stay at 0 allocations.
 	b.Run("limit-rps,accesslog,metrics", func(b *testing.B) {

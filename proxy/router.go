@@ -14,6 +14,8 @@ import (
 
 // table is an immutable routing table built from one Configuration.
 type table struct {
+	// logFormat is the access log's format (log-format-upstream).
+	logFormat *logFormat
 	// skipLog is skip-access-log-urls: request URIs not logged.
 	skipLog map[string]bool
 	// useForwarded is use-forwarded-headers: X-Forwarded-Proto and
@@ -133,6 +135,7 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 		t.hsts = cfg.Global.HSTSHeader()
 	}
 	t.useForwarded = cfg.Global.UseForwardedHeaders
+	t.logFormat = newLogFormat(cfg.Global.AccessLogFormat)
 	for _, u := range cfg.Global.SkipAccessLogURLs {
 		if t.skipLog == nil {
 			t.skipLog = map[string]bool{}

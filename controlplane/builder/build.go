@@ -446,6 +446,7 @@ func (b *builder) global() {
 				g.SkipAccessLogURLs = append(g.SkipAccessLogURLs, u)
 			}
 		}
+		g.AccessLogFormat = accessLogFormat(cm.Data, bad)
 		if v, ok := cm.Data["http-redirect-code"]; ok {
 			switch v {
 			case "301", "302", "307", "308":

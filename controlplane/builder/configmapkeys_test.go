@@ -221,6 +221,8 @@ var builderKeys = map[string]struct {
 	"ssl-protocols":                         {val: "TLSv1.3"},
 	"ssl-ciphers":                           {val: "HIGH:!aNULL"},
 	"log-format-upstream":                   {val: "$remote_addr $status"},
+	"log-format-escape-json":                {val: "true"},
+	"log-format-escape-none":                {val: "true"},
 	"upstream-keepalive-connections":        {val: "0"},
 	"upstream-keepalive-time":               {val: "10m"},
 	"upstream-keepalive-timeout":            {val: "5"},

@@ -73,14 +73,6 @@ func nginxSettings(data map[string]string, bad func(key, msg string)) model.Ngin
 			bad("ssl-ciphers", fmt.Sprintf("%q is not an OpenSSL cipher list", v))
 		}
 	}
-	if v, ok := data["log-format-upstream"]; ok {
-		// Kept as written: spaces are part of the format.
-		if model.ValidLogFormat(v) {
-			n.LogFormatUpstream = v
-		} else {
-			bad("log-format-upstream", fmt.Sprintf("%q is not printable text whose '$' each start a variable name", v))
-		}
-	}
 	ka := &n.UpstreamKeepalive
 	if x, ok := integer("upstream-keepalive-connections", 0); ok {
 		ka.Connections = &x

@@ -726,6 +726,10 @@ type Global struct {
 	// SkipAccessLogURLs is skip-access-log-urls: requests whose URI (path
 	// and query, as sent) is one of these are not logged.
 	SkipAccessLogURLs []string `json:"skipAccessLogURLs,omitempty"`
+	// AccessLogFormat is log-format-upstream with log-format-escape-json
+	// and log-format-escape-none, parsed once: both data planes write
+	// their access log lines with it.
+	AccessLogFormat LogFormat `json:"accessLogFormat,omitzero"`
 	// Nginx holds the keys only the nginx data plane carries out.
 	Nginx NginxSettings `json:"nginx,omitzero"`
 }
@@ -761,9 +765,6 @@ type NginxSettings struct {
 	// SSLCiphers is ssl-ciphers, an OpenSSL cipher list (ValidCipherList);
 	// empty means ingress-nginx's default list.
 	SSLCiphers string `json:"sslCiphers,omitempty"`
-	// LogFormatUpstream is log-format-upstream, an nginx log format
-	// (ValidLogFormat); empty means ingress-nginx's upstreaminfo format.
-	LogFormatUpstream string `json:"logFormatUpstream,omitempty"`
 	// UpstreamKeepalive is upstream-keepalive-*.
 	UpstreamKeepalive UpstreamKeepalive `json:"upstreamKeepalive,omitzero"`
 }
@@ -798,31 +799,6 @@ func ValidCipherList(s string) bool {
 		case strings.IndexByte(":+!@._-", c) >= 0:
 		default:
 			return false
-		}
-	}
-	return true
-}
-
-// ValidLogFormat reports whether s is printable ASCII (spaces included) in
-// which every '$' starts a variable name, so nginx reads it as one format
-// string.
-func ValidLogFormat(s string) bool {
-	if s == "" || len(s) > 4096 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < ' ' || c >= 0x7f {
-			return false
-		}
-		if c == '$' {
-			if i+1 >= len(s) {
-				return false
-			}
-			n := s[i+1]
-			if !(n == '_' || (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') || n == '{') {
-				return false
-			}
 		}
 	}
 	return true

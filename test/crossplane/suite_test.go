@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,6 +95,10 @@ type Want struct {
 	// for the request, which carries an X-Request-ID naming it
 	// (rows_mirror_test.go).
 	Mirror *MirrorWant
+	// LogLine, when set with Logged, is a regular expression the whole
+	// access log line of the request (the line holding its X-Request-ID)
+	// must match.
+	LogLine string
 }
 
 // logCheck is what a row expects of the access log.
@@ -759,6 +764,16 @@ func (e *env) checkLogged(r Request) error {
 		switch {
 		case has && r.Want.Logged == notLogged:
 			return fmt.Errorf("request %s is in the access log", id)
+		case has && r.Want.LogLine != "":
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, id) {
+					if !regexp.MustCompile(r.Want.LogLine).MatchString(line) {
+						return fmt.Errorf("request %s is logged as %q; want it to match %s", id, line, r.Want.LogLine)
+					}
+					break
+				}
+			}
+			return nil
 		case has:
 			return nil
 		case time.Now().After(deadline) && r.Want.Logged == logged:
