@@ -469,7 +469,10 @@ func (b *upBody) read(p []byte) (int, error) {
 }
 
 // CloseWithError ends the body: the connection goes back to its pool only
-// if the body was read to its end without error.
+// if the body was read to its end without error. upBody has no Close:
+// fasthttp (v1.74) calls both Close and CloseWithError on a body that has
+// both, and a second call would put b in its pool twice, so that two
+// requests would share it (and one read the other's upstream connection).
 func (b *upBody) CloseWithError(err error) error {
 	if b.c != nil {
 		b.c.release(b.keep && b.eof && err == nil)
@@ -479,8 +482,6 @@ func (b *upBody) CloseWithError(err error) error {
 	upBodyPool.Put(b)
 	return nil
 }
-
-func (b *upBody) Close() error { return b.CloseWithError(nil) }
 
 // readChunkSize reads a chunk-size line: hex digits, optional extensions
 // (ignored), CRLF.
