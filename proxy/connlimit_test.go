@@ -302,7 +302,8 @@ func TestConnLimitProxied(t *testing.T) {
 
 // TestLimitRate: limit-rate paces a real backend's body to the client at
 // that many KiB a second after limit-rate-after KiB, as nginx's
-// limit_rate (each write waits for the bytes before it), on HTTP/1.1.
+// limit_rate (each write waits for the bytes before it), on HTTP/1.1,
+// when proxy-buffering is on (nginx drops limit_rate otherwise).
 func TestLimitRate(t *testing.T) {
 	body := strings.Repeat("x", 300<<10)
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -312,6 +313,12 @@ func TestLimitRate(t *testing.T) {
 	paced := func(path string, rr *model.ResponseRate) model.Location {
 		l := loc(path, model.PathTypePrefix, "be")
 		l.ResponseRate = rr
+		l.Proxy.Buffering = true // nginx paces buffered answers only
+		return l
+	}
+	unbuffered := func(path string, rr *model.ResponseRate) model.Location {
+		l := paced(path, rr)
+		l.Proxy.Buffering = false
 		return l
 	}
 	cfg := &model.Configuration{
@@ -321,6 +328,7 @@ func TestLimitRate(t *testing.T) {
 			paced("/paced", &model.ResponseRate{KBPerSecond: 1000}),
 			paced("/after", &model.ResponseRate{KBPerSecond: 1000, AfterKB: 300}),
 			paced("/half", &model.ResponseRate{KBPerSecond: 1000, AfterKB: 150}),
+			unbuffered("/unbuffered", &model.ResponseRate{KBPerSecond: 1000}),
 		}}},
 	}
 	base, _ := start(t, cfg)
@@ -333,6 +341,8 @@ func TestLimitRate(t *testing.T) {
 		{"/paced", 200 * time.Millisecond, 900 * time.Millisecond},
 		{"/after", 0, 200 * time.Millisecond},
 		{"/half", 100 * time.Millisecond, 600 * time.Millisecond},
+		// proxy-buffering off: nginx drops limit_rate.
+		{"/unbuffered", 0, 200 * time.Millisecond},
 	} {
 		start := time.Now()
 		resp, err := http.Get(base + tc.path)
@@ -363,8 +373,13 @@ func TestPacer(t *testing.T) {
 		t.Fatalf("second write: %d bytes; want a second's worth, 1024", n)
 	}
 	p.wrote(100)
-	if wait := p.due - monoNow(); wait < 90*time.Millisecond || wait > 100*time.Millisecond {
-		t.Fatalf("after 100 bytes at 1024 B/s the next write waits %v; want about 98 ms", wait)
+	// 100 bytes at 1024 B/s: 98 ms, less the paceSlack a start may use.
+	if wait := p.due - monoNow(); wait < 98*time.Millisecond-paceSlack-time.Millisecond || wait > 98*time.Millisecond {
+		t.Fatalf("after 100 bytes at 1024 B/s the next write waits %v; want 98 ms less up to %v", wait, paceSlack)
+	}
+	p.wrote(1024)
+	if wait := p.due - monoNow(); wait < 1070*time.Millisecond || wait > 1098*time.Millisecond {
+		t.Fatalf("1024 bytes more: the next write waits %v; want 1098 ms from the previous turn", wait)
 	}
 	var none pacer
 	if none.next(5) != 5 {

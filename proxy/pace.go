@@ -18,6 +18,21 @@ type pacer struct {
 	due   time.Duration // monoNow before which the next write waits
 }
 
+// pacedRate is the limit-rate a location's upstream answers are paced
+// at: none unless proxy-buffering is on, as nginx drops limit_rate for an
+// unbuffered upstream answer (ngx_http_upstream's non-buffered mode, which
+// ingress-nginx's default proxy-buffering "off" and grpc_pass use; its
+// documentation says limit-rate needs proxy-buffering).
+func pacedRate(loc *model.Location) *model.ResponseRate {
+	if loc.ResponseRate == nil || !loc.Proxy.Buffering || h2Upstream(loc.BackendProtocol) {
+		return nil
+	}
+	return loc.ResponseRate
+}
+
+// paceSlack is how far behind its schedule a paced body may catch up.
+const paceSlack = 20 * time.Millisecond
+
 // newPacer is the pacer of a location's limit-rate (KiB, as ingress-nginx
 // writes `limit_rate <n>k`); nil rr paces nothing.
 func newPacer(rr *model.ResponseRate) pacer {
@@ -54,7 +69,11 @@ func (p *pacer) wrote(n int) {
 		k -= u
 	}
 	if k > 0 {
-		p.due = monoNow() + time.Duration(k*int64(time.Second)/p.rate)
+		// The turn after this one is k/rate later; a write that woke a
+		// little late (the timer's slack, the scheduler) does not delay
+		// every later one, but a pause longer than paceSlack (a slow
+		// upstream) earns no burst.
+		p.due = max(p.due, monoNow()-paceSlack) + time.Duration(k*int64(time.Second)/p.rate)
 	}
 }
 

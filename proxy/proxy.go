@@ -482,7 +482,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		o.headers = rt.loc.ResponseHeaders
 		o.addUpstreamFields(rt.setFields) // proxy-set-headers
 		o.noLog = rt.loc.NoAccessLog
-		o.rate = rt.loc.ResponseRate
+		o.rate = pacedRate(&rt.loc)
 	}
 	if len(tbl.skipLog) > 0 && tbl.skipLog[string(ctx.Request.Header.RequestURI())] {
 		o.noLog = true
@@ -746,11 +746,11 @@ func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Durat
 func (t *fastTry) discard() { t.resp.Reset() }
 
 // wholeBody is the largest upstream response body read whole before it
-// goes to the client: none for a location with limit-rate or
+// goes to the client: none for a location with limit-rate (paced) or
 // limit-connections, whose bodies are streamed so that the pacing and the
 // count last until the client has the last byte.
 func wholeBody(loc *model.Location, max int) int {
-	if loc.ResponseRate != nil || (loc.RateLimit != nil && loc.RateLimit.Connections > 0) {
+	if pacedRate(loc) != nil || (loc.RateLimit != nil && loc.RateLimit.Connections > 0) {
 		return 0
 	}
 	return max
