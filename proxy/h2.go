@@ -407,7 +407,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if rt != nil {
 		w.headers = rt.loc.ResponseHeaders
 		w.pace = newPacer(pacedRate(&rt.loc)) // limit-rate
-		o.addUpstreamFields(rt.setFields)      // proxy-set-headers
+		o.addUpstreamFields(rt.setFields)     // proxy-set-headers
 		o.noLog = rt.loc.NoAccessLog
 	}
 	if len(tbl.skipLog) > 0 && tbl.skipLog[r.RequestURI] {
