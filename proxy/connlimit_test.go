@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -384,5 +385,84 @@ func TestPacer(t *testing.T) {
 	var none pacer
 	if none.next(5) != 5 {
 		t.Fatal("the zero pacer limits")
+	}
+}
+
+// TestLimitsHTTP2: on the HTTP/2 front end each stream is a request of its
+// own for limit-connections (nginx's limit_conn counts HTTP/2 requests),
+// counted until its handler ends; limit-rate paces the stream's body.
+func TestLimitsHTTP2(t *testing.T) {
+	release := make(chan struct{})
+	body := strings.Repeat("x", 300<<10)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_, _ = io.WriteString(w, body)
+			return
+		}
+		_, _ = io.WriteString(w, "first ")
+		w.(http.Flusher).Flush()
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = io.WriteString(w, "last")
+	}))
+	t.Cleanup(be.Close)
+	limited := loc("/", model.PathTypePrefix, "be")
+	limited.RateLimit = &model.RateLimit{Zone: "ns_h2_1", Connections: 1}
+	paced := loc("/", model.PathTypePrefix, "be")
+	paced.ResponseRate, paced.Proxy.Buffering = &model.ResponseRate{KBPerSecond: 1000}, true
+	cfg := &model.Configuration{
+		Backends: []balancer.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(be.URL, "http://"))}},
+		Servers: []model.Server{{Hostname: "limited.test", Locations: []model.Location{limited}},
+			{Hostname: "paced.test", Locations: []model.Location{paced}}},
+	}
+	base := h2Proxy(t, cfg, Config{})
+	c := h2Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/slow", nil)
+	req.Host = "limited.test"
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("protocol %s; want HTTP/2", resp.Proto)
+	}
+	first := make([]byte, len("first "))
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	// Another stream of the same connection while the first is in
+	// progress.
+	if r, _ := h2Do(t, c, http.MethodGet, base+"/fast", "limited.test", nil, nil); r.StatusCode != 503 {
+		t.Errorf("a second stream while one is in progress: got %d; want 503", r.StatusCode)
+	}
+	close(release)
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r, _ := h2Do(t, c, http.MethodGet, base+"/fast", "limited.test", nil, nil)
+		if r.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the first stream ended: got %d for 2 s; want 200", r.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	start := time.Now()
+	r, got := h2Do(t, c, http.MethodGet, base+"/big", "paced.test", nil, nil)
+	took := time.Since(start)
+	if r.StatusCode != 200 || len(got) != len(body) {
+		t.Fatalf("paced: %d, %d bytes; want 200, %d", r.StatusCode, len(got), len(body))
+	}
+	if took < 200*time.Millisecond || took > 900*time.Millisecond {
+		t.Errorf("300 KiB at 1000 KiB/s over HTTP/2 took %v; want 0.2 to 0.9 s", took)
 	}
 }
