@@ -65,15 +65,22 @@ var _ = register(
 	},
 	Row{
 		Name: "the ConfigMap's limit-conn-status-code, limit-rate and limit-rate-after",
-		ConfigMap: map[string]string{"limit-conn-status-code": "429", "limit-rate": "500", "limit-rate-after": "100",
-			"proxy-buffering": "on"},
+		ConfigMap: map[string]string{"limit-conn-status-code": "429", "limit-req-status-code": "430",
+			"limit-rate": "500", "limit-rate-after": "100", "proxy-buffering": "on"},
 		Manifests: `{{service "a" "limitcm" "demo"}}` +
 			ingress("limitcm", "limitcm.test", "limitcm", root, "limit-connections", "1") +
-			ingress("limitcmfree", "limitcmfree.test", "limitcm", root, "limit-rate", "0"),
+			ingress("limitcmfree", "limitcmfree.test", "limitcm", root, "limit-rate", "0") +
+			ingress("limitorder", "limitorder.test", "limitcm", root, "limit-connections", "1", "limit-rps", "1",
+				"limit-burst-multiplier", "0"),
 		Requests: []Request{
 			{Name: "a request in progress", Host: "limitcm.test", Path: "/", From: "127.0.0.55", Background: true,
 				Header: hold("limitcm-held", "1000"), Want: Want{Status: 200, Backend: "a"}},
 			{Name: "limit-conn-status-code", Host: "limitcm.test", Path: "/", From: "127.0.0.55", Want: Want{Status: 429}},
+			// Both limits would refuse the next request: its status says
+			// nginx runs limit_req before limit_conn.
+			{Name: "limit-rps and limit-connections: one in progress", Host: "limitorder.test", Path: "/", From: "127.0.0.57",
+				Background: true, Header: hold("limitorder-held", "1000"), Want: Want{Status: 200, Backend: "a"}},
+			{Name: "limit_req answers first", Host: "limitorder.test", Path: "/", From: "127.0.0.57", Want: Want{Status: 430}},
 			// 290 KiB past the first 100 at 500 KiB a second.
 			{Name: "the ConfigMap's limit-rate", Host: "limitcm.test", Path: "/", From: "127.0.0.56", Header: padded("400000"),
 				Want: Want{Status: 200, Backend: "a", TookAtLeast: 350 * time.Millisecond, TookAtMost: 1200 * time.Millisecond}},
