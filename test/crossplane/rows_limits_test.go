@@ -51,16 +51,16 @@ var _ = register(
 			ingress("limitratefree", "limitratefree.test", "limitrate", root),
 		Requests: []Request{
 			{Name: "not paced without proxy-buffering", Host: "limitrateunbuf.test", Path: "/", Header: padded("400000"),
-				Want: Want{Status: 200, Backend: "a", TookAtMost: 300 * time.Millisecond}},
+				Want: Want{Status: 200, Backend: "a", TookAtMost: 450 * time.Millisecond}},
 			// 400 000 bytes (390 KiB) at 500 KiB a second.
 			{Name: "paced", Host: "limitrate.test", Path: "/", Header: padded("400000"),
 				Want: Want{Status: 200, Backend: "a", TookAtLeast: 500 * time.Millisecond, TookAtMost: 1500 * time.Millisecond}},
 			// The first 300 KiB unpaced: 90 KiB at 500 KiB a second (nginx
 			// took 30-160 ms, the Go plane about 170 ms).
 			{Name: "paced after 300 KiB", Host: "limitrateafter.test", Path: "/", Header: padded("400000"),
-				Want: Want{Status: 200, Backend: "a", TookAtMost: 500 * time.Millisecond}},
+				Want: Want{Status: 200, Backend: "a", TookAtMost: 550 * time.Millisecond}},
 			{Name: "not paced", Host: "limitratefree.test", Path: "/", Header: padded("400000"),
-				Want: Want{Status: 200, Backend: "a", TookAtMost: 300 * time.Millisecond}},
+				Want: Want{Status: 200, Backend: "a", TookAtMost: 450 * time.Millisecond}},
 		},
 	},
 	Row{
@@ -85,7 +85,7 @@ var _ = register(
 			{Name: "the ConfigMap's limit-rate", Host: "limitcm.test", Path: "/", From: "127.0.0.56", Header: padded("400000"),
 				Want: Want{Status: 200, Backend: "a", TookAtLeast: 350 * time.Millisecond, TookAtMost: 1200 * time.Millisecond}},
 			{Name: "limit-rate 0 on the Ingress", Host: "limitcmfree.test", Path: "/", From: "127.0.0.56", Header: padded("400000"),
-				Want: Want{Status: 200, Backend: "a", TookAtMost: 300 * time.Millisecond}},
+				Want: Want{Status: 200, Backend: "a", TookAtMost: 450 * time.Millisecond}},
 		},
 	},
 )
