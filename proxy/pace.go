@@ -19,10 +19,10 @@ type pacer struct {
 }
 
 // pacedRate is the limit-rate a location's upstream answers are paced
-// at: none unless proxy-buffering is on, as nginx drops limit_rate for an
-// unbuffered upstream answer (ngx_http_upstream's non-buffered mode, which
-// ingress-nginx's default proxy-buffering "off" and grpc_pass use; its
-// documentation says limit-rate needs proxy-buffering).
+// at: none unless proxy-buffering is on, as nginx paces no upstream answer
+// it does not buffer (ingress-nginx's default proxy-buffering "off", and
+// gRPC): the cross-plane row "limit-rate and limit-rate-after" checks it
+// on both planes; docs/compatibility.md.
 func pacedRate(loc *model.Location) *model.ResponseRate {
 	if loc.ResponseRate == nil || !loc.Proxy.Buffering || h2Upstream(loc.BackendProtocol) {
 		return nil
