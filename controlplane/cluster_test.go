@@ -249,7 +249,7 @@ func TestAgainstAPIServer(t *testing.T) {
 }
 
 // TestClusterFailsClosed: an Ingress gains an access annotation Switchyard
-// cannot carry out (limit-connections); through the real API server, its locations become
+// cannot carry out (an invalid limit-connections); through the real API server, its locations become
 // denied (503 on both planes) with a FailedClosed Warning Event naming the
 // annotation, and removing it serves the Ingress again.
 func TestClusterFailsClosed(t *testing.T) {
@@ -273,7 +273,7 @@ func TestClusterFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ing.Annotations = map[string]string{"nginx.ingress.kubernetes.io/limit-connections": "10"}
+	ing.Annotations = map[string]string{"nginx.ingress.kubernetes.io/limit-connections": "ten"} // invalid
 	if _, err := admin.NetworkingV1().Ingresses(ns).Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

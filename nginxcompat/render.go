@@ -342,6 +342,8 @@ type rateLimitV struct {
 	Allow              []string
 	RPS, RPM           int
 	BurstRPS, BurstRPM int
+	// Conns is limit-connections: a limit_conn_zone and limit_conn.
+	Conns int
 }
 
 type serverV struct {
@@ -397,8 +399,12 @@ type locationV struct {
 	// Deny and Allow are nginx access rules: deny lines first, then allow
 	// lines and "deny all".
 	Deny, Allow []string
-	// RateLimit is the location's Ingress's limit_req zones; nil without.
+	// RateLimit is the location's Ingress's limit_req and limit_conn
+	// zones; nil without.
 	RateLimit *rateLimitV
+	// LimitRate and LimitRateAfter are limit_rate and limit_rate_after in
+	// KiB; 0: none.
+	LimitRate, LimitRateAfter int
 	// ClientAuth is its server's client certificate authentication: the
 	// location sends ingress-nginx's ssl-client-* fields and refuses plain
 	// HTTP. Nil without.
@@ -796,13 +802,14 @@ func rateLimitView(rl *model.RateLimit) (*rateLimitV, error) {
 	switch {
 	case rl.Zone == "" || !reBackendName.MatchString(rl.Zone):
 		return nil, fmt.Errorf("rate limit zone %q", rl.Zone)
-	case rl.RPS < 0 || rl.RPS > maxRate || rl.RPM < 0 || rl.RPM > maxRate || rl.RPS+rl.RPM == 0:
-		return nil, fmt.Errorf("rate limits %d r/s, %d r/m", rl.RPS, rl.RPM)
+	case rl.RPS < 0 || rl.RPS > maxRate || rl.RPM < 0 || rl.RPM > maxRate || rl.Connections < 0 || rl.Connections > maxRate ||
+		rl.RPS+rl.RPM+rl.Connections == 0:
+		return nil, fmt.Errorf("rate limits %d r/s, %d r/m, %d connections", rl.RPS, rl.RPM, rl.Connections)
 	case rl.BurstMultiplier < 0 || rl.BurstMultiplier > 1000:
 		return nil, fmt.Errorf("rate limit burst multiplier %d", rl.BurstMultiplier)
 	}
 	sum := sha256.Sum256([]byte(rl.Zone))
-	rv := &rateLimitV{ID: "rl" + hex.EncodeToString(sum[:8]), RPS: rl.RPS, RPM: rl.RPM,
+	rv := &rateLimitV{ID: "rl" + hex.EncodeToString(sum[:8]), RPS: rl.RPS, RPM: rl.RPM, Conns: rl.Connections,
 		BurstRPS: rl.RPS * rl.BurstMultiplier, BurstRPM: rl.RPM * rl.BurstMultiplier}
 	for _, p := range rl.Allowlist {
 		if !p.IsValid() {
@@ -882,6 +889,13 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 			return lv, err
 		}
 		lv.RateLimit = rv
+	}
+	if rr := l.ResponseRate; rr != nil {
+		const maxKB = 1 << 30
+		if rr.KBPerSecond < 1 || rr.KBPerSecond > maxKB || rr.AfterKB < 0 || rr.AfterKB > maxKB {
+			return lv, fmt.Errorf("limit-rate %dk after %dk", rr.KBPerSecond, rr.AfterKB)
+		}
+		lv.LimitRate, lv.LimitRateAfter = rr.KBPerSecond, rr.AfterKB
 	}
 	if ba := l.BasicAuth; ba != nil {
 		if !reRealm.MatchString(ba.Realm) || ba.Credentials == nil || len(ba.Credentials.File()) == 0 {
@@ -1095,8 +1109,10 @@ type globalView struct {
 	// $the_real_ip, which nginx.conf then defines as ingress-nginx does.
 	LogServicePort, LogTheRealIP bool
 	HTTPRedirectCode             int
-	// LimitReqStatus is limit-req-status-code (503 by default).
+	// LimitReqStatus is limit-req-status-code (503 by default);
+	// LimitConnStatus is limit-conn-status-code (503 by default).
 	LimitReqStatus               int
+	LimitConnStatus              int
 	HSTS                         bool
 	UpstreamKeepaliveConnections int
 	UpstreamKeepaliveTime        string
@@ -1192,6 +1208,14 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 			v.LimitReqStatus = c
 		} else {
 			bad("limit-req-status-code", strconv.Itoa(c), "400-599")
+		}
+	}
+	v.LimitConnStatus = 503
+	if c := g.LimitConnStatus; c != 0 {
+		if c >= 400 && c <= 599 {
+			v.LimitConnStatus = c
+		} else {
+			bad("limit-conn-status-code", strconv.Itoa(c), "400-599")
 		}
 	}
 	switch c := g.HTTPRedirectCode; c {

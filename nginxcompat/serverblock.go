@@ -179,8 +179,16 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 		b.WriteString("\n            return 503;\n        }")
 		return
 	}
+	if rl := l.RateLimit; rl != nil && rl.Conns > 0 {
+		b.WriteString("\n            limit_conn ")
+		b.WriteString(rl.ID)
+		b.WriteString("_conn ")
+		writeInt(b, rl.Conns)
+		b.WriteByte(';')
+	}
 	if rl := l.RateLimit; rl != nil {
-		// ingress-nginx's order: requests per second, then per minute.
+		// ingress-nginx's order: connections, requests per second, then
+		// per minute.
 		for _, z := range []struct {
 			suffix string
 			rate   int
@@ -199,6 +207,16 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 			}
 			b.WriteString(" nodelay;")
 		}
+	}
+	if l.LimitRateAfter > 0 {
+		b.WriteString("\n            limit_rate_after ")
+		writeInt(b, l.LimitRateAfter)
+		b.WriteString("k;")
+	}
+	if l.LimitRate > 0 {
+		b.WriteString("\n            limit_rate ")
+		writeInt(b, l.LimitRate)
+		b.WriteString("k;")
 	}
 	for _, d := range l.Deny {
 		b.WriteString("\n            deny ")

@@ -58,9 +58,11 @@ type verdict struct {
 // ingress-nginx's order: a denied location's 503 (nginx's rewrite phase, so
 // before everything else), denylist- and whitelist-source-range, ssl-redirect,
 // permanent/temporal-redirect, app-root, proxy-body-size against a
-// declared length. host is lower case without the port; contentLength is
-// negative when unknown.
-func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, path []byte, contentLength int64) verdict {
+// declared length, limit-rps/rpm, limit-connections, basic
+// authentication. host is lower case without the port; contentLength is
+// negative when unknown. A request limit-connections counts gets its
+// count in *hold, which the caller releases when the request ends.
+func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, path []byte, contentLength int64, hold *connHold) verdict {
 	loc := &rt.loc
 	if loc.Denied != nil {
 		// An access setting that cannot be carried out: fail closed.
@@ -108,11 +110,22 @@ func (t *table) check(vh *vhost, rt *route, f *clientFacts, host, requestURI, pa
 		// before anything goes upstream (nginx client_max_body_size).
 		return verdict{status: 413}
 	}
-	if rt.limits != nil && loc.RateLimit.Limited(f.remote) && !allowLimits(rt.limits, f.remote, monoNow().Milliseconds()) {
+	limited := (rt.limits != nil || rt.conns != nil) && loc.RateLimit.Limited(f.remote)
+	if limited && rt.limits != nil && !allowLimits(rt.limits, f.remote, monoNow().Milliseconds()) {
 		// limit-rps / limit-rpm: nginx's limit_req runs in the preaccess
 		// phase, after the rewrite phase's redirects; here also after the
 		// source lists, so a refused client is not counted.
 		return verdict{status: t.limitReqStatus}
+	}
+	if limited && rt.conns != nil {
+		// limit-connections: nginx's limit_conn, in the same phase,
+		// runs after limit_req (a request limit_req refuses is not
+		// counted).
+		h, ok := rt.conns.acquire(f.remote)
+		if !ok {
+			return verdict{status: t.limitConnStatus}
+		}
+		*hold = h
 	}
 	if ba := loc.BasicAuth; ba != nil && !basicAuthorized(ba, f.authorization) {
 		// auth_basic, in nginx's access phase after the source lists.

@@ -268,6 +268,8 @@ type h2Writer struct {
 	// headers are the location's add-headers and custom-headers, set
 	// with the status when it is one nginx's add_header acts on.
 	headers []model.HeaderField
+	// pace is the location's limit-rate.
+	pace pacer
 }
 
 // setStatus records the answer's status and adds headers for it.
@@ -294,9 +296,31 @@ func (w *h2Writer) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.setStatus(http.StatusOK)
 	}
+	if w.pace.rate != 0 {
+		return w.pacedWrite(b)
+	}
 	n, err := w.w.Write(b)
 	w.written += n
 	return n, err
+}
+
+// pacedWrite writes b in the turns limit-rate gives, flushing each so the
+// client gets it at that rate rather than when the stream's buffer fills.
+func (w *h2Writer) pacedWrite(b []byte) (int, error) {
+	total := 0
+	for len(b) > 0 {
+		k := w.pace.next(len(b))
+		n, err := w.w.Write(b[:k])
+		w.written += n
+		total += n
+		w.pace.wrote(n)
+		if err != nil {
+			return total, err
+		}
+		w.Flush()
+		b = b[n:]
+	}
+	return total, nil
 }
 
 func (w *h2Writer) Flush() {
@@ -335,6 +359,9 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Connection", "close")
 	}
 	w := &h2Writer{w: rw}
+	// limit-connections counts the stream until its handler is done
+	// (the body is written inside it), also when it aborts the stream.
+	defer o.hold.release()
 	p.handleH2(w, r, &o)
 	took := time.Since(start)
 	if p.metrics == nil && p.cfg.AccessLog == nil {
@@ -386,7 +413,8 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	}
 	if rt != nil {
 		w.headers = rt.loc.ResponseHeaders
-		o.addUpstreamFields(rt.setFields) // proxy-set-headers
+		w.pace = newPacer(pacedRate(&rt.loc)) // limit-rate
+		o.addUpstreamFields(rt.setFields)     // proxy-set-headers
 		o.noLog = rt.loc.NoAccessLog
 	}
 	if len(tbl.skipLog) > 0 && tbl.skipLog[r.RequestURI] {
@@ -428,7 +456,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if loc.BasicAuth != nil || loc.DigestAuth != nil {
 		f.authorization = []byte(r.Header.Get("Authorization"))
 	}
-	if v := tbl.check(vh, rt, &f, host, []byte(r.RequestURI), upath, r.ContentLength); v.status != 0 {
+	if v := tbl.check(vh, rt, &f, host, []byte(r.RequestURI), upath, r.ContentLength, &o.hold); v.status != 0 {
 		w.answer(v)
 		return
 	}

@@ -291,11 +291,26 @@ var errBodyStopped = errors.New("proxy: request over, body no longer readable")
 type stopOnClose struct {
 	io.ReadCloser
 	guard *guardedBody
+	// tail paces the body and holds the request's limit-connections
+	// count until Close.
+	tail bodyEnd
+}
+
+func (s *stopOnClose) end() *bodyEnd { return &s.tail }
+
+func (s *stopOnClose) Read(p []byte) (int, error) {
+	if s.tail.pace.rate == 0 {
+		return s.ReadCloser.Read(p)
+	}
+	n, err := s.ReadCloser.Read(p[:s.tail.pace.next(len(p))])
+	s.tail.pace.wrote(n)
+	return n, err
 }
 
 func (s *stopOnClose) Close() error {
 	err := s.ReadCloser.Close()
 	s.guard.stop()
+	s.tail.hold.release()
 	return err
 }
 

@@ -347,6 +347,11 @@ type outcome struct {
 	// noLog: the request is not written to the access log
 	// (enable-access-log: "false", skip-access-log-urls).
 	noLog bool
+	// rate is the location's limit-rate; nil without.
+	rate *model.ResponseRate
+	// hold is the request's limit-connections count, released when the
+	// response has been written (handOver) or the tunnel closed.
+	hold connHold
 }
 
 // setAuth keeps what external authentication passes, after the fields of
@@ -395,6 +400,11 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		h.tc.headDone() // fasthttp read the head whole
 	}
 	p.handle(ctx, o)
+	if o.hold.held() || o.rate != nil {
+		// limit-connections and limit-rate last until the body fasthttp
+		// writes after this returns has gone.
+		handOver(ctx.Response.BodyStream(), newPacer(o.rate), &o.hold)
+	}
 	if o.hsts != "" {
 		// Every answer, the proxy's own ones too (redirects, 401, 204),
 		// as ingress-nginx's header phase adds it.
@@ -501,6 +511,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		o.headers = rt.loc.ResponseHeaders
 		o.addUpstreamFields(rt.setFields) // proxy-set-headers
 		o.noLog = rt.loc.NoAccessLog
+		o.rate = pacedRate(&rt.loc)
 	}
 	if len(tbl.skipLog) > 0 && tbl.skipLog[string(ctx.Request.Header.RequestURI())] {
 		o.noLog = true
@@ -535,7 +546,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if loc.BasicAuth != nil || loc.DigestAuth != nil {
 		f.authorization = ctx.Request.Header.Peek("Authorization")
 	}
-	if v := tbl.check(vh, rt, &f, host, ctx.RequestURI(), ctx.Path(), int64(ctx.Request.Header.ContentLength())); v.status != 0 {
+	if v := tbl.check(vh, rt, &f, host, ctx.RequestURI(), ctx.Path(), int64(ctx.Request.Header.ContentLength()), &o.hold); v.status != 0 {
 		answerFast(ctx, v)
 		return
 	}
@@ -752,7 +763,7 @@ type fastTry struct {
 }
 
 func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Duration) (int, time.Duration, error) {
-	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, t.p.cfg.BodyBufferBytes, t.replay.body && t.replay.idempotent,
+	connect, err := roundTrip(t.p.pool(pick.Peer, loc), timeoutsOf(loc), start, &t.out, t.resp, wholeBody(loc, t.p.cfg.BodyBufferBytes), t.replay.body && t.replay.idempotent,
 		cmp.Or(loc.Proxy.BufferSizeBytes, defaultUpstreamHead))
 	if err == nil && !t.lim.over && t.lim.clientErr == nil {
 		return t.resp.StatusCode(), connect, nil
@@ -770,6 +781,17 @@ func (t *fastTry) try(pick *balancer.Pick, loc *model.Location, start time.Durat
 }
 
 func (t *fastTry) discard() { t.resp.Reset() }
+
+// wholeBody is the largest upstream response body read whole before it
+// goes to the client: none for a location with limit-rate (paced) or
+// limit-connections, whose bodies are streamed so that the pacing and the
+// count last until the client has the last byte.
+func wholeBody(loc *model.Location, max int) int {
+	if pacedRate(loc) != nil || (loc.RateLimit != nil && loc.RateLimit.Connections > 0) {
+		return 0
+	}
+	return max
+}
 
 // reqState is what one request would otherwise allocate: the balancer's
 // request view, the attempt, the body limiter, the attempt state and a

@@ -133,17 +133,43 @@ func (sh *rlShard) evict(l *routeLimit, now int64) {
 }
 
 // rateLimits keeps the zones of the configuration in force, by name, so a
-// configuration change keeps every bucket of the zones it keeps.
+// configuration change keeps every bucket and count of the zones it keeps.
 type rateLimits struct {
 	mu    sync.Mutex
-	zones map[string]*rlZone // guarded by mu
+	zones zoneSet // guarded by mu
 }
 
-// routeLimits returns a location's limits on zones that outlive the
-// configuration, and marks their names used in keep.
-func (r *rateLimits) routeLimits(rl *model.RateLimit, keep map[string]*rlZone) []routeLimit {
+// zoneSet is the limit_req and limit_conn zones of a configuration, by
+// name.
+type zoneSet struct {
+	req  map[string]*rlZone
+	conn map[string]*lcZone
+}
+
+func newZoneSet() zoneSet {
+	return zoneSet{req: map[string]*rlZone{}, conn: map[string]*lcZone{}}
+}
+
+// routeLimits returns a location's limit_req limits and its limit_conn
+// limit (nil without) on zones that outlive the configuration, and marks
+// their names used in keep.
+func (r *rateLimits) routeLimits(rl *model.RateLimit, keep zoneSet) ([]routeLimit, *connLimit) {
 	if rl == nil {
-		return nil
+		return nil, nil
+	}
+	var cl *connLimit
+	if rl.Connections > 0 {
+		name := rl.Zone + "_conn"
+		z := keep.conn[name]
+		if z == nil {
+			r.mu.Lock()
+			if z = r.zones.conn[name]; z == nil {
+				z = newLCZone()
+			}
+			r.mu.Unlock()
+			keep.conn[name] = z
+		}
+		cl = &connLimit{zone: z, max: int32(min(rl.Connections, 1<<31-1))}
 	}
 	var out []routeLimit
 	for _, k := range []struct {
@@ -155,22 +181,24 @@ func (r *rateLimits) routeLimits(rl *model.RateLimit, keep map[string]*rlZone) [
 			continue
 		}
 		name := rl.Zone + k.suffix
-		z := keep[name]
+		z := keep.req[name]
 		if z == nil {
 			r.mu.Lock()
-			if z = r.zones[name]; z == nil {
+			if z = r.zones.req[name]; z == nil {
 				z = newRLZone()
 			}
 			r.mu.Unlock()
-			keep[name] = z
+			keep.req[name] = z
 		}
 		out = append(out, routeLimit{zone: z, rate: int64(k.n) * 1000 / k.per, burst: int64(k.n) * int64(rl.BurstMultiplier) * 1000})
 	}
-	return out
+	return out, cl
 }
 
-// keepOnly makes keep the zones in force; the others are forgotten.
-func (r *rateLimits) keepOnly(keep map[string]*rlZone) {
+// keepOnly makes keep the zones in force; the others are forgotten (a
+// request still counted in a forgotten limit_conn zone releases its count
+// there, harmlessly).
+func (r *rateLimits) keepOnly(keep zoneSet) {
 	r.mu.Lock()
 	r.zones = keep
 	r.mu.Unlock()

@@ -13,9 +13,9 @@ import (
 // changes nothing; with two limits both must pass and both count.
 func TestRateLimitArithmetic(t *testing.T) {
 	r := &rateLimits{}
-	keep := map[string]*rlZone{}
+	keep := newZoneSet()
 	// limit-rps 2, multiplier 1: burst 2 requests.
-	limits := r.routeLimits(&model.RateLimit{Zone: "ns_a_", RPS: 2, BurstMultiplier: 1}, keep)
+	limits, _ := r.routeLimits(&model.RateLimit{Zone: "ns_a_", RPS: 2, BurstMultiplier: 1}, keep)
 	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("::ffff:192.0.2.2")
 	var got []bool
 	for range 4 {
@@ -35,8 +35,8 @@ func TestRateLimitArithmetic(t *testing.T) {
 
 	// limit-rps 10 and limit-rpm 2 (multiplier 1): the rpm bucket refuses
 	// the fourth request and the rps bucket does not count it.
-	keep = map[string]*rlZone{}
-	both := r.routeLimits(&model.RateLimit{Zone: "ns_b_", RPS: 10, RPM: 2, BurstMultiplier: 1}, keep)
+	keep = newZoneSet()
+	both, _ := r.routeLimits(&model.RateLimit{Zone: "ns_b_", RPS: 10, RPM: 2, BurstMultiplier: 1}, keep)
 	if len(both) != 2 || both[1].rate != 2*1000/60 {
 		t.Fatalf("limits %+v", both)
 	}
@@ -49,7 +49,7 @@ func TestRateLimitArithmetic(t *testing.T) {
 	}
 	// A zone kept by name keeps its buckets across configurations.
 	r.keepOnly(keep)
-	again := r.routeLimits(&model.RateLimit{Zone: "ns_b_", RPS: 10, RPM: 2, BurstMultiplier: 1}, map[string]*rlZone{})
+	again, _ := r.routeLimits(&model.RateLimit{Zone: "ns_b_", RPS: 10, RPM: 2, BurstMultiplier: 1}, newZoneSet())
 	if again[1].zone != both[1].zone || allowLimits(again, a, 5001) {
 		t.Error("a new configuration forgot the zone's buckets")
 	}
@@ -70,7 +70,7 @@ func equalBools(a, b []bool) bool {
 // A full shard forgets drained addresses first, then the oldest: a zone
 // never grows past its bound, however many addresses pass.
 func TestRateLimitZoneBounded(t *testing.T) {
-	limits := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", RPS: 1, BurstMultiplier: 100}, map[string]*rlZone{})
+	limits, _ := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", RPS: 1, BurstMultiplier: 100}, newZoneSet())
 	for i := range 300_000 {
 		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 		if !allowLimits(limits, ip, int64(i/1000)) {
@@ -92,7 +92,7 @@ func TestRateLimitZoneBounded(t *testing.T) {
 
 // BenchmarkRateLimit is the cost of a limited request that passes.
 func BenchmarkRateLimit(b *testing.B) {
-	limits := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", RPS: 1_000_000, BurstMultiplier: 5}, map[string]*rlZone{})
+	limits, _ := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", RPS: 1_000_000, BurstMultiplier: 5}, newZoneSet())
 	ip := netip.MustParseAddr("192.0.2.1")
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

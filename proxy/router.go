@@ -42,9 +42,12 @@ type table struct {
 	// limitReqStatus answers a request a rate limit refuses
 	// (limit-req-status-code).
 	limitReqStatus int
-	exact          map[string]*vhost
-	wildcards      []wildcard // longest suffix first
-	catchAll       *vhost
+	// limitConnStatus answers a request limit-connections refuses
+	// (limit-conn-status-code).
+	limitConnStatus int
+	exact           map[string]*vhost
+	wildcards       []wildcard // longest suffix first
+	catchAll        *vhost
 }
 
 type wildcard struct {
@@ -80,7 +83,10 @@ type route struct {
 	// limits are the location's rate limits (limit-rps, limit-rpm) on
 	// zones that outlive the table; nil without.
 	limits []routeLimit
-	re     *regexp.Regexp
+	// conns is the location's limit-connections on a zone that outlives
+	// the table; nil without.
+	conns *connLimit
+	re    *regexp.Regexp
 	// rewrite matches the location path for rewrite-target (nginx
 	// `rewrite "(?i)<path>" <target> break;`); nil without a target.
 	rewrite *regexp.Regexp
@@ -124,9 +130,9 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 	if limits == nil {
 		limits = &rateLimits{}
 	}
-	zones := map[string]*rlZone{}
+	zones := newZoneSet()
 	defer limits.keepOnly(zones)
-	t := &table{limitReqStatus: cmp.Or(cfg.Global.LimitReqStatus, 503), exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
+	t := &table{limitReqStatus: cmp.Or(cfg.Global.LimitReqStatus, 503), limitConnStatus: cmp.Or(cfg.Global.LimitConnStatus, 503), exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
 		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
@@ -150,7 +156,8 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 			vh.failClosed = vh.clientAuth == nil
 		}
 		for _, loc := range s.Locations {
-			r := &route{loc: loc, limits: limits.routeLimits(loc.RateLimit, zones)}
+			r := &route{loc: loc}
+			r.limits, r.conns = limits.routeLimits(loc.RateLimit, zones)
 			for _, h := range loc.ProxySetHeaders {
 				r.setFields = append(r.setFields, [2]string{h.Name, h.Value})
 			}

@@ -42,7 +42,7 @@ func (p *Proxy) upgrade(ctx *fasthttp.RequestCtx, loc *model.Location, f *client
 	h.SetContentLength(0)
 	h.SetRequestURIBytes(ctx.Request.URI().RequestURI()) // after rewrite-target
 	var a balancer.Attempt
-	if _, err := p.attempts(loc.Backend, loc, view, &a, o, replay{}, &upgradeTry{p: p, ctx: ctx, head: h}); err != nil {
+	if _, err := p.attempts(loc.Backend, loc, view, &a, o, replay{}, &upgradeTry{p: p, ctx: ctx, head: h, hold: &o.hold}); err != nil {
 		answerFast(ctx, verdict{status: failureStatus(err)})
 	}
 }
@@ -52,6 +52,9 @@ type upgradeTry struct {
 	p    *Proxy
 	ctx  *fasthttp.RequestCtx
 	head *fasthttp.RequestHeader // what is sent upstream
+	// hold is the request's limit-connections count: on 101 the tunnel
+	// takes it, until both directions end.
+	hold *connHold
 }
 
 func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location, _ time.Duration) (int, time.Duration, error) {
@@ -62,7 +65,7 @@ func (t *upgradeTry) try(pick *balancer.Pick, loc *model.Location, _ time.Durati
 	if err != nil {
 		return 0, connect, fmt.Errorf("dial upstream: %w", err)
 	}
-	status, err := t.p.switchProtocols(t.ctx, t.head, up, to, pick.SetCookie)
+	status, err := t.p.switchProtocols(t.ctx, t.head, up, to, pick.SetCookie, t.hold)
 	if err != nil {
 		_ = up.Close()
 		t.ctx.Response.Reset()
@@ -77,7 +80,7 @@ func (t *upgradeTry) discard() { t.ctx.Response.Reset() }
 // switchProtocols writes the request head to up and reads the answer. On
 // 101 it arranges the hijack that owns up from then on; otherwise the
 // answer becomes ctx's response and up is closed.
-func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, head *fasthttp.RequestHeader, up net.Conn, t timeouts, setCookie string) (int, error) {
+func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, head *fasthttp.RequestHeader, up net.Conn, t timeouts, setCookie string, hold *connHold) (int, error) {
 	// Every read and write on up from here on, the relay's included, must
 	// make progress within proxy-read/send-timeout.
 	up = &timeoutConn{Conn: up, read: t.read, write: t.send}
@@ -112,8 +115,11 @@ func (p *Proxy) switchProtocols(ctx *fasthttp.RequestCtx, head *fasthttp.Request
 	// and Upgrade headers are the point of it), written by the hijack
 	// handler rather than by fasthttp.
 	answer := append([]byte(nil), resp.Header.Header()...)
+	tunnel := *hold // limit-connections counts the tunnel while it is open
+	*hold = connHold{}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(client net.Conn) {
+		defer tunnel.release()
 		defer up.Close()
 		if _, err := client.Write(answer); err != nil {
 			return

@@ -398,11 +398,25 @@ type upBody struct {
 	chunked bool
 	keep    bool
 	eof     bool
+	// tail paces the body and holds the request's limit-connections
+	// count until Close.
+	tail bodyEnd
 }
+
+func (b *upBody) end() *bodyEnd { return &b.tail }
 
 var upBodyPool = sync.Pool{New: func() any { return new(upBody) }}
 
 func (b *upBody) Read(p []byte) (int, error) {
+	if b.tail.pace.rate == 0 {
+		return b.read(p)
+	}
+	n, err := b.read(p[:b.tail.pace.next(len(p))])
+	b.tail.pace.wrote(n)
+	return n, err
+}
+
+func (b *upBody) read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
@@ -455,17 +469,19 @@ func (b *upBody) Read(p []byte) (int, error) {
 }
 
 // CloseWithError ends the body: the connection goes back to its pool only
-// if the body was read to its end without error.
+// if the body was read to its end without error. upBody has no Close:
+// fasthttp (v1.74) calls both Close and CloseWithError on a body that has
+// both, and a second call would put b in its pool twice, so that two
+// requests would share it (and one read the other's upstream connection).
 func (b *upBody) CloseWithError(err error) error {
 	if b.c != nil {
 		b.c.release(b.keep && b.eof && err == nil)
 	}
+	b.tail.hold.release()
 	*b = upBody{}
 	upBodyPool.Put(b)
 	return nil
 }
-
-func (b *upBody) Close() error { return b.CloseWithError(nil) }
 
 // readChunkSize reads a chunk-size line: hex digits, optional extensions
 // (ignored), CRLF.

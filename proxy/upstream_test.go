@@ -448,3 +448,37 @@ func TestUpstreamKeepAliveReuseHTTP2(t *testing.T) {
 		t.Errorf("upstream connections: %d; want 1", n)
 	}
 }
+
+// TestUpBodyClosedOnce: fasthttp closes a response body stream by calling
+// Close and then CloseWithError when it has both; upBody must be put back
+// in its pool once, or two requests get the same body and one reads the
+// other's upstream connection (seen as 502s under load when every body
+// was streamed).
+func TestUpBodyClosedOnce(t *testing.T) {
+	var body any = new(upBody)
+	if _, ok := body.(io.Closer); ok {
+		t.Fatal("upBody has a Close beside CloseWithError: fasthttp would close it twice")
+	}
+	pp := &peerPool{}
+	c := &upConn{br: bufio.NewReaderSize(bytes.NewReader([]byte("hello")), 16), pool: pp, tc: timeoutConn{Conn: nopConn{}}}
+	pp.active = 1
+	b := upBodyPool.Get().(*upBody)
+	*b = upBody{c: c, left: 5, keep: true}
+	var resp fasthttp.Response
+	resp.SetBodyStream(b, 5)
+	if got := string(resp.Body()); got != "hello" { // reads and closes the stream
+		t.Fatalf("body %q", got)
+	}
+	x, y := upBodyPool.Get().(*upBody), upBodyPool.Get().(*upBody)
+	if x == y {
+		t.Fatal("the pool gave the same upBody twice: it was put back twice")
+	}
+	if len(pp.idle) != 1 || pp.active != 0 {
+		t.Errorf("pool: %d idle, %d active; want the connection back once", len(pp.idle), pp.active)
+	}
+}
+
+// nopConn is a net.Conn that does nothing.
+type nopConn struct{ net.Conn }
+
+func (nopConn) Close() error { return nil }

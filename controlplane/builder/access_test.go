@@ -171,8 +171,8 @@ func TestBuildFailsClosed(t *testing.T) {
 		reasons          []string // Event reasons of cfg.Errors, in order
 	}{
 		{
-			name:      "limit-connections denies every location of its Ingress",
-			protected: map[string]string{limitConns: "10"},
+			name:      "an invalid limit-connections denies every location of its Ingress",
+			protected: map[string]string{limitConns: "ten"},
 			want:      map[string][]string{"_": {""}, "p.example.com": {limitConns, limitConns}, "o.example.com": {"", ""}},
 			reasons:   []string{model.ReasonFailedClosed},
 		},
@@ -180,7 +180,7 @@ func TestBuildFailsClosed(t *testing.T) {
 			name:      "an access annotation on a canary is reported, the primary governs",
 			protected: nil,
 			other: map[string]string{annotationPrefix + "canary": "true", annotationPrefix + "canary-weight": "10",
-				limitConns: "1"},
+				limitConns: "ten"},
 			want: map[string][]string{"_": {""}, "p.example.com": {"", ""}},
 			// and its host o.example.com has no primary
 			reasons: []string{model.ReasonUnsupported, ""},
@@ -648,6 +648,15 @@ func TestRateLimitAnnotations(t *testing.T) {
 				"limit-whitelist": "10.0.0.0/8", "limit-allowlist": "192.0.2.1, 198.51.100.0/24"},
 			want: &model.RateLimit{Zone: "ns_protected_", RPS: 3, RPM: 100, BurstMultiplier: 0,
 				Allowlist: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("198.51.100.0/24")}}},
+		{name: "limit-connections", ann: map[string]string{"limit-connections": "2", "limit-allowlist": "10.0.0.0/8"},
+			want: &model.RateLimit{Zone: "ns_protected_", Connections: 2, BurstMultiplier: 5,
+				Allowlist: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
+		{name: "limit-connections beside limit-rps", ann: map[string]string{"limit-connections": "1", "limit-rps": "4"},
+			want: &model.RateLimit{Zone: "ns_protected_", RPS: 4, Connections: 1, BurstMultiplier: 5}},
+		{name: "limit-connections not a number fails closed", ann: map[string]string{"limit-connections": "1.5"},
+			denied: annotationPrefix + "limit-connections"},
+		{name: "limit-connections negative fails closed", ann: map[string]string{"limit-connections": "-1"},
+			denied: annotationPrefix + "limit-connections"},
 		{name: "not a number fails closed", ann: map[string]string{"limit-rps": "ten"}, denied: annotationPrefix + "limit-rps"},
 		{name: "negative fails closed", ann: map[string]string{"limit-rpm": "-1"}, denied: annotationPrefix + "limit-rpm"},
 		{name: "an invalid allow list fails closed", ann: map[string]string{"limit-rps": "1", "limit-allowlist": "10.0.0.0/33"},
@@ -684,5 +693,68 @@ func TestRateLimitAnnotations(t *testing.T) {
 	}
 	if z := rateLimitZone(model.ObjectRef{Namespace: "a", Name: "b", UID: "1f2e-x y"}); z != "a_b_1f2e-x_y" {
 		t.Errorf("zone %q", z)
+	}
+}
+
+// limit-rate and limit-rate-after (KiB) as ingress-nginx reads them: the
+// annotation over the ConfigMap's key, for every path of an Ingress but
+// not the catch-all; an invalid value is reported (no fail closed: it
+// restricts no access) and the ConfigMap's value used, as ingress-nginx's
+// parser falls back to it; limit_rate_after alone does nothing.
+func TestLimitRateAnnotations(t *testing.T) {
+	tests := []struct {
+		name    string
+		ann, cm map[string]string
+		want    *model.ResponseRate // of p.example.com's paths
+		errs    []string            // fields of cfg.Errors
+	}{
+		{name: "none"},
+		{name: "limit-rate", ann: map[string]string{"limit-rate": "100"}, want: &model.ResponseRate{KBPerSecond: 100}},
+		{name: "limit-rate and limit-rate-after", ann: map[string]string{"limit-rate": "100", "limit-rate-after": "1024"},
+			want: &model.ResponseRate{KBPerSecond: 100, AfterKB: 1024}},
+		{name: "limit-rate-after alone", ann: map[string]string{"limit-rate-after": "10"}},
+		{name: "limit-rate 0 is none", ann: map[string]string{"limit-rate": "0"}, cm: map[string]string{"limit-rate": "50"}},
+		{name: "the ConfigMap's defaults", cm: map[string]string{"limit-rate": "50", "limit-rate-after": "5"},
+			want: &model.ResponseRate{KBPerSecond: 50, AfterKB: 5}},
+		{name: "the annotation over the ConfigMap", ann: map[string]string{"limit-rate": "70"},
+			cm: map[string]string{"limit-rate": "50", "limit-rate-after": "5"}, want: &model.ResponseRate{KBPerSecond: 70, AfterKB: 5}},
+		{name: "an invalid annotation keeps the ConfigMap's", ann: map[string]string{"limit-rate": "100k"},
+			cm: map[string]string{"limit-rate": "50"}, want: &model.ResponseRate{KBPerSecond: 50},
+			errs: []string{annotationPrefix + "limit-rate"}},
+		{name: "an invalid ConfigMap value", cm: map[string]string{"limit-rate": "-3"}, errs: []string{"limit-rate"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ann := map[string]string{}
+			for k, v := range tt.ann {
+				ann[annotationPrefix+k] = v
+			}
+			cfg := Build(accessInput(ann, nil, tt.cm), Options{})
+			var errs []string
+			for _, e := range cfg.Errors {
+				errs = append(errs, e.Field)
+			}
+			if diff := cmp.Diff(tt.errs, errs); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			for _, s := range cfg.Servers {
+				want := tt.want
+				switch s.Hostname {
+				case "p.example.com":
+				case model.CatchAllHost:
+					want = nil
+				default:
+					continue
+				}
+				for _, l := range s.Locations {
+					if l.Denied != nil {
+						t.Errorf("%s%s: denied by %s", s.Hostname, l.Path, l.Denied.Field)
+					}
+					if diff := cmp.Diff(want, l.ResponseRate); diff != "" {
+						t.Errorf("%s%s: response rate (-want +got):\n%s", s.Hostname, l.Path, diff)
+					}
+				}
+			}
+		})
 	}
 }

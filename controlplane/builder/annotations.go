@@ -78,6 +78,9 @@ type annotations struct {
 	// rateLimit is limit-rps and its kin, without the zone name; nil
 	// without limit-rps or limit-rpm.
 	rateLimit *model.RateLimit
+	// limitRate and limitRateAfter are limit-rate and limit-rate-after
+	// (KiB); nil: the ConfigMap's defaults.
+	limitRate, limitRateAfter *int
 	// denied is the first access-control annotation that cannot be
 	// carried out: the Ingress's locations answer 503.
 	denied *model.Denial
@@ -637,13 +640,25 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 	a.sslPassthrough = boolean("ssl-passthrough")
 }
 
-// parseRateLimit reads limit-rps, limit-rpm, limit-burst-multiplier and
-// limit-allowlist (limit-whitelist); an invalid value fails the Ingress
-// closed (bad, as for every access setting).
+// parseRateLimit reads limit-rps, limit-rpm, limit-connections,
+// limit-burst-multiplier and limit-allowlist (limit-whitelist); an invalid
+// value fails the Ingress closed (bad, as for every access setting). It
+// also reads limit-rate and limit-rate-after, which restrict no access: an
+// invalid one is reported and the ConfigMap's default used, as
+// ingress-nginx does.
 func parseRateLimit(a *annotations, get func(string) (string, bool), bad func(string, string, ...any),
 	integer func(string, int, int) (int, bool)) {
+	for _, k := range []struct {
+		name string
+		dst  **int
+	}{{"limit-rate", &a.limitRate}, {"limit-rate-after", &a.limitRateAfter}} {
+		if n, ok := integer(k.name, 0, maxLimitRate); ok {
+			*k.dst = &n
+		}
+	}
 	rps, _ := integer("limit-rps", 0, maxRateLimit)
 	rpm, _ := integer("limit-rpm", 0, maxRateLimit)
+	conns, _ := integer("limit-connections", 0, maxRateLimit)
 	burst := 5
 	if n, ok := integer("limit-burst-multiplier", 0, 1000); ok {
 		burst = n
@@ -658,14 +673,26 @@ func parseRateLimit(a *annotations, get func(string) (string, bool), bad func(st
 			}
 		}
 	}
-	if rps == 0 && rpm == 0 {
+	if rps == 0 && rpm == 0 && conns == 0 {
 		return
 	}
-	a.rateLimit = &model.RateLimit{RPS: rps, RPM: rpm, BurstMultiplier: burst, Allowlist: allow}
+	a.rateLimit = &model.RateLimit{RPS: rps, RPM: rpm, Connections: conns, BurstMultiplier: burst, Allowlist: allow}
 }
 
-// maxRateLimit bounds limit-rps and limit-rpm.
+// maxRateLimit bounds limit-rps, limit-rpm and limit-connections.
 const maxRateLimit = 1_000_000
+
+// maxLimitRate bounds limit-rate and limit-rate-after, in KiB (1 TiB).
+const maxLimitRate = 1 << 30
+
+// responseRate is the ResponseRate of limit-rate and limit-rate-after in
+// KiB; nil without a rate.
+func responseRate(rate, after int) *model.ResponseRate {
+	if rate <= 0 {
+		return nil // nginx's limit_rate_after does nothing alone
+	}
+	return &model.ResponseRate{KBPerSecond: rate, AfterKB: after}
+}
 
 // parseProxyAnnotations reads the proxy-* keys; the controller ConfigMap uses
 // the same names and grammar for its defaults.

@@ -135,6 +135,9 @@ type builder struct {
 	// serviceUpstream is the ConfigMap's service-upstream, the
 	// annotation's default.
 	serviceUpstream bool
+	// limitRate and limitRateAfter are the ConfigMap's limit-rate and
+	// limit-rate-after (KiB), the annotations' defaults.
+	limitRate, limitRateAfter int
 	// wwwRedirects are the hosts with from-to-www-redirect, each with the
 	// oldest Ingress asking for it.
 	wwwRedirects map[string]*networkingv1.Ingress
@@ -458,6 +461,15 @@ func (b *builder) global() {
 		if n, ok := integer("limit-req-status-code", 400, 599); ok {
 			g.LimitReqStatus = n
 		}
+		if n, ok := integer("limit-conn-status-code", 400, 599); ok {
+			g.LimitConnStatus = n
+		}
+		if n, ok := integer("limit-rate", 0, maxLimitRate); ok {
+			b.limitRate = n
+		}
+		if n, ok := integer("limit-rate-after", 0, maxLimitRate); ok {
+			b.limitRateAfter = n
+		}
 		b.cfg.Errors = append(b.cfg.Errors, configMapKeyErrors(cm.Data, ref, b.cfg.Errors)...)
 	}
 	b.cfg.Global = g
@@ -777,6 +789,14 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	loc.ResponseHeaders = mergeHeaders(b.globalHeaders, a.customHeaders)
 	loc.NoAccessLog = a.noAccessLog
 	loc.ProxySetHeaders = b.proxySetFields
+	rate, after := b.limitRate, b.limitRateAfter
+	if a.limitRate != nil {
+		rate = *a.limitRate
+	}
+	if a.limitRateAfter != nil {
+		after = *a.limitRateAfter
+	}
+	loc.ResponseRate = responseRate(rate, after)
 	if a.sslRedirect != nil {
 		loc.Rewrite.SSLRedirect = *a.sslRedirect
 	}

@@ -258,6 +258,7 @@ func FuzzLocationAnnotations(f *testing.F) {
 		{"cors-allow-methods", "GET, PUT"}, {"cors-allow-headers", "X-A"}, {"whitelist-source-range", "10.0.0.0/8"},
 		{"proxy-next-upstream", "error timeout"}, {"custom-http-errors", "404,503"}, {"default-backend", "errors"},
 		{"proxy-body-size", "8m"}, {"backend-protocol", "grpcs"}, {"rewrite-target", "/a;return 200"},
+		{"limit-connections", "5"}, {"limit-rate", "100"}, {"limit-rate-after", "1k"},
 	} {
 		f.Add(s[0], s[1])
 	}
@@ -283,6 +284,14 @@ func FuzzLocationAnnotations(f *testing.F) {
 		}
 		if strings.Contains(a.rewriteTarget, "${") {
 			t.Fatalf("rewrite-target %q accepted", a.rewriteTarget)
+		}
+		if rl := a.rateLimit; rl != nil && (rl.Connections < 0 || rl.Connections > maxRateLimit || rl.RPS+rl.RPM+rl.Connections == 0) {
+			t.Fatalf("%s=%q accepted, giving %+v", key, value, rl)
+		}
+		for _, n := range []*int{a.limitRate, a.limitRateAfter} {
+			if n != nil && (*n < 0 || *n > maxLimitRate) {
+				t.Fatalf("%s=%q accepted, giving %d", key, value, *n)
+			}
 		}
 	})
 }

@@ -119,6 +119,8 @@ var Catalogue = []AnnotationInfo{
 	{Name: "backend-protocol", Group: GroupProxy, Support: Supported, Note: "`HTTP`, `HTTPS`, `GRPC`, `GRPCS`, `H2C`; `AJP`, `FCGI` refused; upstream certificates are not verified, as nginx's default, unless proxy-ssl-verify says so (HTTPS; GRPCS never, as in ingress-nginx)"},
 	{Name: "upstream-vhost", Group: GroupProxy, Support: Supported},
 	{Name: "x-forwarded-prefix", Group: GroupProxy, Support: Supported},
+	{Name: "limit-rate", Group: GroupProxy, Support: Supported, Note: "KiB a second per answer, nginx `limit_rate <n>k` as ingress-nginx writes it, over the ConfigMap's `limit-rate`; as in nginx it paces only with `proxy-buffering: on` (nginx drops it for unbuffered upstream answers, ingress-nginx's default) and not gRPC; an invalid value is reported and the default kept, as ingress-nginx does. The Go plane paces the body only (nginx counts the head too), about 20 % slower than nginx over 400 KB (docs/compatibility.md)"},
+	{Name: "limit-rate-after", Group: GroupProxy, Support: Supported, Note: "KiB sent before `limit-rate` applies (`limit_rate_after <n>k`), over the ConfigMap's `limit-rate-after`"},
 	{Name: "proxy-body-size", Group: GroupProxy, Support: Supported, Note: "413; `0` means unlimited"},
 	{Name: "proxy-connect-timeout", Group: GroupProxy, Support: Supported},
 	{Name: "proxy-send-timeout", Group: GroupProxy, Support: Supported},
@@ -185,12 +187,10 @@ var Catalogue = []AnnotationInfo{
 	{Name: "auth-tls-match-cn", Group: GroupAccess, Support: Partial, Access: true, Note: "letters, digits and `= , . - _ * + ? ^ $ ( ) | [ ] : / @` only, compiled by RE2 (the field of CVE-2025-1097); anything else fails closed"},
 	{Name: "limit-rps", Group: GroupAccess, Support: Supported, Access: true, Note: "nginx `limit_req` as ingress-nginx renders it on both planes: per client address (after the real IP settings), burst = rate × `limit-burst-multiplier`, `nodelay`, refused requests get `limit-req-status-code` (503); one zone per Ingress, shared by its paths, counted per controller replica as ingress-nginx counts per pod; an invalid value fails closed"},
 	{Name: "limit-rpm", Group: GroupAccess, Support: Supported, Access: true, Note: "as `limit-rps`, per minute; both apply when both are set"},
-	{Name: "limit-connections", Group: GroupAccess, Support: Unsupported, Access: true},
+	{Name: "limit-connections", Group: GroupAccess, Support: Supported, Access: true, Note: "nginx `limit_conn` as ingress-nginx renders it on both planes: requests in progress per client address (each HTTP/2 stream one, an upgraded connection until it closes), in the Ingress's zone beside `limit-rps`'s, the same allow list; refused requests get `limit-conn-status-code` (503); counted per controller replica; a full zone (64 Ki addresses in progress on the Go plane) refuses new addresses, as nginx's; an invalid value fails closed"},
 	{Name: "limit-burst-multiplier", Group: GroupAccess, Support: Supported, Access: true, Note: "default 5"},
 	{Name: "limit-whitelist", Group: GroupAccess, Support: Supported, Access: true, Note: "as `limit-allowlist`, which wins when both are set"},
 	{Name: "limit-allowlist", Group: GroupAccess, Support: Supported, Access: true, Note: "client addresses (CIDRs) the rate limits skip; an invalid list fails closed"},
-	{Name: "limit-rate", Group: GroupAccess, Support: Unsupported, Access: true},
-	{Name: "limit-rate-after", Group: GroupAccess, Support: Unsupported, Access: true},
 
 	// Headers, CORS, error pages, client TLS.
 	{Name: "enable-cors", Group: GroupHeaders, Support: Supported, Note: "preflight 204, the fields for allowed origins on every answer, `https://*.domain` wildcards, `*` for every request"},

@@ -101,7 +101,9 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("%s: no support class", e.Name)
 		}
 		perf := strings.HasPrefix(e.Name, "auth-cache-") || strings.HasPrefix(e.Name, "auth-keepalive")
-		access := (strings.HasPrefix(e.Name, "auth-") && !perf) || strings.HasPrefix(e.Name, "limit-") ||
+		// limit-rate and limit-rate-after pace responses: no access.
+		limit := strings.HasPrefix(e.Name, "limit-") && !strings.HasPrefix(e.Name, "limit-rate")
+		access := (strings.HasPrefix(e.Name, "auth-") && !perf) || limit ||
 			strings.HasSuffix(e.Name, "-source-range") || e.Name == "satisfy" || e.Name == "enable-global-auth" ||
 			e.Name == "modsecurity-snippet"
 		if access != e.Access {

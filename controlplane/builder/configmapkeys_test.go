@@ -167,6 +167,9 @@ var builderKeys = map[string]struct {
 }{
 	"load-balance":                          {val: "ewma"},
 	"limit-req-status-code":                 {val: "429"},
+	"limit-conn-status-code":                {val: "429"},
+	"limit-rate":                            {val: "100"},
+	"limit-rate-after":                      {val: "10", with: map[string]string{"limit-rate": "100"}},
 	"use-forwarded-headers":                 {val: "true"},
 	"compute-full-forwarded-for":            {val: "true"},
 	"enable-real-ip":                        {val: "true"},

@@ -369,7 +369,7 @@ func TestIngressDefaultBackend(t *testing.T) {
 		Services:       svcs, EndpointSlices: slices,
 		Ingresses: []*networkingv1.Ingress{
 			// a.test and b.test are first named here: their "/" is "fallback"'s.
-			mk("first", 1, "fallback", map[string]string{annotationPrefix + "limit-connections": "5"}, rule("a.test", "/api"), rule("b.test", "/api")),
+			mk("first", 1, "fallback", map[string]string{annotationPrefix + "limit-connections": "-5"}, rule("a.test", "/api"), rule("b.test", "/api")),
 			// b.test's "/" path replaces it; c.test was first named by an
 			// Ingress without default backend, so "late" does not apply.
 			mk("second", 2, "", nil, rule("b.test", "/"), rule("c.test", "/x")),

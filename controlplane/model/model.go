@@ -258,8 +258,12 @@ type Location struct {
 	// prefix.
 	AllowSourceRanges []netip.Prefix `json:"allowSourceRanges,omitempty"`
 	// RateLimit, when set, limits the requests of each client address
-	// (limit-rps, limit-rpm); nil without.
+	// (limit-rps, limit-rpm, limit-connections); nil without.
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+	// ResponseRate, when set, limits how fast each response goes to the
+	// client (limit-rate, limit-rate-after, or the ConfigMap's defaults);
+	// nil without.
+	ResponseRate *ResponseRate `json:"responseRate,omitempty"`
 	// BasicAuth, when set, lets through only requests with a user and
 	// password its credentials accept (auth-type: basic).
 	BasicAuth *BasicAuth `json:"basicAuth,omitempty"`
@@ -336,14 +340,16 @@ func ValidMirrorSource(s string) bool {
 	return true
 }
 
-// RateLimit is limit-rps, limit-rpm, limit-burst-multiplier and
-// limit-allowlist (or limit-whitelist), as nginx's limit_req runs them in
-// ingress-nginx: per client address ($remote_addr, after the real IP
-// settings), a leaky bucket draining Rate requests per second (or per
-// minute) that lets a request through at once while no more than Burst
-// requests are in excess (nodelay), and answers the others with
-// Global.LimitReqStatus. Each Ingress has its own zones, shared by all its
-// paths; state is per controller replica.
+// RateLimit is limit-rps, limit-rpm, limit-connections,
+// limit-burst-multiplier and limit-allowlist (or limit-whitelist), as
+// nginx's limit_req and limit_conn run them in ingress-nginx: per client
+// address ($remote_addr, after the real IP settings), a leaky bucket
+// draining Rate requests per second (or per minute) that lets a request
+// through at once while no more than Burst requests are in excess
+// (nodelay), and answers the others with Global.LimitReqStatus; and a
+// count of the address's requests in progress, answering those over
+// Connections with Global.LimitConnStatus. Each Ingress has its own zones,
+// shared by all its paths; state is per controller replica.
 type RateLimit struct {
 	// Zone names the Ingress's zones: namespace_name_uid, as ingress-nginx
 	// names them; letters, digits, '-', '.' and '_' only.
@@ -352,11 +358,28 @@ type RateLimit struct {
 	// (both apply when both are set); 0 means none.
 	RPS int `json:"rps,omitempty"`
 	RPM int `json:"rpm,omitempty"`
+	// Connections is limit-connections: how many requests of one address
+	// may be in progress at once (nginx's limit_conn, which counts
+	// requests, each HTTP/2 stream one); 0 means no limit. A request
+	// counts from its check until its response has been written, or its
+	// upgraded connection closed.
+	Connections int `json:"connections,omitempty"`
 	// BurstMultiplier is limit-burst-multiplier (default 5): each limit's
 	// burst is its rate times it.
 	BurstMultiplier int `json:"burstMultiplier"`
 	// Allowlist are the client addresses not limited (limit-allowlist).
 	Allowlist []netip.Prefix `json:"allowlist,omitempty"`
+}
+
+// ResponseRate is limit-rate and limit-rate-after as ingress-nginx writes
+// them (nginx's limit_rate and limit_rate_after, in KiB): each response
+// goes to the client at no more than KBPerSecond KiB a second once its
+// first AfterKB KiB have gone.
+type ResponseRate struct {
+	// KBPerSecond is limit-rate, at least 1.
+	KBPerSecond int `json:"kbPerSecond"`
+	// AfterKB is limit-rate-after; 0: from the first byte.
+	AfterKB int `json:"afterKB,omitempty"`
 }
 
 // Limited reports whether the client at ip is subject to the limits.
@@ -694,6 +717,9 @@ type Global struct {
 	// LimitReqStatus is limit-req-status-code, the answer to a request a
 	// rate limit refuses (400-599); 0 means 503.
 	LimitReqStatus int `json:"limitReqStatus,omitempty"`
+	// LimitConnStatus is limit-conn-status-code, the answer to a request
+	// limit-connections refuses (400-599); 0 means 503.
+	LimitConnStatus int `json:"limitConnStatus,omitempty"`
 
 	// Client connections and request heads (docs/migrating-from-ingress-
 	// nginx.md, "Client connections" and "Request heads"). Each zero value is ingress-nginx's

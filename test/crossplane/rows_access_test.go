@@ -14,14 +14,14 @@ var _ = register(
 	Row{
 		Name: "fail closed: an access annotation Switchyard cannot carry out",
 		Manifests: `{{service "a" "closed" "demo"}}{{service "b" "open" "demo"}}` +
-			ingress("closed", "closed.test", "closed", []string{"/", "/api"}, "limit-connections", "1") +
+			ingress("closed", "closed.test", "closed", []string{"/", "/api"}, "limit-connections", "one") +
 			ingress("satisfy", "satisfy.test", "closed", root, "satisfy", "any") +
 			ingress("badlist", "badlist.test", "closed", root, "whitelist-source-range", "10.0.0.0/33") +
 			ingress("authsnippet", "authsnippet.test", "closed", root, "auth-snippet", "return 200;") +
 			ingress("open", "open.test", "open", root),
 		Requests: []Request{
-			{Name: "limit-connections", Host: "closed.test", Path: "/", Want: Want{Status: 503}},
-			{Name: "limit-connections, another path", Host: "closed.test", Path: "/api/x", Want: Want{Status: 503}},
+			{Name: "an invalid limit-connections", Host: "closed.test", Path: "/", Want: Want{Status: 503}},
+			{Name: "an invalid limit-connections, another path", Host: "closed.test", Path: "/api/x", Want: Want{Status: 503}},
 			{Name: "satisfy", Host: "satisfy.test", Path: "/", Want: Want{Status: 503}},
 			{Name: "an invalid allow list", Host: "badlist.test", Path: "/", Want: Want{Status: 503}},
 			{Name: "auth-snippet", Host: "authsnippet.test", Path: "/", Want: Want{Status: 503}},

@@ -67,7 +67,16 @@ type Request struct {
 	// unauthenticated, then sends it answered with these credentials
 	// (rows_digest_test.go); the last answer is checked.
 	Digest *DigestLogin
-	Want   Want
+	// Background sends the request on its own and goes on with the row's
+	// next requests once a backend has begun to answer it (it must carry
+	// an X-Request-ID and ask for X-Answer-Drip-Ms, so that it stays in
+	// progress); its answer is checked at the row's end. Abandon closes
+	// its connection as soon as the answer's head has come instead.
+	Background, Abandon bool
+	// Retry sends the request again, for up to this long, until it gets
+	// Want.Status (a count released just after the client had its answer).
+	Retry time.Duration
+	Want  Want
 }
 
 // Want is the expected answer.
@@ -99,6 +108,9 @@ type Want struct {
 	// access log line of the request (the line holding its X-Request-ID)
 	// must match.
 	LogLine string
+	// TookAtLeast and TookAtMost, when set, bound the time from sending
+	// the request to having read its answer whole.
+	TookAtLeast, TookAtMost time.Duration
 }
 
 // logCheck is what a row expects of the access log.
@@ -133,6 +145,19 @@ type echo struct {
 	Header  map[string][]string `json:"header"`
 	// BodyLen is how many body bytes it read.
 	BodyLen int64 `json:"bodyLen"`
+	// Pad makes the answer X-Answer-Pad-Bytes longer.
+	Pad string `json:"pad,omitempty"`
+}
+
+// arrivals are the Background requests' X-Request-IDs, each with a channel
+// the backend closes when it has begun its answer.
+var arrivals sync.Map
+
+// arrived tells a Background request's sender that its answer began.
+func arrived(id string) {
+	if c, ok := arrivals.LoadAndDelete(id); ok {
+		close(c.(chan struct{}))
+	}
 }
 
 // backendSpecs are the echo backends rows may name, each on its own
@@ -236,7 +261,22 @@ func startBackends(t *testing.T) map[string]string {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n})
+			ec := echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n}
+			if pad, err := strconv.Atoi(r.Header.Get("X-Answer-Pad-Bytes")); err == nil && pad > 0 && pad <= 4<<20 {
+				ec.Pad = strings.Repeat("p", pad) // a long answer, for limit-rate rows
+			}
+			_ = json.NewEncoder(w).Encode(ec)
+			if ms, err := strconv.Atoi(r.Header.Get("X-Answer-Drip-Ms")); err == nil && ms > 0 && ms <= 10_000 {
+				// The answer stays in progress for that long: a blank
+				// every 20 ms (still valid JSON), for limit-connections rows.
+				w.(http.Flusher).Flush()
+				arrived(r.Header.Get("X-Request-ID"))
+				for end := time.Now().Add(time.Duration(ms) * time.Millisecond); time.Now().Before(end) && r.Context().Err() == nil; {
+					time.Sleep(20 * time.Millisecond)
+					_, _ = io.WriteString(w, " ")
+					w.(http.Flusher).Flush()
+				}
+			}
 		})}
 		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { _ = srv.Close() })
@@ -495,6 +535,9 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
+	if r.Abandon {
+		return resp.StatusCode, resp.Header, nil, nil // closes the connection unread
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("read the answer: %w", err)
@@ -504,6 +547,57 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 		return resp.StatusCode, resp.Header, nil, nil
 	}
 	return resp.StatusCode, resp.Header, &ec, nil
+}
+
+// ask sends req (again while Retry allows, until it gets Want.Status) and
+// returns its answer and how long the last try took.
+func (e *env) ask(ctx context.Context, req Request) (answer, time.Duration) {
+	deadline := time.Now().Add(req.Retry)
+	for {
+		start := time.Now()
+		code, h, ec, err := e.do(ctx, req)
+		took := time.Since(start)
+		if code == req.Want.Status || time.Now().After(deadline) {
+			return answerOf(req, code, h, ec, err), took
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// inBackground sends req on its own and returns once a backend has begun
+// answering it (or after 5 s, failing t); wait gives its answer.
+func (e *env) inBackground(t *testing.T, req Request) (wait func() (answer, time.Duration)) {
+	t.Helper()
+	id := req.Header["X-Request-ID"]
+	began := make(chan struct{})
+	arrivals.Store(id, began)
+	type result struct {
+		a    answer
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, took := e.ask(context.Background(), req)
+		done <- result{a, took}
+	}()
+	select {
+	case <-began:
+	case <-time.After(5 * time.Second):
+		arrivals.Delete(id)
+		t.Errorf("background request %s: no backend began to answer it in 5 s", id)
+	}
+	return func() (answer, time.Duration) {
+		r := <-done
+		return r.a, r.took
+	}
+}
+
+// tookMismatch says how took is outside w's bounds.
+func tookMismatch(took time.Duration, w Want) []string {
+	if (w.TookAtLeast != 0 && took < w.TookAtLeast) || (w.TookAtMost != 0 && took > w.TookAtMost) {
+		return []string{fmt.Sprintf("took %v; want %v to %v", took.Round(time.Millisecond), w.TookAtLeast, w.TookAtMost)}
+	}
+	return nil
 }
 
 // answer is what a request got, for comparing the planes.
@@ -676,6 +770,35 @@ func TestBehaviour(t *testing.T) {
 							}
 						}()
 					}
+					// check records and checks one answer.
+					check := func(t *testing.T, key string, req Request, a answer, took time.Duration) {
+						if req.Want.TookAtLeast+req.Want.TookAtMost > 0 {
+							t.Logf("took %v", took.Round(time.Millisecond))
+						}
+						results[plane][key] = a
+						if req.Want.Logged != 0 {
+							if err := e.checkLogged(req); err != nil {
+								t.Error(err)
+								a.Err += " log: " + err.Error()
+								results[plane][key] = a
+							}
+						}
+						if req.Want.Mirror != nil {
+							if err := e.mirror.check(req); err != nil {
+								a.Err += " mirror: " + err.Error()
+								results[plane][key] = a
+							}
+						}
+						for _, m := range append(mismatches(a, req.Want), tookMismatch(took, req.Want)...) {
+							if known {
+								drifted = true
+								t.Logf("KNOWN DRIFT (%s): %s", reason, m)
+							} else {
+								t.Error(m)
+							}
+						}
+					}
+					var background []func()
 					for i, req := range r.Requests {
 						name := req.Name
 						if name == "" {
@@ -685,32 +808,23 @@ func TestBehaviour(t *testing.T) {
 						if len(r.KnownDrift) > 0 {
 							drift[key] = fmt.Sprint(r.KnownDrift)
 						}
+						if req.Background {
+							wait := e.inBackground(t, req)
+							background = append(background, func() {
+								t.Run(name, func(t *testing.T) {
+									a, took := wait()
+									check(t, key, req, a, took)
+								})
+							})
+							continue
+						}
 						t.Run(name, func(t *testing.T) {
-							code, h, ec, err := e.do(ctx, req)
-							a := answerOf(req, code, h, ec, err)
-							results[plane][key] = a
-							if req.Want.Logged != 0 {
-								if err := e.checkLogged(req); err != nil {
-									t.Error(err)
-									a.Err += " log: " + err.Error()
-									results[plane][key] = a
-								}
-							}
-							if req.Want.Mirror != nil {
-								if err := e.mirror.check(req); err != nil {
-									a.Err += " mirror: " + err.Error()
-									results[plane][key] = a
-								}
-							}
-							for _, m := range mismatches(a, req.Want) {
-								if known {
-									drifted = true
-									t.Logf("KNOWN DRIFT (%s): %s", reason, m)
-								} else {
-									t.Error(m)
-								}
-							}
+							a, took := e.ask(ctx, req)
+							check(t, key, req, a, took)
 						})
+					}
+					for _, f := range background {
+						f()
 					}
 				})
 			}
