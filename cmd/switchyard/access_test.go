@@ -59,7 +59,7 @@ func testAccessControl(t *testing.T, plane string) {
 		localBackendYAML("cached", "cached.example", port, ann("auth-url", "http://"+auth.Addr+"/oauth2/auth",
 			"auth-cache-key", "$cookie__oauth2_proxy", "auth-cache-duration", "202 401 1m", "auth-response-headers", "X-Auth-Request-User"), "") +
 		localBackendYAML("denied", "denied.example", port, ann("denylist-source-range", "127.0.0.5"), "") +
-		localBackendYAML("limited", "limited.example", port, ann("limit-connections", "1"), "") +
+		localBackendYAML("limited", "limited.example", port, ann("limit-connections", "lots"), "") +
 		localBackendYAML("open", "open.example", port, "", "") +
 		localBackendYAML("basic", "basic.example", port, ann("auth-type", "basic", "auth-secret", "staff", "auth-realm", "Staff only"), "") +
 		localBackendYAML("basicmap", "basicmap.example", port, ann("auth-type", "basic", "auth-secret", "demo/staff-map", "auth-secret-type", "auth-map"), "") +
@@ -129,7 +129,7 @@ func testAccessControl(t *testing.T, plane string) {
 		{"service error", "challenged.example", "/", "127.0.0.1", map[string]string{"Cookie": "_oauth2_proxy=broken"}, answer{status: 500}},
 		{"deny list", "denied.example", "/", "127.0.0.5", nil, answer{status: 403}},
 		{"not on the deny list", "denied.example", "/", "127.0.0.1", nil, answer{status: 200, body: `app GET / user="" groups=""`}},
-		{"limit-connections not supported: fail closed", "limited.example", "/", "127.0.0.1", nil, answer{status: 503}},
+		{"limit-connections invalid: fail closed", "limited.example", "/", "127.0.0.1", nil, answer{status: 503}},
 		{"basic: no credentials", "basic.example", "/", "127.0.0.1", nil, answer{status: 401, www: `Basic realm="Staff only"`}},
 		{"basic: apr1 password", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("alice", "s3cret")}, answer{status: 200, body: `app GET / user="" groups=""`}},
 		{"basic: sha512-crypt password", "basic.example", "/", "127.0.0.1", map[string]string{"Authorization": basicAuth("bob", "hunter2")}, answer{status: 200, body: `app GET / user="" groups=""`}},
