@@ -423,10 +423,10 @@ type locationV struct {
 	BufferSize, BuffersNumber   int
 	// RequestBuffering and ClientBodyBuffer are proxy-request-buffering
 	// and client-body-buffer-size (ingress-nginx's on and 8k).
-	RequestBuffering            bool
-	ClientBodyBuffer            int
+	RequestBuffering bool
+	ClientBodyBuffer int
 	// HTTP10 is proxy-http-version "1.0" (ingress-nginx's 1.1 otherwise).
-	HTTP10 bool
+	HTTP10                      bool
 	NextUpstream                string
 	NextUpstreamTries           int
 	NextUpstreamTimeout         int
