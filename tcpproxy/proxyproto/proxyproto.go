@@ -54,7 +54,7 @@ func Read(r *bufio.Reader) (Header, error) {
 }
 
 func readV1(r *bufio.Reader) (Header, error) {
-	var line []byte
+	line := make([]byte, 0, maxV1)
 	for len(line) < maxV1 {
 		b, err := r.ReadByte()
 		if err != nil {
