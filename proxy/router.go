@@ -125,7 +125,7 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 	zones := map[string]*rlZone{}
 	defer limits.keepOnly(zones)
 	t := &table{limitReqStatus: cmp.Or(cfg.Global.LimitReqStatus, 503), exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
-		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP)}
+		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP, cfg.Global.UseForwardedHeaders)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"github.com/switchyard-proxy/switchyard/tcpproxy/proxyproto"
 	"k8s.io/klog/v2"
 )
@@ -128,4 +130,58 @@ func serveBehindSNI(ctx context.Context, serve func(context.Context, net.Listene
 	pl := newProxyProtoListener(ln, 5*time.Second)
 	go func() { errc <- serve(ctx, pl) }()
 	return ln.Addr().String(), nil
+}
+
+// proxyProtocolListeners are the client listeners that take a PROXY
+// header when the ConfigMap says use-proxy-protocol (ingress-nginx's
+// "listen ... proxy_protocol" on the HTTP and HTTPS ports, and its SSL
+// passthrough router's header reading). The policy follows every
+// configuration the controller builds.
+type proxyProtocolListeners struct {
+	mu     sync.Mutex // guards realIP, timeout and ls
+	realIP *model.RealIP
+	// timeout bounds the wait for a header on the HTTP listeners: nginx
+	// reads it under client_header_timeout (client-header-timeout, 60s).
+	timeout time.Duration
+	ls      []proxyProtocolListener
+}
+
+type proxyProtocolListener struct {
+	l *proxyproto.Listener
+	// optional: the SNI router's, which takes connections without a
+	// header too, as ingress-nginx's, and waits 5s for one (its
+	// proxy-protocol-header-timeout default).
+	optional bool
+}
+
+// update applies g's settings to every listener.
+func (p *proxyProtocolListeners) update(g *model.Global) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.realIP = g.RealIP
+	p.timeout = time.Duration(cmp.Or(g.ClientHeaderTimeoutSeconds, 60)) * time.Second
+	for _, l := range p.ls {
+		l.l.SetPolicy(p.policy(l.optional))
+	}
+}
+
+func (p *proxyProtocolListeners) policy(optional bool) proxyproto.Policy {
+	r := p.realIP
+	if r == nil || !r.ProxyProtocol {
+		return proxyproto.Policy{}
+	}
+	pol := proxyproto.Policy{On: true, Trusted: r.From, Timeout: p.timeout}
+	if optional {
+		pol.Optional, pol.Timeout = true, 5*time.Second
+	}
+	return pol
+}
+
+// wrap returns ln reading PROXY headers per the current configuration.
+func (p *proxyProtocolListeners) wrap(ln net.Listener, optional bool) net.Listener {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := proxyproto.NewListener(ln, p.policy(optional))
+	p.ls = append(p.ls, proxyProtocolListener{l: l, optional: optional})
+	return l
 }
