@@ -20,7 +20,7 @@ func listen(t *testing.T, p Policy) *Listener {
 		t.Fatal(err)
 	}
 	l := NewListener(ln, p)
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
@@ -186,7 +186,7 @@ func TestListenerOptionalAndOff(t *testing.T) {
 
 	l.SetPolicy(Policy{})
 	raw := "PROXY TCP4 203.0.113.9 198.51.100.1 40000 443\r\n"
-	c = dialFrom(t, l, "127.0.0.1", raw)
+	dialFrom(t, l, "127.0.0.1", raw)
 	s = accept(t, l)
 	if _, ok := s.(*Conn); ok || readN(t, s, len(raw)) != raw {
 		t.Errorf("policy off: the header was read (%T)", s)
@@ -201,7 +201,7 @@ func TestListenerClose(t *testing.T) {
 		_, err := l.Accept()
 		done <- err
 	}()
-	l.Close()
+	_ = l.Close()
 	select {
 	case err := <-done:
 		if !errors.Is(err, net.ErrClosed) {
