@@ -1118,6 +1118,10 @@ var ConfigMapKeys = []string{
 	"proxy-buffering", "proxy-buffer-size", "proxy-buffers-number", "proxy-request-buffering", "client-body-buffer-size", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
 }
 
+// minLargeHeaderBuffer is the smallest large_client_header_buffers size
+// nginx -t accepts: its connection_pool_size on 64-bit systems.
+const minLargeHeaderBuffer = 512
+
 // configMapRef names the controller ConfigMap; the caller knows its name.
 var configMapRef = model.ObjectRef{Kind: "ConfigMap"}
 
@@ -1154,10 +1158,14 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 	// them so (a zero large buffer would refuse every long line).
 	v.ClientHeaderBuffer = cmp.Or(g.ClientHeaderBufferSize, 1<<10)
 	v.LargeClientHeaderBuffers = [2]int{cmp.Or(g.LargeClientHeaderBuffers, 4), cmp.Or(g.LargeClientHeaderBufferSize, 8<<10)}
-	if v.ClientHeaderBuffer < 0 || v.LargeClientHeaderBuffers[0] < 0 || v.LargeClientHeaderBuffers[1] < 0 {
+	if v.ClientHeaderBuffer < 0 || v.LargeClientHeaderBuffers[0] < 0 || v.LargeClientHeaderBuffers[1] < minLargeHeaderBuffer {
+		// nginx -t refuses a large buffer smaller than its
+		// connection_pool_size (512 on 64-bit systems): the whole file
+		// would be refused for one key.
 		v.ClientHeaderBuffer, v.LargeClientHeaderBuffers = 1<<10, [2]int{4, 8 << 10}
 		errs = append(errs, model.ObjectError{Object: configMapRef, Field: "large-client-header-buffers",
-			Message: "negative header buffer sizes; nginx's defaults kept"})
+			Message: fmt.Sprintf("header buffers %d and %d×%d: nginx needs large buffers of at least %d bytes; nginx's defaults (1k, 4 8k) kept on the nginx data plane",
+				g.ClientHeaderBufferSize, g.LargeClientHeaderBuffers, g.LargeClientHeaderBufferSize, minLargeHeaderBuffer)})
 	}
 	if r := g.RealIP; r != nil {
 		// Checked again here: the header is written bare.

@@ -180,6 +180,16 @@ func TestRenderGolden(t *testing.T) {
 		goldenCase{in: "testdata/render/tls.json", out: "testdata/render/tls.passthrough.proxyprotocol", edit: proxyProtocol(false),
 			tweak: func(rc *RenderConfig) { rc.HTTPSListen, rc.HTTPSProxyProtocol = []string{"127.0.0.1:442"}, true }},
 		goldenCase{in: "testdata/render/annotations.json", out: "testdata/render/annotations.proxyprotocol.forwarded", edit: proxyProtocol(true), tweak: func(*RenderConfig) {}})
+	// Head buffers at nginx's smallest, and below it (a large buffer under
+	// connection_pool_size, 512, which nginx -t refuses: nginx's defaults
+	// are written instead, and the ConfigMap gets an error).
+	headBuffers := func(small, n, large int) func(*model.Configuration) {
+		return func(cfg *model.Configuration) {
+			cfg.Global.ClientHeaderBufferSize, cfg.Global.LargeClientHeaderBuffers, cfg.Global.LargeClientHeaderBufferSize = small, n, large
+		}
+	}
+	all = append(all, goldenCase{in: "testdata/render/basic.json", out: "testdata/render/basic.headbuffers.smallest", edit: headBuffers(1, 1, 512), tweak: func(*RenderConfig) {}},
+		goldenCase{in: "testdata/render/basic.json", out: "testdata/render/basic.headbuffers.refused", edit: headBuffers(2<<10, 4, 100), tweak: func(*RenderConfig) {}})
 	for _, gc := range all {
 		in := gc.in
 		t.Run(filepath.Base(gc.out), func(t *testing.T) {
@@ -306,3 +316,4 @@ func TestRenderConfigRejected(t *testing.T) {
 		}
 	}
 }
+
