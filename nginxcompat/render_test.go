@@ -316,4 +316,3 @@ func TestRenderConfigRejected(t *testing.T) {
 		}
 	}
 }
-
