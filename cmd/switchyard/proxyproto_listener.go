@@ -45,14 +45,16 @@ type proxyProtocolListeners struct {
 	// timeout bounds the wait for a header on the HTTP listeners: nginx
 	// reads it under client_header_timeout (client-header-timeout, 60s).
 	timeout time.Duration
-	ls      []proxyProtocolListener
+	// routerTimeout bounds it on the SNI router's listener:
+	// proxy-protocol-header-timeout (5s), as ingress-nginx's router.
+	routerTimeout time.Duration
+	ls            []proxyProtocolListener
 }
 
 type proxyProtocolListener struct {
 	l *proxyproto.Listener
 	// optional: the SNI router's, which takes connections without a
-	// header too, as ingress-nginx's, and waits 5s for one (its
-	// proxy-protocol-header-timeout default).
+	// header too, as ingress-nginx's, and waits routerTimeout for one.
 	optional bool
 }
 
@@ -62,6 +64,7 @@ func (p *proxyProtocolListeners) update(g *model.Global) {
 	defer p.mu.Unlock()
 	p.realIP = g.RealIP
 	p.timeout = time.Duration(cmp.Or(g.ClientHeaderTimeoutSeconds, 60)) * time.Second
+	p.routerTimeout = cmp.Or(g.ProxyProtocolHeaderTimeout, 5*time.Second)
 	for _, l := range p.ls {
 		l.l.SetPolicy(p.policy(l.optional))
 	}
@@ -74,7 +77,7 @@ func (p *proxyProtocolListeners) policy(optional bool) proxyproto.Policy {
 	}
 	pol := proxyproto.Policy{On: true, Trusted: r.From, Timeout: p.timeout}
 	if optional {
-		pol.Optional, pol.Timeout = true, 5*time.Second
+		pol.Optional, pol.Timeout = true, p.routerTimeout
 	}
 	return pol
 }

@@ -193,6 +193,7 @@ var builderKeys = map[string]struct {
 	"client-header-buffer-size":             {val: "2k"},
 	"large-client-header-buffers":           {val: "8 16k"},
 	"use-proxy-protocol":                    {val: "true"},
+	"proxy-protocol-header-timeout":         {val: "2s"},
 	"proxy-http-version":                    {val: "1.0"},
 	"whitelist-source-range":                {val: "10.0.0.0/8"},
 	"denylist-source-range":                 {val: "10.0.0.0/8"},

@@ -680,6 +680,10 @@ type Global struct {
 	WorkerProcesses int `json:"workerProcesses,omitempty"`
 	// ClientHeaderTimeoutSeconds is client-header-timeout; 0 means 60.
 	ClientHeaderTimeoutSeconds int `json:"clientHeaderTimeoutSeconds,omitempty"`
+	// ProxyProtocolHeaderTimeout is proxy-protocol-header-timeout: how
+	// long the SSL passthrough router waits for a client's PROXY header
+	// under use-proxy-protocol; 0 means 5s.
+	ProxyProtocolHeaderTimeout time.Duration `json:"proxyProtocolHeaderTimeout,omitempty"`
 	// ClientHeaderBufferSize is client-header-buffer-size in bytes; 0
 	// means 1024.
 	ClientHeaderBufferSize int `json:"clientHeaderBufferSize,omitempty"`
