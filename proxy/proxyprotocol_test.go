@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -123,4 +124,61 @@ func rawGet(t *testing.T, addr, from, header, host, path, xff string) string {
 		return fmt.Sprint(resp.StatusCode)
 	}
 	return fmt.Sprintf("%d %s", resp.StatusCode, b)
+}
+
+// Over TLS, to both front ends (HTTP/2 and HTTP/1.1 by ALPN), the PROXY
+// header's addresses reach X-Forwarded-For and X-Forwarded-Port alike.
+func TestProxyProtocolOverTLS(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "xff=%s port=%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Port"))
+	}))
+	t.Cleanup(up.Close)
+	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	cfg := &model.Configuration{
+		Global:   model.Global{RealIP: &model.RealIP{Header: "X-Forwarded-For", From: trusted, ProxyProtocol: true}},
+		Backends: []balancer.Backend{{Name: "up", Endpoints: endpoints(strings.TrimPrefix(up.URL, "http://"))}},
+		Servers:  []model.Server{{Hostname: "pp.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "up")}}},
+	}
+	p, _ := newProxy(t, cfg, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.ServeTLS(ctx, proxyproto.NewListener(ln, proxyproto.Policy{On: true, Trusted: trusted})) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	for _, h2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("h2=%v", h2), func(t *testing.T) {
+			tr := &http.Transport{ForceAttemptHTTP2: h2, TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: "pp.test"}, //nolint:gosec // the proxy's fake certificate
+				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+					c, err := (&net.Dialer{}).DialContext(ctx, network, ln.Addr().String())
+					if err == nil {
+						_, err = io.WriteString(c, "PROXY TCP4 203.0.113.7 192.0.2.1 40000 8443\r\n")
+					}
+					return c, err
+				}}
+			if !h2 {
+				tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+			}
+			defer tr.CloseIdleConnections()
+			ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://pp.test/", nil)
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if got, want := fmt.Sprintf("%d %d %s", resp.ProtoMajor, resp.StatusCode, b), fmt.Sprintf("%d 200 xff=203.0.113.7 port=8443", map[bool]int{true: 2, false: 1}[h2]); got != want {
+				t.Errorf("got %q; want %q", got, want)
+			}
+		})
+	}
 }
