@@ -146,7 +146,9 @@ func TestProxyProtocolOverTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.ServeTLS(ctx, proxyproto.NewListener(ln, proxyproto.Policy{On: true, Trusted: trusted})) }()
+	go func() {
+		done <- p.ServeTLS(ctx, proxyproto.NewListener(ln, proxyproto.Policy{On: true, Trusted: trusted}))
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
