@@ -160,9 +160,9 @@ func Handshake(c net.Conn, p *Policy) (net.Conn, error) {
 	}
 	if !h.Local {
 		if ap := AddrPortOf(c.RemoteAddr()); ap.IsValid() && p.trusts(ap.Addr()) {
-			pc.remote = net.TCPAddrFromAddrPort(h.Source)
+			pc.remote = pc.setAddr(0, h.Source)
 		}
-		pc.local = net.TCPAddrFromAddrPort(h.Destination)
+		pc.local = pc.setAddr(1, h.Destination)
 	}
 	return pc, nil
 }
@@ -209,6 +209,25 @@ type Conn struct {
 	// Only the reading goroutine touches it.
 	r             *bufio.Reader
 	remote, local net.Addr // nil: the connection's own
+	// addrs and ips hold what remote and local point to, so a connection
+	// costs one allocation for its addresses too.
+	addrs [2]net.TCPAddr
+	ips   [2][16]byte
+}
+
+// setAddr makes addrs[i] ap and returns it.
+func (c *Conn) setAddr(i int, ap netip.AddrPort) net.Addr {
+	a := ap.Addr()
+	var ip net.IP
+	if a.Is4() {
+		b := a.As4()
+		ip = append(c.ips[i][:0], b[:]...)
+	} else {
+		b := a.As16()
+		ip = append(c.ips[i][:0], b[:]...)
+	}
+	c.addrs[i] = net.TCPAddr{IP: ip, Port: int(ap.Port()), Zone: a.Zone()}
+	return &c.addrs[i]
 }
 
 func (c *Conn) Read(p []byte) (int, error) {
