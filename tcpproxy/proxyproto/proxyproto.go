@@ -4,7 +4,10 @@
 // connection.
 //
 // In: the first bytes of a connection. Out: the original source and
-// destination addresses. It imports nothing from this module.
+// destination addresses. Listener (listener.go) reads the header of every
+// connection a net.Listener accepts, for use-proxy-protocol on the data
+// planes' ports and the SSL passthrough router, and behind the router. It
+// imports nothing from this module.
 package proxyproto
 
 import (
