@@ -48,7 +48,11 @@ type proxyProtocolListeners struct {
 	// routerTimeout bounds it on the SNI router's listener:
 	// proxy-protocol-header-timeout (5s), as ingress-nginx's router.
 	routerTimeout time.Duration
-	ls            []proxyProtocolListener
+	// maxPending bounds the connections awaiting a header per listener:
+	// max-worker-connections (16384), nginx's bound on connections,
+	// pending ones included.
+	maxPending int
+	ls         []proxyProtocolListener
 }
 
 type proxyProtocolListener struct {
@@ -65,6 +69,7 @@ func (p *proxyProtocolListeners) update(g *model.Global) {
 	p.realIP = g.RealIP
 	p.timeout = time.Duration(cmp.Or(g.ClientHeaderTimeoutSeconds, 60)) * time.Second
 	p.routerTimeout = cmp.Or(g.ProxyProtocolHeaderTimeout, 5*time.Second)
+	p.maxPending = cmp.Or(g.MaxWorkerConnections, 16384)
 	for _, l := range p.ls {
 		l.l.SetPolicy(p.policy(l.optional))
 	}
@@ -75,7 +80,7 @@ func (p *proxyProtocolListeners) policy(optional bool) proxyproto.Policy {
 	if r == nil || !r.ProxyProtocol {
 		return proxyproto.Policy{}
 	}
-	pol := proxyproto.Policy{On: true, Trusted: r.From, Timeout: p.timeout}
+	pol := proxyproto.Policy{On: true, Trusted: r.From, Timeout: p.timeout, MaxPending: p.maxPending}
 	if optional {
 		pol.Optional, pol.Timeout = true, p.routerTimeout
 	}

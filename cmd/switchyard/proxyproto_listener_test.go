@@ -24,12 +24,12 @@ func TestProxyProtocolPolicy(t *testing.T) {
 	}{
 		{name: "off", g: model.Global{RealIP: &model.RealIP{Header: "X-Forwarded-For", From: from}}},
 		{name: "defaults", g: model.Global{RealIP: &model.RealIP{Header: "X-Forwarded-For", From: from, ProxyProtocol: true}},
-			data:   proxyproto.Policy{On: true, Trusted: from, Timeout: 60 * time.Second},
-			router: proxyproto.Policy{On: true, Optional: true, Trusted: from, Timeout: 5 * time.Second}},
+			data:   proxyproto.Policy{On: true, Trusted: from, Timeout: 60 * time.Second, MaxPending: 16384},
+			router: proxyproto.Policy{On: true, Optional: true, Trusted: from, Timeout: 5 * time.Second, MaxPending: 16384}},
 		{name: "timeouts", g: model.Global{RealIP: &model.RealIP{Header: "X-Forwarded-For", From: from, ProxyProtocol: true},
-			ClientHeaderTimeoutSeconds: 7, ProxyProtocolHeaderTimeout: 1500 * time.Millisecond},
-			data:   proxyproto.Policy{On: true, Trusted: from, Timeout: 7 * time.Second},
-			router: proxyproto.Policy{On: true, Optional: true, Trusted: from, Timeout: 1500 * time.Millisecond}},
+			ClientHeaderTimeoutSeconds: 7, ProxyProtocolHeaderTimeout: 1500 * time.Millisecond, MaxWorkerConnections: 100},
+			data:   proxyproto.Policy{On: true, Trusted: from, Timeout: 7 * time.Second, MaxPending: 100},
+			router: proxyproto.Policy{On: true, Optional: true, Trusted: from, Timeout: 1500 * time.Millisecond, MaxPending: 100}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var p proxyProtocolListeners

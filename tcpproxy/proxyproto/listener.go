@@ -2,6 +2,7 @@ package proxyproto
 
 import (
 	"bufio"
+	"container/list"
 	"errors"
 	"net"
 	"net/netip"
@@ -30,6 +31,11 @@ type Policy struct {
 	Trusted []netip.Prefix
 	// Timeout bounds the wait for the header; zero means 5s.
 	Timeout time.Duration
+	// MaxPending bounds the connections whose header is awaited; zero
+	// means 16384. One more closes the one waiting longest, as nginx
+	// closes its oldest idle connections when worker_connections are all
+	// taken, so clients that send nothing cannot keep others out.
+	MaxPending int
 }
 
 func (p *Policy) trusts(a netip.Addr) bool {
@@ -57,6 +63,9 @@ type Listener struct {
 	// atomic
 	policy atomic.Pointer[Policy]
 
+	mu      sync.Mutex // guards pending
+	pending list.List  // of net.Conn awaiting their header, oldest first
+
 	closeOnce sync.Once
 }
 
@@ -78,6 +87,9 @@ func NewListener(ln net.Listener, p Policy) *Listener {
 func (l *Listener) SetPolicy(p Policy) {
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Second
+	}
+	if p.MaxPending <= 0 {
+		p.MaxPending = 16384
 	}
 	l.policy.Store(&p)
 }
@@ -103,7 +115,31 @@ func (l *Listener) acceptLoop() {
 			l.handOn(c)
 			continue
 		}
-		go l.readHeader(c, p)
+		go l.readHeader(c, p, l.await(c, p.MaxPending))
+	}
+}
+
+// await counts c among the pending connections, first closing the oldest
+// when max are pending already.
+func (l *Listener) await(c net.Conn, max int) *list.Element {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.pending.Len() >= max {
+		oldest := l.pending.Front()
+		l.pending.Remove(oldest)
+		_ = oldest.Value.(net.Conn).Close() // its readHeader fails and returns
+		oldest.Value = nil
+	}
+	return l.pending.PushBack(c)
+}
+
+// settled takes e's connection off the pending ones, unless await did.
+func (l *Listener) settled(e *list.Element) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Value != nil {
+		l.pending.Remove(e)
+		e.Value = nil
 	}
 }
 
@@ -116,8 +152,9 @@ func (l *Listener) handOn(c net.Conn) {
 }
 
 // readHeader reads c's header under p and hands c on, or closes it.
-func (l *Listener) readHeader(c net.Conn, p *Policy) {
+func (l *Listener) readHeader(c net.Conn, p *Policy, e *list.Element) {
 	pc, err := Handshake(c, p)
+	l.settled(e)
 	if err != nil {
 		_ = c.Close()
 		return

@@ -211,3 +211,30 @@ func TestListenerClose(t *testing.T) {
 		t.Fatal("Accept did not return after Close")
 	}
 }
+
+// MaxPending: past it, the connection waiting longest for its header is
+// closed, and a new one is served.
+func TestListenerMaxPending(t *testing.T) {
+	l := listen(t, Policy{On: true, MaxPending: 2, Timeout: time.Minute})
+	first := dialFrom(t, l, "127.0.0.1")
+	second := dialFrom(t, l, "127.0.0.1")
+	// The accept loop counts each connection as it accepts it, in the
+	// order they connected: the first two are pending when the third
+	// comes.
+	dialFrom(t, l, "127.0.0.1", "PROXY TCP4 203.0.113.8 198.51.100.1 40000 80\r\nx")
+	if got := readN(t, accept(t, l), 1); got != "x" {
+		t.Errorf("the third connection: read %q; want x", got)
+	}
+	if !closedByServer(t, first) {
+		t.Error("the oldest pending connection was not closed")
+	}
+	_ = second.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := second.Read(make([]byte, 1)); n != 0 || !isTimeout(err) {
+		t.Errorf("the second pending connection: read %d, %v; want it still waiting", n, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
