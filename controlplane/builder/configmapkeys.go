@@ -248,7 +248,7 @@ var ConfigMapKeys = []ConfigMapKey{
 	{Name: "use-gzip", Status: KeyUnsupported},
 	{Name: "use-http2", Status: KeyUnsupported, Note: "HTTP/2 is always on for TLS servers"},
 	{Name: "use-port-in-redirects", Status: KeyUnsupported},
-	{Name: "use-proxy-protocol", Status: BothPlanes, Note: "PROXY v1 and v2 on the HTTP and HTTPS ports (the SNI router's with `--enable-ssl-passthrough`); a connection without a valid header is closed. With `use-forwarded-headers` too, the nginx plane cannot read X-Forwarded-For behind the PROXY header: its allow and deny lists answer 503 (docs/compatibility.md)"},
+	{Name: "use-proxy-protocol", Status: BothPlanes, Note: "PROXY v1 and v2 on the HTTP and HTTPS ports; a connection without a valid header is closed (with `--enable-ssl-passthrough` the SNI router reads it and, as ingress-nginx's, also takes a connection without one); the header's source is the client's address from a peer in `proxy-real-ip-cidr`. With `use-forwarded-headers` too, the nginx plane cannot read X-Forwarded-For behind the PROXY header: its allow and deny lists answer 503 (docs/compatibility.md)"},
 	{Name: "variables-hash-bucket-size", Status: KeyUnsupported},
 	{Name: "variables-hash-max-size", Status: KeyUnsupported},
 	{Name: "whitelist-source-range", Status: BothPlanes, Access: true, Note: "the default of every location without the annotation; an invalid list fails closed (503)"},
