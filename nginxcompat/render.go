@@ -197,7 +197,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		}
 	}
 	v.G, v.Errors = globals(&cfg.Global)
-	if v.ProxyProtocol && v.G.RealIPHeader != "" {
+	if v.ProxyProtocol && v.G.RealIPHeader != "" && !v.G.ProxyProtocol {
 		// One real_ip_header per server: behind the SNI router, TLS
 		// clients would all read as 127.0.0.1, the PROXY header's address
 		// unused, and a deny list would let them through.
@@ -433,8 +433,10 @@ type locationV struct {
 	BufferSize, BuffersNumber   int
 	// RequestBuffering and ClientBodyBuffer are proxy-request-buffering
 	// and client-body-buffer-size (ingress-nginx's on and 8k).
-	RequestBuffering            bool
-	ClientBodyBuffer            int
+	RequestBuffering bool
+	ClientBodyBuffer int
+	// HTTP10 is proxy-http-version "1.0" (ingress-nginx's 1.1 otherwise).
+	HTTP10                      bool
 	NextUpstream                string
 	NextUpstreamTries           int
 	NextUpstreamTimeout         int
@@ -1011,6 +1013,7 @@ func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, s
 	// when unset; the builder keeps them within 1k-1m and 2-256.
 	lv.BufferSize, lv.BuffersNumber = cmp.Or(pr.BufferSizeBytes, 4<<10), cmp.Or(pr.BuffersNumber, 4)
 	lv.RequestBuffering, lv.ClientBodyBuffer = !pr.NoRequestBuffering, cmp.Or(pr.ClientBodyBufferBytes, 8<<10)
+	lv.HTTP10 = pr.HTTP10
 	if lv.ClientBodyBuffer < 1<<10 || lv.ClientBodyBuffer > 64<<20 {
 		return lv, fmt.Errorf("client-body-buffer-size %d", lv.ClientBodyBuffer)
 	}
@@ -1129,6 +1132,14 @@ type globalView struct {
 	RealIPHeader      string
 	RealIPFrom        []string
 	FullForwardedFrom string
+	// ProxyProtocol is use-proxy-protocol: every HTTP and HTTPS listen
+	// takes a PROXY header (RealIPHeader is then proxy_protocol).
+	ProxyProtocol bool
+	// ClientHeaderBuffer and LargeClientHeaderBuffers are
+	// client_header_buffer_size and large_client_header_buffers, from
+	// client-header-buffer-size and large-client-header-buffers (1k, 4 8k).
+	ClientHeaderBuffer       int
+	LargeClientHeaderBuffers [2]int
 	// sourceListsDenied, when set, says why locations with allow or deny
 	// lists cannot be carried out: they fail closed.
 	sourceListsDenied string
@@ -1148,6 +1159,10 @@ var ConfigMapKeys = []string{
 	"proxy-body-size", "proxy-next-upstream", "proxy-next-upstream-tries", "proxy-next-upstream-timeout",
 	"proxy-buffering", "proxy-buffer-size", "proxy-buffers-number", "proxy-request-buffering", "client-body-buffer-size", "enable-real-ip", "forwarded-for-header", "proxy-real-ip-cidr",
 }
+
+// minLargeHeaderBuffer is the smallest large_client_header_buffers size
+// nginx -t accepts: its connection_pool_size on 64-bit systems.
+const minLargeHeaderBuffer = 512
 
 // configMapRef names the controller ConfigMap; the caller knows its name.
 var configMapRef = model.ObjectRef{Kind: "ConfigMap"}
@@ -1181,17 +1196,52 @@ func globals(g *model.Global) (globalView, []model.ObjectError) {
 	if g.DisableKeepAlive {
 		v.KeepAlive = 0 // keepalive_timeout 0: no keep-alive
 	}
+	// Request heads: the builder keeps the sizes positive; nginx needs
+	// them so (a zero large buffer would refuse every long line).
+	v.ClientHeaderBuffer = cmp.Or(g.ClientHeaderBufferSize, 1<<10)
+	v.LargeClientHeaderBuffers = [2]int{cmp.Or(g.LargeClientHeaderBuffers, 4), cmp.Or(g.LargeClientHeaderBufferSize, 8<<10)}
+	if v.ClientHeaderBuffer < 0 || v.LargeClientHeaderBuffers[0] < 0 || v.LargeClientHeaderBuffers[1] < minLargeHeaderBuffer {
+		// nginx -t refuses a large buffer smaller than its
+		// connection_pool_size (512 on 64-bit systems): the whole file
+		// would be refused for one key.
+		v.ClientHeaderBuffer, v.LargeClientHeaderBuffers = 1<<10, [2]int{4, 8 << 10}
+		errs = append(errs, model.ObjectError{Object: configMapRef, Field: "large-client-header-buffers",
+			Message: fmt.Sprintf("header buffers %d and %d×%d: nginx needs large buffers of at least %d bytes; nginx's defaults (1k, 4 8k) kept on the nginx data plane",
+				g.ClientHeaderBufferSize, g.LargeClientHeaderBuffers, g.LargeClientHeaderBufferSize, minLargeHeaderBuffer)})
+	}
 	if r := g.RealIP; r != nil {
 		// Checked again here: the header is written bare.
 		v.FullForwardedFrom = "$realip_remote_addr"
+		v.ProxyProtocol = r.ProxyProtocol
+		if r.ProxyProtocol {
+			// compute-full-forwarded-for appends the PROXY source, as
+			// ingress-nginx's map.
+			v.FullForwardedFrom = "$proxy_protocol_addr"
+		}
 		ok := reRealIPHeader.MatchString(r.Header) && len(r.From) > 0
 		for _, p := range r.From {
 			ok = ok && p.IsValid()
 			v.RealIPFrom = append(v.RealIPFrom, p.Masked().String())
 		}
-		if ok {
+		switch {
+		case ok && r.ProxyProtocol:
+			// ingress-nginx's real_ip_header proxy_protocol, with
+			// enable-real-ip or without.
+			v.RealIPHeader = "proxy_protocol"
+			if r.HeaderRead(g.UseForwardedHeaders) {
+				// ingress-nginx then rewrites a request field with
+				// headers-more before realip reads it (the PROXY
+				// source's X-Forwarded-For when that source is trusted),
+				// which Debian's nginx cannot: the address is the PROXY
+				// header's, and lists that would need the forwarded one
+				// fail closed.
+				v.sourceListsDenied = "with use-proxy-protocol, the nginx data plane cannot read the client's address from " + r.Header + " (use-forwarded-headers)"
+				errs = append(errs, model.ObjectError{Object: configMapRef, Field: "use-forwarded-headers",
+					Message: "with use-proxy-protocol the nginx data plane reads the client's address from the PROXY header only, not " + r.Header + "; locations with allow or deny lists answer 503 (fail closed)"})
+			}
+		case ok:
 			v.RealIPHeader = r.Header
-		} else {
+		default:
 			v.RealIPFrom = nil
 			v.sourceListsDenied = "the real IP settings (forwarded-for-header, proxy-real-ip-cidr) are invalid"
 			errs = append(errs, model.ObjectError{Object: configMapRef, Field: "forwarded-for-header",

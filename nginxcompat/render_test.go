@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,6 +186,30 @@ func TestRenderGolden(t *testing.T) {
 		}
 	}
 	all = append(all, goldenCase{in: "testdata/render/basic.json", out: "testdata/render/mirror", edit: mirror, tweak: func(*RenderConfig) {}})
+	// use-proxy-protocol, with big head buffers: every listen takes a
+	// PROXY header; behind the SNI router too; and with
+	// use-forwarded-headers, which fails allow and deny lists closed.
+	proxyProtocol := func(fwd bool) func(*model.Configuration) {
+		return func(cfg *model.Configuration) {
+			cfg.Global.RealIP = &model.RealIP{Header: "X-Forwarded-For", From: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ProxyProtocol: true}
+			cfg.Global.UseForwardedHeaders = fwd
+			cfg.Global.ClientHeaderBufferSize, cfg.Global.LargeClientHeaderBuffers, cfg.Global.LargeClientHeaderBufferSize = 2<<10, 8, 16<<10
+		}
+	}
+	all = append(all, goldenCase{in: "testdata/render/tls.json", out: "testdata/render/tls.proxyprotocol", edit: proxyProtocol(false), tweak: func(*RenderConfig) {}},
+		goldenCase{in: "testdata/render/tls.json", out: "testdata/render/tls.passthrough.proxyprotocol", edit: proxyProtocol(false),
+			tweak: func(rc *RenderConfig) { rc.HTTPSListen, rc.HTTPSProxyProtocol = []string{"127.0.0.1:442"}, true }},
+		goldenCase{in: "testdata/render/annotations.json", out: "testdata/render/annotations.proxyprotocol.forwarded", edit: proxyProtocol(true), tweak: func(*RenderConfig) {}})
+	// Head buffers at nginx's smallest, and below it (a large buffer under
+	// connection_pool_size, 512, which nginx -t refuses: nginx's defaults
+	// are written instead, and the ConfigMap gets an error).
+	headBuffers := func(small, n, large int) func(*model.Configuration) {
+		return func(cfg *model.Configuration) {
+			cfg.Global.ClientHeaderBufferSize, cfg.Global.LargeClientHeaderBuffers, cfg.Global.LargeClientHeaderBufferSize = small, n, large
+		}
+	}
+	all = append(all, goldenCase{in: "testdata/render/basic.json", out: "testdata/render/basic.headbuffers.smallest", edit: headBuffers(1, 1, 512), tweak: func(*RenderConfig) {}},
+		goldenCase{in: "testdata/render/basic.json", out: "testdata/render/basic.headbuffers.refused", edit: headBuffers(2<<10, 4, 100), tweak: func(*RenderConfig) {}})
 	for _, gc := range all {
 		in := gc.in
 		t.Run(filepath.Base(gc.out), func(t *testing.T) {

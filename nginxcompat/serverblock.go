@@ -21,6 +21,9 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 	for _, l := range v.HTTPListens {
 		b.WriteString("\n        listen ")
 		b.WriteString(l)
+		if v.G.ProxyProtocol {
+			b.WriteString(" proxy_protocol") // use-proxy-protocol
+		}
 		if sv.Default {
 			b.WriteString(" default_server")
 		}
@@ -30,7 +33,7 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		for _, l := range v.HTTPSListens {
 			b.WriteString("\n        listen ")
 			b.WriteString(l)
-			if v.ProxyProtocol {
+			if v.ProxyProtocol || v.G.ProxyProtocol {
 				b.WriteString(" proxy_protocol")
 			}
 			b.WriteString(" ssl http2")
@@ -318,7 +321,13 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 	writeInt(b, l.NextUpstreamTries)
 	b.WriteString(";\n            proxy_next_upstream_timeout ")
 	writeInt(b, l.NextUpstreamTimeout)
-	b.WriteString("s;\n            proxy_http_version 1.1;\n            proxy_set_header Host ")
+	b.WriteString("s;\n            proxy_http_version ")
+	if l.HTTP10 {
+		b.WriteString("1.0") // proxy-http-version
+	} else {
+		b.WriteString("1.1")
+	}
+	b.WriteString(";\n            proxy_set_header Host ")
 	if l.UpstreamVhost != "" {
 		b.WriteString(quote(l.UpstreamVhost))
 	} else {

@@ -570,6 +570,9 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	}
 	out.Header.SetHost(outHost)
 	out.UseHostHeader = true
+	if loc.Proxy.HTTP10 {
+		out.Header.SetProtocol(upstreamProtocol(loc))
+	}
 	lim := &limitReader{left: -1}
 	cl := r.ContentLength
 	buffered := true

@@ -131,7 +131,19 @@ func rawFields(raw []byte, yield func(name, value []byte)) (ok bool) {
 	return true
 }
 
-// appendUpstreamHead appends to dst the HTTP/1.1 head sent upstream for
+// upstreamProtocol is the protocol of the request line sent upstream:
+// HTTP/1.1, or HTTP/1.0 with proxy-http-version "1.0" (nginx's
+// proxy_http_version). Nothing else changes with it: the fields sent are
+// the same, and whether the connection is kept depends on the answer (an
+// HTTP/1.0 one without keep-alive closes it, as in nginx).
+func upstreamProtocol(loc *model.Location) string {
+	if loc.Proxy.HTTP10 {
+		return "HTTP/1.0"
+	}
+	return "HTTP/1.1"
+}
+
+// appendUpstreamHead appends to dst the head sent upstream for
 // the client's request h (its target uri, after rewrite-target) and a
 // buffered body of bodyLen bytes. When the client sent no X-Request-ID, id's
 // is sent, made first (nginx's $request_id) when id holds none; scratch is forwardedFields'
@@ -149,7 +161,9 @@ func appendUpstreamHead(dst []byte, h *fasthttp.RequestHeader, uri []byte, f *cl
 	dst = append(dst, h.Method()...)
 	dst = append(dst, ' ')
 	dst = append(dst, uri...)
-	dst = append(dst, " HTTP/1.1\r\nHost: "...)
+	dst = append(dst, ' ')
+	dst = append(dst, upstreamProtocol(loc)...)
+	dst = append(dst, "\r\nHost: "...)
 	if loc.UpstreamVhost != "" {
 		dst = append(dst, loc.UpstreamVhost...)
 	} else {

@@ -848,6 +848,8 @@ func prepareCopy(ctx *fasthttp.RequestCtx, out *fasthttp.Request, f *clientFacts
 	ctx.Request.Header.CopyTo(&out.Header)
 	ctx.Request.URI().CopyTo(out.URI())
 	out.UseHostHeader = true
+	// Not the client's protocol: nginx speaks proxy_http_version upstream.
+	out.Header.SetProtocol(upstreamProtocol(loc))
 	return prepareHeader(&out.Header, f, loc, buf, o)
 }
 

@@ -21,8 +21,11 @@ type realIP struct {
 	from *model.RealIP
 }
 
-func newRealIP(r *model.RealIP) *realIP {
-	if r == nil {
+// newRealIP is nil when no field is read: without real IP settings, or
+// with use-proxy-protocol alone, where the listener already made the PROXY
+// header's source the connection's address (tcpproxy/proxyproto.Listener).
+func newRealIP(r *model.RealIP, useForwardedHeaders bool) *realIP {
+	if r == nil || !r.HeaderRead(useForwardedHeaders) {
 		return nil
 	}
 	return &realIP{name: http.CanonicalHeaderKey(r.Header), all: r.Header == "X-Forwarded-For", from: r}

@@ -132,7 +132,7 @@ http {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	ri := newRealIP(trustedRanges)
+	ri := newRealIP(trustedRanges, false)
 	conn := netip.MustParseAddr("127.0.0.1")
 	compared := 0
 	for name, fields := range inputs {

@@ -54,7 +54,7 @@ var realIPCases = []struct {
 }
 
 func TestForwardedAddr(t *testing.T) {
-	ri := newRealIP(trustedRanges)
+	ri := newRealIP(trustedRanges, false)
 	conn := netip.MustParseAddr("127.0.0.1")
 	for _, tc := range realIPCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,7 +99,7 @@ func FuzzForwardedAddr(f *testing.F) {
 	for _, tc := range realIPCases {
 		f.Add(strings.Join(tc.fields, "\n"))
 	}
-	ri := newRealIP(trustedRanges)
+	ri := newRealIP(trustedRanges, false)
 	conn := netip.MustParseAddr("127.0.0.1")
 	f.Fuzz(func(t *testing.T, s string) {
 		var fields [][]byte

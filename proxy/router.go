@@ -133,7 +133,7 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 	zones := newZoneSet()
 	defer limits.keepOnly(zones)
 	t := &table{limitReqStatus: cmp.Or(cfg.Global.LimitReqStatus, 503), limitConnStatus: cmp.Or(cfg.Global.LimitConnStatus, 503), exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
-		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP)}
+		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP, cfg.Global.UseForwardedHeaders)}
 	if t.redirectCode == 0 {
 		t.redirectCode = 308
 	}

@@ -157,6 +157,8 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		return err
 	}
 	history := &statuspage.History{}
+	// use-proxy-protocol: the client listeners read PROXY headers.
+	pp := &proxyProtocolListeners{}
 	ctrl, err := controlplane.New(controlplane.Config{
 		Client: client,
 		Build: builder.Options{
@@ -194,6 +196,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					px.Update(cfg)
 				}
 			}
+			pp.update(&cfg.Global)
 			l4.Update(tcpproxy.RoutesFrom(cfg))
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some TCP services could not listen")
@@ -246,10 +249,20 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// served: before it the Go plane answered 404 for every host (test/chaos
 	// counted 41 per restart), and the SNI router had no nginx behind it.
 	// They wait in the listen backlog meanwhile.
-	afterReady := func(ln net.Listener, serve func(context.Context, net.Listener) error) {
+	// proxyProtocol says which listeners read PROXY headers under
+	// use-proxy-protocol: the data planes' own (optional false), or the
+	// SNI router's (optional true); nil: none.
+	type proxyProtocol struct{ optional bool }
+	afterReady := func(ln net.Listener, serve func(context.Context, net.Listener) error, ppol *proxyProtocol) {
 		go func() {
 			select {
 			case <-ctrl.Ready():
+				if ppol != nil {
+					// Wrapped only now, so no connection is taken
+					// before the first configuration says whether it
+					// opens with a header.
+					ln = pp.wrap(ln, ppol.optional)
+				}
 				errc <- serve(ctx, ln)
 			case <-ctx.Done():
 				ln.Close()
@@ -264,7 +277,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			if err != nil {
 				return fmt.Errorf("listen for HTTPS (SNI router): %w", err)
 			}
-			afterReady(httpsLn, l4.ServeSNI)
+			// nginx reads the headers of its own listeners; this one is
+			// the SNI router's.
+			afterReady(httpsLn, l4.ServeSNI, &proxyProtocol{optional: true})
 		}
 		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
 		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
@@ -282,11 +297,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if opts.EnableSSLPassthrough {
 		// The HTTPS port routes by SNI; TLS that is not passed through goes
 		// to the Go proxy behind it (serveBehindSNI).
-		afterReady(httpsLn, l4.ServeSNI)
+		afterReady(httpsLn, l4.ServeSNI, &proxyProtocol{optional: true})
 	} else {
-		afterReady(httpsLn, px.ServeTLS)
+		afterReady(httpsLn, px.ServeTLS, &proxyProtocol{})
 	}
-	afterReady(httpLn, px.Serve)
+	afterReady(httpLn, px.Serve, &proxyProtocol{})
 	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
 	return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
 }

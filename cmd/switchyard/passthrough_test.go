@@ -28,13 +28,20 @@ import (
 // backend sees the real client address (a connection from 127.0.0.5 is
 // X-Forwarded-For 127.0.0.5, not the router's 127.0.0.1), carried by the
 // PROXY header.
+//
+// With use-proxy-protocol, the SNI router reads the client's PROXY header
+// first, as ingress-nginx's router does (and takes a connection without
+// one): the terminated host's backend sees the header's source when the
+// peer is in proxy-real-ip-cidr, the passthrough backend gets the TLS
+// without the header; a malformed header closes the connection.
 func TestControllerSSLPassthroughAndHTTPS(t *testing.T) {
 	for _, plane := range []string{"go", "nginx"} {
-		t.Run(plane, func(t *testing.T) { testSSLPassthroughAndHTTPS(t, plane) })
+		t.Run(plane, func(t *testing.T) { testSSLPassthroughAndHTTPS(t, plane, false) })
+		t.Run(plane+"/use-proxy-protocol", func(t *testing.T) { testSSLPassthroughAndHTTPS(t, plane, true) })
 	}
 }
 
-func testSSLPassthroughAndHTTPS(t *testing.T, plane string) {
+func testSSLPassthroughAndHTTPS(t *testing.T, plane string, proxyProtocol bool) {
 	// The passthrough backend: TLS with its own certificate.
 	tlsBackend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "tls backend")
@@ -62,6 +69,10 @@ data:
   tls.crt: %s
   tls.key: %s
 `, base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
+	if proxyProtocol {
+		extra += "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: switchyard-controller, namespace: demo}\n" +
+			"data: {use-proxy-protocol: \"true\", proxy-real-ip-cidr: \"127.0.0.5/32\"}\n"
+	}
 	certBlock, _ := pem.Decode(certPEM)
 	if err := os.WriteFile(filepath.Join(dir, "40-tls.yaml"), []byte(extra), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,18 +80,26 @@ data:
 	args := []string{"--manifests", dir, "--http-port", strconv.Itoa(freePort(t)),
 		"--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(freePort(t)),
 		"--listen-address", "127.0.0.1", "--enable-ssl-passthrough"}
+	if proxyProtocol {
+		args = append(args, "--configmap", "demo/switchyard-controller")
+	}
 	if plane == "nginx" {
 		args = append(args, nginxPlaneArgs(t)...)
 		args = append(args, "--ssl-passthrough-proxy-port", strconv.Itoa(freePort(t)))
 	}
 	ctx, l := startController(t, args)
 
-	// get does one HTTPS request for host from the local address from and
-	// returns the body and the certificate the server presented.
-	get := func(host, from string) (string, []byte, error) {
+	// getWith does one HTTPS request for host from the local address from,
+	// after the bytes header, and returns the body and the certificate the
+	// server presented.
+	getWith := func(host, from, header string) (string, []byte, error) {
 		dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 		tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, network, l.HTTPS)
+			c, err := dialer.DialContext(ctx, network, l.HTTPS)
+			if err == nil && header != "" {
+				_, err = io.WriteString(c, header)
+			}
+			return c, err
 		}, TLSClientConfig: &tls.Config{ServerName: host, InsecureSkipVerify: true}} //nolint:gosec // self-signed test certificates
 		defer tr.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+host+"/", nil)
@@ -98,6 +117,8 @@ data:
 		}
 		return fmt.Sprintf("%d %s", resp.StatusCode, b), resp.TLS.PeerCertificates[0].Raw, nil
 	}
+
+	get := func(host, from string) (string, []byte, error) { return getWith(host, from, "") }
 
 	body, cert, err := get("pass.example", "127.0.0.1")
 	if err != nil {
@@ -117,5 +138,22 @@ data:
 	}
 	if string(cert) != string(certBlock.Bytes) {
 		t.Error("tls.example was not answered with its Secret's certificate")
+	}
+	if !proxyProtocol {
+		return
+	}
+	const hdr = "PROXY TCP4 203.0.113.7 192.0.2.1 40000 443\r\n"
+	for _, tc := range []struct{ name, host, from, header, want string }{
+		{"a header from a trusted peer", "tls.example", "127.0.0.5", hdr, "200 xff=203.0.113.7 real=203.0.113.7 proto=https"},
+		{"a header from an untrusted peer", "tls.example", "127.0.0.6", hdr, "200 xff=127.0.0.6 real=127.0.0.6 proto=https"},
+		{"passthrough after a header", "pass.example", "127.0.0.5", hdr, "200 tls backend"},
+	} {
+		body, _, err := getWith(tc.host, tc.from, tc.header)
+		if err != nil || body != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, body, err, tc.want)
+		}
+	}
+	if body, _, err := getWith("tls.example", "127.0.0.5", "PROXY TCP4 nonsense\r\n"); err == nil {
+		t.Errorf("a malformed header: answered %q; want the connection closed", body)
 	}
 }

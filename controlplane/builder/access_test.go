@@ -518,6 +518,13 @@ func TestBuildRealIP(t *testing.T) {
 			want: xff, denied: true, reported: []string{"proxy-real-ip-cidr"}},
 		{name: "invalid ranges not in use", cm: map[string]string{"proxy-real-ip-cidr": "everyone"}, reported: []string{"proxy-real-ip-cidr"}},
 		{name: "invalid enable-real-ip", cm: map[string]string{"enable-real-ip": "yes please"}, denied: true, reported: []string{"enable-real-ip"}},
+		// use-proxy-protocol turns real IP on by itself, with
+		// proxy-real-ip-cidr's ranges; an invalid value fails closed (the
+		// listeners may or may not want a PROXY header).
+		{name: "use-proxy-protocol", cm: map[string]string{"use-proxy-protocol": "true", "proxy-real-ip-cidr": "10.0.0.0/8"},
+			want: &model.RealIP{Header: "X-Forwarded-For", From: pfx("10.0.0.0/8"), ProxyProtocol: true}},
+		{name: "use-proxy-protocol false", cm: map[string]string{"use-proxy-protocol": "false"}},
+		{name: "invalid use-proxy-protocol", cm: map[string]string{"use-proxy-protocol": "on"}, denied: true, reported: []string{"use-proxy-protocol"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cm := map[string]string{}

@@ -71,6 +71,8 @@ type annotations struct {
 	// and client-body-buffer-size; nil: the ConfigMap's.
 	noRequestBuffering *bool
 	clientBodyBuffer   *int
+	// http10 is proxy-http-version ("1.0": true); nil: the ConfigMap's.
+	http10 *bool
 	// allowSourceRanges and denySourceRanges are nil when the annotation
 	// is absent (the ConfigMap's default applies).
 	allowSourceRanges []netip.Prefix
@@ -778,6 +780,18 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 			bad("client-body-buffer-size", "%q is not a size from 1k to 64m", v)
 		} else {
 			a.clientBodyBuffer = &n
+		}
+	}
+	// ingress-nginx validates the annotation against "1.0" and "1.1",
+	// case-sensitive, after trimming blanks, and keeps the ConfigMap's
+	// value for any other.
+	if v, ok := get("proxy-http-version"); ok {
+		switch strings.TrimSpace(v) {
+		case "1.0", "1.1":
+			old := strings.TrimSpace(v) == "1.0"
+			a.http10 = &old
+		default:
+			bad("proxy-http-version", "%q is not 1.0 or 1.1", v)
 		}
 	}
 }

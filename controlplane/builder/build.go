@@ -431,6 +431,9 @@ func (b *builder) global() {
 		if px.clientBodyBuffer != nil {
 			g.Proxy.ClientBodyBufferBytes = *px.clientBodyBuffer
 		}
+		if px.http10 != nil {
+			g.Proxy.HTTP10 = *px.http10
+		}
 		b.globalAccess(cm, ref, &g)
 		connections(cm.Data, &g, bad)
 		g.Nginx = nginxSettings(cm.Data, bad)
@@ -836,6 +839,9 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	}
 	if a.clientBodyBuffer != nil {
 		px.ClientBodyBufferBytes = *a.clientBodyBuffer
+	}
+	if a.http10 != nil {
+		px.HTTP10 = *a.http10
 	}
 	b.applyAccess(loc, a)
 	if a.cors.enabled {

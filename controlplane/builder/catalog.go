@@ -135,7 +135,7 @@ var Catalogue = []AnnotationInfo{
 	{Name: "proxy-max-temp-file-size", Group: GroupProxy, Support: Unsupported},
 	{Name: "proxy-request-buffering", Group: GroupProxy, Support: Partial, GoPlane: "no effect: a body of up to 64 KiB is read whole, a larger one streamed, whatever the value"},
 	{Name: "client-body-buffer-size", Group: GroupProxy, Support: Partial, GoPlane: "no effect: the Go plane writes no body to disk", Note: "1k to 64m"},
-	{Name: "proxy-http-version", Group: GroupProxy, Support: Unsupported, Note: "HTTP/1.1 upstream always"},
+	{Name: "proxy-http-version", Group: GroupProxy, Support: Partial, GoPlane: "a chunked request body is streamed chunked also to an HTTP/1.0 upstream (nginx reads it whole first and sends its length)", Note: "`1.0` or `1.1`; any other value is reported and the ConfigMap's kept"},
 	{Name: "proxy-cookie-domain", Group: GroupProxy, Support: Unsupported},
 	{Name: "proxy-cookie-path", Group: GroupProxy, Support: Unsupported},
 	{Name: "proxy-redirect-from", Group: GroupProxy, Support: Unsupported},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
@@ -15,7 +16,8 @@ import (
 // (keepalive_requests; 0 also disables it), max-worker-connections
 // (worker_connections), worker-processes ("auto" or a number),
 // client-header-timeout (seconds), client-header-buffer-size (an nginx
-// size: "1k") and large-client-header-buffers ("4 8k"). An invalid value
+// size: "1k"), large-client-header-buffers ("4 8k") and
+// proxy-protocol-header-timeout (a Go duration). An invalid value
 // is reported through bad and the default is kept.
 func connections(data map[string]string, g *model.Global, bad func(key, msg string)) {
 	count := func(key string, lo int) (int, bool) {
@@ -52,6 +54,14 @@ func connections(data map[string]string, g *model.Global, bad func(key, msg stri
 	}
 	if n, ok := count("client-header-timeout", 1); ok {
 		g.ClientHeaderTimeoutSeconds = n
+	}
+	if v, ok := data["proxy-protocol-header-timeout"]; ok {
+		// A Go duration, as ingress-nginx parses it ("5s", "500ms").
+		if d, err := time.ParseDuration(strings.TrimSpace(v)); err != nil || d <= 0 || d > time.Hour {
+			bad("proxy-protocol-header-timeout", fmt.Sprintf("%q is not a duration from 1ns to 1h (\"5s\")", v))
+		} else {
+			g.ProxyProtocolHeaderTimeout = d
+		}
 	}
 	if v, ok := data["client-header-buffer-size"]; ok {
 		if n, err := nginxSize(v); err != nil || n == 0 {

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,10 @@ func TestConnections(t *testing.T) {
 		}, bad: []string{"keep-alive", "keep-alive-requests", "max-worker-connections", "worker-processes",
 			"client-header-timeout", "client-header-buffer-size", "large-client-header-buffers"}},
 		{name: "large buffers of size 0", data: map[string]string{"large-client-header-buffers": "4 0"}, bad: []string{"large-client-header-buffers"}},
+		{name: "proxy-protocol-header-timeout", data: map[string]string{"proxy-protocol-header-timeout": " 500ms"},
+			want: model.Global{ProxyProtocolHeaderTimeout: 500 * time.Millisecond}},
+		{name: "proxy-protocol-header-timeout without a unit", data: map[string]string{"proxy-protocol-header-timeout": "5"}, bad: []string{"proxy-protocol-header-timeout"}},
+		{name: "proxy-protocol-header-timeout negative", data: map[string]string{"proxy-protocol-header-timeout": "-1s"}, bad: []string{"proxy-protocol-header-timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got model.Global

@@ -22,23 +22,28 @@ var reRealIPHeader = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
 // neither key is on. An invalid value of a key in use fails every Ingress
 // location closed (the client's address would be read from somewhere
 // else than the ConfigMap says); of a key not in use, it is only reported.
-// use-proxy-protocol is not read: Switchyard's HTTP listeners take no
-// PROXY header (docs/compatibility.md).
+// use-proxy-protocol turns the real IP settings on too, reading the
+// address from the PROXY header (model.RealIP.ProxyProtocol).
 func realIP(data map[string]string, useForwarded bool, failClosed, report func(key, msg string)) *model.RealIP {
-	enable := false
-	if v, ok := data["enable-real-ip"]; ok {
+	flag := func(key string) bool {
+		v, ok := data[key]
+		if !ok {
+			return false
+		}
 		x, err := strconv.ParseBool(v)
 		if err != nil {
-			failClosed("enable-real-ip", fmt.Sprintf("%q is not true or false", v))
+			failClosed(key, fmt.Sprintf("%q is not true or false", v))
 		}
-		enable = x
+		return x
 	}
-	inUse := useForwarded || enable
+	enable := flag("enable-real-ip")
+	proxyProtocol := flag("use-proxy-protocol")
+	inUse := useForwarded || enable || proxyProtocol
 	bad := report
 	if inUse {
 		bad = failClosed
 	}
-	r := &model.RealIP{Header: "X-Forwarded-For", From: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}
+	r := &model.RealIP{Header: "X-Forwarded-For", From: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, ProxyProtocol: proxyProtocol}
 	if v, ok := data["forwarded-for-header"]; ok {
 		v = strings.TrimSpace(v)
 		if reRealIPHeader.MatchString(v) {

@@ -613,6 +613,11 @@ type Proxy struct {
 	// BuffersNumber is proxy-buffers-number, nginx's proxy_buffers count;
 	// 0 means 4.
 	BuffersNumber int `json:"buffersNumber,omitempty"`
+	// HTTP10 is proxy-http-version "1.0": requests go upstream as
+	// HTTP/1.0 (nginx's proxy_http_version 1.0); the connection is kept
+	// only when the upstream answers HTTP/1.1 without Connection: close.
+	// False: HTTP/1.1, ingress-nginx's default.
+	HTTP10 bool `json:"http10,omitempty"`
 	// NoRequestBuffering is proxy-request-buffering: "off": nginx sends a
 	// request body upstream as it arrives instead of reading it whole
 	// first. The Go plane reads a body of up to 64 KiB whole and streams a
@@ -670,6 +675,22 @@ type RealIP struct {
 	// From is proxy-real-ip-cidr (0.0.0.0/0 by default): the trusted
 	// proxies, masked. IPv4 ranges match IPv4-mapped IPv6 addresses too.
 	From []netip.Prefix `json:"from"`
+	// ProxyProtocol is use-proxy-protocol: the HTTP and HTTPS listeners
+	// take only connections that open with a PROXY header (v1 or v2), and
+	// the header's source is the client's address when the connection
+	// comes from a trusted range (nginx's real_ip_header proxy_protocol);
+	// the header's destination port is the port the client connected to
+	// (X-Forwarded-Port). Header is then read only with
+	// use-forwarded-headers (HeaderRead), from a PROXY source that is
+	// trusted too, as ingress-nginx's forwarded-for-proxy-protocol-header.
+	ProxyProtocol bool `json:"proxyProtocol,omitempty"`
+}
+
+// HeaderRead reports whether Header is read: always without the PROXY
+// protocol, with it only under use-forwarded-headers (ingress-nginx writes
+// real_ip_header proxy_protocol otherwise, enable-real-ip or not).
+func (r *RealIP) HeaderRead(useForwardedHeaders bool) bool {
+	return !r.ProxyProtocol || useForwardedHeaders
 }
 
 // Trusted reports whether addr lies in one of the trusted ranges, as
@@ -741,6 +762,10 @@ type Global struct {
 	WorkerProcesses int `json:"workerProcesses,omitempty"`
 	// ClientHeaderTimeoutSeconds is client-header-timeout; 0 means 60.
 	ClientHeaderTimeoutSeconds int `json:"clientHeaderTimeoutSeconds,omitempty"`
+	// ProxyProtocolHeaderTimeout is proxy-protocol-header-timeout: how
+	// long the SSL passthrough router waits for a client's PROXY header
+	// under use-proxy-protocol; 0 means 5s.
+	ProxyProtocolHeaderTimeout time.Duration `json:"proxyProtocolHeaderTimeout,omitempty"`
 	// ClientHeaderBufferSize is client-header-buffer-size in bytes; 0
 	// means 1024.
 	ClientHeaderBufferSize int `json:"clientHeaderBufferSize,omitempty"`

@@ -4,7 +4,10 @@
 // connection.
 //
 // In: the first bytes of a connection. Out: the original source and
-// destination addresses. It imports nothing from this module.
+// destination addresses. Listener (listener.go) reads the header of every
+// connection a net.Listener accepts, for use-proxy-protocol on the data
+// planes' ports and the SSL passthrough router, and behind the router. It
+// imports nothing from this module.
 package proxyproto
 
 import (
@@ -54,22 +57,40 @@ func Read(r *bufio.Reader) (Header, error) {
 }
 
 func readV1(r *bufio.Reader) (Header, error) {
-	var line []byte
-	for len(line) < maxV1 {
-		b, err := r.ReadByte()
-		if err != nil {
-			return Header{}, fmt.Errorf("proxyproto: v1: %w", err)
-		}
-		line = append(line, b)
-		if b == '\n' {
-			break
-		}
+	if r.Size() < maxV1 {
+		return Header{}, errors.New("proxyproto: v1: reader buffer smaller than 107 bytes")
 	}
-	if len(line) < 2 || !bytes.HasSuffix(line, []byte("\r\n")) {
+	// The line stays in r's buffer: no copy (Issue 19: a header per
+	// connection on the HTTP listeners).
+	line, err := r.ReadSlice('\n')
+	if len(line) > maxV1 || (err != nil && len(line) >= maxV1) {
 		return Header{}, errors.New("proxyproto: v1: header not terminated by CRLF within 107 bytes")
 	}
-	f := bytes.Split(line[:len(line)-2], []byte(" "))
-	if string(f[0]) != "PROXY" || len(f) < 2 {
+	if err != nil {
+		return Header{}, fmt.Errorf("proxyproto: v1: %w", err)
+	}
+	if len(line) < 2 || line[len(line)-2] != '\r' {
+		return Header{}, errors.New("proxyproto: v1: header not terminated by CRLF within 107 bytes")
+	}
+	// Fields separated by single blanks, as bytes.Split cuts them; only
+	// the first six are kept (PROXY UNKNOWN may have more).
+	var f [6][]byte
+	nf := 0
+	for rest := line[:len(line)-2]; ; {
+		i := bytes.IndexByte(rest, ' ')
+		if nf < len(f) {
+			f[nf] = rest
+			if i >= 0 {
+				f[nf] = rest[:i]
+			}
+		}
+		nf++
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
+	}
+	if string(f[0]) != "PROXY" || nf < 2 {
 		return Header{}, ErrNoHeader
 	}
 	h := Header{Version: 1}
@@ -81,7 +102,7 @@ func readV1(r *bufio.Reader) (Header, error) {
 	default:
 		return Header{}, fmt.Errorf("proxyproto: v1: unknown protocol %q", f[1])
 	}
-	if len(f) != 6 {
+	if nf != 6 {
 		return Header{}, errors.New("proxyproto: v1: want PROXY TCP4|TCP6 src dst sport dport")
 	}
 	src, err1 := netip.ParseAddr(string(f[2]))
@@ -112,23 +133,41 @@ func parsePort(b []byte) (uint16, error) {
 }
 
 func readV2(r *bufio.Reader) (Header, error) {
-	hdr := make([]byte, 16)
-	if _, err := ioReadFull(r, hdr); err != nil {
+	if r.Size() < 16+36 {
+		return Header{}, errors.New("proxyproto: v2: reader buffer smaller than 52 bytes")
+	}
+	hdr, err := r.Peek(16)
+	if err != nil {
+		_, _ = r.Discard(len(hdr))
 		return Header{}, fmt.Errorf("proxyproto: v2: %w", err)
 	}
 	if !bytes.Equal(hdr[:12], v2Signature) {
+		_, _ = r.Discard(16)
 		return Header{}, ErrNoHeader
 	}
 	if hdr[12]>>4 != 2 {
+		_, _ = r.Discard(16)
 		return Header{}, fmt.Errorf("proxyproto: v2: version %d", hdr[12]>>4)
 	}
 	cmd := hdr[12] & 0x0f
 	fam := hdr[13]
 	n := int(binary.BigEndian.Uint16(hdr[14:16]))
-	body := make([]byte, n)
-	if _, err := ioReadFull(r, body); err != nil {
+	// The address block (at most 36 bytes) is what is read; TLVs after it
+	// are skipped.
+	var addrs [36]byte
+	_, _ = r.Discard(16)
+	m := min(n, len(addrs))
+	// Peeked, not read into addrs, which would then escape to the heap.
+	got, err := r.Peek(m)
+	copy(addrs[:], got)
+	_, _ = r.Discard(len(got))
+	if err != nil {
 		return Header{}, fmt.Errorf("proxyproto: v2: %w", err)
 	}
+	if _, err := r.Discard(n - m); err != nil {
+		return Header{}, fmt.Errorf("proxyproto: v2: %w", err)
+	}
+	body := addrs[:m]
 	h := Header{Version: 2}
 	switch cmd {
 	case 0x0: // LOCAL
@@ -157,18 +196,6 @@ func readV2(r *bufio.Reader) (Header, error) {
 		return Header{}, fmt.Errorf("proxyproto: v2: unsupported family/protocol %#x", fam)
 	}
 	return h, nil
-}
-
-func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		m, err := r.Read(b[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // AppendV1 appends a version 1 header for a connection from src to dst.

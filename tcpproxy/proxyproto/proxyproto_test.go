@@ -3,6 +3,10 @@ package proxyproto
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -90,7 +94,31 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("PROXY UNKNOWN\r\n"))
 	f.Add(AppendV2(nil, netip.MustParseAddrPort("[2001:db8::1]:5"), netip.MustParseAddrPort("[2001:db8::9]:80")))
 	f.Add(AppendV2(nil, netip.MustParseAddrPort("192.0.2.1:1"), netip.MustParseAddrPort("192.0.2.2:2")))
+	f.Add([]byte("PROXY TCP4 192.0.2.1 192.0.2.2 1 2 extra\r\nGET"))
+	f.Add([]byte("PROXY TCP6 2001:db8::1  2001:db8::2 1 2\r\n"))
+	f.Add([]byte("PROXY UNKNOWN " + strings.Repeat("x", 92) + "\r\nGET"))
+	// A v2 header with a TLV after its IPv4 addresses, then a request.
+	tlv := AppendV2(nil, netip.MustParseAddrPort("192.0.2.1:1"), netip.MustParseAddrPort("192.0.2.2:2"))
+	tlv[15] += 4
+	f.Add(append(tlv, 0x04, 0x00, 0x01, 0xff, 'G', 'E', 'T'))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The same answer as the byte-at-a-time reader it replaced, from
+		// a listener's small buffer and a large one.
+		for _, size := range []int{readerSize, 4096} {
+			r, ref := bufio.NewReaderSize(bytes.NewReader(in), size), bufio.NewReader(bytes.NewReader(in))
+			h, err := Read(r)
+			hr, errr := refRead(ref)
+			if (err == nil) != (errr == nil) || errors.Is(err, ErrNoHeader) != errors.Is(errr, ErrNoHeader) || h != hr {
+				t.Fatalf("buffer %d: %+v, %v; the reference reads %+v, %v", size, h, err, hr, errr)
+			}
+			if err == nil {
+				rest, _ := io.ReadAll(r)
+				restr, _ := io.ReadAll(ref)
+				if !bytes.Equal(rest, restr) {
+					t.Fatalf("buffer %d: %d bytes left after the header; the reference leaves %d", size, len(rest), len(restr))
+				}
+			}
+		}
 		h, err := Read(bufio.NewReader(bytes.NewReader(in)))
 		if err != nil || h.Local {
 			return
@@ -105,4 +133,126 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// refRead is Read as it was first written, reading a byte at a time and
+// copying the header: the fuzz test's reference.
+func refRead(r *bufio.Reader) (Header, error) {
+	peek, err := r.Peek(1)
+	if err != nil {
+		return Header{}, fmt.Errorf("proxyproto: read: %w", err)
+	}
+	switch peek[0] {
+	case 'P':
+		return refReadV1(r)
+	case '\r':
+		return refReadV2(r)
+	}
+	return Header{}, ErrNoHeader
+}
+
+func refReadV1(r *bufio.Reader) (Header, error) {
+	line := make([]byte, 0, maxV1)
+	for len(line) < maxV1 {
+		b, err := r.ReadByte()
+		if err != nil {
+			return Header{}, fmt.Errorf("proxyproto: v1: %w", err)
+		}
+		line = append(line, b)
+		if b == '\n' {
+			break
+		}
+	}
+	if len(line) < 2 || !bytes.HasSuffix(line, []byte("\r\n")) {
+		return Header{}, errors.New("proxyproto: v1: header not terminated by CRLF within 107 bytes")
+	}
+	f := bytes.Split(line[:len(line)-2], []byte(" "))
+	if string(f[0]) != "PROXY" || len(f) < 2 {
+		return Header{}, ErrNoHeader
+	}
+	h := Header{Version: 1}
+	switch string(f[1]) {
+	case "UNKNOWN":
+		h.Local = true
+		return h, nil
+	case "TCP4", "TCP6":
+	default:
+		return Header{}, fmt.Errorf("proxyproto: v1: unknown protocol %q", f[1])
+	}
+	if len(f) != 6 {
+		return Header{}, errors.New("proxyproto: v1: want PROXY TCP4|TCP6 src dst sport dport")
+	}
+	src, err1 := netip.ParseAddr(string(f[2]))
+	dst, err2 := netip.ParseAddr(string(f[3]))
+	sp, err3 := parsePort(f[4])
+	dp, err4 := parsePort(f[5])
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return Header{}, fmt.Errorf("proxyproto: v1: %w", err)
+	}
+	v4 := string(f[1]) == "TCP4"
+	if src.Is4() != v4 || dst.Is4() != v4 || src.Zone() != "" || dst.Zone() != "" {
+		return Header{}, fmt.Errorf("proxyproto: v1: addresses do not match %s", f[1])
+	}
+	h.Source, h.Destination = netip.AddrPortFrom(src, sp), netip.AddrPortFrom(dst, dp)
+	return h, nil
+}
+
+func refReadV2(r *bufio.Reader) (Header, error) {
+	hdr := make([]byte, 16)
+	if _, err := ioReadFull(r, hdr); err != nil {
+		return Header{}, fmt.Errorf("proxyproto: v2: %w", err)
+	}
+	if !bytes.Equal(hdr[:12], v2Signature) {
+		return Header{}, ErrNoHeader
+	}
+	if hdr[12]>>4 != 2 {
+		return Header{}, fmt.Errorf("proxyproto: v2: version %d", hdr[12]>>4)
+	}
+	cmd := hdr[12] & 0x0f
+	fam := hdr[13]
+	n := int(binary.BigEndian.Uint16(hdr[14:16]))
+	body := make([]byte, n)
+	if _, err := ioReadFull(r, body); err != nil {
+		return Header{}, fmt.Errorf("proxyproto: v2: %w", err)
+	}
+	h := Header{Version: 2}
+	switch cmd {
+	case 0x0: // LOCAL
+		h.Local = true
+		return h, nil
+	case 0x1: // PROXY
+	default:
+		return Header{}, fmt.Errorf("proxyproto: v2: unknown command %#x", cmd)
+	}
+	switch fam {
+	case 0x11, 0x12: // TCP or UDP over IPv4
+		if n < 12 {
+			return Header{}, errors.New("proxyproto: v2: short IPv4 address block")
+		}
+		h.Source = netip.AddrPortFrom(netip.AddrFrom4([4]byte(body[0:4])), binary.BigEndian.Uint16(body[8:10]))
+		h.Destination = netip.AddrPortFrom(netip.AddrFrom4([4]byte(body[4:8])), binary.BigEndian.Uint16(body[10:12]))
+	case 0x21, 0x22: // TCP or UDP over IPv6
+		if n < 36 {
+			return Header{}, errors.New("proxyproto: v2: short IPv6 address block")
+		}
+		h.Source = netip.AddrPortFrom(netip.AddrFrom16([16]byte(body[0:16])), binary.BigEndian.Uint16(body[32:34]))
+		h.Destination = netip.AddrPortFrom(netip.AddrFrom16([16]byte(body[16:32])), binary.BigEndian.Uint16(body[34:36]))
+	case 0x00: // UNSPEC: addresses ignored
+		h.Local = true
+	default:
+		return Header{}, fmt.Errorf("proxyproto: v2: unsupported family/protocol %#x", fam)
+	}
+	return h, nil
+}
+
+func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

@@ -63,6 +63,10 @@ type Request struct {
 	// "stranger" from another), none when empty.
 	HTTPS      bool
 	ClientCert string
+	// ProxyHeader is written on the connection before anything else: a
+	// PROXY protocol header (rows_listeners_test.go), or bytes that are
+	// not one.
+	ProxyHeader string
 	// Digest, when set, first gets a digest challenge with the request
 	// unauthenticated, then sends it answered with these credentials
 	// (rows_digest_test.go); the last answer is checked.
@@ -111,6 +115,12 @@ type Want struct {
 	// TookAtLeast and TookAtMost, when set, bound the time from sending
 	// the request to having read its answer whole.
 	TookAtLeast, TookAtMost time.Duration
+	// Proto is the protocol of the request line the backend got
+	// ("HTTP/1.1"); empty: not checked.
+	Proto string
+	// Closed: the connection must be closed without an answer (Status is
+	// then 0).
+	Closed bool
 }
 
 // logCheck is what a row expects of the access log.
@@ -147,6 +157,8 @@ type echo struct {
 	BodyLen int64 `json:"bodyLen"`
 	// Pad makes the answer X-Answer-Pad-Bytes longer.
 	Pad string `json:"pad,omitempty"`
+	// Proto is the request line's protocol.
+	Proto string `json:"proto"`
 }
 
 // arrivals are the Background requests' X-Request-IDs, each with a channel
@@ -261,7 +273,7 @@ func startBackends(t *testing.T) map[string]string {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
-			ec := echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n}
+			ec := echo{Backend: name, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header, BodyLen: n, Proto: r.Proto}
 			if pad, err := strconv.Atoi(r.Header.Get("X-Answer-Pad-Bytes")); err == nil && pad > 0 && pad <= 4<<20 {
 				ec.Pad = strings.Repeat("p", pad) // a long answer, for limit-rate rows
 			}
@@ -506,7 +518,13 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return dialer.DialContext(ctx, network, addr)
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err == nil && r.ProxyHeader != "" {
+			if _, err = c.Write([]byte(r.ProxyHeader)); err != nil {
+				_ = c.Close()
+			}
+		}
+		return c, err
 	}, TLSClientConfig: &tls.Config{ServerName: r.Host, InsecureSkipVerify: true}} //nolint:gosec // the data plane's test certificates
 	if r.ClientCert != "" {
 		c := e.certs[r.ClientCert]
@@ -610,12 +628,19 @@ type answer struct {
 	Host    string
 	Sent    map[string]string
 	BodyLen int64
+	Proto   string
+	Closed  bool
 }
 
 // answerOf is the answer in comparable form: only the fields r checks.
 func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 	a := answer{Status: code, Header: map[string]string{}, Sent: map[string]string{}}
-	if err != nil {
+	switch {
+	case r.Want.Closed && err != nil && code == 0:
+		// Closed without an answer: how the client saw it (EOF, reset,
+		// a TLS alert missing) differs, and is not compared.
+		a.Closed = true
+	case err != nil:
 		a.Err = err.Error()
 	}
 	for k := range r.Want.Header {
@@ -637,6 +662,9 @@ func answerOf(r Request, code int, h http.Header, ec *echo, err error) answer {
 		if r.Want.BodyLen != 0 {
 			a.BodyLen = ec.BodyLen
 		}
+		if r.Want.Proto != "" {
+			a.Proto = ec.Proto
+		}
 		for k := range r.Want.Sent {
 			a.Sent[k] = http.Header(ec.Header).Get(k)
 		}
@@ -649,6 +677,12 @@ func mismatches(a answer, w Want) []string {
 	var out []string
 	if a.Err != "" {
 		out = append(out, "request failed: "+a.Err)
+	}
+	if a.Closed != w.Closed {
+		out = append(out, fmt.Sprintf("connection closed without an answer: %v; want %v", a.Closed, w.Closed))
+	}
+	if w.Proto != "" && a.Proto != w.Proto {
+		out = append(out, fmt.Sprintf("backend got protocol %q; want %q", a.Proto, w.Proto))
 	}
 	if a.Status != w.Status {
 		out = append(out, fmt.Sprintf("status %d; want %d", a.Status, w.Status))
