@@ -10,8 +10,15 @@
 # ($request_uri over 100 URIs), chashsubset (6 endpoints, subsets of 3),
 # sticky_balanced and sticky_persistent (half the requests carry the
 # affinity cookie a first request got, half carry none and get a new one),
-# canary_weight (a canary backend with weight 30). Both are checked to
-# balance before anything is measured. nginx 1 and 2 workers x wrk -t2 at 8
+# canary_weight (a canary backend with weight 30), canary_header (the canary
+# by X-Canary equal to "yes"; wrk sends no header, "yes" and "no" in turn),
+# canary_header_pattern (the same by a pattern, "on" and "off": a request
+# with the header makes the shim ask `switchyard balancer` for its route),
+# chash_canary_chash and chash_canary_chashsubset (a chash main with a chash
+# canary, or a chashsubset one with subsets of 2, by weight 30). Both are
+# checked to balance before anything is measured, and to agree where the
+# picks are determined: the same route per header value, the same chash
+# backend per URI, the same subset. nginx 1 and 2 workers x wrk -t2 at 8
 # and 64 connections, rounds alternating real, shim, real, shim...; per cell
 # the shim/real ratio of rps (median and range of the per-round ratios), of
 # p99, and the sidecar's CPU seconds per run (/proc/<pid>/stat). Driver:
@@ -38,7 +45,7 @@
 #       [--rev REV] [duration] [rounds] [-- driver flags]
 # Each DIR may also come from the environment: INGRESS_NGINX, RESTY_BALANCER,
 # RESTY_COOKIE, RESTY_LOCK, RESTY_DNS. duration defaults to 5s, rounds to 3:
-# the full matrix (7 cases x 2 x 2 x 2 configurations) takes about 20
+# the full matrix (11 cases x 2 x 2 x 2 configurations) takes about 30
 # minutes on 2 cores. --rev REV measures the shim (lua/ and cmd/switchyard)
 # as of git revision REV, from a temporary worktree, instead of the work
 # tree. Driver flags after "--" shrink the matrix, e.g.

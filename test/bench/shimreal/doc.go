@@ -15,8 +15,9 @@
 //	      `switchyard balancer` as the sidecar
 //
 // Both get the same /configuration/backends payload through their
-// /configuration location, are checked to balance (fail loudly otherwise),
-// and are then measured with wrk in alternating rounds, one location per
+// /configuration location, are checked to balance and to agree with each
+// other where a pick is determined (fail loudly otherwise; verify.go), and
+// are then measured with wrk in alternating rounds, one location per
 // balancing case. In: the source paths and the matrix as flags. Out: raw
 // samples and a Markdown table on stdout. It imports nothing from this
 // module: the shim and the balancer are reached only through nginx and the

@@ -22,6 +22,11 @@ type benchCase struct {
 	backend string // $proxy_upstream_name
 	nkeys   int    // request URIs wrk spreads over (hashing cases)
 	sticky  bool   // wrk sends the affinity cookie on every second request
+	// header and values: wrk sends each request URI once without the
+	// header and once with each value (wrk.lua), e.g. X-Canary with "yes"
+	// (routes to the canary) and "no" (falls through to the weight, 0).
+	header string
+	values []string
 }
 
 var allCases = []benchCase{
@@ -32,6 +37,10 @@ var allCases = []benchCase{
 	{name: "sticky_balanced", path: "/sticky_balanced/", backend: "bench-sticky-balanced-80", sticky: true},
 	{name: "sticky_persistent", path: "/sticky_persistent/", backend: "bench-sticky-persistent-80", sticky: true},
 	{name: "canary_weight", path: "/canary/", backend: "bench-main-80"},
+	{name: "canary_header", path: "/hcanary/", backend: "bench-hmain-80", header: "X-Canary", values: []string{"yes", "no"}},
+	{name: "canary_header_pattern", path: "/pcanary/", backend: "bench-pmain-80", header: "X-Canary", values: []string{"on", "off"}},
+	{name: "chash_canary_chash", path: "/chcanary/", backend: "bench-chmain-80", nkeys: 100},
+	{name: "chash_canary_chashsubset", path: "/cscanary/", backend: "bench-csmain-80", nkeys: 100},
 }
 
 // Variants, in the order each round runs them.

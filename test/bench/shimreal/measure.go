@@ -22,7 +22,11 @@ func (f *front) wrkArgs(c benchCase, conns int, d time.Duration, script string, 
 	if latency {
 		args = append(args, "--latency")
 	}
-	return append(args, "-s", script, "http://"+f.listen+"/", c.path, strconv.Itoa(c.nkeys), f.cookies[c.name])
+	header := ""
+	if c.header != "" {
+		header = c.header + ":" + strings.Join(c.values, ",")
+	}
+	return append(args, "-s", script, "http://"+f.listen+"/", c.path, strconv.Itoa(c.nkeys), f.cookies[c.name], header)
 }
 
 // measure warms the front up for a second (connections, keepalive pools,

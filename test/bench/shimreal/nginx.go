@@ -100,7 +100,8 @@ type front struct {
 	variant, dir, listen string
 	statusPort           int
 	cmd                  *exec.Cmd
-	cookies              map[string]string // case → the Cookie field wrk sends (sticky cases)
+	cookies              map[string]string            // case → the Cookie field wrk sends (sticky cases)
+	picks                map[string]map[string]string // case → what verify's requests reached (agree)
 }
 
 // frontTmpl is shaped like ingress-nginx v1.15.1's nginx.tmpl: its shared

@@ -4,6 +4,8 @@
 --           hashing case spreads over n request URIs
 --   cookie  "" or a Cookie field ("route=..."): when set, every second
 --           request of a thread carries it and the others carry no cookie
+--   header  "" or "Name:v1,v2,...": each request URI is sent once without
+--           the header and once with each value, in turn
 -- Requests are built once in init, so the script costs wrk the same for
 -- every case and both configurations.
 local reqs = {}
@@ -13,6 +15,15 @@ function init(args)
   local prefix = args[1] or "/"
   local nkeys = tonumber(args[2] or "0") or 0
   local cookie = args[3] or ""
+  local hname, hvalues = nil, {}
+  local hspec = args[4] or ""
+  if hspec ~= "" then
+    local name, list = hspec:match("^([^:]+):(.*)$")
+    hname = name
+    for v in list:gmatch("[^,]+") do
+      hvalues[#hvalues + 1] = v
+    end
+  end
   local paths = {}
   if nkeys > 0 then
     for i = 0, nkeys - 1 do
@@ -25,6 +36,9 @@ function init(args)
     reqs[#reqs + 1] = wrk.format("GET", p, {})
     if cookie ~= "" then
       reqs[#reqs + 1] = wrk.format("GET", p, { Cookie = cookie })
+    end
+    for _, v in ipairs(hvalues) do
+      reqs[#reqs + 1] = wrk.format("GET", p, { [hname] = v })
     end
   end
 end
