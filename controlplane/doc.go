@@ -5,7 +5,10 @@
 // model.Configuration with the pure controlplane/builder, classifies the
 // change against the previous one (Change: dynamic-only or needs a reload,
 // computed by hashing the model with and without its dynamic parts), and
-// hands it to the Sinks in order.
+// hands it to the Sinks in order. When EndpointSlices alone changed since
+// the last sync, it skips the build and the hashing: the last build's
+// builder.EndpointIndex refreshes the endpoints of the backends those
+// slices feed (Change.BackendsOnly tells the sinks).
 //
 // Alongside the loop: each model.ObjectError becomes one Warning Event on its
 // object (once, not once per sync); with --publish-service or
