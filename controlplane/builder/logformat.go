@@ -2,7 +2,6 @@ package builder
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
@@ -24,18 +23,7 @@ func accessLogFormat(data map[string]string, bad func(key, msg string)) model.Lo
 			f.Segments = segs
 		}
 	}
-	flag := func(key string) bool {
-		v, ok := data[key]
-		if !ok {
-			return false
-		}
-		x, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(key, fmt.Sprintf("%q is not true or false", v))
-		}
-		return x
-	}
-	json, none := flag("log-format-escape-json"), flag("log-format-escape-none")
+	json, none := keyFlag(data, "log-format-escape-json", bad), keyFlag(data, "log-format-escape-none", bad)
 	switch {
 	case none: // ingress-nginx's template: escape=none wins
 		f.Escape = model.EscapeNone

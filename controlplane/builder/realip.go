@@ -25,19 +25,8 @@ var reRealIPHeader = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
 // use-proxy-protocol turns the real IP settings on too, reading the
 // address from the PROXY header (model.RealIP.ProxyProtocol).
 func realIP(data map[string]string, useForwarded bool, failClosed, report func(key, msg string)) *model.RealIP {
-	flag := func(key string) bool {
-		v, ok := data[key]
-		if !ok {
-			return false
-		}
-		x, err := strconv.ParseBool(v)
-		if err != nil {
-			failClosed(key, fmt.Sprintf("%q is not true or false", v))
-		}
-		return x
-	}
-	enable := flag("enable-real-ip")
-	proxyProtocol := flag("use-proxy-protocol")
+	enable := keyFlag(data, "enable-real-ip", failClosed)
+	proxyProtocol := keyFlag(data, "use-proxy-protocol", failClosed)
 	inUse := useForwarded || enable || proxyProtocol
 	bad := report
 	if inUse {
@@ -66,4 +55,18 @@ func realIP(data map[string]string, useForwarded bool, failClosed, report func(k
 		return nil
 	}
 	return r
+}
+
+// keyFlag reads a true/false ConfigMap key (strconv.ParseBool's spellings);
+// absent is false, and so is a value that is neither, after bad names it.
+func keyFlag(data map[string]string, key string, bad func(key, msg string)) bool {
+	v, ok := data[key]
+	if !ok {
+		return false
+	}
+	x, err := strconv.ParseBool(v)
+	if err != nil {
+		bad(key, fmt.Sprintf("%q is not true or false", v))
+	}
+	return x
 }

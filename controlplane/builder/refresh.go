@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,13 +58,13 @@ func (x *EndpointIndex) forget(svc *corev1.Service, backend string) {
 
 // Refresh returns prev, the Configuration built with this index, with the
 // endpoints of the backends of the Services named in changed
-// (namespace/name) read again from slices (which returns a Service's
+// (namespace/name) read again from slicesOf (which returns a Service's
 // current EndpointSlices). It gives what Build would give when nothing but
 // those Services' slices changed since prev was built. ok is false when it
 // cannot tell (an address a build would report as invalid, in the new
 // slices or among prev's errors): the caller then builds in full. When no
 // endpoint changed it returns prev itself.
-func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, slices func(namespace, service string) []*discoveryv1.EndpointSlice) (cfg *model.Configuration, ok bool) {
+func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, slicesOf func(namespace, service string) []*discoveryv1.EndpointSlice) (cfg *model.Configuration, ok bool) {
 	for _, e := range prev.Errors {
 		if e.Object.Kind == "EndpointSlice" {
 			return nil, false
@@ -76,7 +77,7 @@ func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, sli
 			continue
 		}
 		svc := srcs[0].svc
-		b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{key: slices(svc.Namespace, svc.Name)}}
+		b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{key: slicesOf(svc.Namespace, svc.Name)}}
 		for _, src := range srcs {
 			eps := b.endpoints(src.svc, src.port, src.proto)
 			if len(b.cfg.Errors) > 0 {
@@ -89,7 +90,7 @@ func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, sli
 			if src.backend == model.DefaultBackendName && len(eps) == 0 {
 				eps = []model.Endpoint{builtinDefaultEndpoint}
 			}
-			if equalEndpoints(prev.Backends[i].Endpoints, eps) {
+			if slices.Equal(prev.Backends[i].Endpoints, eps) {
 				continue
 			}
 			if backends == nil {
@@ -104,16 +105,4 @@ func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, sli
 	next := *prev
 	next.Backends = backends
 	return &next, true
-}
-
-func equalEndpoints(a, b []model.Endpoint) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
