@@ -1,5 +1,7 @@
 package balancer
 
+import "math"
+
 // Canary routing the nginx shim applies itself (docs/pick-protocol.md,
 // "Routed backends"): the rules of route_to_alternative_balancer (spec §3.6)
 // that depend only on the request (affinity, header, cookie) are data the
@@ -19,7 +21,9 @@ const (
 	// alternative; any other value falls through.
 	HeaderValue RouteHeader = 1
 	// HeaderPattern: the header is matched against an RE2 expression the
-	// shim does not evaluate (nginx's PCRE differs); such a request asks Go.
+	// shim does not evaluate while Go answers (nginx's PCRE differs); such
+	// a request asks Go. HeaderValueText carries the expression, which the
+	// shim matches with PCRE, as ingress-nginx, only while Go cannot answer.
 	HeaderPattern RouteHeader = 2
 	// HeaderBadPattern: the pattern did not compile; a request with the
 	// header stays on the primary.
@@ -131,6 +135,11 @@ func (r *Registry) Route(backend string) (Route, bool) {
 			rt.Header = HeaderBadPattern
 		case p.pattern != nil:
 			rt.Header = HeaderPattern
+			if src := p.pattern.String(); len(src) <= math.MaxUint16 {
+				// For while Go cannot answer: the shim then matches it
+				// with nginx's PCRE, as ingress-nginx does.
+				rt.HeaderValueText = src
+			}
 		default:
 			rt.Header = HeaderAlways
 		}

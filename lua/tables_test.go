@@ -732,8 +732,20 @@ func TestShimTables(t *testing.T) {
 		for _, c := range stickyCanaryCookies[:4] {
 			e.get(t, "/scanary/", "Cookie", c)
 		}
+		for i := range 8 {
+			e.get(t, "/pcanary/warm", "X-Canary", []string{"yes", "no"}[i%2])
+		}
 		time.Sleep(50 * time.Millisecond)
 		_ = e.goProc.Stop()
+		// A canary by header pattern: matched in the worker with nginx's
+		// PCRE, as ingress-nginx matches it, while Go cannot answer.
+		for i := range 40 {
+			h := []string{"yes", "no"}[i%2]
+			code, who, resp := e.get(t, "/pcanary/down", "X-Canary", h)
+			if toAlt := resp.Header.Get("X-Alternative") == "default-pcanary-80"; code != 200 || toAlt != (h == "yes") {
+				t.Fatalf("Go down, X-Canary %s on a pattern canary (^y): %d from %q, X-Alternative %q", h, code, who, resp.Header.Get("X-Alternative"))
+			}
+		}
 		replay(t, reg, "/sticky/", "default-sticky-80", balancedCookies, 2)
 		// Routed backends keep routing: the header and cookie rules and
 		// sticky affinity decide as Go would, then each backend's table.

@@ -11,6 +11,7 @@
 local ngx = ngx
 local find, sub = string.find, string.sub
 local ngx_var = ngx.var
+local re_match = ngx.re.match
 local cookie_value = require("switchyard.tables").cookie_value
 
 local _M = {
@@ -52,11 +53,14 @@ local function affinitized(cname, key)
   return header ~= nil and backend_key(header, cname) == key
 end
 
--- decide returns the backend a request to name goes to and whether it is
+-- rules returns the backend a request to name goes to and whether it is
 -- the alternative, or nil and DRAW or ASK. The first rule that applies
 -- decides: the primary's affinity, no alternative now, the alternative's
--- affinity, the header, the cookie, then the weight.
-function _M.decide(rt, name)
+-- affinity, the header, the cookie, then the weight. With patterns, a
+-- header pattern is matched here with nginx's PCRE, as ingress-nginx
+-- matches it (a match routes, an error keeps the primary, no match falls
+-- through); without, such a request is left to Go (ASK).
+local function rules(rt, name, patterns)
   if affinitized(rt.pcookie, rt.pkey) then
     return name, false
   end
@@ -76,7 +80,18 @@ function _M.decide(rt, name)
           return alt, true
         end
       elseif mode == 2 then
-        return nil, ASK
+        if not patterns then
+          return nil, ASK
+        end
+        if rt.hvalue == "" then
+          return name, false -- no pattern was sent (too long to)
+        end
+        local m, err = re_match(h, rt.hvalue)
+        if m then
+          return alt, true
+        elseif err then
+          return name, false
+        end
       elseif mode == 3 then
         return name, false
       elseif h == "always" then
@@ -103,11 +118,16 @@ function _M.decide(rt, name)
   return nil, DRAW
 end
 
--- decide_local is decide with the weight drawn here (math.random, as
--- ingress-nginx draws it), for while Go cannot answer; ASK stays on the
--- primary (no pattern is evaluated here).
+-- decide is rules with header patterns left to Go.
+function _M.decide(rt, name)
+  return rules(rt, name, false)
+end
+
+-- decide_local is rules with header patterns matched here and the weight
+-- drawn here (math.random, as ingress-nginx draws it), for while Go cannot
+-- answer.
 function _M.decide_local(rt, name)
-  local c, how = _M.decide(rt, name)
+  local c, how = rules(rt, name, true)
   if c then
     return c, how
   end
