@@ -356,6 +356,8 @@ func (e *ecRun) run() {
 		for _, r := range e.log {
 			switch {
 			case r.body == old && r.sent.After(e.first):
+				b.Logf("change %d: stale response from %s to a request sent %v after the write, answered at %v (first new response %v)",
+					k, old, r.sent.Sub(t0).Round(10*time.Microsecond), r.recv.Sub(t0).Round(10*time.Microsecond), ch.delay.Round(10*time.Microsecond))
 				ch.stale++
 				if r.sent.After(t0.Add(endpointChangeBound)) {
 					ch.staleBound++
