@@ -196,6 +196,7 @@ type ecRun struct {
 	cur    *discoveryv1.EndpointSlice // as last written
 	at     int                        // index in ips of its endpoint
 	status string                     // http://ip:port of the status server
+	pprof  string                     // http://127.0.0.1:port of /debug/pprof
 	url    string                     // http://ip:port/ of the HTTP listener
 
 	// guarded by mu
@@ -220,6 +221,9 @@ func (e *ecRun) startController(c *Cluster, bin, plane string) {
 		"--watch-namespace=" + e.ns, "--election-id=switchyard-ec-" + plane + "-" + e.ns,
 		"--listen-address=" + ip, "--http-port=" + strconv.Itoa(httpPort), "--https-port=" + strconv.Itoa(httpsPort),
 		"--status-address=" + ip, "--status-port=" + strconv.Itoa(statusPort)}
+	pprofPort := harness.FreePort(b, "127.0.0.1")
+	e.pprof = "http://127.0.0.1:" + strconv.Itoa(pprofPort)
+	args = append(args, "--profiling", "--profiler-address=127.0.0.1", "--profiler-port="+strconv.Itoa(pprofPort))
 	if plane == "nginx" {
 		// nginx workers run as nobody: the nginx dir must be reachable.
 		dir, err := os.MkdirTemp("", "switchyard-ec-nginx")
@@ -378,6 +382,9 @@ func (e *ecRun) run() {
 	// The CPU phase: the same number of changes without traffic (on the Go
 	// plane the controller is the proxy, and proxying would drown a change's
 	// CPU time), each window against an equal quiet window just before.
+	// With $SWITCHYARD_EC_PPROF set to a directory, the controller's CPU
+	// profile over this phase is written there.
+	profiled := e.profile(time.Duration(len(got)) * 2 * window)
 	for k := range got {
 		syncs0, _ := e.syncMetric()
 		idle0 := groupCPU(b, e.ctrl.Pid())
@@ -391,7 +398,42 @@ func (e *ecRun) run() {
 			b.Fatalf("CPU phase change %d: no sync within %v", k, window)
 		}
 	}
+	if err := profiled(); err != nil {
+		b.Error(err)
+	}
 	e.report(got)
+}
+
+// profile starts fetching a CPU profile of the controller lasting d, when
+// $SWITCHYARD_EC_PPROF names a directory; the returned func waits for it.
+func (e *ecRun) profile(d time.Duration) func() error {
+	dir := os.Getenv("SWITCHYARD_EC_PPROF")
+	if dir == "" {
+		return func() error { return nil }
+	}
+	path := filepath.Join(dir, strings.NewReplacer("/", "_", "=", "-").Replace(e.b.Name())+".pprof")
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			resp, err := http.Get(e.pprof + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds())+1))
+			if err != nil {
+				return fmt.Errorf("fetch the CPU profile: %w", err)
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("fetch the CPU profile: %d, %v", resp.StatusCode, err)
+			}
+			return os.WriteFile(path, data, 0o644)
+		}()
+	}()
+	return func() error {
+		err := <-done
+		if err == nil {
+			e.b.Logf("CPU profile of the controller during the CPU phase: %s", path)
+		}
+		return err
+	}
 }
 
 func (e *ecRun) report(got []ecChange) {
