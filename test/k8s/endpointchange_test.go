@@ -237,6 +237,27 @@ func (e *ecRun) startController(c *Cluster, bin, plane string) {
 		args = append(args, "--nginx-status-port="+strconv.Itoa(harness.FreePort(b, "127.0.0.1")),
 			"--nginx-dir="+dir, "--lua-dir="+filepath.Join(RepoRoot(), "lua"))
 	}
+	// Runs after StartProcess's cleanup has stopped the controller: its
+	// nginx (own process group) must be gone with it.
+	b.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var left []string
+			for _, p := range readProcs(b) {
+				if p.comm == "nginx" && p.state != "Z" {
+					left = append(left, fmt.Sprintf("pid %d ppid %d pgrp %d state %s", p.pid, p.ppid, p.pgrp, p.state))
+				}
+			}
+			if len(left) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Errorf("nginx still running 10 s after the controller was stopped: %s", strings.Join(left, "; "))
+				return
+			}
+			pause(context.Background(), 100*time.Millisecond)
+		}
+	})
 	start := time.Now()
 	e.ctrl = harness.StartProcess(b, harness.Cmd{Name: "switchyard-" + plane, Path: bin, Args: args,
 		Env: []string{"POD_NAMESPACE=" + e.ns}, LogDir: b.TempDir()})
@@ -512,31 +533,70 @@ func (e *ecRun) syncMetric() (count, sum float64) {
 	return count, sum
 }
 
-// groupCPU is the CPU time of every thread of every process in process
-// group pgid (the controller and, on the nginx plane, its nginx): the
-// first field of /proc/<pid>/task/<tid>/schedstat, in nanoseconds (the
-// utime/stime of /proc/<pid>/stat count 10 ms ticks, too coarse for one
-// change). Threads that exited are not counted.
-func groupCPU(b *testing.B, pgid int) time.Duration {
+// procStat is what groupCPU and leftovers read from /proc/<pid>/stat.
+type procStat struct {
+	pid, ppid, pgrp int
+	comm, state     string
+}
+
+// readProcs lists the processes this PID namespace shows.
+func readProcs(b *testing.B) []procStat {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var ns int64
+	var out []procStat
 	for _, d := range ents {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
 			continue
 		}
 		data, err := os.ReadFile("/proc/" + d.Name() + "/stat")
 		if err != nil {
 			continue // exited meanwhile
 		}
-		// Fields after "(comm) ": state ppid pgrp ...
-		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+		// "pid (comm) state ppid pgrp ..."; comm may hold spaces.
+		i, j := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+		f := strings.Fields(string(data[j+1:]))
+		if i < 0 || len(f) < 3 {
 			continue
 		}
-		tasks, _ := filepath.Glob("/proc/" + d.Name() + "/task/*/schedstat")
+		ppid, _ := strconv.Atoi(f[1])
+		pgrp, _ := strconv.Atoi(f[2])
+		out = append(out, procStat{pid: pid, ppid: ppid, pgrp: pgrp, comm: string(data[i+1 : j]), state: f[0]})
+	}
+	return out
+}
+
+// groupCPU is the CPU time of every thread of the controller (pid, a
+// process group leader) and of every process in its group or descended
+// from it (nginx runs in a process group of its own): the first field of
+// /proc/<pid>/task/<tid>/schedstat, in nanoseconds (the utime/stime of
+// /proc/<pid>/stat count 10 ms ticks, too coarse for one change). Threads
+// that exited are not counted.
+func groupCPU(b *testing.B, pid int) time.Duration {
+	ps := readProcs(b)
+	parent := map[int]int{}
+	for _, p := range ps {
+		parent[p.pid] = p.ppid
+	}
+	ours := func(p procStat) bool {
+		if p.pgrp == pid {
+			return true
+		}
+		for q, n := p.pid, 0; q > 1 && n < 64; q, n = parent[q], n+1 {
+			if q == pid {
+				return true
+			}
+		}
+		return false
+	}
+	var ns int64
+	for _, p := range ps {
+		if !ours(p) {
+			continue
+		}
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(p.pid) + "/task/*/schedstat")
 		for _, t := range tasks {
 			data, err := os.ReadFile(t)
 			if err != nil {
