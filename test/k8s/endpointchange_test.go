@@ -352,11 +352,15 @@ func (e *ecRun) run() {
 	// The latency phase: clients request back to back during the changes.
 	const window = 700 * time.Millisecond
 	var got []ecChange
+	// /metrics is read after each change's window, then a quiet window
+	// passes before the next write: at 10k Ingresses one scrape costs the
+	// controller ~0.4 s of CPU (and garbage), which must not overlap a
+	// change.
+	syncs0, sum0 := e.syncMetric()
 	for k := 0; k < e.changes; k++ {
 		// A quiet spell longer than the controller's MaxHoldoff, so this
 		// change is built on its own.
 		pause(e.ctx, window)
-		syncs0, sum0 := e.syncMetric()
 		var t0 time.Time
 		var gotc chan struct{}
 		old, next, write := e.swap(func(next string) time.Time {
@@ -378,6 +382,7 @@ func (e *ecRun) run() {
 
 		e.mu.Lock()
 		ch := ecChange{delay: e.first.Sub(t0), write: write, syncs: syncs1 - syncs0, syncSeconds: sum1 - sum0}
+		syncs0, sum0 = syncs1, sum1
 		for _, r := range e.log {
 			switch {
 			case r.body == old && r.sent.After(e.first):
@@ -405,9 +410,10 @@ func (e *ecRun) run() {
 	// CPU time), each window against an equal quiet window just before.
 	// With $SWITCHYARD_EC_PPROF set to a directory, the controller's CPU
 	// profile over this phase is written there.
-	profiled := e.profile(time.Duration(len(got)) * 2 * window)
+	profiled := e.profile(time.Duration(len(got)) * 3 * window)
 	for k := range got {
 		syncs0, _ := e.syncMetric()
+		pause(e.ctx, window) // the scrape's garbage collection settles
 		idle0 := groupCPU(b, e.ctrl.Pid())
 		pause(e.ctx, window)
 		cpu0 := groupCPU(b, e.ctrl.Pid())
