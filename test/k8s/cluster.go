@@ -176,6 +176,8 @@ func launch(dir string, opts Options) (*Cluster, error) {
 		return c, err
 	}
 
+	// The Service range is a /16: a /24 holds 254 ClusterIPs, and Stage
+	// creates up to 50,000 Services (issue 22).
 	api, err := harness.Launch(harness.Cmd{Name: "kube-apiserver", Path: filepath.Join(bin, "kube-apiserver"), LogDir: dir, Args: []string{
 		"--etcd-servers=" + etcdURL, "--bind-address=" + ip, "--advertise-address=" + ip,
 		"--secure-port=" + strconv.Itoa(ports[2]),
@@ -184,7 +186,7 @@ func launch(dir string, opts Options) (*Cluster, error) {
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.saPub, "--service-account-signing-key-file=" + p.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24", "--disable-admission-plugins=ServiceAccount",
+		"--service-cluster-ip-range=10.0.0.0/16", "--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true", "--endpoint-reconciler-type=none", "--v=0",
 	}})
 	if err != nil {

@@ -45,7 +45,7 @@ func daemonSetArgs(t *testing.T, podNamespace string) []string {
 }
 
 // buildSwitchyard compiles ./cmd/switchyard into dir.
-func buildSwitchyard(t *testing.T, dir string) string {
+func buildSwitchyard(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "switchyard")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/switchyard")

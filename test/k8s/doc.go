@@ -31,6 +31,13 @@
 // of reusing names, and create selector-less Services with their own
 // EndpointSlices.
 //
+// Stage creates N Ingresses with their Services and EndpointSlices at scale
+// (bounded parallelism, raised client rate limit, retries with backoff, a
+// final count check). BenchmarkStage and BenchmarkEndpointChangeToFirstRequest
+// (issue 22; docs/benchmarks/controlplane.md) use it; they are benchmarks
+// so that `go test ./...` never runs them, and they fail rather than skip
+// when a prerequisite is missing.
+//
 // Flows in: nothing but the binaries and deploy/base/rbac.yaml. Flows out:
 // *rest.Config values. Imports client-go and test/harness; production
 // packages must never import it.
