@@ -926,17 +926,20 @@ func (b *builder) backend(ing *networkingv1.Ingress, a annotations, sb *networki
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {
 			be.ExternalName = svc.Spec.ExternalName
 		}
-		b.fillEndpoints(be, svc, sp, corev1.ProtocolTCP)
-		if up := a.serviceUpstream; (up != nil && *up) || (up == nil && b.serviceUpstream) {
-			// service-upstream: the Service's cluster IP and port as the
-			// one endpoint, as ingress-nginx; without a cluster IP it
-			// says so and keeps the endpoints.
-			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
-				be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
-				b.index.forget(svc, be.Name)
-			} else {
-				b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
-			}
+		be.Endpoints = b.endpoints(svc, sp, corev1.ProtocolTCP)
+		// service-upstream: the Service's cluster IP and port as the one
+		// endpoint, as ingress-nginx; without a cluster IP it says so and
+		// keeps the endpoints, which then come from slices.
+		up := a.serviceUpstream
+		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		switch upstream := (up != nil && *up) || (up == nil && b.serviceUpstream); {
+		case upstream && err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName:
+			be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
+		case upstream:
+			b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
+			b.index.record(be.Name, svc, sp, corev1.ProtocolTCP)
+		default:
+			b.index.record(be.Name, svc, sp, corev1.ProtocolTCP)
 		}
 		if svc.Spec.Type == corev1.ServiceTypeExternalName && isLoopback(svc.Spec.ExternalName) {
 			b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s is an ExternalName pointing at loopback (%s), which is refused; the backend has no endpoints",

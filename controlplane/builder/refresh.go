@@ -33,27 +33,18 @@ type endpointSource struct {
 // records where they came from.
 func (b *builder) fillEndpoints(be *model.Backend, svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) {
 	be.Endpoints = b.endpoints(svc, sp, proto)
-	if b.index == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return // an ExternalName's endpoint does not come from slices
-	}
-	key := svc.Namespace + "/" + svc.Name
-	b.index.byService[key] = append(b.index.byService[key], endpointSource{backend: be.Name, svc: svc, port: sp, proto: proto})
+	b.index.record(be.Name, svc, sp, proto)
 }
 
-// forget drops a backend whose endpoints were replaced after
-// fillEndpoints (service-upstream).
-func (x *EndpointIndex) forget(svc *corev1.Service, backend string) {
-	if x == nil {
+// record notes that backend's endpoints come from the slices of svc's port
+// sp; nothing outside BuildIndexed (x nil) or for an ExternalName, whose
+// endpoint does not come from slices.
+func (x *EndpointIndex) record(backend string, svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) {
+	if x == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return
 	}
 	key := svc.Namespace + "/" + svc.Name
-	srcs := x.byService[key][:0]
-	for _, s := range x.byService[key] {
-		if s.backend != backend {
-			srcs = append(srcs, s)
-		}
-	}
-	x.byService[key] = srcs
+	x.byService[key] = append(x.byService[key], endpointSource{backend: backend, svc: svc, port: sp, proto: proto})
 }
 
 // Refresh returns prev, the Configuration built with this index, with the
