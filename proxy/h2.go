@@ -576,6 +576,8 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	lim := &limitReader{left: -1}
 	cl := r.ContentLength
 	buffered := true
+	var spool bodySpool
+	defer spool.release()
 	var mirrorBody []byte
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || cl == 0:
@@ -594,8 +596,31 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 		if lim.left <= 0 {
 			lim.left = -1
 		}
-		out.SetBodyStream(lim, int(cl))
-		buffered = false
+		if !spoolsBody(loc, int(cl)) {
+			out.SetBodyStream(lim, int(cl))
+			buffered = false
+			break
+		}
+		// proxy-request-buffering on: the whole body first.
+		err := spool.fill(lim, nil, max(p.cfg.BodyBufferBytes, loc.Proxy.ClientBodyBufferBytes), &p.spoolDir)
+		switch {
+		case lim.over:
+			w.answer(verdict{status: http.StatusRequestEntityTooLarge})
+			return
+		case errors.Is(err, errSpoolFile):
+			logUpstream(p.cfg.ErrorLog, "client", err)
+			w.answer(verdict{status: http.StatusInternalServerError})
+			return
+		case err != nil:
+			w.answer(verdict{status: http.StatusBadRequest})
+			return
+		}
+		if spool.file == nil {
+			out.SetBodyRaw(spool.mem)
+		}
+		if loc.Mirror != nil && spool.file == nil {
+			mirrorBody = spool.mem
+		}
 	}
 	if loc.Mirror != nil {
 		// The client's fields as sent are the view's (r.Header was edited
@@ -604,10 +629,13 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 		if hv, ok := view.(*h2View); ok {
 			client = hv.hdr
 		}
-		p.mirror(loc, h2MirrorRequest(r, client, mirrorBody, !buffered))
+		p.mirror(loc, h2MirrorRequest(r, client, mirrorBody, !buffered || spool.file != nil))
 	}
 	rp := replayOf(r.Method, buffered)
 	t := &fastTry{p: p, out: outbound{req: out}, resp: resp, lim: lim, replay: rp}
+	if spool.file != nil {
+		t.out.spool = &spool
+	}
 	var a balancer.Attempt
 	pick, err := p.attempts(loc.Backend, loc, view, &a, o, rp, t)
 	if err != nil {

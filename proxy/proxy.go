@@ -58,6 +58,12 @@ type Config struct {
 	// never buffered whole. Zero means 64 KiB. The body limit is the
 	// location's proxy-body-size.
 	BodyBufferBytes int
+	// BodyTempDir holds, in unlinked files, the part of a request body read
+	// whole (proxy-request-buffering, on by default) beyond what is kept in
+	// memory: BodyBufferBytes or the location's client-body-buffer-size,
+	// whichever is larger. Made 0700 on first use. Zero means
+	// "switchyard-client-body" in os.TempDir().
+	BodyTempDir string
 	// Registerer receives the request metrics (ingress-nginx's names); nil
 	// means no metrics.
 	Registerer prometheus.Registerer
@@ -113,6 +119,8 @@ type Proxy struct {
 	reaper sync.Once
 	// mirrors sends the copies of mirror-target.
 	mirrors *mirrorer
+	// spoolDir holds request bodies larger than memory takes.
+	spoolDir spoolDir
 }
 
 // New returns a Proxy serving nothing until Update.
@@ -134,7 +142,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient(), digest: digestauth.NewVerifier(digestauth.VerifierConfig{}),
-		mirrors: newMirrorer(&cfg)}
+		mirrors: newMirrorer(&cfg), spoolDir: spoolDir{path: cmp.Or(cfg.BodyTempDir, defaultSpoolDir())}}
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
 		if err != nil {
@@ -600,16 +608,35 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	body := ctx.RequestBodyStream()
 	buffered := body == nil || (cl >= 0 && cl <= p.cfg.BodyBufferBytes)
 	out := outbound{headMethod: ctx.IsHead()}
-	if buffered {
-		if body != nil && !readWholeBody(ctx, body, cl, &st.body) {
+	spooled := false
+	if !buffered && spoolsBody(loc, cl) {
+		// proxy-request-buffering on: the rest of the body is read
+		// before any peer is chosen.
+		if !p.spoolBody(ctx, loc, body, cl, st) {
 			return
 		}
-		out.body = ctx.Request.Body()
+		buffered, spooled = true, true
+		out.body = st.spool.mem
+		if st.spool.file == nil {
+			ctx.Request.SetBodyRaw(st.spool.mem)
+		} else {
+			// The rest is in the file; ctx.Request's spent stream is
+			// not read again.
+			out.spool = &st.spool
+		}
+	}
+	if buffered {
+		if !spooled {
+			if body != nil && !readWholeBody(ctx, body, cl, &st.body) {
+				return
+			}
+			out.body = ctx.Request.Body()
+		}
 		var extra [][2]string
 		if o.auth != nil {
 			extra = o.auth.headers
 		}
-		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, len(out.body), &o.id, extra, &st.buf)
+		head, ok := appendUpstreamHead(st.head[:0], &ctx.Request.Header, ctx.Request.URI().RequestURI(), &f, loc, out.bodyLen(), &o.id, extra, &st.buf)
 		st.head = head
 		if ok {
 			out.head = head
@@ -621,9 +648,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 		out.req = fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(out.req)
 		st.buf = prepareCopy(ctx, out.req, &f, loc, st.buf, o)
-		if buffered {
+		switch {
+		case out.spool != nil:
+			// writeRequest sets the body stream at each attempt.
+		case buffered:
 			out.req.SetBodyRaw(out.body)
-		} else {
+		default:
 			*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes, length: int64(max(cl, 0)), conn: h1ConnOf(ctx.Conn())}
 			if lim.left <= 0 {
 				lim.left = -1
@@ -634,7 +664,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	if loc.Mirror != nil {
 		// After the access checks and the body, before upstream: where
 		// nginx's mirror runs (its precontent phase).
-		mr := fastMirrorRequest(ctx, requestURI, host, out.body, !buffered)
+		mr := fastMirrorRequest(ctx, requestURI, host, out.body, !buffered || out.spool != nil)
 		p.mirror(loc, &mr)
 	}
 	r := replayOf(string(ctx.Method()), buffered)
@@ -807,13 +837,72 @@ type reqState struct {
 	body []byte
 	// head is the upstream request head appendUpstreamHead builds.
 	head []byte
+	// spool holds a body read whole for proxy-request-buffering; its
+	// memory part is body's storage.
+	spool bodySpool
 }
 
 var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 func (st *reqState) release() {
-	*st = reqState{buf: st.buf[:0], body: st.body[:0], head: st.head[:0]}
+	body := st.body[:0]
+	if st.spool.mem != nil || st.spool.file != nil {
+		body = st.spool.release()
+	}
+	if cap(body) > maxPooledBody {
+		body = nil
+	}
+	*st = reqState{buf: st.buf[:0], body: body, head: st.head[:0]}
 	statePool.Put(st)
+}
+
+// maxPooledBody bounds the body storage a pooled reqState keeps: a
+// client-body-buffer-size of megabytes must not stay allocated per pooled
+// request.
+const maxPooledBody = 1 << 20
+
+// spoolsBody reports whether a request body that does not fit in
+// BodyBufferBytes is read whole before it goes upstream: with
+// proxy-request-buffering on (ingress-nginx's default), and, as nginx
+// does, with it off when a chunked body goes to an HTTP/1.0 upstream,
+// which cannot take chunks.
+func spoolsBody(loc *model.Location, cl int) bool {
+	return !loc.Proxy.NoRequestBuffering || (loc.Proxy.HTTP10 && cl < 0)
+}
+
+// spoolBody reads the rest of the client's body into st.spool, through the
+// location's proxy-body-size: in memory up to the larger of BodyBufferBytes
+// and client-body-buffer-size, the rest in a temporary file. A body the
+// client does not deliver is answered here as readWholeBody answers it, one
+// over proxy-body-size 413, and a temporary file that fails 500 (logged).
+func (p *Proxy) spoolBody(ctx *fasthttp.RequestCtx, loc *model.Location, body io.Reader, cl int, st *reqState) bool {
+	lim := &st.lim
+	*lim = limitReader{r: body, left: loc.Proxy.BodySizeBytes, length: int64(max(cl, 0)), conn: h1ConnOf(ctx.Conn())}
+	if lim.left <= 0 {
+		lim.left = -1
+	}
+	memMax := max(p.cfg.BodyBufferBytes, loc.Proxy.ClientBodyBufferBytes)
+	err := st.spool.fill(lim, st.body, memMax, &p.spoolDir)
+	st.body = nil // the spool owns the storage now
+	switch {
+	case lim.over:
+		answerFast(ctx, verdict{status: fasthttp.StatusRequestEntityTooLarge})
+		return false
+	case errors.Is(err, errSpoolFile):
+		logUpstream(p.cfg.ErrorLog, "client", err)
+		ctx.Error(statusText(fasthttp.StatusInternalServerError), fasthttp.StatusInternalServerError)
+		ctx.SetConnectionClose()
+		return false
+	case err != nil:
+		status := fasthttp.StatusBadRequest
+		if isTimeout(err) {
+			status = fasthttp.StatusRequestTimeout
+		}
+		ctx.Error(statusText(status), status)
+		ctx.SetConnectionClose()
+		return false
+	}
+	return true
 }
 
 // readWholeBody reads the rest of a request body of known length cl

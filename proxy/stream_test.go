@@ -91,40 +91,51 @@ func rss(t *testing.T) int64 {
 }
 
 // TestGiBBodiesStream sends 1 GiB up (chunked, so the proxy cannot know
-// its length) and 1 GiB down through the proxy to a real backend; the
-// process's heap and RSS must grow by less than 64 MiB: nothing buffers a
-// whole body.
+// its length) with proxy-request-buffering off and 1 GiB down through the
+// proxy to a real backend, and 256 MiB up with buffering on (held in a
+// temporary file); the process's heap and RSS must grow by less than
+// 64 MiB: nothing holds a whole body in memory.
 func TestGiBBodiesStream(t *testing.T) {
 	const size, bound = 1 << 30, 64 << 20
 	be := bodyBackend(t)
 	l := loc("/", model.PathTypePrefix, "big")
 	l.Proxy.BodySizeBytes = 0 // unlimited
+	l.Proxy.NoRequestBuffering = true
+	buffered := l
+	buffered.Proxy.NoRequestBuffering = false
 	cfg := &model.Configuration{
 		Backends: []model.Backend{{Name: "big", Endpoints: endpoints(be)}},
-		Servers:  []model.Server{{Hostname: "big.example.com", Locations: []model.Location{l}}},
+		Servers: []model.Server{{Hostname: "big.example.com", Locations: []model.Location{l}},
+			{Hostname: "buffered.example.com", Locations: []model.Location{buffered}}},
 	}
-	base, _ := start(t, cfg)
+	p, _ := newProxy(t, cfg, Config{BodyTempDir: t.TempDir()})
+	base := "http://" + serve(t, p.Serve)
 
-	t.Run("upload", func(t *testing.T) {
-		stop := memPeak(t)
-		req, _ := http.NewRequest(http.MethodPost, base+"/upload", io.NopCloser(io.LimitReader(zeros{}, size)))
-		req.Host = "big.example.com"
-		req.ContentLength = -1 // chunked
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		heap, rss := stop()
-		if want := fmt.Sprintf("got %d", size); resp.StatusCode != 200 || string(b) != want {
-			t.Fatalf("got %d %q; want 200 %q", resp.StatusCode, b, want)
-		}
-		t.Logf("heap growth %d MiB, RSS growth %d MiB", heap>>20, rss>>20)
-		if heap > bound || rss > bound {
-			t.Errorf("heap grew %d bytes, RSS %d; want both under %d", heap, rss, bound)
-		}
-	})
+	for _, up := range []struct {
+		host string
+		size int64
+	}{{"big.example.com", size}, {"buffered.example.com", 256 << 20}} {
+		t.Run("upload "+up.host, func(t *testing.T) {
+			stop := memPeak(t)
+			req, _ := http.NewRequest(http.MethodPost, base+"/upload", io.NopCloser(io.LimitReader(zeros{}, up.size)))
+			req.Host = up.host
+			req.ContentLength = -1 // chunked
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			heap, rss := stop()
+			if want := fmt.Sprintf("got %d", up.size); resp.StatusCode != 200 || string(b) != want {
+				t.Fatalf("got %d %q; want 200 %q", resp.StatusCode, b, want)
+			}
+			t.Logf("heap growth %d MiB, RSS growth %d MiB", heap>>20, rss>>20)
+			if heap > bound || rss > bound {
+				t.Errorf("heap grew %d bytes, RSS %d; want both under %d", heap, rss, bound)
+			}
+		})
+	}
 	t.Run("download", func(t *testing.T) {
 		stop := memPeak(t)
 		req, _ := http.NewRequest(http.MethodGet, base+"/download?n="+strconv.Itoa(size), nil)

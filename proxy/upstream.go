@@ -243,6 +243,9 @@ func roundTrip(pp *peerPool, t timeouts, now time.Duration, out *outbound, resp 
 type outbound struct {
 	req        *fasthttp.Request
 	head, body []byte
+	// spool, when set, holds the body past body in a temporary file
+	// (proxy-request-buffering); body is its memory part.
+	spool *bodySpool
 	// headMethod: the wire form's method is HEAD (its response has no body).
 	headMethod bool
 }
@@ -258,8 +261,21 @@ func (o *outbound) isHead() bool {
 // connection (a wire-form head never does).
 func (o *outbound) closes() bool { return o.req != nil && o.req.Header.ConnectionClose() }
 
+// bodyLen is the length of the body sent.
+func (o *outbound) bodyLen() int {
+	if o.spool != nil {
+		return int(o.spool.size)
+	}
+	return len(o.body)
+}
+
 func writeRequest(c *upConn, out *outbound) error {
 	if out.req != nil {
+		if out.spool != nil {
+			// Each attempt sends the body from its start.
+			out.spool.rewind()
+			out.req.SetBodyStream(out.spool, out.bodyLen())
+		}
 		if err := out.req.Write(c.bw); err != nil {
 			return err
 		}
@@ -269,6 +285,11 @@ func writeRequest(c *upConn, out *outbound) error {
 		}
 		if _, err := c.bw.Write(out.body); err != nil {
 			return err
+		}
+		if out.spool != nil {
+			if err := out.spool.writeFileTo(c.bw); err != nil {
+				return err
+			}
 		}
 	}
 	return c.bw.Flush()
