@@ -70,6 +70,7 @@ var _ = register(
 		Manifests: `{{service "a" "limitcm" "demo"}}` +
 			ingress("limitcm", "limitcm.test", "limitcm", root, "limit-connections", "1") +
 			ingress("limitcmfree", "limitcmfree.test", "limitcm", root, "limit-rate", "0") +
+			ingress("limitcmbad", "limitcmbad.test", "limitcm", root, "limit-rate", "fast") +
 			ingress("limitorder", "limitorder.test", "limitcm", root, "limit-connections", "1", "limit-rps", "1",
 				"limit-burst-multiplier", "0"),
 		Requests: []Request{
@@ -83,6 +84,10 @@ var _ = register(
 			{Name: "limit_req answers first", Host: "limitorder.test", Path: "/", From: "127.0.0.57", Want: Want{Status: 430}},
 			// 290 KiB past the first 100 at 500 KiB a second.
 			{Name: "the ConfigMap's limit-rate", Host: "limitcm.test", Path: "/", From: "127.0.0.56", Header: padded("400000"),
+				Want: Want{Status: 200, Backend: "a", TookAtLeast: 350 * time.Millisecond, TookAtMost: 1200 * time.Millisecond}},
+			// limit-rate shapes bandwidth and grants no access: an invalid
+			// value is reported and the default kept, as ingress-nginx does.
+			{Name: "an invalid limit-rate: the ConfigMap's kept", Host: "limitcmbad.test", Path: "/", From: "127.0.0.58", Header: padded("400000"),
 				Want: Want{Status: 200, Backend: "a", TookAtLeast: 350 * time.Millisecond, TookAtMost: 1200 * time.Millisecond}},
 			{Name: "limit-rate 0 on the Ingress", Host: "limitcmfree.test", Path: "/", From: "127.0.0.56", Header: padded("400000"),
 				Want: Want{Status: 200, Backend: "a", TookAtMost: 450 * time.Millisecond}},

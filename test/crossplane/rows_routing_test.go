@@ -127,21 +127,6 @@ var _ = register(
 		},
 	},
 	Row{
-		// proxy-request-buffering and client-body-buffer-size: nginx
-		// streams the body or reads it whole (spilling past the buffer to
-		// a file); the backend gets it whole either way, on both planes.
-		Name: "proxy-request-buffering and client-body-buffer-size",
-		Manifests: `{{service "a" "reqbuf" "demo"}}` +
-			ingress("reqbufoff", "reqbufoff.test", "reqbuf", root, "proxy-request-buffering", "off", "proxy-body-size", "1m") +
-			ingress("bodybuf", "bodybuf.test", "reqbuf", root, "client-body-buffer-size", "1k", "proxy-body-size", "1m"),
-		Requests: []Request{
-			{Name: "streamed: 200 KB", Method: "POST", Host: "reqbufoff.test", Path: "/", Body: strings.Repeat("s", 200000),
-				Want: Want{Status: 200, Backend: "a", BodyLen: 200000}},
-			{Name: "past a 1k buffer: 20 KB", Method: "POST", Host: "bodybuf.test", Path: "/", Body: strings.Repeat("b", 20000),
-				Want: Want{Status: 200, Backend: "a", BodyLen: 20000}},
-		},
-	},
-	Row{
 		// service-upstream: the cluster IP (here backend b's address and
 		// port, as kube-proxy would route it) instead of the endpoints
 		// (backend a).

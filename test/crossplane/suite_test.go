@@ -54,7 +54,9 @@ type Request struct {
 	Path   string
 	Header map[string]string
 	// Body is sent with its length as Content-Length; none when empty.
-	Body string
+	// Chunked sends it with Transfer-Encoding: chunked instead.
+	Body    string
+	Chunked bool
 	// From is the client's source address, 127.0.0.1 when empty (other
 	// loopback addresses reach the data plane too).
 	From string
@@ -544,6 +546,10 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+r.Host+r.Path, body)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("build the request: %w", err)
+	}
+	if r.Chunked {
+		req.ContentLength = -1
+		req.TransferEncoding = []string{"chunked"}
 	}
 	for k, v := range r.Header {
 		req.Header.Set(k, v)
