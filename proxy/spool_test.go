@@ -259,3 +259,76 @@ func TestSpoolClientAbort(t *testing.T) {
 		t.Fatalf("upstream saw %d requests, want none", n)
 	}
 }
+
+// TestRequestBufferingHTTP2: the same from an HTTP/2 client, whose body has
+// no length: on, the upstream sees the request only when the stream's body
+// has ended, then with its length, through a temporary file past memory;
+// off, at once.
+func TestRequestBufferingHTTP2(t *testing.T) {
+	be, heads := arrivalBackend(t)
+	on := loc("/", model.PathTypePrefix, "b")
+	off := loc("/", model.PathTypePrefix, "b")
+	off.Proxy.NoRequestBuffering = true
+	cfg := &model.Configuration{
+		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(be)}},
+		Servers: []model.Server{
+			{Hostname: "on.example.com", Locations: []model.Location{on}},
+			{Hostname: "off.example.com", Locations: []model.Location{off}},
+		},
+	}
+	base := h2Proxy(t, cfg, Config{BodyTempDir: t.TempDir()})
+	c := h2Client(t)
+	for _, tc := range []struct {
+		host   string
+		size   int
+		early  bool
+		wantCL bool
+	}{
+		{"on.example.com", 200 << 10, false, true},
+		{"on.example.com", 2 << 20, false, true},
+		{"off.example.com", 200 << 10, true, false},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.host, tc.size), func(t *testing.T) {
+			body := make([]byte, tc.size)
+			for i := range body {
+				body[i] = byte(i * 13)
+			}
+			pr, pw := io.Pipe()
+			before := heads.Load()
+			type result struct {
+				status int
+				text   string
+			}
+			done := make(chan result, 1)
+			go func() {
+				resp, text := h2Do(t, c, http.MethodPost, base+"/up", tc.host, pr, nil)
+				done <- result{resp.StatusCode, text}
+			}()
+			if _, err := pw.Write(body[:tc.size/2]); err != nil {
+				t.Fatal(err)
+			}
+			wait := 300 * time.Millisecond
+			if tc.early {
+				wait = 5 * time.Second
+			}
+			for end := time.Now().Add(wait); heads.Load() == before && time.Now().Before(end); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got := heads.Load() != before; got != tc.early {
+				t.Errorf("upstream saw the request before the body ended: %v, want %v", got, tc.early)
+			}
+			if _, err := pw.Write(body[tc.size/2:]); err != nil {
+				t.Fatal(err)
+			}
+			_ = pw.Close()
+			r := <-done
+			want := fmt.Sprintf("n=%d sha=%s", tc.size, sha(body))
+			if r.status != 200 || !strings.HasSuffix(r.text, want) {
+				t.Fatalf("got %d %q, want 200 ...%q", r.status, r.text, want)
+			}
+			if hasCL := strings.HasPrefix(r.text, "cl="+strconv.Itoa(tc.size)); hasCL != tc.wantCL {
+				t.Errorf("upstream got %q: Content-Length %v, want %v", r.text, hasCL, tc.wantCL)
+			}
+		})
+	}
+}
