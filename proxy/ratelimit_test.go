@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -87,6 +88,38 @@ func TestRateLimitZoneBounded(t *testing.T) {
 	}
 	if total == 0 {
 		t.Fatal("no address kept")
+	}
+}
+
+// TestRateLimitZoneMemory: 1M distinct client addresses through one zone
+// leave the heap grown by no more than the zone's bound allows (64 × 1024
+// addresses), not by what a million would take.
+func TestRateLimitZoneMemory(t *testing.T) {
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	limits, _ := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", RPS: 10, BurstMultiplier: 5}, newZoneSet())
+	var after uint64
+	for i := range 1 << 20 {
+		ip := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 12: byte(i >> 24), 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)})
+		allowLimits(limits, ip, int64(i/100))
+		if i == 1<<18 {
+			after = heap() // 256k addresses: the zone is full
+		}
+	}
+	end := heap()
+	runtime.KeepAlive(limits)
+	t.Logf("heap: %d KiB before, %d KiB after 256Ki addresses, %d KiB after 1Mi", before>>10, after>>10, end>>10)
+	const bound = 32 << 20 // 65,536 entries at well under 512 B each
+	if end > before+bound {
+		t.Fatalf("heap grew %d KiB for 1Mi addresses; bound %d KiB", (end-before)>>10, bound>>10)
+	}
+	if end > after+after/4 {
+		t.Fatalf("heap kept growing past a full zone: %d KiB at 256Ki addresses, %d KiB at 1Mi", after>>10, end>>10)
 	}
 }
 
