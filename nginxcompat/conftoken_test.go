@@ -142,6 +142,7 @@ func (p *confParser) block(depth int) ([]*directive, error) {
 			return out, nil
 		}
 		d := &directive{}
+		named := false // a map's key may be '', an empty name
 		for {
 			w, ok, err := p.word()
 			if err != nil {
@@ -150,13 +151,13 @@ func (p *confParser) block(depth int) ([]*directive, error) {
 			if !ok {
 				break
 			}
-			if d.Name == "" {
-				d.Name = w
+			if !named {
+				d.Name, named = w, true
 			} else {
 				d.Args = append(d.Args, w)
 			}
 		}
-		if d.Name == "" {
+		if !named {
 			return nil, fmt.Errorf("offset %d: directive without a name", p.i)
 		}
 		if p.i >= len(p.s) {

@@ -20,7 +20,15 @@ type proxySSLV struct {
 	Verify, ServerName string // on or off
 	Depth              int
 	Name               string // empty: nginx's $proxy_host (upstream_balancer)
-	caPEM, certKeyPEM  string
+	// Upstream is the upstream block the location proxies to: one per
+	// distinct settings, each with its own keep-alive cache, since nginx
+	// reuses a kept-alive connection by peer address alone, so a location
+	// that verifies its upstream would otherwise be handed a connection
+	// another location opened without verifying (or with another client
+	// certificate). "upstream_balancer_tls_" and 16 hex digits of the
+	// settings' SHA-1.
+	Upstream          string
+	caPEM, certKeyPEM string
 }
 
 // proxySSLView checks u again where a value reaches nginx.conf bare (the
@@ -53,6 +61,10 @@ func proxySSLView(u *model.UpstreamTLS, certDir string) (*proxySSLV, error) {
 		v.CertFile = pemFile(certDir, "upstream-cert-", ".key", u.CertificateKey)
 		v.certKeyPEM = u.CertificateKey
 	}
+	var lines bytes.Buffer
+	writeProxySSL(&lines, v)
+	h := sha1.Sum(lines.Bytes()) // #nosec G401 -- a name
+	v.Upstream = "upstream_balancer_tls_" + hex.EncodeToString(h[:8])
 	return v, nil
 }
 

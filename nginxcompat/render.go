@@ -30,6 +30,7 @@ var confTemplate = template.Must(template.New("nginx.tmpl").Funcs(template.FuncM
 	"logq":                logFormatQuote,
 	"onoff":               onoff,
 	"checksumPlaceholder": func() string { return checksumPlaceholder },
+	"prepend":             func(first string, rest []string) []string { return append([]string{first}, rest...) },
 }).ParseFS(templateFS, "templates/nginx.tmpl"))
 
 // checksumPlaceholder is replaced, after rendering, by the checksum of the
@@ -207,7 +208,7 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 		v.HSTSValue = cfg.Global.HSTSHeader()
 	}
 	seenHost := map[string]bool{}
-	seenZone := map[string]bool{}
+	seenZone, seenUpstream := map[string]bool{}, map[string]bool{}
 	cas := map[string]string{}
 	authFiles := map[string][]byte{}
 	for i := range cfg.Servers {
@@ -231,6 +232,10 @@ func Render(cfg *model.Configuration, rc RenderConfig) (*Rendered, error) {
 				cas[ps.CAFile] = ps.caPEM
 				if ps.CertFile != "" {
 					cas[ps.CertFile] = ps.certKeyPEM
+				}
+				if !seenUpstream[ps.Upstream] {
+					seenUpstream[ps.Upstream] = true
+					v.TLSUpstreams = append(v.TLSUpstreams, ps.Upstream)
 				}
 			}
 			if rl := lv.RateLimit; rl != nil && !seenZone[rl.ID] {
@@ -328,7 +333,10 @@ type view struct {
 	// RateLimits are the rate limit zones of the servers' locations, one
 	// per Ingress, in the order first met.
 	RateLimits []*rateLimitV
-	Errors     []model.ObjectError
+	// TLSUpstreams name an upstream block per distinct proxy-ssl-*
+	// settings, in the order first met (proxySSLV.Upstream).
+	TLSUpstreams []string
+	Errors       []model.ObjectError
 }
 
 // rateLimitV is an Ingress's limit-rps / limit-rpm as ingress-nginx

@@ -374,7 +374,13 @@ func writeLocation(b *bytes.Buffer, v *view, l *locationV, hsts string) {
 		b.WriteString("\n            proxy_pass ")
 	}
 	b.WriteString(l.Scheme)
-	b.WriteString("://upstream_balancer;\n        }")
+	b.WriteString("://")
+	if l.ProxySSL != nil {
+		b.WriteString(l.ProxySSL.Upstream)
+	} else {
+		b.WriteString("upstream_balancer")
+	}
+	b.WriteString(";\n        }")
 }
 
 // writeCORS writes enable-cors as ingress-nginx's CORS template does: an

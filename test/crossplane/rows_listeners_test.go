@@ -86,7 +86,6 @@ var _ = register(
 			{Name: "1.0", Host: "httpverconn10.test", Path: "/", Want: Want{Status: 200, Backend: "a", Proto: "HTTP/1.0", Sent: map[string]string{"Connection": ""}}},
 			{Name: "1.1", Host: "httpverconn11.test", Path: "/", Want: Want{Status: 200, Backend: "a", Proto: "HTTP/1.1", Sent: map[string]string{"Connection": ""}}},
 		},
-		KnownDrift: map[string]string{"nginx": "nginx.conf maps an empty $http_upgrade to Connection: close, so no upstream connection is kept alive; clearing it as ingress-nginx does reuses upstream TLS connections across proxy-ssl-* settings (rows_upstreamtls_test.go fails), left for a change of its own"},
 	},
 	// client-header-buffer-size and large-client-header-buffers from the
 	// ConfigMap (nginx's client_header_buffer_size and
