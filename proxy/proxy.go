@@ -894,33 +894,35 @@ func (p *Proxy) spoolBody(ctx *fasthttp.RequestCtx, loc *model.Location, body io
 		ctx.SetConnectionClose()
 		return false
 	case err != nil:
-		status := fasthttp.StatusBadRequest
-		if isTimeout(err) {
-			status = fasthttp.StatusRequestTimeout
-		}
-		ctx.Error(statusText(status), status)
-		ctx.SetConnectionClose()
+		answerBrokenBody(ctx, err)
 		return false
 	}
 	return true
 }
 
+// answerBrokenBody answers a request whose body the client did not
+// deliver: 408 when it stalled past ReadTimeout, 400 otherwise, and closes
+// the connection (what is left of the body cannot be told from a next
+// request).
+func answerBrokenBody(ctx *fasthttp.RequestCtx, err error) {
+	status := fasthttp.StatusBadRequest
+	if isTimeout(err) {
+		status = fasthttp.StatusRequestTimeout
+	}
+	ctx.Error(statusText(status), status)
+	ctx.SetConnectionClose()
+}
+
 // readWholeBody reads the rest of a request body of known length cl
 // (fasthttp has read up to 8 KiB of it before the handler) into *buf and
 // makes it the request's body. A body the client does not deliver is
-// answered here: 408 when it stalled past ReadTimeout, 400 otherwise, and
-// the connection is closed; fasthttp's Request.Body would have sent the
-// upstream the error's text as the body instead.
+// answered here (answerBrokenBody); fasthttp's Request.Body would have
+// sent the upstream the error's text as the body instead.
 func readWholeBody(ctx *fasthttp.RequestCtx, body io.Reader, cl int, buf *[]byte) bool {
 	b := slices.Grow((*buf)[:0], cl)[:cl]
 	*buf = b
 	if _, err := io.ReadFull(body, b); err != nil {
-		status := fasthttp.StatusBadRequest
-		if isTimeout(err) {
-			status = fasthttp.StatusRequestTimeout
-		}
-		ctx.Error(statusText(status), status)
-		ctx.SetConnectionClose()
+		answerBrokenBody(ctx, err)
 		return false
 	}
 	ctx.Request.SetBodyRaw(b)
