@@ -97,6 +97,7 @@ func main() {
 	flag.BoolVar(&o.pin, "pin", false, "run every proxy under taskset -c 1 with one thread of work (run this process under taskset -c 0)")
 	flag.BoolVar(&o.peers, "peers", true, "measure HAProxy and nginx stream too")
 	flag.BoolVar(&o.pp, "proxy-protocol", true, "measure the PROXY protocol paths too")
+	flag.BoolVar(&o.epoll, "epoll", false, "also measure a bare forwarder on a raw epoll loop (one locked thread, no netpoller): the floor of an event-loop design")
 	flag.StringVar(&o.label, "label", "", "label of this run in the output")
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
@@ -132,6 +133,8 @@ func main() {
 		err = child(func(ctx context.Context) (string, error) { return serveSwitchyard(ctx, *mode, *target, *ppTarget) }, *cpuprofile)
 	case "forward":
 		err = child(func(ctx context.Context) (string, error) { return serveForward(ctx, *target) }, "")
+	case "epoll-forward":
+		err = child(func(ctx context.Context) (string, error) { return serveEpollForward(ctx, *target) }, "")
 	case "summarize":
 		err = summarize(flag.Args())
 	default:
@@ -147,7 +150,7 @@ type options struct {
 	big                             int64
 	handshake                       string
 	procs                           int
-	pin, peers, pp                  bool
+	pin, peers, pp, epoll           bool
 	label, cpuprofile, jsonOut      string
 	variants                        []variant
 }
@@ -606,6 +609,7 @@ const (
 const (
 	implDirect     = "direct"
 	implFloor      = "forward"
+	implEpollFloor = "epoll-forward"
 	implSwitchyard = "switchyard"
 	implHAProxy    = "haproxy"
 	implNginx      = "nginx"
@@ -694,6 +698,11 @@ func run(o options) error {
 	}
 	if err := addGo("forward", classTCP, implFloor, "", nil, "forward", "-target", target); err != nil {
 		return err
+	}
+	if o.epoll {
+		if err := addGo("epoll forward", classTCP, implEpollFloor, "", nil, "epoll-forward", "-target", target); err != nil {
+			return err
+		}
 	}
 	type goPath struct{ name, class, mode string }
 	goPaths := []goPath{{"switchyard passthrough", classSNI, "sni"}, {"switchyard tcp", classTCP, "tcp"}}
