@@ -40,14 +40,7 @@ local take_premade, vars_absent, premade_retries = premade.take, premade.vars_ab
 local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
 local route = require("switchyard.route")
 local decide, decide_local = route.decide, route.decide_local
-local ASK = route.ASK
 local OWN_LEASE, OWN_PICKS, OWN_STICKY = route.OWN_LEASE, route.OWN_PICKS, route.OWN_STICKY
-
-conn.handlers[T.ROUTE_REPLY] = function(s, b)
-  wire.parse_pick(s, b, 7)
-  conn.see_gen(s.gen)
-  return nil
-end
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
@@ -55,13 +48,31 @@ _M.feedback = feedback.feedback
 _M.observe_request = metrics.observe_request
 _M.last = metrics.last
 
+local get_info
+
+-- prefetching: the backends whose info a timer is asking for (prefetch).
+local prefetching = {}
+
+local function prefetch(premature, name)
+  if not premature then
+    -- Its table too: a fresh info without one would leave a worker with
+    -- Go down nothing but round robin over its peers for that backend
+    -- (where the last generation's info still had its table).
+    local info = get_info(name)
+    if info and info.hashtable and not info.ring and not info.tpending and not info.tfailed and state.connected then
+      request_table(info, name, info.tloaded or 0)
+    end
+  end
+  prefetching[name] = nil
+end
+
 -- info returns what Go said about a backend (variables, fallback peers),
 -- asking Go and waiting when this worker has never heard of it, or when
 -- its info is of another generation than Go's last reply: a request is
 -- never decided on the variables, lease or peers of an old configuration
 -- (TestShimDecisions). Only when Go cannot answer is the old info used,
 -- for the fallback round robin over its peers.
-local function get_info(name)
+function get_info(name)
   local info = state.infos[name]
   if info and (info.gen == state.gen or not state.connected) then
     return info
@@ -81,6 +92,20 @@ local function get_info(name)
   _M.release(s)
   if info.unknown then
     return false
+  end
+  local rt = info.route
+  if rt and rt.alt ~= "" and not prefetching[rt.alt] then
+    local ai = state.infos[rt.alt]
+    if not ai or ai.gen ~= info.gen then
+      -- The alternative's info and table too, in the background: with Go down, a worker whose requests never went to
+      -- the canary still routes the canary's share there (routed_down),
+      -- from its own infos or the shared dict, instead of keeping it on
+      -- the primary.
+      prefetching[rt.alt] = true
+      if not ngx.timer.at(0, prefetch, rt.alt) then
+        prefetching[rt.alt] = nil
+      end
+    end
   end
   return info
 end
@@ -175,19 +200,18 @@ function _M.candidate(s, i)
   return s.cands[k], cookie
 end
 
--- pick_frame builds the pick frame (or, with typ T.ROUTE, the route
--- frame) of request id to backend name, with the variables info names.
-local function pick_frame(id, name, info, typ)
-  typ = typ or T.PICK
+-- pick_frame builds the pick frame of request id to backend name, with
+-- the variables info names but skip.
+local function pick_frame(id, name, info, skip)
   local nv = info.nvars
   if nv == 0 then
-    return frame(typ, id, str8(name) .. "\0")
+    return frame(T.PICK, id, str8(name) .. "\0")
   end
   local parts = { str8(name), char(0) }
   local k = 0
   local vars, names = info.vars, info.names
   for j = 1, nv do
-    local v = ngx_var[vars[j]]
+    local v = vars[j] ~= skip and ngx_var[vars[j]]
     if v then
       k = k + 1
       parts[#parts + 1] = names[j]
@@ -195,7 +219,7 @@ local function pick_frame(id, name, info, typ)
     end
   end
   parts[2] = char(k)
-  return frame(typ, id, table.concat(parts))
+  return frame(T.PICK, id, table.concat(parts))
 end
 
 -- same_vars reports whether two infos name the same variables.
@@ -320,35 +344,20 @@ local function own_pick(s, info, name, c, alt, own, drawn)
   return nil
 end
 
--- ask_route asks Go which backend a request to name goes to (0x0A) and
--- returns it and whether it is the alternative, or nil.
-local function ask_route(s, info, name)
-  local id = new_id()
-  if not ask(s, id, pick_frame(id, name, info, T.ROUTE)) or s.code ~= 0 or s.gen ~= info.gen then
-    return nil
-  end
-  return s.backend, s.alt
-end
-
 -- routed fills s for a request to a backend whose info carries a route
 -- (a canary the shim routes itself, docs/pick-protocol.md "Routed
--- backends"), or returns nil when Go must decide it.
+-- backends") and returns it; or, when Go must pick, returns nil, the
+-- backend the route chose (nil when not known) and the variable to leave
+-- out of the pick frame (a header a pattern read without matching: Go's
+-- RE2 must not read it again).
 local function routed(s, info, name)
   local rt = info.route
-  local c, alt = decide(rt, name)
+  local c, alt, missed = decide(rt, name)
+  local skip = missed and rt.hvar or nil
   local drawn = false
-  if not c and alt == ASK then
-    -- A header a pattern reads: Go routes the request, and the chosen
-    -- backend's own data decides it as any other (a pick Go made would
-    -- take a position of a round-robin rotation out of this worker's
-    -- lease order).
-    c, alt = ask_route(s, info, name)
-    if not c then
-      return nil
-    end
-  elseif not c then
+  if not c then
     if not info.premade or info.pfailed then
-      return nil
+      return nil, nil, skip
     end
     local took
     if info.owns then
@@ -357,13 +366,16 @@ local function routed(s, info, name)
       took = take_premade(s, info, name)
     end
     if not took then
-      return nil
+      return nil, nil, skip
     end
     drawn = true
     c, alt = s.own or s.backend, s.alt
     s.own = false
   end
-  return own_pick(s, info, name, c, alt, c == name and rt.pown or rt.aown, drawn)
+  if own_pick(s, info, name, c, alt, c == name and rt.pown or rt.aown, drawn) then
+    return s
+  end
+  return nil, c, skip
 end
 
 -- routed_down is routed while Go cannot answer: the route decided here
@@ -423,13 +435,24 @@ function _M.pick(name)
   -- Decision data is used only while it is of Go's current generation
   -- (get_info waits for a fresh info, but returns the old one when Go does
   -- not answer in time).
+  -- What Go is asked for: a pick of name, or of the backend the route
+  -- chose (ask), without the variable skip.
+  local ask_name, skip = name, nil
   if info.gen == state.gen and state.tables then
     if info.route then
-      if routed(s, info, name) then
+      local r, c
+      r, c, skip = routed(s, info, name)
+      if r then
         return s
       end
-      -- Go decides: nothing of the data tried may stay on s.
+      -- Go picks: nothing of the data tried may stay on s. The route
+      -- chose c: Go picks in c (an alternative has no alternatives of
+      -- its own), so the worker's decision stands (a header pattern is
+      -- read by PCRE here, RE2 in Go).
       s.rpeers, s.rinfo, s.recipe, s.rname, s.own = false, false, false, false, false
+      if c and c ~= name then
+        ask_name = c
+      end
     elseif info.ring then
       if ring_pick(s, info, name) then
         local recipe = info.recipe
@@ -482,9 +505,12 @@ function _M.pick(name)
   end
   for round = 1, 2 do
     local id = new_id()
-    if not ask(s, id, pick_frame(id, name, info)) then
+    if not ask(s, id, pick_frame(id, ask_name, info, skip)) then
       log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
       return fallback(s, info)
+    end
+    if ask_name ~= name and s.code == 0 then
+      s.alt = true
     end
     if s.gen == info.gen or round == 2 then
       return s
