@@ -780,6 +780,40 @@ func TestShimTables(t *testing.T) {
 			}
 		}
 		replay(t, reg, "/generation/", "default-generation-80", persistentCookies, 2)
+		// New sticky sessions: made in the worker on the last tables, with
+		// a cookie whose attributes are Go's and whose key the worker and
+		// Go's Registry map to the peer that served it.
+		for _, tc := range []struct{ path, backend string }{{"/sticky/", "default-sticky-80"}, {"/generation/", "default-generation-80"}} {
+			vars := map[string]string{"host": "shim.test", "server_name": "shim.test", "location_path": tc.path}
+			var a balancer.Attempt
+			p, err := reg.Pick(tc.backend, balancer.VarsFunc(func(n string) ([]byte, bool) { v, ok := vars[n]; return []byte(v), ok }), &a)
+			if err != nil || p.SetCookie == "" {
+				t.Fatalf("Go's new session on %s: %+v %v", tc.backend, p, err)
+			}
+			_, goAttrs, _ := strings.Cut(stripExpires(p.SetCookie), ";")
+			peers := map[string]int{}
+			for range 40 {
+				code, who, resp := e.get(t, tc.path)
+				c := resp.Header.Get("Set-Cookie")
+				value, attrs, _ := strings.Cut(stripExpires(c), ";")
+				if code != 200 || !strings.HasPrefix(value, "route=") || attrs != goAttrs {
+					t.Fatalf("Go down, new session on %s: %d from %q, Set-Cookie %q; want a route cookie with Go's attributes %q", tc.path, code, who, c, goAttrs)
+				}
+				cookie := "x=1; " + value
+				vars["http_cookie"] = cookie
+				if want := goPeer(t, reg, tc.backend, vars); who != want {
+					t.Fatalf("Go down, new session %s on %s served by %s; Go maps its cookie to %s", value, tc.path, who, want)
+				}
+				delete(vars, "http_cookie")
+				if code, again, resp := e.get(t, tc.path, "Cookie", cookie); code != 200 || again != who || resp.Header.Get("Set-Cookie") != "" {
+					t.Fatalf("Go down, returning %s on %s: %d from %q, Set-Cookie %q; want %s", value, tc.path, code, again, resp.Header.Get("Set-Cookie"), who)
+				}
+				peers[who]++
+			}
+			if len(peers) < 2 {
+				t.Errorf("Go down, 40 new sessions on %s all went to %v", tc.path, peers)
+			}
+		}
 		for i := range 300 {
 			uri := fmt.Sprintf("/hash/d/%d", i)
 			code, who, _ := e.get(t, uri)

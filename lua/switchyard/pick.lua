@@ -34,7 +34,7 @@ local feedback = require("switchyard.feedback")
 local metrics = require("switchyard.metrics")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
 local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
-local sticky_cookie = tables.sticky_cookie
+local sticky_cookie, new_session = tables.sticky_cookie, tables.new_session
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
 local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
@@ -391,7 +391,7 @@ local function routed_down(s, info, name)
     end
   end
   s.name = c
-  local r = cinfo.ring and ring_pick(s, cinfo, c) or fallback(s, cinfo)
+  local r = cinfo.ring and (ring_pick(s, cinfo, c) or new_session(s, cinfo, c)) or fallback(s, cinfo)
   s.name = name
   if r then
     r.alt, r.backend = alt, c
@@ -418,13 +418,14 @@ function _M.pick(name)
   local s = get_slot()
   s.name, s.attempt = name, 0
   if not state.connected then
-    log_once("fallback", "Go side unreachable; hash and sticky state.tables as last sent, round robin over the last peer lists")
+    log_once("fallback", "Go side unreachable; hash and sticky tables as last sent (new sticky sessions made on them), round robin over the last peer lists")
     if info.route then
       return routed_down(s, info, name)
     end
     -- The last table Go sent keeps deciding: the same peers as before Go
-    -- went away, sticky cookies honoured.
-    if info.ring and ring_pick(s, info, name) then
+    -- went away, sticky cookies honoured, new sticky sessions made here
+    -- on it (with their cookie).
+    if info.ring and (ring_pick(s, info, name) or new_session(s, info, name)) then
       return s
     end
     return fallback(s, info)
