@@ -10,7 +10,9 @@
 -- actually used, Set-Cookie values, the EWMA score.
 --
 -- The other modules, one job each: switchyard.conn (the socket: pump,
--- reader, writer, asks), switchyard.wire (frames), switchyard.lease,
+-- reader, writer, asks), switchyard.wire (frames), switchyard.info (backend
+-- infos, the fallback round robin), switchyard.routed (canary-routed
+-- backends), switchyard.route (their rules), switchyard.lease,
 -- switchyard.tables, switchyard.premade (decision data), switchyard.feedback
 -- and switchyard.metrics (what goes back to Go), switchyard.state (what
 -- they share), switchyard.options (settings; this module's table).
@@ -18,7 +20,6 @@
 local ngx = ngx
 local wire = require("switchyard.wire")
 local char = string.char
-local min = math.min
 local pairs = pairs
 local ngx_var = ngx.var
 local WARN = ngx.WARN
@@ -32,96 +33,22 @@ local tables = require("switchyard.tables")
 local premade = require("switchyard.premade")
 local feedback = require("switchyard.feedback")
 local metrics = require("switchyard.metrics")
+local info_mod = require("switchyard.info")
+local routed = require("switchyard.routed")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
-local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
+local get_info, fallback = info_mod.get, info_mod.fallback
+local ring_pick, request_table = tables.ring_pick, tables.request_table
 local sticky_cookie, new_session = tables.sticky_cookie, tables.new_session
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
-local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
-local route = require("switchyard.route")
-local decide, decide_local = route.decide, route.decide_local
-local OWN_LEASE, OWN_PICKS, OWN_STICKY = route.OWN_LEASE, route.OWN_PICKS, route.OWN_STICKY
+local take_premade_wait = premade.take_wait
+local routed_pick, routed_down = routed.pick, routed.down
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
 _M.feedback = feedback.feedback
 _M.observe_request = metrics.observe_request
 _M.last = metrics.last
-
-local get_info
-
--- prefetching: the backends whose info a timer is asking for (prefetch).
-local prefetching = {}
-
-local function prefetch(premature, name)
-  if not premature then
-    -- Its table too: a fresh info without one would leave a worker with
-    -- Go down nothing but round robin over its peers for that backend
-    -- (where the last generation's info still had its table).
-    local info = get_info(name)
-    if info and info.hashtable and not info.ring and not info.tpending and not info.tfailed and state.connected then
-      request_table(info, name, info.tloaded or 0)
-    end
-  end
-  prefetching[name] = nil
-end
-
--- info returns what Go said about a backend (variables, fallback peers),
--- asking Go and waiting when this worker has never heard of it, or when
--- its info is of another generation than Go's last reply: a request is
--- never decided on the variables, lease or peers of an old configuration
--- (TestShimDecisions). Only when Go cannot answer is the old info used,
--- for the fallback round robin over its peers.
-function get_info(name)
-  local info = state.infos[name]
-  if info and (info.gen == state.gen or not state.connected) then
-    return info
-  end
-  if not info and not state.connected then
-    return shared_info(name)
-  end
-  local s = get_slot()
-  s.name, s.info = name, nil
-  local id = new_id()
-  if not ask(s, id, frame(T.INFO, id, str8(name))) then
-    _M.release(s)
-    return info
-  end
-  info = s.info
-  s.info = nil
-  _M.release(s)
-  if info.unknown then
-    return false
-  end
-  local rt = info.route
-  if rt and rt.alt ~= "" and not prefetching[rt.alt] then
-    local ai = state.infos[rt.alt]
-    if not ai or ai.gen ~= info.gen then
-      -- The alternative's info and table too, in the background: with Go down, a worker whose requests never went to
-      -- the canary still routes the canary's share there (routed_down),
-      -- from its own infos or the shared dict, instead of keeping it on
-      -- the primary.
-      prefetching[rt.alt] = true
-      if not ngx.timer.at(0, prefetch, rt.alt) then
-        prefetching[rt.alt] = nil
-      end
-    end
-  end
-  return info
-end
-
--- fallback fills s from the backend's last peer list, round robin.
-local function fallback(s, info)
-  local np = info.npeers
-  if np == 0 then
-    return nil
-  end
-  local idx = info.rr % np
-  info.rr = idx + 1
-  s.rpeers, s.rn, s.rpos, s.ridx, s.rinfo = info.peers, np, idx, idx, info
-  s.n, s.code, s.alt, s.score, s.backend, s.fallback = min(np, 3), 0, false, nil, s.name, true
-  return s
-end
 
 -- candidate returns the peer for attempt i (1, 2, ...) of result s and the
 -- Set-Cookie it needs (or false). Attempts beyond the candidates cycle
@@ -235,173 +162,6 @@ local function same_vars(a, b)
   return true
 end
 
--- own_premade fills s with premade picks (or a new session) of backend c
--- for a request a rule routed there: a canary's own batch, or for the
--- primary name the next of its draws that chose it (premade.take_for).
-local function own_premade(s, info, name, cinfo, c)
-  if not cinfo.premade or cinfo.pfailed then
-    return false
-  end
-  if c ~= name then
-    return take_premade(s, cinfo, c)
-  end
-  local rt = info.route
-  if rt.alt ~= "" and rt.weight >= rt.total then
-    return false -- every draw chose the canary
-  end
-  return take_premade_for(s, info, name, c)
-end
-
--- own_pick fills s for a request to backend name that the route sent to
--- backend c (alt: the alternative), from c's own decision data of kind own
--- (route.OWN_*): the next position of a lease of its rotation, its table,
--- or premade picks. drawn: the request took a premade draw of name's
--- weight rule, and s holds what that entry carries (c's picks, or a new
--- session of c). It returns s, or nil when c's data is not at hand (the
--- request asks Go, which routes it again).
-local function own_pick(s, info, name, c, alt, own, drawn)
-  local cinfo = info
-  if c ~= name then
-    cinfo = get_info(c)
-    if not cinfo or cinfo.gen ~= state.gen then
-      return nil
-    end
-  end
-  if own == OWN_LEASE then
-    -- Once a lease served a request routed here, requests wait for the
-    -- draws or lease on their way rather than ask Go, whose pick would
-    -- take a position of its rotation out of this worker's lease order.
-    -- Until then (a new info: a new configuration, or the worker's first
-    -- requests) a request without a lease at hand asks Go: when each
-    -- request waited for a fresh lease and used only its first position
-    -- (leases then expired between slow requests), every request got the
-    -- same peer (a lease's length is often a multiple of the peers; 20 of
-    -- 20 in TestControllerNginxDataPlane on a loaded machine).
-    if cinfo.npeers == 0 then
-      return nil
-    end
-    local took
-    if info.owns then
-      took = take_leased_wait(s, cinfo, c)
-    else
-      took = take_leased(s, cinfo, c)
-    end
-    if took then
-      info.owns = true
-      s.alt, s.rname = alt, c
-      return s
-    end
-    return nil
-  end
-  if own == OWN_PICKS then
-    if drawn then
-      return s
-    end
-    -- An ewma or least_request backend chosen by a rule: a canary's own
-    -- premade picks, or the primary's from the next of its draws that
-    -- chose it.
-    if own_premade(s, info, name, cinfo, c) then
-      s.alt = alt
-      return s
-    end
-    return nil
-  end
-  if not cinfo.ring then
-    if cinfo.hashtable and not cinfo.tpending and not cinfo.tfailed then
-      request_table(cinfo, c, cinfo.tloaded or 0)
-    end
-    return nil
-  end
-  if ring_pick(s, cinfo, c) then
-    s.alt = alt
-    local recipe = cinfo.recipe
-    if not (recipe and recipe.change_on_failure) then
-      return s
-    end
-    -- change-on-failure: the retries are new sessions of c, premade by
-    -- Go for c (a canary's own batch; a primary's draws that chose it).
-    if cinfo.premade and not cinfo.pfailed and premade_retries(s, cinfo, c, c == name and c or nil) then
-      s.alt = alt
-      return s
-    end
-    return nil
-  end
-  if own ~= OWN_STICKY then
-    return nil
-  end
-  -- A new sticky session: the draw's entry carries one of c's, written
-  -- with c's recipe; a canary chosen by a rule takes one of its own.
-  if drawn then
-    if s.recipe_src == cinfo then
-      return s
-    end
-    return nil
-  end
-  if own_premade(s, info, name, cinfo, c) and s.recipe_src == cinfo then
-    s.alt = alt
-    return s
-  end
-  return nil
-end
-
--- routed fills s for a request to a backend whose info carries a route
--- (a canary the shim routes itself, docs/pick-protocol.md "Routed
--- backends") and returns it; or, when Go must pick, returns nil, the
--- backend the route chose (nil when not known) and the variable to leave
--- out of the pick frame (a header a pattern read without matching: Go's
--- RE2 must not read it again).
-local function routed(s, info, name)
-  local rt = info.route
-  local c, alt, missed = decide(rt, name)
-  local skip = missed and rt.hvar or nil
-  local drawn = false
-  if not c then
-    if not info.premade or info.pfailed then
-      return nil, nil, skip
-    end
-    local took
-    if info.owns then
-      took = take_premade_wait(s, info, name)
-    else
-      took = take_premade(s, info, name)
-    end
-    if not took then
-      return nil, nil, skip
-    end
-    drawn = true
-    c, alt = s.own or s.backend, s.alt
-    s.own = false
-  end
-  if own_pick(s, info, name, c, alt, c == name and rt.pown or rt.aown, drawn) then
-    return s
-  end
-  return nil, c, skip
-end
-
--- routed_down is routed while Go cannot answer: the route decided here
--- (the weight drawn here too), then the chosen backend's last table, or
--- its last peer list round robin.
-local function routed_down(s, info, name)
-  local c, alt = decide_local(info.route, name)
-  local cinfo = info
-  if c ~= name then
-    cinfo = state.infos[c] or shared_info(c)
-    if not cinfo then
-      cinfo, c, alt = info, name, false
-    end
-  end
-  s.name = c
-  local r = cinfo.ring and (ring_pick(s, cinfo, c) or new_session(s, cinfo, c)) or fallback(s, cinfo)
-  s.name = name
-  if r then
-    r.alt, r.backend = alt, c
-    if cinfo ~= info then
-      r.rname = c
-    end
-  end
-  return r
-end
-
 -- pick asks Go for the candidates of one request to backend name. It returns
 -- a result table (code, alt, backend, score, n, cands, cookies; pass it to
 -- release when the request is done), or nil when the backend is unknown or
@@ -442,7 +202,7 @@ function _M.pick(name)
   if info.gen == state.gen and state.tables then
     if info.route then
       local r, c
-      r, c, skip = routed(s, info, name)
+      r, c, skip = routed_pick(s, info, name)
       if r then
         return s
       end
