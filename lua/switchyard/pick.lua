@@ -270,20 +270,27 @@ function _M.pick(name)
       log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
       return fallback(s, info)
     end
-    if ask_name ~= name and s.code == 0 then
-      s.alt = true
-    end
-    if s.gen == info.gen or round == 2 then
+    if ask_name ~= name then
+      if s.code == 0 and s.gen == info.gen then
+        s.alt = true
+        return s
+      end
+      -- Go's configuration changed since the route chose ask_name (it may
+      -- be gone): Go routes the request itself, on the fresh info.
+      ask_name, skip = name, nil
+      info = get_info(name) or info
+    elseif s.gen == info.gen or round == 2 then
       return s
+    else
+      -- Go's configuration changed since info: Go decided on the variables
+      -- info named. Keep its decision if the new info names the same ones;
+      -- else ask again with them.
+      local fresh = get_info(name)
+      if not fresh or fresh == info or same_vars(fresh, info) then
+        return s
+      end
+      info = fresh
     end
-    -- Go's configuration changed since info: Go decided on the variables
-    -- info named. Keep its decision if the new info names the same ones;
-    -- else ask again with them.
-    local fresh = get_info(name)
-    if not fresh or fresh == info or same_vars(fresh, info) then
-      return s
-    end
-    info = fresh
   end
 end
 
