@@ -871,6 +871,7 @@ func TestShimUnderLoad(t *testing.T) {
 		return nil
 	}
 	regs := make([]*balancer.Registry, len(configs))
+	files := make([]string, len(configs)) // each payload, for switchyard debug pick
 	post := func(i int) {
 		hashBy := map[string]any{"upstream-hash-by": configs[i].hashBy}
 		rev := slices.Clone(configs[i].eps)
@@ -892,6 +893,10 @@ func TestShimUnderLoad(t *testing.T) {
 			t.Fatalf("POST = %d %q", code, b)
 		}
 		regs[i] = goRegistry(t, body)
+		files[i] = filepath.Join(e.dir, fmt.Sprintf("payload-%d.json", i))
+		if err := os.WriteFile(files[i], body, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	type result struct {
 		uri, who, setCookie string
@@ -991,7 +996,34 @@ func TestShimUnderLoad(t *testing.T) {
 	<-loadDone
 	asked := e.frames(t, "pick") - picksBefore
 
+	// viaCLI checks one answer against switchyard debug pick; false for
+	// a request it does not check.
+	viaCLI := func(uri, who, file string) bool {
+		t.Helper()
+		backend, args := "default-hash-80", []string{"--var", "request_uri=" + uri, "--header", "X-Extra: e"}
+		switch {
+		case strings.Contains(uri, "&n="):
+			var n int64
+			_, q, _ := strings.Cut(uri, "&n=")
+			if _, err := fmt.Sscanf(q, "%d", &n); err != nil {
+				t.Fatal(err)
+			}
+			_, c, _ := strings.Cut(switchCookie(n), "; ")
+			backend, args = "default-switch-80", []string{"--var", "request_uri=" + uri, "--host", "shim.test", "--location-path", "/pattern/", "--cookie", c}
+		case strings.HasPrefix(uri, "/hcanary/"):
+			return false // the canary rule's inputs: checked through want above
+		}
+		got := debugPick(t, e.bin, file, backend, args...)
+		if got["peer"] != who || got["setCookie"] != nil && got["setCookie"] != "" {
+			t.Fatalf("%s reached %s; switchyard debug pick on %s says %v", uri, who, filepath.Base(file), got)
+		}
+		return true
+	}
 	checked, either := 0, 0
+	// Some requests decided on one configuration only are checked again
+	// against `switchyard debug pick` run on that configuration's payload
+	// (the same Registry.Pick want asks): the peer and no Set-Cookie.
+	cli := map[int]int{}
 	for _, r := range results {
 		if r.code != 200 {
 			t.Fatalf("%s: %d %q", r.uri, r.code, r.who)
@@ -1027,8 +1059,11 @@ func TestShimUnderLoad(t *testing.T) {
 		checked++
 		if last > first {
 			either++
+		} else if w := want(regs[first], r.uri); w != "" && cli[first] < 6 && viaCLI(r.uri, r.who, files[first]) {
+			cli[first]++
 		}
 	}
+	t.Logf("switchyard debug pick agreed on %v requests per configuration", cli)
 	t.Logf("%d requests under 3 configuration changes (1 in 2 to a routed canary, 1 in 4 to a backend switching chash, sticky_balanced, round robin, sticky_balanced), each on the configuration in force (%d overlapped a change)", checked, either)
 	if checked < 500 {
 		t.Fatalf("only %d requests under load", checked)
