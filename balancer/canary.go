@@ -14,7 +14,8 @@ type canaryPolicy struct {
 	headerVar     string // "http_x_canary", "" for none
 	headerValue   []byte
 	pattern       *regexp.Regexp
-	badPattern    bool // headerPattern was set but RE2 rejected it
+	patternSrc    string // the pattern as written, for the shim's PCRE (Route)
+	badPattern    bool   // headerPattern was set but RE2 rejected it
 	cookieVar     string
 }
 
@@ -32,10 +33,10 @@ func compilePolicy(p model.Canary) (canaryPolicy, error) {
 	}
 	c.headerValue = []byte(p.HeaderValue)
 	if p.HeaderValue == "" && p.HeaderPattern.String() != "" {
-		c.pattern = p.HeaderPattern.Compiled()
+		c.pattern, c.patternSrc = p.HeaderPattern.Compiled(), p.HeaderPattern.String()
 		if c.pattern == nil {
 			c.badPattern = true
-			return c, fmt.Errorf("canary-by-header-pattern %q: RE2 rejects it (requests with the header stay on the primary)", p.HeaderPattern.String())
+			return c, fmt.Errorf("canary-by-header-pattern %q: RE2 rejects it (Go keeps requests with the header on the primary; the nginx shim matches it with PCRE)", p.HeaderPattern.String())
 		}
 	}
 	return c, nil

@@ -346,7 +346,7 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 			}
 			next.byName[b.Name] = nb
 			if nb.policy.badPattern {
-				errs = append(errs, fmt.Errorf("backend %q: canary-by-header-pattern %q: RE2 rejects it (requests with the header stay on the primary)", b.Name, b.Canary.HeaderPattern.String()))
+				errs = append(errs, fmt.Errorf("backend %q: canary-by-header-pattern %q: RE2 rejects it (Go keeps requests with the header on the primary; the nginx shim matches it with PCRE)", b.Name, b.Canary.HeaderPattern.String()))
 			}
 			continue
 		}

@@ -20,13 +20,20 @@ const (
 	// HeaderValue: the header equal to HeaderValue routes to the
 	// alternative; any other value falls through.
 	HeaderValue RouteHeader = 1
-	// HeaderPattern: the header is matched against an RE2 expression the
-	// shim does not evaluate while Go answers (nginx's PCRE differs); such
-	// a request asks Go. HeaderValueText carries the expression, which the
-	// shim matches with PCRE, as ingress-nginx, only while Go cannot answer.
+	// HeaderPattern: the header is matched against the expression in
+	// HeaderValueText, by the shim itself with nginx's PCRE (ngx.re.match,
+	// unanchored, no flags), as ingress-nginx's balancer.lua matches it: a
+	// match routes to the alternative, a PCRE error keeps the primary, no
+	// match falls through. Registry.Pick matches the same expression with
+	// RE2; the two read ASCII header values alike for the expressions RE2
+	// accepts (TestShimHeaderPattern), and the shim is what ingress-nginx
+	// does where they differ (docs/compatibility.md). Issue 16: no round
+	// trip to Go per request carrying the header.
 	HeaderPattern RouteHeader = 2
 	// HeaderBadPattern: the pattern did not compile; a request with the
-	// header stays on the primary.
+	// header stays on the primary. Route no longer sends it (a pattern RE2
+	// refuses goes to the shim as HeaderPattern, for PCRE to read); the
+	// shim still understands it.
 	HeaderBadPattern RouteHeader = 3
 	// HeaderAlways: "always" routes to the alternative, "never" keeps the
 	// primary, anything else falls through.
@@ -101,8 +108,8 @@ type Route struct {
 // Route returns the canary routing of a backend with alternatives, or false
 // when the shim cannot apply it: no alternatives, every alternative
 // evaluated (Config.AllAlternatives), an alternative with alternatives of
-// its own, or a backend whose requests the shim cannot decide from its own
-// data.
+// its own, a header pattern longer than the frame carries (64 KiB), or a
+// backend whose requests the shim cannot decide from its own data.
 func (r *Registry) Route(backend string) (Route, bool) {
 	snap := r.snap.Load()
 	b := snap.byName[backend]
@@ -131,15 +138,13 @@ func (r *Registry) Route(backend string) (Route, bool) {
 		switch {
 		case len(p.headerValue) > 0:
 			rt.Header, rt.HeaderValueText = HeaderValue, string(p.headerValue)
-		case p.badPattern:
-			rt.Header = HeaderBadPattern
-		case p.pattern != nil:
-			rt.Header = HeaderPattern
-			if src := p.pattern.String(); len(src) <= math.MaxUint16 {
-				// For while Go cannot answer: the shim then matches it
-				// with nginx's PCRE, as ingress-nginx does.
-				rt.HeaderValueText = src
+		case p.patternSrc != "":
+			// Compiled by RE2 or not (badPattern): the shim matches it
+			// with nginx's PCRE, as ingress-nginx does.
+			if len(p.patternSrc) > math.MaxUint16 {
+				return Route{}, false
 			}
+			rt.Header, rt.HeaderValueText = HeaderPattern, p.patternSrc
 		default:
 			rt.Header = HeaderAlways
 		}
@@ -204,11 +209,10 @@ func (r *Registry) OwnTable(backend string) (HashTable, bool) {
 }
 
 // RouteFor is the canary routing of one request to backend, without a
-// pick: the backend it goes to and whether that is an alternative. The
-// shim asks for it when the request has a header a pattern reads (the
-// route's HeaderPattern), then takes the request's peers from the chosen
-// backend's own data, so a round-robin backend's rotation loses no
-// position to a pick the shim would not use.
+// pick: the backend it goes to and whether that is an alternative, as Go
+// decides it (a header pattern read by RE2). The pick socket answers it
+// (0x0A); the shim no longer asks it, as it matches header patterns itself
+// (HeaderPattern).
 func (r *Registry) RouteFor(backend string, req Request) (string, bool, error) {
 	snap := r.snap.Load()
 	b := snap.byName[backend]

@@ -14,8 +14,9 @@ import (
 // load-balance as round robin, an upstream-hash-by present (even "") as
 // consistent hashing, a SameSite other than Strict, Lax or None as none, a
 // hostname endpoint only for an ExternalName Service. A canary header
-// pattern RE2 rejects is kept; Apply reports it and requests with the
-// header stay on the primary.
+// pattern RE2 rejects is kept; Apply reports it, Go keeps requests with the
+// header on the primary, and the nginx shim matches it with PCRE as
+// ingress-nginx does (Route).
 func (b *Backend) Model() (model.Backend, error) {
 	if err := b.Validate(); err != nil {
 		return model.Backend{}, err

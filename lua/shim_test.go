@@ -151,6 +151,8 @@ var locations = []location{
 	{"/hcanary/", "default-hmain-80"},
 	{"/scanary/", "default-smain-80"},
 	{"/pcanary/", "default-pmain-80"},
+	// Any backend, named by the query's b (TestShimHeaderPattern).
+	{"/pattern/", "$arg_b"},
 }
 
 func newEnv(t *testing.T, workers int) *env {

@@ -4,14 +4,15 @@ import (
 	"hash/crc32"
 	"math"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 )
 
-// routeJSON: backends with canaries of every kind the shim routes, and one
-// whose header pattern it leaves to Go.
+// routeJSON: backends with canaries of every kind the shim routes, one by
+// header pattern among them.
 const routeJSON = `[
  {"name":"hmain","port":80,"upstreamHashByConfig":{"upstream-hash-by":"$request_uri"},"alternativeBackends":["hcanary"],
   "endpoints":[{"address":"10.1.0.1","port":"80"},{"address":"10.1.0.2","port":"80"},{"address":"10.1.0.3","port":"80"}]},
@@ -28,8 +29,9 @@ const routeJSON = `[
  {"name":"plain","port":80,"endpoints":[{"address":"10.7.0.1","port":"80"}]}]`
 
 // shimRoute decides a request as the shim's switchyard.route decides it
-// from a Route (lua/switchyard/route.lua, rule for rule): the backend, or ""
-// with "draw" or "ask".
+// from a Route (lua/switchyard/route.lua, rule for rule; its header pattern
+// read by RE2 here, by PCRE there, which read these inputs alike): the
+// backend, or "" with "draw".
 func shimRoute(rt *balancer.Route, name string, vars map[string]string) (string, string) {
 	affinitized := func(cookie, key string) bool {
 		h, ok := vars["http_cookie"]
@@ -61,7 +63,9 @@ func shimRoute(rt *balancer.Route, name string, vars map[string]string) (string,
 				return rt.Alternative, ""
 			}
 		case balancer.HeaderPattern:
-			return "", "ask"
+			if regexp.MustCompile(rt.HeaderValueText).MatchString(h) {
+				return rt.Alternative, ""
+			}
 		case balancer.HeaderBadPattern:
 			return name, ""
 		default:
@@ -170,8 +174,8 @@ func TestRoutes(t *testing.T) {
 				if how == "" {
 					decided++
 				}
-				if name == "rrmain" && h == "abc" && how != "ask" {
-					t.Fatalf("a header a pattern reads was decided by the shim: %s %s", got, how)
+				if name == "rrmain" && h == "abc" && (how != "" || got != "pcanary") {
+					t.Fatalf("a header the pattern matches: %q %s; want pcanary decided by the route", got, how)
 				}
 			}
 		}

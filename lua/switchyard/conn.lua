@@ -163,8 +163,15 @@ local function dispatch(b)
       end
       return nil
     end
+    local cur = state.infos[s.name]
     if info.unknown then
       state.infos[s.name] = nil
+    elseif cur and cur.gen == info.gen then
+      -- Another ask got this generation's info first (concurrent
+      -- requests, or pick.lua's prefetch of a canary): keep that one, which
+      -- may hold a lease, table or premade picks by now; a second object
+      -- replacing it lost them (a canary's table gone while Go was down).
+      info = cur
     else
       state.infos[s.name] = info
       if state.shared then

@@ -10,7 +10,9 @@
 -- actually used, Set-Cookie values, the EWMA score.
 --
 -- The other modules, one job each: switchyard.conn (the socket: pump,
--- reader, writer, asks), switchyard.wire (frames), switchyard.lease,
+-- reader, writer, asks), switchyard.wire (frames), switchyard.info (backend
+-- infos, the fallback round robin), switchyard.routed (canary-routed
+-- backends), switchyard.route (their rules), switchyard.lease,
 -- switchyard.tables, switchyard.premade (decision data), switchyard.feedback
 -- and switchyard.metrics (what goes back to Go), switchyard.state (what
 -- they share), switchyard.options (settings; this module's table).
@@ -18,7 +20,6 @@
 local ngx = ngx
 local wire = require("switchyard.wire")
 local char = string.char
-local min = math.min
 local pairs = pairs
 local ngx_var = ngx.var
 local WARN = ngx.WARN
@@ -32,71 +33,22 @@ local tables = require("switchyard.tables")
 local premade = require("switchyard.premade")
 local feedback = require("switchyard.feedback")
 local metrics = require("switchyard.metrics")
+local info_mod = require("switchyard.info")
+local routed = require("switchyard.routed")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
-local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
-local sticky_cookie = tables.sticky_cookie
+local get_info, fallback = info_mod.get, info_mod.fallback
+local ring_pick, request_table = tables.ring_pick, tables.request_table
+local sticky_cookie, new_session = tables.sticky_cookie, tables.new_session
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
-local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
-local route = require("switchyard.route")
-local decide, decide_local = route.decide, route.decide_local
-local ASK = route.ASK
-local OWN_LEASE, OWN_PICKS, OWN_STICKY = route.OWN_LEASE, route.OWN_PICKS, route.OWN_STICKY
-
-conn.handlers[T.ROUTE_REPLY] = function(s, b)
-  wire.parse_pick(s, b, 7)
-  conn.see_gen(s.gen)
-  return nil
-end
+local take_premade_wait = premade.take_wait
+local routed_pick, routed_down = routed.pick, routed.down
 
 _M.release = conn.release
 _M.init_worker = conn.init_worker
 _M.feedback = feedback.feedback
 _M.observe_request = metrics.observe_request
 _M.last = metrics.last
-
--- info returns what Go said about a backend (variables, fallback peers),
--- asking Go and waiting when this worker has never heard of it, or when
--- its info is of another generation than Go's last reply: a request is
--- never decided on the variables, lease or peers of an old configuration
--- (TestShimDecisions). Only when Go cannot answer is the old info used,
--- for the fallback round robin over its peers.
-local function get_info(name)
-  local info = state.infos[name]
-  if info and (info.gen == state.gen or not state.connected) then
-    return info
-  end
-  if not info and not state.connected then
-    return shared_info(name)
-  end
-  local s = get_slot()
-  s.name, s.info = name, nil
-  local id = new_id()
-  if not ask(s, id, frame(T.INFO, id, str8(name))) then
-    _M.release(s)
-    return info
-  end
-  info = s.info
-  s.info = nil
-  _M.release(s)
-  if info.unknown then
-    return false
-  end
-  return info
-end
-
--- fallback fills s from the backend's last peer list, round robin.
-local function fallback(s, info)
-  local np = info.npeers
-  if np == 0 then
-    return nil
-  end
-  local idx = info.rr % np
-  info.rr = idx + 1
-  s.rpeers, s.rn, s.rpos, s.ridx, s.rinfo = info.peers, np, idx, idx, info
-  s.n, s.code, s.alt, s.score, s.backend, s.fallback = min(np, 3), 0, false, nil, s.name, true
-  return s
-end
 
 -- candidate returns the peer for attempt i (1, 2, ...) of result s and the
 -- Set-Cookie it needs (or false). Attempts beyond the candidates cycle
@@ -175,19 +127,18 @@ function _M.candidate(s, i)
   return s.cands[k], cookie
 end
 
--- pick_frame builds the pick frame (or, with typ T.ROUTE, the route
--- frame) of request id to backend name, with the variables info names.
-local function pick_frame(id, name, info, typ)
-  typ = typ or T.PICK
+-- pick_frame builds the pick frame of request id to backend name, with
+-- the variables info names but skip.
+local function pick_frame(id, name, info, skip)
   local nv = info.nvars
   if nv == 0 then
-    return frame(typ, id, str8(name) .. "\0")
+    return frame(T.PICK, id, str8(name) .. "\0")
   end
   local parts = { str8(name), char(0) }
   local k = 0
   local vars, names = info.vars, info.names
   for j = 1, nv do
-    local v = ngx_var[vars[j]]
+    local v = vars[j] ~= skip and ngx_var[vars[j]]
     if v then
       k = k + 1
       parts[#parts + 1] = names[j]
@@ -195,7 +146,7 @@ local function pick_frame(id, name, info, typ)
     end
   end
   parts[2] = char(k)
-  return frame(typ, id, table.concat(parts))
+  return frame(T.PICK, id, table.concat(parts))
 end
 
 -- same_vars reports whether two infos name the same variables.
@@ -209,185 +160,6 @@ local function same_vars(a, b)
     end
   end
   return true
-end
-
--- own_premade fills s with premade picks (or a new session) of backend c
--- for a request a rule routed there: a canary's own batch, or for the
--- primary name the next of its draws that chose it (premade.take_for).
-local function own_premade(s, info, name, cinfo, c)
-  if not cinfo.premade or cinfo.pfailed then
-    return false
-  end
-  if c ~= name then
-    return take_premade(s, cinfo, c)
-  end
-  local rt = info.route
-  if rt.alt ~= "" and rt.weight >= rt.total then
-    return false -- every draw chose the canary
-  end
-  return take_premade_for(s, info, name, c)
-end
-
--- own_pick fills s for a request to backend name that the route sent to
--- backend c (alt: the alternative), from c's own decision data of kind own
--- (route.OWN_*): the next position of a lease of its rotation, its table,
--- or premade picks. drawn: the request took a premade draw of name's
--- weight rule, and s holds what that entry carries (c's picks, or a new
--- session of c). It returns s, or nil when c's data is not at hand (the
--- request asks Go, which routes it again).
-local function own_pick(s, info, name, c, alt, own, drawn)
-  local cinfo = info
-  if c ~= name then
-    cinfo = get_info(c)
-    if not cinfo or cinfo.gen ~= state.gen then
-      return nil
-    end
-  end
-  if own == OWN_LEASE then
-    -- Once a lease served a request routed here, requests wait for the
-    -- draws or lease on their way rather than ask Go, whose pick would
-    -- take a position of its rotation out of this worker's lease order.
-    -- Until then (a new info: a new configuration, or the worker's first
-    -- requests) a request without a lease at hand asks Go: when each
-    -- request waited for a fresh lease and used only its first position
-    -- (leases then expired between slow requests), every request got the
-    -- same peer (a lease's length is often a multiple of the peers; 20 of
-    -- 20 in TestControllerNginxDataPlane on a loaded machine).
-    if cinfo.npeers == 0 then
-      return nil
-    end
-    local took
-    if info.owns then
-      took = take_leased_wait(s, cinfo, c)
-    else
-      took = take_leased(s, cinfo, c)
-    end
-    if took then
-      info.owns = true
-      s.alt, s.rname = alt, c
-      return s
-    end
-    return nil
-  end
-  if own == OWN_PICKS then
-    if drawn then
-      return s
-    end
-    -- An ewma or least_request backend chosen by a rule: a canary's own
-    -- premade picks, or the primary's from the next of its draws that
-    -- chose it.
-    if own_premade(s, info, name, cinfo, c) then
-      s.alt = alt
-      return s
-    end
-    return nil
-  end
-  if not cinfo.ring then
-    if cinfo.hashtable and not cinfo.tpending and not cinfo.tfailed then
-      request_table(cinfo, c, cinfo.tloaded or 0)
-    end
-    return nil
-  end
-  if ring_pick(s, cinfo, c) then
-    s.alt = alt
-    local recipe = cinfo.recipe
-    if not (recipe and recipe.change_on_failure) then
-      return s
-    end
-    -- change-on-failure: the retries are new sessions of c, premade by
-    -- Go for c (a canary's own batch; a primary's draws that chose it).
-    if cinfo.premade and not cinfo.pfailed and premade_retries(s, cinfo, c, c == name and c or nil) then
-      s.alt = alt
-      return s
-    end
-    return nil
-  end
-  if own ~= OWN_STICKY then
-    return nil
-  end
-  -- A new sticky session: the draw's entry carries one of c's, written
-  -- with c's recipe; a canary chosen by a rule takes one of its own.
-  if drawn then
-    if s.recipe_src == cinfo then
-      return s
-    end
-    return nil
-  end
-  if own_premade(s, info, name, cinfo, c) and s.recipe_src == cinfo then
-    s.alt = alt
-    return s
-  end
-  return nil
-end
-
--- ask_route asks Go which backend a request to name goes to (0x0A) and
--- returns it and whether it is the alternative, or nil.
-local function ask_route(s, info, name)
-  local id = new_id()
-  if not ask(s, id, pick_frame(id, name, info, T.ROUTE)) or s.code ~= 0 or s.gen ~= info.gen then
-    return nil
-  end
-  return s.backend, s.alt
-end
-
--- routed fills s for a request to a backend whose info carries a route
--- (a canary the shim routes itself, docs/pick-protocol.md "Routed
--- backends"), or returns nil when Go must decide it.
-local function routed(s, info, name)
-  local rt = info.route
-  local c, alt = decide(rt, name)
-  local drawn = false
-  if not c and alt == ASK then
-    -- A header a pattern reads: Go routes the request, and the chosen
-    -- backend's own data decides it as any other (a pick Go made would
-    -- take a position of a round-robin rotation out of this worker's
-    -- lease order).
-    c, alt = ask_route(s, info, name)
-    if not c then
-      return nil
-    end
-  elseif not c then
-    if not info.premade or info.pfailed then
-      return nil
-    end
-    local took
-    if info.owns then
-      took = take_premade_wait(s, info, name)
-    else
-      took = take_premade(s, info, name)
-    end
-    if not took then
-      return nil
-    end
-    drawn = true
-    c, alt = s.own or s.backend, s.alt
-    s.own = false
-  end
-  return own_pick(s, info, name, c, alt, c == name and rt.pown or rt.aown, drawn)
-end
-
--- routed_down is routed while Go cannot answer: the route decided here
--- (the weight drawn here too), then the chosen backend's last table, or
--- its last peer list round robin.
-local function routed_down(s, info, name)
-  local c, alt = decide_local(info.route, name)
-  local cinfo = info
-  if c ~= name then
-    cinfo = state.infos[c] or shared_info(c)
-    if not cinfo then
-      cinfo, c, alt = info, name, false
-    end
-  end
-  s.name = c
-  local r = cinfo.ring and ring_pick(s, cinfo, c) or fallback(s, cinfo)
-  s.name = name
-  if r then
-    r.alt, r.backend = alt, c
-    if cinfo ~= info then
-      r.rname = c
-    end
-  end
-  return r
 end
 
 -- pick asks Go for the candidates of one request to backend name. It returns
@@ -406,13 +178,14 @@ function _M.pick(name)
   local s = get_slot()
   s.name, s.attempt = name, 0
   if not state.connected then
-    log_once("fallback", "Go side unreachable; hash and sticky state.tables as last sent, round robin over the last peer lists")
+    log_once("fallback", "Go side unreachable; hash and sticky tables as last sent (new sticky sessions made on them), round robin over the last peer lists")
     if info.route then
       return routed_down(s, info, name)
     end
     -- The last table Go sent keeps deciding: the same peers as before Go
-    -- went away, sticky cookies honoured.
-    if info.ring and ring_pick(s, info, name) then
+    -- went away, sticky cookies honoured, new sticky sessions made here
+    -- on it (with their cookie).
+    if info.ring and (ring_pick(s, info, name) or new_session(s, info, name)) then
       return s
     end
     return fallback(s, info)
@@ -423,13 +196,24 @@ function _M.pick(name)
   -- Decision data is used only while it is of Go's current generation
   -- (get_info waits for a fresh info, but returns the old one when Go does
   -- not answer in time).
+  -- What Go is asked for: a pick of name, or of the backend the route
+  -- chose (ask), without the variable skip.
+  local ask_name, skip = name, nil
   if info.gen == state.gen and state.tables then
     if info.route then
-      if routed(s, info, name) then
+      local r, c
+      r, c, skip = routed_pick(s, info, name)
+      if r then
         return s
       end
-      -- Go decides: nothing of the data tried may stay on s.
+      -- Go picks: nothing of the data tried may stay on s. The route
+      -- chose c: Go picks in c (an alternative has no alternatives of
+      -- its own), so the worker's decision stands (a header pattern is
+      -- read by PCRE here, RE2 in Go).
       s.rpeers, s.rinfo, s.recipe, s.rname, s.own = false, false, false, false, false
+      if c and c ~= name then
+        ask_name = c
+      end
     elseif info.ring then
       if ring_pick(s, info, name) then
         local recipe = info.recipe
@@ -482,21 +266,31 @@ function _M.pick(name)
   end
   for round = 1, 2 do
     local id = new_id()
-    if not ask(s, id, pick_frame(id, name, info)) then
+    if not ask(s, id, pick_frame(id, ask_name, info, skip)) then
       log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
       return fallback(s, info)
     end
-    if s.gen == info.gen or round == 2 then
+    if ask_name ~= name then
+      if s.code == 0 and s.gen == info.gen then
+        s.alt = true
+        return s
+      end
+      -- Go's configuration changed since the route chose ask_name (it may
+      -- be gone): Go routes the request itself, on the fresh info.
+      ask_name, skip = name, nil
+      info = get_info(name) or info
+    elseif s.gen == info.gen or round == 2 then
       return s
+    else
+      -- Go's configuration changed since info: Go decided on the variables
+      -- info named. Keep its decision if the new info names the same ones;
+      -- else ask again with them.
+      local fresh = get_info(name)
+      if not fresh or fresh == info or same_vars(fresh, info) then
+        return s
+      end
+      info = fresh
     end
-    -- Go's configuration changed since info: Go decided on the variables
-    -- info named. Keep its decision if the new info names the same ones;
-    -- else ask again with them.
-    local fresh = get_info(name)
-    if not fresh or fresh == info or same_vars(fresh, info) then
-      return s
-    end
-    info = fresh
   end
 end
 

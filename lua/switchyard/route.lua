@@ -2,11 +2,11 @@
 -- from the route Go sends with its backend info (docs/pick-protocol.md,
 -- "Routed backends"; Go's balancer.Route): the rules of ingress-nginx's
 -- route_to_alternative_balancer that read only the request (affinity,
--- header, cookie) evaluated on this request's variables as Go evaluates
--- them, and the weight rule left to a draw Go made ahead (premade), unless
--- the weight decides alone (0, or the whole total).
+-- header, header pattern, cookie) evaluated on this request's variables,
+-- and the weight rule left to a draw Go made ahead (premade), unless the
+-- weight decides alone (0, or the whole total).
 -- In: a backend info's route, the request's variables. Out: the chosen
--- backend and whether it is the alternative, or what to do instead.
+-- backend and whether it is the alternative, or DRAW.
 
 local ngx = ngx
 local find, sub = string.find, string.sub
@@ -15,14 +15,13 @@ local re_match = ngx.re.match
 local cookie_value = require("switchyard.tables").cookie_value
 
 local _M = {
-  -- decide's answers when no rule decided: the weight rule's draw is
-  -- needed (DRAW), or Go must decide (ASK: a header pattern, which nginx's
-  -- PCRE and Go's RE2 may read differently).
-  DRAW = 1, ASK = 2,
+  -- decide's answer when no rule decided: the weight rule's draw is
+  -- needed.
+  DRAW = 1,
   -- Where the peers of a routed request come from (balancer.OwnData).
   OWN_LEASE = 1, OWN_TABLE = 2, OWN_STICKY = 3, OWN_PICKS = 4,
 }
-local DRAW, ASK = _M.DRAW, _M.ASK
+local DRAW = _M.DRAW
 
 -- backend_key returns the backend key of sticky cookie name in the Cookie
 -- header: the second non-empty '|'-separated piece of its value (Go's
@@ -53,14 +52,18 @@ local function affinitized(cname, key)
   return header ~= nil and backend_key(header, cname) == key
 end
 
--- rules returns the backend a request to name goes to and whether it is
--- the alternative, or nil and DRAW or ASK. The first rule that applies
--- decides: the primary's affinity, no alternative now, the alternative's
--- affinity, the header, the cookie, then the weight. With patterns, a
--- header pattern is matched here with nginx's PCRE, as ingress-nginx
--- matches it (a match routes, an error keeps the primary, no match falls
--- through); without, such a request is left to Go (ASK).
-local function rules(rt, name, patterns)
+-- decide returns the backend a request to name goes to and whether it is
+-- the alternative, or nil and DRAW; and third, true when a header pattern
+-- read the request's header and did not match it (a pick asked of Go for
+-- such a request leaves the header out, so that Go's RE2 cannot read it
+-- otherwise: pick.lua). The first rule that applies decides:
+-- the primary's affinity, no alternative now, the alternative's affinity,
+-- the header, the cookie, then the weight. A header pattern is matched
+-- here, whether Go answers or not, with nginx's PCRE as ingress-nginx's
+-- balancer.lua matches it (ngx.re.match, unanchored, no flags: "jo" only
+-- compiles it once per worker): a match routes, an error keeps the
+-- primary, no match falls through (TestShimHeaderPattern; issue 16).
+function _M.decide(rt, name)
   if affinitized(rt.pcookie, rt.pkey) then
     return name, false
   end
@@ -71,7 +74,7 @@ local function rules(rt, name, patterns)
   if affinitized(rt.acookie, rt.akey) then
     return alt, true
   end
-  local mode = rt.hmode
+  local mode, missed = rt.hmode, false
   if mode ~= 0 then
     local h = ngx_var[rt.hvar]
     if h then
@@ -80,18 +83,13 @@ local function rules(rt, name, patterns)
           return alt, true
         end
       elseif mode == 2 then
-        if not patterns then
-          return nil, ASK
-        end
-        if rt.hvalue == "" then
-          return name, false -- no pattern was sent (too long to)
-        end
-        local m, err = re_match(h, rt.hvalue)
+        local m, err = re_match(h, rt.hvalue, "jo")
         if m then
           return alt, true
         elseif err then
           return name, false
         end
+        missed = true
       elseif mode == 3 then
         return name, false
       elseif h == "always" then
@@ -106,28 +104,24 @@ local function rules(rt, name, patterns)
     if c == "always" then
       return alt, true
     elseif c == "never" then
-      return name, false
+      return name, false, missed
     end
   end
   local w = rt.weight
   if w <= 0 then
-    return name, false
+    return name, false, missed
   elseif w >= rt.total then
     return alt, true
   end
-  return nil, DRAW
+  return nil, DRAW, missed
 end
 
--- decide is rules with header patterns left to Go.
-function _M.decide(rt, name)
-  return rules(rt, name, false)
-end
+local decide = _M.decide
 
--- decide_local is rules with header patterns matched here and the weight
--- drawn here (math.random, as ingress-nginx draws it), for while Go cannot
--- answer.
+-- decide_local is decide with the weight drawn here (math.random, as
+-- ingress-nginx draws it), for while Go cannot answer.
 function _M.decide_local(rt, name)
-  local c, how = rules(rt, name, true)
+  local c, how = decide(rt, name)
   if c then
     return c, how
   end

@@ -13,7 +13,7 @@ local wire = require("switchyard.wire")
 local byte, sub, find, match = string.byte, string.sub, string.find, string.match
 local band = bit.band
 local floor, random = math.floor, math.random
-local tonumber = tonumber
+local tonumber, pairs = tonumber, pairs
 local ngx_var = ngx.var
 local T, TWO32 = wire.T, wire.TWO32
 local u32, str8, frame, be32 = wire.u32, wire.str8, wire.frame, wire.be32
@@ -290,6 +290,25 @@ end
 -- returns nil when the table does not decide the request: a sticky request
 -- without a cookie naming a peer is a new session, whose peer and cookie Go
 -- chooses.
+-- ring_index is the index of the point owning hash h in info's table:
+-- the first point at or after h, wrapping to the first.
+local function ring_index(info, h)
+  local hashes, total = info.thashes, info.ttotal
+  local lo, hi = 0, total
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if hashes[mid] < h then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  if lo == total then
+    lo = 0
+  end
+  return lo
+end
+
 function _M.ring_pick(s, info, name)
   local key
   local nk, kparts, kvar = info.nkey, info.key, info.keyvar
@@ -327,20 +346,7 @@ function _M.ring_pick(s, info, name)
     end
     key = table.concat(keybuf, "", 1, m)
   end
-  local h = crc32(key)
-  local hashes, total = info.thashes, info.ttotal
-  local lo, hi = 0, total
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if hashes[mid] < h then
-      lo = mid + 1
-    else
-      hi = mid
-    end
-  end
-  if lo == total then
-    lo = 0
-  end
+  local lo = ring_index(info, crc32(key))
   if kind == 4 then
     -- chashsubset: the key's subset is Go's; each attempt gets a member
     -- drawn uniformly from it, as Go's pick draws one per attempt.
@@ -398,6 +404,84 @@ end
 
 -- sticky_cookie writes a new session's Set-Cookie for upstream key key as
 -- Go's sticky balancer writes it (lua-resty-cookie's attribute order).
+-- new_session fills s with a new sticky session of backend name made in
+-- this worker, for while Go cannot answer (pick.lua; before, such a request
+-- went round robin and got no cookie until Go was back): up to three
+-- distinct candidates, each with the upstream key its cookie carries, made
+-- as Go's sticky pickNewUpstream makes them: sticky_balanced, the owner in
+-- the backend's table of CRC32 of "<now + i>.<worker pid>.<random>";
+-- sticky_persistent, random peers and their upstream keys. The table Go
+-- sent maps such a key back to the same peer, here and in Go
+-- (TestShimTables). It returns nil for a backend without a sticky table.
+local worker_pid
+function _M.new_session(s, info, name)
+  local kind, recipe = info.tkind, info.recipe
+  if not info.ring or not recipe or (kind ~= 2 and kind ~= 3) or info.npeers == 0 then
+    return nil
+  end
+  local cands, cookies, peers, np = s.cands, s.cookies, info.peers, info.npeers
+  local n = 0
+  if kind == 2 then
+    worker_pid = worker_pid or ngx.worker.pid()
+    local now = ngx.now()
+    for i = 1, 20 do
+      if n == 3 or n == np then
+        break
+      end
+      local key = tostring(now + i) .. "." .. worker_pid .. "." .. random(999999)
+      local peer = peers[info.towners[ring_index(info, crc32(key))] + 1]
+      local seen = false
+      for k = 1, n do
+        if cands[k] == peer then
+          seen = true
+          break
+        end
+      end
+      if not seen then
+        n = n + 1
+        cands[n], cookies[n] = peer, key
+      end
+    end
+  else
+    local keys = info.keys_of
+    if not keys then
+      keys = {}
+      for key, k in pairs(info.pkeys) do
+        keys[k] = key
+      end
+      info.keys_of = keys
+    end
+    -- A partial shuffle: the first min(3, np) of a random order.
+    local order = {}
+    for k = 1, np do
+      order[k] = k
+    end
+    for k = 1, np do
+      if n == 3 then
+        break
+      end
+      local j = random(k, np)
+      order[k], order[j] = order[j], order[k]
+      local idx = order[k]
+      if keys[idx] then
+        n = n + 1
+        cands[n], cookies[n] = peers[idx], keys[idx]
+      end
+    end
+  end
+  if n == 0 then
+    return nil
+  end
+  if not _M.should_set_cookie(recipe) then
+    for k = 1, n do
+      cookies[k] = false
+    end
+    recipe = false
+  end
+  s.n, s.code, s.alt, s.score, s.backend, s.recipe = n, 0, false, nil, name, recipe
+  return s
+end
+
 local cookiebuf = {}
 function _M.sticky_cookie(r, key)
   local t = cookiebuf

@@ -12,8 +12,9 @@
 # affinity cookie a first request got, half carry none and get a new one),
 # canary_weight (a canary backend with weight 30), canary_header (the canary
 # by X-Canary equal to "yes"; wrk sends no header, "yes" and "no" in turn),
-# canary_header_pattern (the same by a pattern, "on" and "off": a request
-# with the header makes the shim ask `switchyard balancer` for its route),
+# canary_header_pattern (the same by a pattern, "on" and "off", matched in
+# the nginx worker by both: ingress-nginx's balancer.lua and the shim's
+# route.lua, with ngx.re.match),
 # chash_canary_chash and chash_canary_chashsubset (a chash main with a chash
 # canary, or a chashsubset one with subsets of 2, by weight 30). Both are
 # checked to balance before anything is measured, and to agree where the
