@@ -500,7 +500,7 @@ type controllerMetricsConfig struct {
 func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 	m := &controllerMetrics{
 		registry: prometheus.NewRegistry(),
-		ingress:  newIngressCollector(cfg.ControllerClass, cfg.ElectionID),
+		ingress:  newIngressCollector(cfg.ControllerClass, cfg.ElectionID, controllerLabels(cfg.ControllerClass)),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of successful configuration syncs (ingress-nginx: reload operations).",
@@ -524,7 +524,9 @@ func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 	}
 	m.registerer = prometheus.WrapRegistererWith(controllerLabels(cfg.ControllerClass), m.registry)
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.registerer.MustRegister(m.syncDuration, balancerCollector{cfg.Balancer}, m.ingress)
+	m.registerer.MustRegister(m.syncDuration)
+	// These two carry the controller labels themselves (metrics_cache.go).
+	m.registry.MustRegister(newBalancerCollector(cfg.Balancer, controllerLabels(cfg.ControllerClass)), m.ingress)
 	if cfg.ProcessPIDs != nil {
 		m.registerer.MustRegister(processCollector{pids: cfg.ProcessPIDs})
 	}
@@ -551,34 +553,4 @@ func (m *controllerMetrics) observeSync(e controlplane.SyncEvent) {
 	m.lastOK.Set(1)
 	m.lastOKTime.Set(float64(e.Time.Unix()))
 	m.syncDuration.Observe(e.Duration.Seconds())
-}
-
-// balancerCollector exports per-endpoint balancer state at scrape time.
-type balancerCollector struct{ reg *balancer.Registry }
-
-var (
-	descRequests = prometheus.NewDesc("switchyard_balancer_endpoint_requests_total", "Attempts completed per endpoint.", []string{"backend", "endpoint"}, nil)
-	descFailures = prometheus.NewDesc("switchyard_balancer_endpoint_failures_total", "Failed attempts per endpoint.", []string{"backend", "endpoint"}, nil)
-	descInFlight = prometheus.NewDesc("switchyard_balancer_endpoint_in_flight", "Requests in flight per endpoint.", []string{"backend", "endpoint"}, nil)
-	descEWMA     = prometheus.NewDesc("switchyard_balancer_endpoint_ewma_seconds", "Decayed EWMA latency score per endpoint (ewma, peak_ewma).", []string{"backend", "endpoint"}, nil)
-)
-
-func (balancerCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descRequests
-	ch <- descFailures
-	ch <- descInFlight
-	ch <- descEWMA
-}
-
-func (c balancerCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, b := range c.reg.Backends() {
-		for _, e := range b.Endpoints {
-			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(e.Requests), b.Name, e.Address)
-			ch <- prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, float64(e.Failures), b.Name, e.Address)
-			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(e.InFlight), b.Name, e.Address)
-			if e.EWMA >= 0 {
-				ch <- prometheus.MustNewConstMetric(descEWMA, prometheus.GaugeValue, e.EWMA, b.Name, e.Address)
-			}
-		}
-	}
 }
