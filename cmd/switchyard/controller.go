@@ -187,7 +187,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					return err
 				}
 			} else {
-				if err := reg.Apply(cfg.Backends); err != nil {
+				// An endpoint change names the backends it changed: the
+				// balancer builds those alone.
+				if err := reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
 					klog.ErrorS(err, "some backends were not applied")
 				}
 				if ch.BackendsOnly() {
@@ -196,8 +198,12 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					px.Update(cfg)
 				}
 			}
-			pp.update(&cfg.Global)
-			l4.Update(tcpproxy.RoutesFrom(cfg))
+			if !ch.BackendsOnly() {
+				// Settings, passthrough hosts and L4 services are not
+				// backends: unchanged by a backends-only change.
+				pp.update(&cfg.Global)
+				l4.Update(tcpproxy.RoutesFrom(cfg))
+			}
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some TCP services could not listen")
 			}

@@ -29,6 +29,9 @@ type Shape struct {
 	Services int
 	// Endpoints is the number of ready endpoints per Service; zero means 1.
 	Endpoints int
+	// Namespaces spreads the Ingresses over that many namespaces; zero
+	// means 100. test/k8s.Stage uses one.
+	Namespaces int
 }
 
 // Class is the IngressClass every generated Ingress names; its controller
@@ -36,7 +39,7 @@ type Shape struct {
 const Class = "switchyard"
 
 // Input generates the objects of s. Ingress i lives in namespace
-// "ns<i%100>", is named "ing<i>" with host "h<i>.example.com", and routes
+// "ns<i%Namespaces>", is named "ing<i>" with host "h<i>.example.com", and routes
 // "/p<j>" to Service "svc<i>-<j>", whose slice "svc<i>-<j>-abcde" holds
 // the endpoints Address(i, j, k).
 func Input(s Shape) builder.Input {
@@ -46,6 +49,9 @@ func Input(s Shape) builder.Input {
 	if s.Endpoints <= 0 {
 		s.Endpoints = 1
 	}
+	if s.Namespaces <= 0 {
+		s.Namespaces = 100
+	}
 	class := Class
 	in := builder.Input{IngressClasses: []*networkingv1.IngressClass{{
 		ObjectMeta: metav1.ObjectMeta{Name: class},
@@ -54,7 +60,7 @@ func Input(s Shape) builder.Input {
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pt := networkingv1.PathTypePrefix
 	for i := range s.Ingresses {
-		ns := Namespace(i)
+		ns := fmt.Sprintf("ns%d", i%s.Namespaces)
 		var paths []networkingv1.HTTPIngressPath
 		for j := range s.Services {
 			svc := Service(i, j)
@@ -92,7 +98,8 @@ func Input(s Shape) builder.Input {
 	return in
 }
 
-// Namespace is the namespace of Ingress i and its Services.
+// Namespace is the namespace of Ingress i and its Services with the
+// default Namespaces.
 func Namespace(i int) string { return fmt.Sprintf("ns%d", i%100) }
 
 // Service is the name of Ingress i's j-th Service.
