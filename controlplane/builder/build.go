@@ -148,9 +148,9 @@ type builder struct {
 	// of the Ingress that created them: any Ingress's "/" path replaces it.
 	hostRoots map[string]bool
 	anns      map[*networkingv1.Ingress]*annotations // parsed once
-	access    globalAccess                          // the ConfigMap's access settings
-	badAddrs  map[string]bool                       // slice/address already reported invalid
-	index     *EndpointIndex                        // nil outside BuildIndexed
+	access    globalAccess                           // the ConfigMap's access settings
+	badAddrs  map[string]bool                        // slice/address already reported invalid
+	index     *EndpointIndex                         // nil outside BuildIndexed
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
