@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -64,6 +65,11 @@ type Registry struct {
 	// generation, so the nginx shims keep their tables and leases.
 	last    []model.Backend
 	lastErr error
+	// lastPlain is true when last can take ApplyChanged: no ExternalName
+	// (resolved again on every Apply), no duplicate name, and alternates
+	// holds every name some backend of it names as an alternative.
+	lastPlain  bool
+	alternates map[string]bool
 }
 
 // snapshot is one immutable generation of balancers.
@@ -241,7 +247,11 @@ func (r *Registry) Sync(backends []Backend) error {
 		}
 		typed = append(typed, m)
 	}
-	return errors.Join(append(errs, r.apply(typed, invalid))...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.applyLocked(typed, invalid)
+	r.lastPlain = false // a foreign payload: the next ApplyChanged applies in full
+	return errors.Join(append(errs, err)...)
 }
 
 // Apply applies typed backends, the controller's own: backends not in it
@@ -250,13 +260,15 @@ func (r *Registry) Sync(backends []Backend) error {
 // failures, each naming its backend. Apply keeps backends to compare with
 // the next call: the caller must not modify them afterwards. Backends equal
 // to the previous ones change nothing, not even Version.
-func (r *Registry) Apply(backends []model.Backend) error { return r.apply(backends, nil) }
-
-// apply is Apply; the backends named in keep failed before they got here
-// and keep their previous balancers.
-func (r *Registry) apply(backends []model.Backend, keep []string) error {
+func (r *Registry) Apply(backends []model.Backend) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.applyLocked(backends, nil)
+}
+
+// applyLocked is Apply with mu held; the backends named in keep failed
+// before they got here and keep their previous balancers.
+func (r *Registry) applyLocked(backends []model.Backend, keep []string) error {
 	// The controller applies on every change of its Configuration, most of
 	// which leave the backends as they were. ExternalName backends are
 	// resolved again every time, so a payload with one is always built.
@@ -269,6 +281,98 @@ func (r *Registry) apply(backends []model.Backend, keep []string) error {
 		r.last = nil // what was kept is not in backends
 	}
 	return err
+}
+
+// ApplyChanged is Apply for a payload that differs from the one last
+// applied only at the indices in changed: the same length, the same names
+// in the same places, and every other backend equal (the controller's
+// endpoint changes, builder.EndpointIndex.Refresh). Only the changed
+// backends are built again, and the generation is published without
+// going over the others, so an endpoint change costs the backends it
+// touches whatever the number of backends. When the payload cannot be
+// applied that way (no previous payload, another length or name, an
+// ExternalName, a changed backend with alternatives or that is one) it is
+// applied in full, as Apply; so is a nil changed, which means any backend
+// may have changed. The error joins the failures of the backends built.
+func (r *Registry) ApplyChanged(backends []model.Backend, changed []int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.canApplyChanged(backends, changed) {
+		return r.applyLocked(backends, nil)
+	}
+	same := true
+	for _, i := range changed {
+		same = same && backends[i].Equal(&r.last[i])
+	}
+	if same {
+		// As Apply of an equal payload: not even Version changes.
+		r.last = backends
+		return r.lastErr
+	}
+	old := r.snap.Load()
+	next := &snapshot{byName: maps.Clone(old.byName)}
+	r.rings = newRingBuilds(len(changed))
+	var errs []error
+	var recompute []*backend
+	for _, i := range changed {
+		b := &backends[i]
+		delete(next.byName, b.Name)
+		if prev := r.unchanged(old, b); prev != nil {
+			next.byName[b.Name] = prev // no alternatives: it serves on as it is
+			continue
+		}
+		nb, err := r.build(b)
+		if err != nil {
+			errs = append(errs, err)
+			if prev, ok := old.byName[b.Name]; ok && nb == nil {
+				nb = carry(prev)
+			}
+		}
+		if nb != nil {
+			next.byName[b.Name] = nb
+			recompute = append(recompute, nb)
+		}
+	}
+	r.rings.wait()
+	r.rings = nil
+	// Nothing else names a changed backend as an alternative: only their
+	// own variables can have changed.
+	for _, b := range recompute {
+		b.needVars = neededVars(next, b)
+	}
+	r.publish(next)
+	r.last, r.lastErr = backends, errors.Join(errs...)
+	return r.lastErr
+}
+
+// canApplyChanged reports whether ApplyChanged can build only changed.
+// Called with mu held.
+func (r *Registry) canApplyChanged(backends []model.Backend, changed []int) bool {
+	if changed == nil || r.last == nil || !r.lastPlain || len(r.last) != len(backends) {
+		return false
+	}
+	for _, i := range changed {
+		if i < 0 || i >= len(backends) {
+			return false
+		}
+		b, was := &backends[i], &r.last[i]
+		if b.Name != was.Name || b.ExternalName != "" || len(b.Alternatives) > 0 || len(was.Alternatives) > 0 || r.alternates[b.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+// publish makes next the generation pickers see. Called with mu held.
+func (r *Registry) publish(next *snapshot) {
+	r.snap.Store(next)
+	r.version.Add(1)
+	r.changedMu.Lock()
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+	r.changedMu.Unlock()
 }
 
 // sameBackends reports whether a and b hold the same backends, canary
@@ -380,14 +484,16 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 	for _, b := range recompute {
 		b.needVars = neededVars(next, b)
 	}
-	r.snap.Store(next)
-	r.version.Add(1)
-	r.changedMu.Lock()
-	if r.changed != nil {
-		close(r.changed)
-		r.changed = nil
+	r.publish(next)
+	r.lastPlain, r.alternates = len(keep) == 0 && len(present) == len(backends), map[string]bool{}
+	for i := range backends {
+		if backends[i].ExternalName != "" {
+			r.lastPlain = false
+		}
+		for _, a := range backends[i].Alternatives {
+			r.alternates[a] = true
+		}
 	}
-	r.changedMu.Unlock()
 	return errors.Join(errs...)
 }
 

@@ -151,8 +151,8 @@ func TestAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := next(t, updates, func(u update) bool { return len(endpointsOf(u.cfg, primary)) == 2 })
-	if u.change != (Change{Dynamic: true}) {
-		t.Errorf("scaling change = %+v; want dynamic only", u.change)
+	if c := u.change; c.Reload || c.Certificates || !c.Dynamic || len(c.Backends) != 1 || u.cfg.Backends[c.Backends[0]].Name != primary {
+		t.Errorf("scaling change = %+v; want dynamic only, naming backend %s alone", c, primary)
 	}
 	if ctrl.Refreshed() == refreshed {
 		t.Error("scaling an EndpointSlice made a full build; want the endpoints refreshed alone")

@@ -42,6 +42,13 @@ type Change struct {
 	// Certificates is true when certificates changed (Dynamic is then
 	// true too). A change with only Dynamic set changed backends alone.
 	Certificates bool
+	// Backends, when not nil, lists the indices in the new Configuration's
+	// Backends of the only backends that differ from the previous
+	// Configuration's (which has as many, in the same order): an
+	// endpoint change made without a build (builder.EndpointIndex).
+	// Sinks can apply those alone (balancer.Registry.ApplyChanged). Nil
+	// means any backend may have changed.
+	Backends []int
 }
 
 // BackendsOnly reports whether only backends changed: the sinks apply
@@ -255,13 +262,18 @@ func New(cfg Config) (*Controller, error) {
 		emitted: map[string]bool{},
 	}
 	f := c.factory
+	sliceInformer := f.Discovery().V1().EndpointSlices().Informer()
+	if err := sliceInformer.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+		return nil, fmt.Errorf("controlplane: index endpointslices: %w", err)
+	}
 	c.listers = listers{
-		ingresses:      f.Networking().V1().Ingresses().Lister(),
-		ingressClasses: f.Networking().V1().IngressClasses().Lister(),
-		services:       f.Core().V1().Services().Lister(),
-		endpointSlices: f.Discovery().V1().EndpointSlices().Lister(),
-		configMaps:     f.Core().V1().ConfigMaps().Lister(),
-		secrets:        c.secrets.Core().V1().Secrets().Lister(),
+		ingresses:       f.Networking().V1().Ingresses().Lister(),
+		ingressClasses:  f.Networking().V1().IngressClasses().Lister(),
+		services:        f.Core().V1().Services().Lister(),
+		endpointSlices:  f.Discovery().V1().EndpointSlices().Lister(),
+		slicesByService: sliceInformer.GetIndexer(),
+		configMaps:      f.Core().V1().ConfigMaps().Lister(),
+		secrets:         c.secrets.Core().V1().Secrets().Lister(),
 	}
 	handler := func(changed func(objs ...any)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{
@@ -480,12 +492,12 @@ func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*mode
 	start := time.Now()
 	full, slices := c.takePending()
 	if !full && len(slices) > 0 && prev != nil && c.index != nil {
-		if cfg, ok := c.index.Refresh(prev, slices, c.listers.slicesOf); ok {
+		if cfg, changed, ok := c.index.RefreshChanged(prev, slices, c.listers.slicesOf); ok {
 			if cfg == prev {
 				return prev, nil // no endpoint of a served backend moved
 			}
 			// Only endpoints changed: no build, no hashing of the model.
-			next, err := c.hand(ctx, start, prev, cfg, Change{Dynamic: true})
+			next, err := c.hand(ctx, start, prev, cfg, Change{Dynamic: true, Backends: changed})
 			if err == nil {
 				c.refreshed.Add(1)
 			}

@@ -72,6 +72,22 @@ func (a *API) Apply(backends []model.Backend) error {
 	return err
 }
 
+// ApplyChanged is Apply for backends that differ from the last applied
+// ones only at the indices in changed: a balancer that can apply those
+// alone (balancer.Registry.ApplyChanged) does.
+func (a *API) ApplyChanged(backends []model.Backend, changed []int) error {
+	var err error
+	if ca, ok := a.cfg.Backends.(changedApplier); ok {
+		err = ca.ApplyChanged(backends, changed)
+	} else {
+		err = a.cfg.Backends.Apply(backends)
+	}
+	a.mu.Lock()
+	a.synced, a.rawBackends, a.haveBackends = backends, nil, true
+	a.mu.Unlock()
+	return err
+}
+
 // Sync applies a wire-form payload that was not POSTed (a stream line) and
 // makes the API report it, as Apply does.
 func (a *API) Sync(backends []balancer.Backend) error {

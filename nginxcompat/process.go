@@ -350,7 +350,7 @@ func unquoteSet(l []byte) string {
 // accepting. A refused file leaves the running
 // configuration serving and returns a *ConfigError.
 func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error {
-	if err := c.syncBackends(cfg.Backends, true); err != nil {
+	if err := c.syncBackends(cfg.Backends, true, nil); err != nil {
 		return fmt.Errorf("sync backends: %w", err)
 	}
 	r, err := Render(cfg, c.cfg.Render)
@@ -398,15 +398,30 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 // changed since the last Update: they go to the balancer; nginx.conf, which
 // does not depend on them, is neither rendered nor reloaded.
 func (c *Controller) UpdateBackends(cfg *model.Configuration) error {
-	if err := c.syncBackends(cfg.Backends, true); err != nil {
+	return c.UpdateBackendsChanged(cfg, nil)
+}
+
+// UpdateBackendsChanged is UpdateBackends for a Configuration whose
+// backends differ from the last one's only at the indices in changed
+// (controlplane.Change.Backends): a balancer that can apply those alone
+// (balancer.Registry.ApplyChanged) does. Nil changed is UpdateBackends.
+func (c *Controller) UpdateBackendsChanged(cfg *model.Configuration, changed []int) error {
+	if err := c.syncBackends(cfg.Backends, true, changed); err != nil {
 		return fmt.Errorf("sync backends: %w", err)
 	}
 	return nil
 }
 
+// changedApplier is a BackendSyncer that can apply a payload changed at
+// some indices alone (balancer.Registry, API).
+type changedApplier interface {
+	ApplyChanged(backends []model.Backend, changed []int) error
+}
+
 // syncBackends hands backends to the balancer. With remember, they become
-// the payload reassert syncs again; without, remembered ones are synced.
-func (c *Controller) syncBackends(backends []model.Backend, remember bool) error {
+// the payload reassert syncs again (changed, when not nil, says where they
+// differ from the last payload); without, remembered ones are synced.
+func (c *Controller) syncBackends(backends []model.Backend, remember bool, changed []int) error {
 	if c.cfg.Backends == nil {
 		return nil
 	}
@@ -418,13 +433,16 @@ func (c *Controller) syncBackends(backends []model.Backend, remember bool) error
 	if !c.haveBackends {
 		return nil
 	}
+	if ca, ok := c.cfg.Backends.(changedApplier); ok && remember && changed != nil {
+		return ca.ApplyChanged(c.backends, changed)
+	}
 	return c.cfg.Backends.Apply(c.backends)
 }
 
 // reassert syncs the last Configuration's backends again: a foreign POST
 // /configuration/backends does not outlive ReassertInterval.
 func (c *Controller) reassert() {
-	if err := c.syncBackends(nil, false); err != nil {
+	if err := c.syncBackends(nil, false, nil); err != nil {
 		c.cfg.Logf("nginxcompat: re-assert backends: %v", err)
 	}
 }

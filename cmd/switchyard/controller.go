@@ -187,7 +187,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					return err
 				}
 			} else {
-				if err := reg.Apply(cfg.Backends); err != nil {
+				// An endpoint change names the backends it changed: the
+				// balancer builds those alone.
+				if err := reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
 					klog.ErrorS(err, "some backends were not applied")
 				}
 				if ch.BackendsOnly() {
@@ -196,8 +198,12 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					px.Update(cfg)
 				}
 			}
-			pp.update(&cfg.Global)
-			l4.Update(tcpproxy.RoutesFrom(cfg))
+			if !ch.BackendsOnly() {
+				// Settings, passthrough hosts and L4 services are not
+				// backends: unchanged by a backends-only change.
+				pp.update(&cfg.Global)
+				l4.Update(tcpproxy.RoutesFrom(cfg))
+			}
 			if err := l4.SyncTCP(ctx, opts.ListenAddress); err != nil {
 				klog.ErrorS(err, "some TCP services could not listen")
 			}
@@ -500,7 +506,7 @@ type controllerMetricsConfig struct {
 func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 	m := &controllerMetrics{
 		registry: prometheus.NewRegistry(),
-		ingress:  newIngressCollector(cfg.ControllerClass, cfg.ElectionID),
+		ingress:  newIngressCollector(cfg.ControllerClass, cfg.ElectionID, controllerLabels(cfg.ControllerClass)),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of successful configuration syncs (ingress-nginx: reload operations).",
@@ -524,7 +530,9 @@ func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 	}
 	m.registerer = prometheus.WrapRegistererWith(controllerLabels(cfg.ControllerClass), m.registry)
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.registerer.MustRegister(m.syncDuration, balancerCollector{cfg.Balancer}, m.ingress)
+	m.registerer.MustRegister(m.syncDuration)
+	// These two carry the controller labels themselves (metrics_cache.go).
+	m.registry.MustRegister(newBalancerCollector(cfg.Balancer, controllerLabels(cfg.ControllerClass)), m.ingress)
 	if cfg.ProcessPIDs != nil {
 		m.registerer.MustRegister(processCollector{pids: cfg.ProcessPIDs})
 	}
@@ -551,34 +559,4 @@ func (m *controllerMetrics) observeSync(e controlplane.SyncEvent) {
 	m.lastOK.Set(1)
 	m.lastOKTime.Set(float64(e.Time.Unix()))
 	m.syncDuration.Observe(e.Duration.Seconds())
-}
-
-// balancerCollector exports per-endpoint balancer state at scrape time.
-type balancerCollector struct{ reg *balancer.Registry }
-
-var (
-	descRequests = prometheus.NewDesc("switchyard_balancer_endpoint_requests_total", "Attempts completed per endpoint.", []string{"backend", "endpoint"}, nil)
-	descFailures = prometheus.NewDesc("switchyard_balancer_endpoint_failures_total", "Failed attempts per endpoint.", []string{"backend", "endpoint"}, nil)
-	descInFlight = prometheus.NewDesc("switchyard_balancer_endpoint_in_flight", "Requests in flight per endpoint.", []string{"backend", "endpoint"}, nil)
-	descEWMA     = prometheus.NewDesc("switchyard_balancer_endpoint_ewma_seconds", "Decayed EWMA latency score per endpoint (ewma, peak_ewma).", []string{"backend", "endpoint"}, nil)
-)
-
-func (balancerCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descRequests
-	ch <- descFailures
-	ch <- descInFlight
-	ch <- descEWMA
-}
-
-func (c balancerCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, b := range c.reg.Backends() {
-		for _, e := range b.Endpoints {
-			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(e.Requests), b.Name, e.Address)
-			ch <- prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, float64(e.Failures), b.Name, e.Address)
-			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(e.InFlight), b.Name, e.Address)
-			if e.EWMA >= 0 {
-				ch <- prometheus.MustNewConstMetric(descEWMA, prometheus.GaugeValue, e.EWMA, b.Name, e.Address)
-			}
-		}
-	}
 }

@@ -2,17 +2,16 @@ package main
 
 import (
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
-	"hash/fnv"
 	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
-	"k8s.io/klog/v2"
 )
 
 // controllerLabels are the constant labels ingress-nginx puts on its
@@ -38,19 +37,35 @@ type ingressSource interface {
 // ingressCollector exports, at scrape time, ingress-nginx's metrics that
 // describe the controller and its configuration rather than requests:
 // build_info, config_hash, the certificate metrics, leader_election_status
-// and orphan_ingress.
+// and orphan_ingress. Its series carry the controller labels themselves
+// (it is registered unwrapped: a wrapping Registerer builds a new Desc for
+// every series of every scrape), and everything derived from a
+// Configuration is computed once per Configuration, most of it once per
+// build (metrics_cache.go): a scrape sends what is cached.
 type ingressCollector struct {
 	// immutable
 	class, electionID string
+	d                 ingressDescs
+	// constPairs are the controller labels as label pairs, sorted.
+	constPairs []*dto.LabelPair
+	buildInfo  prometheus.Metric
 
 	// atomic
 	src atomic.Pointer[ingressSource]
 
 	// guarded by mu
 	mu       sync.Mutex
-	hashOf   *model.Configuration // the configuration hash was computed for
-	hash     uint64
 	certInfo map[string]certInfo // by Certificate.UID and PEM
+	// shape is what was derived from the last build's structure;
+	// current what was derived from the last Configuration scraped.
+	shape   *configShape
+	current *configMetrics
+}
+
+// ingressDescs are the ingressCollector's descriptors, with the controller
+// labels as constant labels.
+type ingressDescs struct {
+	configHash, sslExpire, sslInfo, leader, buildInfo, orphan *prometheus.Desc
 }
 
 // certInfo is what ssl_certificate_info says about a certificate.
@@ -65,24 +80,32 @@ type certInfo struct {
 
 const ingressNS = "nginx_ingress_controller"
 
-var (
-	descConfigHash = prometheus.NewDesc(ingressNS+"_config_hash", "Running configuration hash actually running", nil, nil)
-	// ingress-nginx's label sets: "namespace" is the Secret's, "class" the
-	// controller class.
-	descSSLExpire = prometheus.NewDesc(ingressNS+"_ssl_expire_time_seconds", "Number of seconds since 1970 to the SSL Certificate expire.",
-		[]string{"namespace", "class", "host", "secret_name", "identifier"}, nil)
-	descSSLInfo = prometheus.NewDesc(ingressNS+"_ssl_certificate_info", "Hold all labels associated to a certificate",
-		[]string{"namespace", "class", "host", "secret_name", "identifier", "issuer_organization", "issuer_common_name", "serial_number", "public_key_algorithm"}, nil)
-	descLeader = prometheus.NewDesc(ingressNS+"_leader_election_status",
-		"Gauge reporting status of the leader election, 0 indicates follower, 1 indicates leader. 'name' is the string used to identify the lease", []string{"name"}, nil)
-	descBuildInfo = prometheus.NewDesc(ingressNS+"_build_info", "A metric with a constant '1' labeled with information about the build.",
-		[]string{"release", "build", "repository"}, nil)
-	descOrphan = prometheus.NewDesc(ingressNS+"_orphan_ingress",
-		"Gauge reporting status of ingress orphanity, 1 indicates orphaned ingress. 'type' is no-service or no-endpoint.", []string{"namespace", "ingress", "type"}, nil)
-)
+// newIngressDescs returns ingress-nginx's descriptors with the constant
+// labels labels. Label sets as ingress-nginx's: "namespace" is the
+// Secret's, "class" the controller class.
+func newIngressDescs(labels prometheus.Labels) ingressDescs {
+	return ingressDescs{
+		configHash: prometheus.NewDesc(ingressNS+"_config_hash", "Running configuration hash actually running", nil, labels),
+		sslExpire: prometheus.NewDesc(ingressNS+"_ssl_expire_time_seconds", "Number of seconds since 1970 to the SSL Certificate expire.",
+			[]string{"namespace", "class", "host", "secret_name", "identifier"}, labels),
+		sslInfo: prometheus.NewDesc(ingressNS+"_ssl_certificate_info", "Hold all labels associated to a certificate",
+			[]string{"namespace", "class", "host", "secret_name", "identifier", "issuer_organization", "issuer_common_name", "serial_number", "public_key_algorithm"}, labels),
+		leader: prometheus.NewDesc(ingressNS+"_leader_election_status",
+			"Gauge reporting status of the leader election, 0 indicates follower, 1 indicates leader. 'name' is the string used to identify the lease", []string{"name"}, labels),
+		buildInfo: prometheus.NewDesc(ingressNS+"_build_info", "A metric with a constant '1' labeled with information about the build.",
+			[]string{"release", "build", "repository"}, labels),
+		orphan: prometheus.NewDesc(ingressNS+"_orphan_ingress",
+			"Gauge reporting status of ingress orphanity, 1 indicates orphaned ingress. 'type' is no-service or no-endpoint.", []string{"namespace", "ingress", "type"}, labels),
+	}
+}
 
-func newIngressCollector(class, electionID string) *ingressCollector {
-	return &ingressCollector{class: class, electionID: electionID, certInfo: map[string]certInfo{}}
+// newIngressCollector returns the collector of a controller whose
+// controller labels (controllerLabels) are labels.
+func newIngressCollector(class, electionID string, labels prometheus.Labels) *ingressCollector {
+	c := &ingressCollector{class: class, electionID: electionID, d: newIngressDescs(labels),
+		constPairs: labelPairs(labels), certInfo: map[string]certInfo{}}
+	c.buildInfo = prometheus.MustNewConstMetric(c.d.buildInfo, prometheus.GaugeValue, 1, version, buildRevision(), "https://github.com/switchyard-proxy/switchyard")
+	return c
 }
 
 // attach sets the source read at scrape time; before it the collector
@@ -90,12 +113,12 @@ func newIngressCollector(class, electionID string) *ingressCollector {
 func (c *ingressCollector) attach(src ingressSource) { c.src.Store(&src) }
 
 func (c *ingressCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descConfigHash
-	ch <- descSSLExpire
-	ch <- descSSLInfo
-	ch <- descLeader
-	ch <- descOrphan
-	ch <- descBuildInfo
+	ch <- c.d.configHash
+	ch <- c.d.sslExpire
+	ch <- c.d.sslInfo
+	ch <- c.d.leader
+	ch <- c.d.orphan
+	ch <- c.d.buildInfo
 }
 
 func (c *ingressCollector) Collect(ch chan<- prometheus.Metric) {
@@ -103,47 +126,32 @@ func (c *ingressCollector) Collect(ch chan<- prometheus.Metric) {
 	if p == nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, version, buildRevision(), "https://github.com/switchyard-proxy/switchyard")
+	ch <- c.buildInfo
 	src := *p
 	leader := 0.0
 	if src.IsLeader() {
 		leader = 1
 	}
-	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader, c.electionID)
+	ch <- prometheus.MustNewConstMetric(c.d.leader, prometheus.GaugeValue, leader, c.electionID)
 	cfg := src.Current()
 	if cfg == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(descConfigHash, prometheus.GaugeValue, float64(c.configHash(cfg)))
-	c.collectCertificates(ch, cfg)
-	collectOrphans(ch, cfg)
+	m := c.metricsOf(cfg)
+	ch <- m.hash
+	for _, s := range m.shape.certs {
+		ch <- s
+	}
+	for i := range m.orphans {
+		ch <- &m.orphans[i]
+	}
 }
 
-// configHash hashes the configuration's content, without its Version and
-// Errors, so replicas serving the same objects report the same value (as
-// ingress-nginx's hash of its configuration). Called with mu held; computed
-// once per configuration.
-func (c *ingressCollector) configHash(cfg *model.Configuration) uint64 {
-	if c.hashOf == cfg {
-		return c.hash
-	}
-	content := *cfg
-	content.Version, content.Errors = 0, nil
-	h := fnv.New64a()
-	if err := json.NewEncoder(h).Encode(&content); err != nil {
-		klog.ErrorS(err, "hash the configuration")
-		return 0
-	}
-	c.hashOf, c.hash = cfg, h.Sum64()
-	return c.hash
-}
-
-// collectCertificates exports the expiry and issuer of the certificate of
+// collectCertificates returns the expiry and issuer of the certificate of
 // each server with TLS, as ingress-nginx: one series per host and
 // certificate. Called with mu held.
-func (c *ingressCollector) collectCertificates(ch chan<- prometheus.Metric, cfg *model.Configuration) {
+func (c *ingressCollector) collectCertificates(cfg *model.Configuration) []prometheus.Metric {
+	var out []prometheus.Metric
 	seen := make(map[string]bool, len(cfg.Certificates))
 	for i := range cfg.Servers {
 		s := &cfg.Servers[i]
@@ -157,12 +165,12 @@ func (c *ingressCollector) collectCertificates(ch chan<- prometheus.Metric, cfg 
 		seen[cert.UID] = true
 		info := c.info(cert)
 		if cert.NotAfter > 0 {
-			ch <- prometheus.MustNewConstMetric(descSSLExpire, prometheus.GaugeValue, float64(cert.NotAfter),
-				cert.Secret.Namespace, c.class, s.Hostname, cert.Secret.Name, info.identifier)
+			out = append(out, prometheus.MustNewConstMetric(c.d.sslExpire, prometheus.GaugeValue, float64(cert.NotAfter),
+				cert.Secret.Namespace, c.class, s.Hostname, cert.Secret.Name, info.identifier))
 		}
 		if info.ok {
-			ch <- prometheus.MustNewConstMetric(descSSLInfo, prometheus.GaugeValue, 1,
-				cert.Secret.Namespace, c.class, s.Hostname, cert.Secret.Name, info.identifier, info.issuerOrg, info.issuerCN, info.serial, info.keyAlg)
+			out = append(out, prometheus.MustNewConstMetric(c.d.sslInfo, prometheus.GaugeValue, 1,
+				cert.Secret.Namespace, c.class, s.Hostname, cert.Secret.Name, info.identifier, info.issuerOrg, info.issuerCN, info.serial, info.keyAlg))
 		}
 	}
 	for uid := range c.certInfo {
@@ -170,6 +178,7 @@ func (c *ingressCollector) collectCertificates(ch chan<- prometheus.Metric, cfg 
 			delete(c.certInfo, uid)
 		}
 	}
+	return out
 }
 
 // info parses the leaf certificate of cert once per PEM. Called with mu
@@ -222,47 +231,3 @@ const (
 	orphanNoService  = "no-service"
 	orphanNoEndpoint = "no-endpoint"
 )
-
-// collectOrphans exports orphan_ingress for every Ingress path backed by a
-// Service: no-service is 1 when the builder found no usable Service port for
-// it (the Service is missing, lacks the port, or is an unusable
-// ExternalName: its backend's HasService is false); no-endpoint
-// is 1 when the Service was found but the backend has no endpoints. An
-// Ingress with several paths is orphaned if any of them is, as ingress-nginx
-// sets the gauge per path.
-func collectOrphans(ch chan<- prometheus.Metric, cfg *model.Configuration) {
-	backends := make(map[string]int, len(cfg.Backends))
-	for i := range cfg.Backends {
-		backends[cfg.Backends[i].Name] = i
-	}
-	type key struct{ ns, name, typ string }
-	state := map[key]float64{}
-	set := func(k key, orphaned bool) {
-		if orphaned {
-			state[k] = 1
-		} else if _, ok := state[k]; !ok {
-			state[k] = 0
-		}
-	}
-	for i := range cfg.Servers {
-		for j := range cfg.Servers[i].Locations {
-			loc := &cfg.Servers[i].Locations[j]
-			if loc.Ingress.Name == "" || loc.Service == "" || loc.IsDefaultBackend {
-				continue
-			}
-			bi, ok := backends[loc.Backend]
-			if !ok {
-				continue
-			}
-			be := &cfg.Backends[bi]
-			noService := !be.HasService
-			set(key{loc.Ingress.Namespace, loc.Ingress.Name, orphanNoService}, noService)
-			if !noService {
-				set(key{loc.Ingress.Namespace, loc.Ingress.Name, orphanNoEndpoint}, len(be.Endpoints) == 0)
-			}
-		}
-	}
-	for k, v := range state {
-		ch <- prometheus.MustNewConstMetric(descOrphan, prometheus.GaugeValue, v, k.ns, k.name, k.typ)
-	}
-}

@@ -161,7 +161,7 @@ func newNginxPlane(opts controllerOptions, reg *balancer.Registry, registerer pr
 func (p *nginxPlane) update(ctx context.Context, cfg *model.Configuration, ch controlplane.Change) error {
 	if ch.BackendsOnly() && p.runDone != nil {
 		// nginx.conf does not depend on backends: the balancer alone.
-		return p.ctrl.UpdateBackends(cfg)
+		return p.ctrl.UpdateBackendsChanged(cfg, ch.Backends)
 	}
 	// Before the reload, so the new nginx.conf's digest locations are known.
 	p.digest.Update(cfg)

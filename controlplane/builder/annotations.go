@@ -153,7 +153,14 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 	a := annotations{hashBySubsetSize: 3, canaryWeightTotal: 100}
 	var errs []annotationError
 	get := func(name string) (string, bool) {
-		v, ok := raw[annotationPrefix+name]
+		if len(raw) == 0 {
+			return "", false
+		}
+		// The key is put together on the stack: a concatenation would
+		// allocate on every one of the ~100 lookups per Ingress.
+		var buf [96]byte
+		key := append(append(buf[:0], annotationPrefix...), name...)
+		v, ok := raw[string(key)]
 		return v, ok
 	}
 	bad := func(name, format string, args ...any) {

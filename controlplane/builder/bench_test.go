@@ -95,7 +95,7 @@ func TestSyntheticInput(t *testing.T) {
 // time and allocations it reports the live heap right after a build
 // (HeapAlloc-B, input included) and the bytes allocated per build.
 func BenchmarkBuild(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range []int{1000, 10000, 50000} {
 		b.Run(fmt.Sprintf("ingresses=%d", n), func(b *testing.B) {
 			in := syntheticInput(n)
 			var ms runtime.MemStats

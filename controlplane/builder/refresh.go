@@ -56,12 +56,21 @@ func (x *EndpointIndex) record(backend string, svc *corev1.Service, sp corev1.Se
 // slices or among prev's errors): the caller then builds in full. When no
 // endpoint changed it returns prev itself.
 func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, slicesOf func(namespace, service string) []*discoveryv1.EndpointSlice) (cfg *model.Configuration, ok bool) {
+	cfg, _, ok = x.RefreshChanged(prev, changed, slicesOf)
+	return cfg, ok
+}
+
+// RefreshChanged is Refresh that also returns the indices in cfg.Backends
+// (which has prev's backends in prev's order) of the backends whose
+// endpoints changed, in increasing order: the sinks apply those alone
+// (balancer.Registry.ApplyChanged).
+func (x *EndpointIndex) RefreshChanged(prev *model.Configuration, changed []string, slicesOf func(namespace, service string) []*discoveryv1.EndpointSlice) (cfg *model.Configuration, backends []int, ok bool) {
 	for _, e := range prev.Errors {
 		if e.Object.Kind == "EndpointSlice" {
-			return nil, false
+			return nil, nil, false
 		}
 	}
-	var backends []model.Backend // prev's, copied on the first change
+	var next []model.Backend // prev's, copied on the first change
 	for _, key := range changed {
 		srcs := x.byService[key]
 		if len(srcs) == 0 {
@@ -72,7 +81,7 @@ func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, sli
 		for _, src := range srcs {
 			eps := b.endpoints(src.svc, src.port, src.proto)
 			if len(b.cfg.Errors) > 0 {
-				return nil, false
+				return nil, nil, false
 			}
 			i := sort.Search(len(prev.Backends), func(i int) bool { return prev.Backends[i].Name >= src.backend })
 			if i == len(prev.Backends) || prev.Backends[i].Name != src.backend {
@@ -84,16 +93,20 @@ func (x *EndpointIndex) Refresh(prev *model.Configuration, changed []string, sli
 			if slices.Equal(prev.Backends[i].Endpoints, eps) {
 				continue
 			}
-			if backends == nil {
-				backends = append([]model.Backend(nil), prev.Backends...)
+			if next == nil {
+				next = append([]model.Backend(nil), prev.Backends...)
 			}
-			backends[i].Endpoints = eps
+			next[i].Endpoints = eps
+			backends = append(backends, i)
 		}
 	}
-	if backends == nil {
-		return prev, true
+	if next == nil {
+		return prev, nil, true
 	}
-	next := *prev
-	next.Backends = backends
-	return &next, true
+	slices.Sort(backends)
+	backends = slices.Compact(backends)
+	cfg = new(model.Configuration)
+	*cfg = *prev
+	cfg.Backends = next
+	return cfg, backends, true
 }

@@ -79,13 +79,24 @@ func TestRefreshEqualsBuild(t *testing.T) {
 		for k := range changed {
 			keys = append(keys, k)
 		}
-		got, ok := idx.Refresh(prev, keys, slicesOf(next))
+		got, backends, ok := idx.RefreshChanged(prev, keys, slicesOf(next))
 		if !ok {
 			t.Fatalf("round %d: Refresh refused a plain endpoint change", round)
 		}
 		want := Build(next, opt)
 		if diff := cmp.Diff(want, got, cmp.Comparer((*model.Regexp).Equal), cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("round %d, changed %v: Refresh differs from Build (-build +refresh):\n%s", round, keys, diff)
+		}
+		// The indices are those of the backends that differ, and only
+		// those: a sink applying them alone gets the full build.
+		var differ []int
+		for i := range prev.Backends {
+			if !prev.Backends[i].Equal(&got.Backends[i]) {
+				differ = append(differ, i)
+			}
+		}
+		if fmt.Sprint(backends) != fmt.Sprint(differ) {
+			t.Errorf("round %d: RefreshChanged names backends %v; %v differ", round, backends, differ)
 		}
 	}
 }

@@ -271,7 +271,9 @@ func (s *Source) apply(want map[key]runtime.Object, only map[key]bool) []error {
 		if exists && equalIgnoringVersion(old, obj) {
 			continue
 		}
-		obj = obj.DeepCopyObject()
+		// want's objects are this Source's own (decoded from the files,
+		// kept in byFile): applied shares them instead of holding a copy
+		// of every object (the tracker and the informers hold theirs).
 		m, _ := meta.Accessor(obj)
 		s.version++
 		m.SetResourceVersion(strconv.Itoa(s.version))

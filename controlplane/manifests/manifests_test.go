@@ -322,3 +322,43 @@ stringData: {auth: "alice:{PLAIN}pw\n", over: new}
 		t.Errorf("data %q, stringData %q", sec.Data, sec.StringData)
 	}
 }
+
+// TestAppliedSharesDecoded: the Source keeps one copy of each object (the
+// decoded one), not a second for what it applied; the clientset still
+// serves each object, with its version, and an edit replaces it.
+func TestAppliedSharesDecoded(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 5 {
+		writeFile(t, dir, fmt.Sprintf("svc-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: s%d, namespace: demo}\nspec:\n  ports: [{name: http, port: 80}]\n", i))
+	}
+	s, err := Load(Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if len(s.applied) != 5 {
+			t.Fatalf("%d objects applied, want 5", len(s.applied))
+		}
+		for path, objs := range s.byFile {
+			for k, obj := range objs {
+				if s.applied[k] != obj {
+					t.Errorf("%s: %s/%s applied as a copy of the decoded object", path, k.namespace, k.name)
+				}
+			}
+		}
+	}
+	check()
+	writeFile(t, dir, "svc-3.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s3, namespace: demo}\nspec:\n  ports: [{name: http, port: 8080}]\n")
+	if err := s.reloadFiles([]string{filepath.Join(dir, "svc-3.yaml")}); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	got, err := s.Client().CoreV1().Services("demo").Get(context.Background(), "s3", getOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Ports[0].Port != 8080 || got.ResourceVersion == "" {
+		t.Errorf("s3 served with port %d, version %q; want 8080 and a version", got.Spec.Ports[0].Port, got.ResourceVersion)
+	}
+}
