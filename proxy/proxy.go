@@ -318,8 +318,10 @@ func sentHeaders(raw []byte) uint16 {
 
 // outcome is what one request did, for the metrics.
 type outcome struct {
-	server   string
-	loc      *model.Location
+	server string
+	loc    *model.Location
+	// rt is loc's route, whose series the metrics use (nil with loc).
+	rt       *route
 	canary   string
 	upstream time.Duration
 	// connect and header are the last attempt's connect time and time to
@@ -378,12 +380,14 @@ func (o *outcome) addUpstreamFields(fields [][2]string) {
 }
 
 // requestID is the X-Request-ID the upstream got: the client's, or the one
-// the proxy made.
+// the proxy made. The proxy makes one only when the client's is missing or
+// empty (forwardHeaders, appendUpstreamHead, authorize), so a made one
+// spares the lookup.
 func (o *outcome) requestID(h *fasthttp.RequestHeader) []byte {
-	if id := h.Peek("X-Request-ID"); len(id) > 0 {
-		return id
+	if o.id.set {
+		return o.id.bytes()
 	}
-	return o.id.bytes()
+	return h.Peek("X-Request-ID")
 }
 
 // ServeHTTP handles one request and records its metrics.
@@ -444,7 +448,7 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		x.respHeader = len(resp.Header.Header())
 	}
 	if p.metrics != nil {
-		p.metrics.observe(&x, o, took)
+		p.metrics.observe(&x, o, took, start.Sub(epoch)+took)
 	}
 	if logged {
 		lr := logReq{h1: ctx, end: start.Add(took)}
@@ -505,7 +509,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx, o *outcome) {
 	}
 	vh, rt := tbl.lookup(host, ctx.Path())
 	if rt != nil && !rt.loc.IsDefaultBackend {
-		o.server, o.loc = vh.name, &rt.loc
+		o.server, o.loc, o.rt = vh.name, &rt.loc, rt
 	}
 	if rt != nil {
 		o.headers = rt.loc.ResponseHeaders
