@@ -393,6 +393,9 @@ func (f *logFormat) appendHost(b []byte, r *logReq, o *outcome) []byte {
 // ngx_http_auth_basic_user: "Basic " in any case, blanks, base64, a
 // ':').
 func basicUser(r *logReq, dec []byte) (user []byte, found bool) {
+	if r.h1 != nil && !rawMayHold(r.h1.Request.Header.RawHeaders(), "Authorization") {
+		return nil, false
+	}
 	a := r.requestField(fieldAuthorization, "Authorization")
 	if len(a) < 6 || (a[0]|0x20) != 'b' || (a[1]|0x20) != 'a' || (a[2]|0x20) != 's' || (a[3]|0x20) != 'i' || (a[4]|0x20) != 'c' || a[5] != ' ' {
 		return nil, false
