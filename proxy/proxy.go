@@ -906,8 +906,15 @@ func stripHopHeaders(h *fasthttp.ResponseHeader, keepTrailer bool, scratch []byt
 	// ended by '\n' (never in a parsed field name or value).
 	names := scratch[:0]
 	var tokens []byte
+	server := false
 	for k, v := range h.All() {
 		if isHopField(k, keepTrailer) || nginxHides(k) {
+			if equalFoldASCII(k, "Server") {
+				// fasthttp keeps Server apart from the other fields
+				// whatever its case: emptied below without a lookup.
+				server = true
+				continue
+			}
 			names = append(append(names, k...), '\n')
 		}
 		if equalFoldASCII(k, "Connection") {
@@ -931,6 +938,9 @@ func stripHopHeaders(h *fasthttp.ResponseHeader, keepTrailer bool, scratch []byt
 				}
 			}
 		}
+	}
+	if server {
+		h.SetServerBytes(nil)
 	}
 	for rest := names; len(rest) > 0; {
 		var name []byte
