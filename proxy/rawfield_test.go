@@ -74,3 +74,22 @@ func FuzzPeekSent(f *testing.F) {
 		checkPeekSent(t, "GET / HTTP/1.1\r\n"+fields+"\r\n\r\n")
 	})
 }
+
+// dropsResponseField answers as isHopField || nginxHides for every name
+// either lists, in three cases, with and without keepTrailer, and for
+// names of the same lengths that neither lists.
+func TestDropsResponseField(t *testing.T) {
+	var names []string
+	for _, n := range append(hopHeaders[:], nginxHidden[:]...) {
+		names = append(names, n, strings.ToLower(n), strings.ToUpper(n), n[:len(n)-1]+"x", "x"+n[1:])
+	}
+	names = append(names, "", "Content-Type", "Set-Cookie", "X-Accel-Other", "Dates")
+	for _, n := range names {
+		for _, keep := range []bool{false, true} {
+			want := isHopField([]byte(n), keep) || nginxHides(n)
+			if got := dropsResponseField([]byte(n), keep); got != want {
+				t.Errorf("dropsResponseField(%q, %v) = %v; want %v", n, keep, got, want)
+			}
+		}
+	}
+}
