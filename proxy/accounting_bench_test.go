@@ -17,8 +17,9 @@ import (
 // proxying: the request metrics (ingress-nginx's histograms and summary)
 // and the access log line, each alone and both, as ServeHTTP does them.
 func BenchmarkRequestAccounting(b *testing.B) {
-	loc := &model.Location{Path: "/", Backend: "bench-app-80", Service: "app",
-		Ingress: model.ObjectRef{Namespace: "bench", Name: "app"}}
+	rt := &route{loc: model.Location{Path: "/", Backend: "bench-app-80", Service: "app",
+		Ingress: model.ObjectRef{Namespace: "bench", Name: "app"}}}
+	loc := &rt.loc
 	var resp fasthttp.Response
 	resp.Header.SetContentType("text/plain")
 	resp.Header.Set("Date", "Thu, 26 Nov 2026 09:00:00 GMT")
@@ -26,7 +27,7 @@ func BenchmarkRequestAccounting(b *testing.B) {
 	x := exchange{method: []byte("GET"), requestURI: []byte("/item"), proto: []byte("HTTP/1.1"),
 		userAgent: []byte("wrk"), requestID: []byte("0123456789abcdef0123456789abcdef"), status: 200,
 		bodySent: 22, reqLength: 120, remote: netip.MustParseAddr("127.0.0.1")}
-	o := outcome{server: "app.bench", loc: loc, upstream: 180 * time.Microsecond, connect: 0, header: 170 * time.Microsecond,
+	o := outcome{server: "app.bench", loc: loc, rt: rt, upstream: 180 * time.Microsecond, connect: 0, header: 170 * time.Microsecond,
 		peer: "127.0.0.2:18381", upstreamStatus: 200, upstreamLength: 22}
 	start := time.Now()
 	var ctx fasthttp.RequestCtx
@@ -43,7 +44,7 @@ func BenchmarkRequestAccounting(b *testing.B) {
 		for b.Loop() {
 			if p.metrics != nil {
 				x.respHeader = len(resp.Header.Header())
-				p.metrics.observe(&x, &o, 250*time.Microsecond)
+				p.metrics.observe(&x, &o, 250*time.Microsecond, monoNow())
 			}
 			if p.cfg.AccessLog != nil {
 				p.accessLog(defaultLogFormat, &x, &o, &lr, 250*time.Microsecond)

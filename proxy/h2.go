@@ -380,7 +380,7 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 		x.respHeader = headerBytes(w.Header())
 	}
 	if p.metrics != nil {
-		p.metrics.observe(&x, &o, took)
+		p.metrics.observe(&x, &o, took, start.Sub(epoch)+took)
 	}
 	if logged {
 		p.accessLog(lf, &x, &o, &logReq{h2: r, h2resp: w.Header(), end: start.Add(took)}, took)
@@ -409,7 +409,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	upath := []byte(cleanPath(r.URL.Path))
 	vh, rt := tbl.lookup(host, upath)
 	if rt != nil && !rt.loc.IsDefaultBackend {
-		o.server, o.loc = vh.name, &rt.loc
+		o.server, o.loc, o.rt = vh.name, &rt.loc, rt
 	}
 	if rt != nil {
 		w.headers = rt.loc.ResponseHeaders

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,9 @@ type logFormat struct {
 	// respHeader: the format reads $bytes_sent, which needs the
 	// response head's length.
 	respHeader bool
+	// upstreamInfo: the format is ingress-nginx's default with the default
+	// escaping, which appendUpstreamInfo writes without walking segs.
+	upstreamInfo bool
 }
 
 type logSeg struct {
@@ -62,7 +66,7 @@ func newLogFormat(f model.LogFormat) *logFormat {
 	if segs == nil {
 		segs = model.DefaultLogFormat
 	}
-	lf := &logFormat{escape: f.Escape}
+	lf := &logFormat{escape: f.Escape, upstreamInfo: f.Escape == model.EscapeDefault && slices.Equal(segs, model.DefaultLogFormat)}
 	for _, s := range segs {
 		ls := logSeg{v: s.Var}
 		switch s.Var {
@@ -98,6 +102,86 @@ type logReq struct {
 // appendLog appends one line of f for the request to b, without the
 // newline. Only variable values are escaped, as nginx's log_format.
 func (f *logFormat) appendLog(b []byte, x *exchange, o *outcome, r *logReq, took time.Duration) []byte {
+	if f.upstreamInfo {
+		return appendUpstreamInfo(b, x, o, r, took)
+	}
+	return f.appendSegments(b, x, o, r, took)
+}
+
+// appendUpstreamInfo appends the line of ingress-nginx's default format
+// (model.DefaultLogFormatText) with the default escaping, as
+// appendSegments does for its segments (TestUpstreamInfoLine and
+// FuzzUpstreamInfoLine hold the two to the same bytes), without the
+// dispatch per segment: most proxies log in this format, a line per
+// request.
+func appendUpstreamInfo(b []byte, x *exchange, o *outcome, r *logReq, took time.Duration) []byte {
+	const esc = model.EscapeDefault
+	if x.remote.IsValid() {
+		b = appendNginxAddr(b, x.remote)
+	}
+	b = append(b, " - "...)
+	var dec [192]byte
+	if v, found := basicUser(r, dec[:]); found {
+		b = appendLogEscaped(b, v, esc)
+	} else {
+		b = append(b, '-')
+	}
+	b = append(b, " ["...)
+	b = append(b, logTimeText(&lastLogTime, r.end, "02/Jan/2006:15:04:05 -0700")...)
+	b = append(b, "] \""...)
+	b = appendLogEscaped(b, x.method, esc)
+	b = append(b, ' ')
+	b = appendLogEscaped(b, x.requestURI, esc)
+	b = append(b, ' ')
+	b = appendLogEscaped(b, x.proto, esc)
+	b = append(b, "\" "...)
+	b = strconv.AppendInt(b, int64(x.status), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(x.bodySent), 10)
+	b = append(b, " \""...)
+	b = appendLogField(b, x.referer)
+	b = append(b, "\" \""...)
+	b = appendLogField(b, x.userAgent)
+	b = append(b, "\" "...)
+	b = strconv.AppendInt(b, int64(x.reqLength), 10)
+	b = append(b, ' ')
+	b = appendMillis(b, took)
+	b = append(b, " ["...)
+	if o.loc != nil {
+		b = appendLogEscaped(b, o.loc.Backend, esc)
+	}
+	b = append(b, "] ["...)
+	b = appendLogEscaped(b, o.canary, esc)
+	b = append(b, "] "...)
+	if o.peer == "" {
+		b = append(b, "- - - -"...)
+	} else {
+		b = appendLogEscaped(b, o.peer, esc)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(max(o.upstreamLength, 0)), 10)
+		b = append(b, ' ')
+		b = appendMillis(b, o.upstream)
+		b = append(b, ' ')
+		if o.upstreamStatus == 0 {
+			b = append(b, '-')
+		} else {
+			b = strconv.AppendInt(b, int64(o.upstreamStatus), 10)
+		}
+	}
+	b = append(b, ' ')
+	return appendLogField(b, x.requestID)
+}
+
+// appendLogField appends v escaped by default, "-" when empty.
+func appendLogField(b, v []byte) []byte {
+	if len(v) == 0 {
+		return append(b, '-')
+	}
+	return appendLogEscaped(b, v, model.EscapeDefault)
+}
+
+// appendSegments appends the line of any format, segment by segment.
+func (f *logFormat) appendSegments(b []byte, x *exchange, o *outcome, r *logReq, took time.Duration) []byte {
 	var scratch [64]byte
 	for i := range f.segs {
 		s := &f.segs[i]
@@ -393,6 +477,9 @@ func (f *logFormat) appendHost(b []byte, r *logReq, o *outcome) []byte {
 // ngx_http_auth_basic_user: "Basic " in any case, blanks, base64, a
 // ':').
 func basicUser(r *logReq, dec []byte) (user []byte, found bool) {
+	if r.h1 != nil && !rawMayHold(r.h1.Request.Header.RawHeaders(), "Authorization") {
+		return nil, false
+	}
 	a := r.requestField(fieldAuthorization, "Authorization")
 	if len(a) < 6 || (a[0]|0x20) != 'b' || (a[1]|0x20) != 'a' || (a[2]|0x20) != 's' || (a[3]|0x20) != 'i' || (a[4]|0x20) != 'c' || a[5] != ' ' {
 		return nil, false
@@ -431,6 +518,13 @@ func appendLogEscaped[T string | []byte](b []byte, v T, mode model.LogEscape) []
 	}
 	done := 0 // v[:done] is appended
 	for i := 0; i < len(v); i++ {
+		// Eight bytes at a time while none needs escaping (most values).
+		for i+8 <= len(v) && !escapesIn(load64(v, i), json) {
+			i += 8
+		}
+		if i >= len(v) {
+			break
+		}
 		c := v[i]
 		if logEscapes[c]&mask == 0 {
 			continue
@@ -457,6 +551,33 @@ func appendLogEscaped[T string | []byte](b []byte, v T, mode model.LogEscape) []
 		}
 	}
 	return append(b, v[done:]...)
+}
+
+// load64 is v[i:i+8] as a little-endian word.
+func load64[T string | []byte](v T, i int) uint64 {
+	_ = v[i+7]
+	return uint64(v[i]) | uint64(v[i+1])<<8 | uint64(v[i+2])<<16 | uint64(v[i+3])<<24 |
+		uint64(v[i+4])<<32 | uint64(v[i+5])<<40 | uint64(v[i+6])<<48 | uint64(v[i+7])<<56
+}
+
+// escapesIn reports whether a byte of w may need escaping: one below 0x20,
+// '"' or '\\', or (not json) above 0x7e. It may report a word that needs
+// none (the caller then looks byte by byte), never the reverse.
+func escapesIn(w uint64, json bool) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	// hasLess(x, n): a byte of x below n (n <= 128), from the subtraction's
+	// borrow into bit 7 of bytes whose bit 7 was clear.
+	below := (w - ones*0x20) &^ w & highs
+	quote := w ^ ones*'"'
+	bslash := w ^ ones*'\\'
+	zero := ((quote - ones) &^ quote) | ((bslash - ones) &^ bslash)
+	m := below | zero&highs
+	if !json {
+		// A byte above 0x7e: adding 1 sets bit 7 of 0x7f, and bit 7 is set
+		// already in bytes from 0x80.
+		m |= ((w &^ highs) + ones) | w
+	}
+	return m&highs != 0
 }
 
 // logEscapes marks the bytes each escape mode rewrites.

@@ -27,6 +27,11 @@ import (
 // counts (latencyWindow) whose quantiles are read at scrape time: a
 // Prometheus summary inserted every sample into five quantile streams,
 // 3.7 % of the product's CPU under load.
+//
+// A request finds its series without hashing its label values: its route
+// keeps the entries its requests used last (route.series, by status and
+// method), checked by comparing keys; the copy-on-write map behind them
+// (cache) is read on a miss, the lock taken only for a series never seen.
 type metrics struct {
 	perHost bool
 
@@ -40,7 +45,24 @@ type metrics struct {
 	// cache resolves a request's series without a lock: copy on write,
 	// emptied by reset (its keys are a configuration's locations) and
 	// when full.
-	cache atomic.Pointer[map[seriesKey]*series]
+	cache atomic.Pointer[map[seriesKey]*seriesEntry]
+}
+
+// seriesEntry is a series with its key, as route.series holds it.
+type seriesEntry struct {
+	key seriesKey
+	s   *series
+}
+
+// routeSeries are the entries a route's requests used last, by
+// seriesSlot; a request whose key differs from its slot's looks its
+// series up in metrics.cache and takes the slot.
+type routeSeries [8]atomic.Pointer[seriesEntry]
+
+// seriesSlot spreads a route's usual label sets (a few statuses and
+// methods, canary or not) over its slots.
+func seriesSlot(k *seriesKey) int {
+	return int(uint(k.status)*3+uint(len(k.method))+uint(len(k.canary))) % len(routeSeries{})
 }
 
 // The request metrics' names and labels, as ingress-nginx exports them.
@@ -219,26 +241,60 @@ func histogramCount(h *histogram) uint64 {
 
 // reset empties the series cache (the series stay).
 func (m *metrics) reset() {
-	empty := map[seriesKey]*series{}
+	empty := map[seriesKey]*seriesEntry{}
 	m.cache.Store(&empty)
 }
 
-// methods are the label values for request methods; others count as OTHER.
-var methods = map[string]string{"GET": "GET", "HEAD": "HEAD", "POST": "POST", "PUT": "PUT", "DELETE": "DELETE",
-	"PATCH": "PATCH", "OPTIONS": "OPTIONS", "CONNECT": "CONNECT", "TRACE": "TRACE"}
-
-func (m *metrics) observe(x *exchange, o *outcome, took time.Duration) {
-	method, ok := methods[string(x.method)]
-	if !ok {
-		method = "OTHER"
+// methodLabel is the label value of a request method; methods other than
+// these count as OTHER.
+func methodLabel(m []byte) string {
+	switch string(m) {
+	case "GET":
+		return "GET"
+	case "HEAD":
+		return "HEAD"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "DELETE":
+		return "DELETE"
+	case "PATCH":
+		return "PATCH"
+	case "OPTIONS":
+		return "OPTIONS"
+	case "CONNECT":
+		return "CONNECT"
+	case "TRACE":
+		return "TRACE"
 	}
-	k := seriesKey{loc: o.loc, method: method, canary: o.canary, status: x.status, proxied: o.upstream > 0}
+	return "OTHER"
+}
+
+// observe counts one finished request: took is its duration, now the
+// monoNow time it finished (the upstream latency window's clock).
+func (m *metrics) observe(x *exchange, o *outcome, took, now time.Duration) {
+	k := seriesKey{loc: o.loc, method: methodLabel(x.method), canary: o.canary, status: x.status, proxied: o.upstream > 0}
 	if m.perHost && o.loc != nil {
 		k.host = o.server
 	}
-	s := (*m.cache.Load())[k]
+	var s *series
+	var slot *atomic.Pointer[seriesEntry]
+	if o.rt != nil {
+		slot = &o.rt.series[seriesSlot(&k)]
+		if e := slot.Load(); e != nil && e.key == k {
+			s = e.s
+		}
+	}
 	if s == nil {
-		s = m.add(k)
+		e := (*m.cache.Load())[k]
+		if e == nil {
+			e = m.add(k)
+		}
+		if slot != nil {
+			slot.Store(e)
+		}
+		s = e.s
 	}
 	s.duration.observe(int64(took))
 	s.respSize.observe(int64(x.respHeader + x.bodySent))
@@ -248,7 +304,7 @@ func (m *metrics) observe(x *exchange, o *outcome, took time.Duration) {
 		u.response.observe(int64(o.upstream))
 		u.header.observe(int64(o.header))
 		u.connect.observe(int64(o.connect))
-		u.latency.observe(o.connect, monoNow())
+		u.latency.observe(o.connect, now)
 	}
 }
 
@@ -264,7 +320,7 @@ func (m *metrics) latencyWindow(lv [4]string) *latencyWindow {
 }
 
 // add finds or makes the series of k and caches it.
-func (m *metrics) add(k seriesKey) *series {
+func (m *metrics) add(k seriesKey) *seriesEntry {
 	var path, ns, ing, svc string
 	if k.loc != nil {
 		path, ns, ing, svc = k.loc.Path, k.loc.Ingress.Namespace, k.loc.Ingress.Name, k.loc.Service
@@ -283,15 +339,20 @@ func (m *metrics) add(k seriesKey) *series {
 			header: newHistogram(durationBuckets), latency: m.latencyWindow([4]string{ing, ns, svc, k.canary})})
 	}
 	old := *m.cache.Load()
-	next := make(map[seriesKey]*series, len(old)+1)
+	if e := old[k]; e != nil {
+		// Another request added it meanwhile.
+		return e
+	}
+	next := make(map[seriesKey]*seriesEntry, len(old)+1)
 	if len(old) < maxSeries {
 		for kk, v := range old {
 			next[kk] = v
 		}
 	}
-	next[k] = s
+	e := &seriesEntry{key: k, s: s}
+	next[k] = e
 	m.cache.Store(&next)
-	return s
+	return e
 }
 
 // bodyLen is a body's size without reading a stream (Body would buffer it
@@ -309,18 +370,26 @@ func bodyLen(stream bool, contentLength int, body func() []byte) int {
 // minutes, read from counts in log-linear buckets (16 per power of two, so
 // a quantile is within 3 % of a value observed) instead of a quantile
 // stream per age bucket.
+//
+// Count, sum and the observations of no connect time (a kept-alive
+// upstream connection: most requests) are atomic counters; only other
+// values take the lock, and a slot's turn to a new epoch.
 type latencyWindow struct {
 	labels [4]string
+	count  atomic.Uint64
+	sum    atomic.Int64 // nanoseconds
 	mu     sync.Mutex
-	count  uint64                    // guarded by mu
-	sum    time.Duration             // guarded by mu
-	slots  [latencySlots]latencySlot // guarded by mu
+	slots  [latencySlots]latencySlot
 }
 
 // latencySlot holds the counts of one latencySlotWidth of time.
 type latencySlot struct {
-	epoch  int64 // monoNow / latencySlotWidth; 0 before first use
-	counts map[uint16]uint64
+	// epoch is monoNow / latencySlotWidth + 1, 0 before first use;
+	// written under latencyWindow.mu.
+	epoch atomic.Int64
+	// zero counts the observations of bucket 0 (no connect time).
+	zero   atomic.Uint64
+	counts map[uint16]uint64 // other buckets; guarded by latencyWindow.mu
 }
 
 const (
@@ -334,19 +403,32 @@ var latencyQuantiles = []float64{0.5, 0.9, 0.99}
 func (w *latencyWindow) observe(d, now time.Duration) {
 	e := int64(now/latencySlotWidth) + 1
 	k := latencyBucket(d)
-	w.mu.Lock()
-	w.count++
-	w.sum += max(d, 0)
+	w.count.Add(1)
+	w.sum.Add(int64(max(d, 0)))
 	sl := &w.slots[e%latencySlots]
-	if sl.epoch != e {
-		sl.epoch = e
-		if sl.counts == nil {
-			sl.counts = map[uint16]uint64{}
-		} else {
-			clear(sl.counts)
-		}
+	if sl.epoch.Load() != e {
+		w.turn(sl, e)
+	}
+	if k == 0 {
+		sl.zero.Add(1)
+		return
+	}
+	w.mu.Lock()
+	if sl.counts == nil {
+		sl.counts = map[uint16]uint64{}
 	}
 	sl.counts[k]++
+	w.mu.Unlock()
+}
+
+// turn empties sl for epoch e, unless another observation did.
+func (w *latencyWindow) turn(sl *latencySlot, e int64) {
+	w.mu.Lock()
+	if sl.epoch.Load() != e {
+		sl.zero.Store(0)
+		clear(sl.counts)
+		sl.epoch.Store(e)
+	}
 	w.mu.Unlock()
 }
 
@@ -356,12 +438,16 @@ func (w *latencyWindow) metric(now time.Duration) prometheus.Metric {
 	e := int64(now/latencySlotWidth) + 1
 	merged := map[uint16]uint64{}
 	var total uint64
+	count, sum := w.count.Load(), time.Duration(w.sum.Load())
 	w.mu.Lock()
-	count, sum := w.count, w.sum
 	for i := range w.slots {
 		sl := &w.slots[i]
-		if sl.epoch == 0 || sl.epoch <= e-latencySlots {
+		if ep := sl.epoch.Load(); ep == 0 || ep <= e-latencySlots {
 			continue
+		}
+		if n := sl.zero.Load(); n > 0 {
+			merged[0] += n
+			total += n
 		}
 		for k, n := range sl.counts {
 			merged[k] += n

@@ -29,6 +29,13 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 	b.Run("bodies-streamed", func(b *testing.B) { benchProxy(b, Config{BodyBufferBytes: 1}) })
 	b.Run("accesslog=on", func(b *testing.B) { benchProxy(b, Config{AccessLog: io.Discard}) })
 	b.Run("metrics=on", func(b *testing.B) { benchProxy(b, Config{Registerer: prometheus.NewRegistry()}) })
+	// As the product runs (cmd/switchyard/controller.go): ingress-nginx's
+	// request metrics and the default access log through a LogWriter.
+	b.Run("metrics,accesslog=LogWriter", func(b *testing.B) {
+		w := NewLogWriter(io.Discard, 0)
+		b.Cleanup(func() { _ = w.Close() })
+		benchProxy(b, Config{Registerer: prometheus.NewRegistry(), AccessLog: w})
+	})
 	// A custom log-format-upstream reading most variables, JSON-escaped.
 	b.Run("accesslog=custom", func(b *testing.B) {
 		benchProxyWith(b, Config{AccessLog: io.Discard}, func(cfg *model.Configuration) {

@@ -90,6 +90,9 @@ type route struct {
 	// rewrite matches the location path for rewrite-target (nginx
 	// `rewrite "(?i)<path>" <target> break;`); nil without a target.
 	rewrite *regexp.Regexp
+	// series are the request metrics' series this location's requests
+	// used last (metrics.observe).
+	series routeSeries
 }
 
 // rewritten returns the upstream path for rewrite-target: as nginx's

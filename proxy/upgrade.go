@@ -19,7 +19,7 @@ import (
 // unrouted and unchecked (h2c smuggling; RFC 9113 §3.1 retires the h2c
 // upgrade, and RFC 9110 §7.8 lets a server ignore an Upgrade).
 func upgradeProtocol(h *fasthttp.RequestHeader) string {
-	up := h.Peek("Upgrade")
+	up := peekSent(h, "Upgrade")
 	if len(up) == 0 || !tokenListHas(h.Peek("Connection"), "upgrade") || tokenListHas(up, "h2c") {
 		return ""
 	}

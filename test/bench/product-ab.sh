@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Two builds of the product head to head (issue 17): `switchyard controller
+# --data-plane=go` from REV_A and from REV_B (a commit, or "." for the
+# working tree), manifests mode with metrics and the access log on (as
+# product.sh runs it), pinned to CPU 1 with GOMAXPROCS=1, the backends and
+# wrk on CPU 0; alternating wrk -t2 -cCONNS runs of SECONDS each, ROUNDS
+# rounds. Per run: rps and the product's CPU time per request (user +
+# system from /proc, requests from its own nginx_ingress_controller_requests).
+# Prints the per-round B÷A ratios and their medians: on a loaded machine
+# the CPU per request ratio is the figure that holds.
+#
+#   test/bench/product-ab.sh REV_A REV_B [SECONDS] [ROUNDS] [CONNS]
+#
+# Ports 18480-18496, apart from product.sh's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+reva="$1" revb="$2"
+secs="${3:-5}" rounds="${4:-5}" conns="${5:-64}"
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+build() { # build REV NAME
+	if [ "$1" = . ]; then
+		go build -o "$tmp/$2" ./cmd/switchyard
+	else
+		mkdir "$tmp/src-$2"
+		git archive "$1" | tar -x -C "$tmp/src-$2"
+		(cd "$tmp/src-$2" && go build -o "$tmp/$2" ./cmd/switchyard)
+	fi
+}
+build "$reva" a
+build "$revb" b
+go build -o "$tmp/pbench" ./test/bench/proxy
+port=18481
+mkdir "$tmp/manifests"
+cat >"$tmp/manifests/bench.yaml" <<YAML
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: switchyard}
+spec: {controller: switchyard.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: app, namespace: bench}
+spec:
+  ports:
+  - {name: http, port: 80, targetPort: $port}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: app-1
+  namespace: bench
+  labels: {kubernetes.io/service-name: app}
+addressType: IPv4
+ports:
+- {name: http, port: $port, protocol: TCP}
+endpoints:
+- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+  conditions: {ready: true}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: app, namespace: bench}
+spec:
+  ingressClassName: switchyard
+  rules:
+  - host: bench.local
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
+YAML
+taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
+pids+=($!)
+declare -A pid http status
+start() { # start NAME HTTP STATUS PROFILER
+	GOMAXPROCS=1 taskset -c 1 "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" \
+		--http-port "$2" --https-port $(($2 + 1)) --status-port "$3" --listen-address 127.0.0.1 \
+		--profiler-port "$4" >"$tmp/$1.access.log" 2>"$tmp/$1.stderr" &
+	pid[$1]=$!
+	pids+=($!)
+	http[$1]=$2
+	status[$1]=$3
+	for _ in $(seq 100); do
+		[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: bench.local' "http://127.0.0.1:$2/" || true)" = 200 ] && break
+		sleep 0.1 # polling the listener; there is nothing to wait on
+	done
+	taskset -c 0 wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:$2/" >/dev/null
+}
+start a 18480 18484 18485
+start b 18490 18494 18495
+reqs() { curl -sf "http://127.0.0.1:${status[$1]}/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }'; }
+ticks() { awk '{ print $14 + $15 }' "/proc/${pid[$1]}/stat"; }
+hz=$(getconf CLK_TCK)
+run() { # run NAME: "rps cpu_us_per_req"
+	local r0 t0 r1 t1 rps
+	r0=$(reqs "$1") t0=$(ticks "$1")
+	rps=$(taskset -c 0 wrk -t2 -c"$conns" -d"${secs}s" -H 'Host: bench.local' "http://127.0.0.1:${http[$1]}/" | awk '/Requests\/sec/ { print $2 }')
+	r1=$(reqs "$1") t1=$(ticks "$1")
+	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
+}
+echo "# $(date -u +%FT%TZ) A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "| round | A rps | B rps | A CPU us/req | B CPU us/req | rps B/A | CPU/req B/A |"
+echo "|---|---|---|---|---|---|---|"
+for r in $(seq "$rounds"); do
+	if [ $((r % 2)) = 1 ]; then
+		read -r ra ca < <(run a)
+		read -r rb cb < <(run b)
+	else
+		read -r rb cb < <(run b)
+		read -r ra ca < <(run a)
+	fi
+	echo "$r $ra $rb $ca $cb" >>"$tmp/rows"
+	awk -v r="$r" -v ra="$ra" -v rb="$rb" -v ca="$ca" -v cb="$cb" 'BEGIN { printf "| %d | %d | %d | %.2f | %.2f | %.3f | %.3f |\n", r, ra, rb, ca, cb, rb / ra, cb / ca }'
+done
+echo "# end $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+awk 'function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	{ n++; rr[n] = $3 / $2; cc[n] = $5 / $4; ca[n] = $4; cb[n] = $5 }
+	END { printf "medians: rps B/A %.3f, CPU per request B/A %.3f (A %.2f us, B %.2f us)\n", med(rr, n), med(cc, n), med(ca, n), med(cb, n) }' "$tmp/rows"

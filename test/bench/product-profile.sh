@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Profiles the product (issue 17): `switchyard controller --data-plane=go`
+# in manifests mode, with its request metrics and access log on, as
+# product.sh runs it (one Ingress, three backends), under a bounded wrk
+# load; takes Go's CPU profile from its /debug/pprof (--profiling, on by
+# default) and counts its CPU time, context switches and the requests.
+#
+#   test/bench/product-profile.sh [SECONDS] [CONNS] [PINNED]
+#
+# PINNED 1 (default): the product on CPU 1 with GOMAXPROCS=1, wrk and the
+# backends on CPU 0; 0: nothing pinned, GOMAXPROCS=2. Prints pprof's top
+# functions (flat and cumulative) and leaves the profile and the binary in
+# OUT (default a temporary directory), so `go tool pprof OUT/switchyard
+# OUT/cpu.pprof` reads it further. Ports 18480-18486, apart from
+# product.sh's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+secs="${1:-10}"
+conns="${2:-64}"
+pinned="${3:-1}"
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+go build -o "$out/switchyard" ./cmd/switchyard
+go build -o "$out/pbench" ./test/bench/proxy
+port=18481 http=18480 https=18483 status=18484 prof=18485
+mkdir -p "$out/manifests"
+cat >"$out/manifests/bench.yaml" <<YAML
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: switchyard}
+spec: {controller: switchyard.dev/ingress-controller}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: app, namespace: bench}
+spec:
+  ports:
+  - {name: http, port: 80, targetPort: $port}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: app-1
+  namespace: bench
+  labels: {kubernetes.io/service-name: app}
+addressType: IPv4
+ports:
+- {name: http, port: $port, protocol: TCP}
+endpoints:
+- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+  conditions: {ready: true}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: bench
+spec:
+  ingressClassName: switchyard
+  rules:
+  - host: bench.local
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
+YAML
+
+on1=() on0=() maxprocs=2
+if [ "$pinned" = 1 ]; then
+	on1=(taskset -c 1) on0=(taskset -c 0) maxprocs=1
+fi
+"${on0[@]}" "$out/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
+pids+=($!)
+GOMAXPROCS=$maxprocs "${on1[@]}" "$out/switchyard" controller --data-plane=go --manifests "$out/manifests" \
+	--http-port $http --https-port $https --status-port $status --listen-address 127.0.0.1 \
+	--profiler-port $prof >"$out/access.log" 2>"$out/stderr" &
+pid=$!
+pids+=($pid)
+for _ in $(seq 100); do
+	[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: bench.local' "http://127.0.0.1:$http/" || true)" = 200 ] && break
+	sleep 0.1 # polling the listener; there is nothing to wait on
+done
+"${on0[@]}" wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:$http/" >/dev/null
+
+reqs() { curl -sf "http://127.0.0.1:$status/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }'; }
+ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+switches() { cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ { s += $2 } END { print s }'; }
+r0=$(reqs) t0=$(ticks) s0=$(switches)
+curl -sf -o "$out/cpu.pprof" "http://127.0.0.1:$prof/debug/pprof/profile?seconds=$secs" &
+cpid=$!
+"${on0[@]}" wrk -t2 -c"$conns" -d"${secs}s" --latency -H 'Host: bench.local' "http://127.0.0.1:$http/" >"$out/wrk.txt"
+wait "$cpid"
+r1=$(reqs) t1=$(ticks) s1=$(switches)
+hz=$(getconf CLK_TCK)
+n=$((r1 - r0))
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes'), ${secs}s, $conns conns, pinned $pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+awk '/Requests\/sec/ { print "# wrk: " $0 }' "$out/wrk.txt"
+awk -v n="$n" -v t="$((t1 - t0))" -v hz="$hz" -v s="$((s1 - s0))" -v secs="$secs" 'BEGIN {
+	printf "# %d requests counted by the metrics; product CPU %.1f us/request (%.0f %% of a core), %.3f context switches/request\n",
+		n, t / hz * 1e6 / n, 100 * t / hz / secs, s / n }'
+echo "# access log: $(wc -l <"$out/access.log") lines"
+go tool pprof -top -nodecount=45 "$out/switchyard" "$out/cpu.pprof" 2>/dev/null | sed -n '1,55p'
+echo "# cumulative:"
+go tool pprof -top -cum -nodecount=60 "$out/switchyard" "$out/cpu.pprof" 2>/dev/null | sed -n '6,70p'
+echo "# profile: $out/cpu.pprof"
