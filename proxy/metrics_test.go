@@ -28,12 +28,11 @@ func TestRequestMetricsRouteSlots(t *testing.T) {
 		{loc: model.Location{Path: "/b", Service: "web", Ingress: model.ObjectRef{Namespace: "ns", Name: "ing"}}},
 	}
 	type req struct {
-		rt              int
-		method, canary  string
-		status          int
-		server          string
-		proxied         bool
-		wantCount, seen int
+		rt             int
+		method, canary string
+		status         int
+		server         string
+		proxied        bool
 	}
 	// Statuses and methods chosen so several share a slot.
 	var reqs []req
