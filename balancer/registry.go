@@ -321,12 +321,9 @@ func (r *Registry) ApplyChanged(backends []model.Backend, changed []int) error {
 			next.byName[b.Name] = prev // no alternatives: it serves on as it is
 			continue
 		}
-		nb, err := r.build(b)
+		nb, err := r.buildOrKeep(b, old)
 		if err != nil {
 			errs = append(errs, err)
-			if prev, ok := old.byName[b.Name]; ok && nb == nil {
-				nb = carry(prev)
-			}
 		}
 		if nb != nil {
 			next.byName[b.Name] = nb
@@ -406,6 +403,18 @@ func (r *Registry) unchanged(old *snapshot, in *model.Backend) *backend {
 // carry copies a balancer of the previous generation into the next one:
 // the copy's per-generation fields (needVars) are set without writing to
 // the one pickers may still be reading.
+// buildOrKeep builds b; a backend that fails keeps what old had under its
+// name (carried over), and the error is returned either way.
+func (r *Registry) buildOrKeep(b *model.Backend, old *snapshot) (*backend, error) {
+	nb, err := r.build(b)
+	if err != nil && nb == nil {
+		if prev, ok := old.byName[b.Name]; ok {
+			nb = carry(prev)
+		}
+	}
+	return nb, err
+}
+
 func carry(prev *backend) *backend {
 	nb := *prev
 	return &nb
@@ -454,12 +463,9 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 			}
 			continue
 		}
-		nb, err := r.build(b)
+		nb, err := r.buildOrKeep(b, old)
 		if err != nil {
 			errs = append(errs, err)
-			if prev, ok := old.byName[b.Name]; ok && nb == nil {
-				nb = carry(prev)
-			}
 		}
 		if nb != nil {
 			next.byName[b.Name] = nb
