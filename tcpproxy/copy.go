@@ -149,7 +149,7 @@ func putReader(br *bufio.Reader) {
 
 // sendFirst writes hdr (a PROXY header, may be nil) and the bytes buffered
 // in br (the peeked ClientHello or what followed a PROXY header) to
-// upstream in one writev, then returns br to the pool: from here on the
+// upstream in one write, then returns br to the pool: from here on the
 // client socket is read directly. It returns the client bytes written.
 func sendFirst(upstream net.Conn, hdr []byte, br *bufio.Reader) (int64, error) {
 	var peeked []byte
@@ -159,8 +159,13 @@ func sendFirst(upstream net.Conn, hdr []byte, br *bufio.Reader) (int64, error) {
 	var err error
 	switch {
 	case len(hdr) > 0 && len(peeked) > 0:
-		bufs := net.Buffers{hdr, peeked}
-		_, err = bufs.WriteTo(upstream)
+		// One write, so the header and the hello leave in one segment
+		// (the upstream is an *os.File-backed upstreamConn, which
+		// net.Buffers would write in two calls). A PROXY header and a
+		// hello of at most maxHello fit in a copy buffer.
+		buf := copyBufs.Get().(*[]byte)
+		_, err = upstream.Write(append(append((*buf)[:0], hdr...), peeked...))
+		copyBufs.Put(buf)
 	case len(hdr) > 0:
 		_, err = upstream.Write(hdr)
 	case len(peeked) > 0:

@@ -11,7 +11,7 @@ import (
 // keepAliveOf reads SO_KEEPALIVE of c.
 func keepAliveOf(t *testing.T, c net.Conn) int {
 	t.Helper()
-	rc, err := c.(*net.TCPConn).SyscallConn()
+	rc, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,17 @@ func TestNoTCPKeepAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer accepted.Close()
-	for name, c := range map[string]net.Conn{"upstream (dialed)": up, "TCP service (accepted)": accepted} {
+	fast, err := dial(&d, ln.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	fastAccepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fastAccepted.Close()
+	for name, c := range map[string]net.Conn{"upstream (net.Dialer)": up, "upstream (dial)": fast, "TCP service (accepted)": accepted} {
 		if got := keepAliveOf(t, c); got != 0 {
 			t.Errorf("%s: SO_KEEPALIVE = %d; want 0", name, got)
 		}

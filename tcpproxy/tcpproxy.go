@@ -267,7 +267,7 @@ func (p *Proxy) handleSNI(c net.Conn) {
 // carrying the client's address. br, if not nil, holds the peeked hello; it
 // is returned to the pool.
 func (p *Proxy) toFallback(c net.Conn, br *bufio.Reader) {
-	up, err := p.dialer.Dial("tcp", p.cfg.HTTPSFallback)
+	up, err := dial(&p.dialer, p.cfg.HTTPSFallback, p.cfg.ConnectTimeout)
 	if err != nil {
 		if br != nil {
 			putReader(br)
@@ -304,7 +304,7 @@ func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *co
 			break
 		}
 		start := time.Now()
-		up, err := p.dialer.Dial("tcp", pick.Peer)
+		up, err := dial(&p.dialer, pick.Peer, p.cfg.ConnectTimeout)
 		if err != nil {
 			p.cfg.Picker.Done(pick, balancer.DoneInfo{ConnectTime: time.Since(start), Failed: true})
 			a.LastFailure = balancer.FailureFailed
