@@ -219,7 +219,10 @@ func serveSwitchyard(ctx context.Context, mode, target, ppTarget string) (string
 			host = "other.example.com"
 		}
 		px.Update(tcpproxy.RoutesFrom(&model.Configuration{PassthroughBackends: []model.PassthroughBackend{{Hostname: host, Backend: "bench"}}}))
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		// As cmd/switchyard listens for clients: no TCP keep-alive on
+		// accepted connections (Go's default costs four setsockopt calls
+		// per accept; nginx's listen sets none).
+		ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", fmt.Errorf("listen: %w", err)
 		}
