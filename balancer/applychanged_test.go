@@ -13,8 +13,8 @@ import (
 // applyChangedPayload is 40 backends of every algorithm and two canary
 // pairs, each with a few endpoints; with external, backend 30 is an
 // ExternalName.
-func applyChangedPayload(external bool) []model.Backend {
-	var out []model.Backend
+func applyChangedPayload(external bool) []*model.Backend {
+	var out []*model.Backend
 	for i := range 40 {
 		b := model.Backend{Name: fmt.Sprintf("ns-svc%02d-80", i), HasService: true}
 		switch i % 8 {
@@ -34,7 +34,7 @@ func applyChangedPayload(external bool) []model.Backend {
 		for k := range 3 {
 			b.Endpoints = append(b.Endpoints, model.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", i, k+1), Port: 8080})
 		}
-		out = append(out, b)
+		out = append(out, &b)
 	}
 	// Canaries: 10 -> 11 (header), 20 -> 21 (weight).
 	out[10].Alternatives = []string{out[11].Name}
@@ -110,7 +110,9 @@ func testApplyChanged(t *testing.T, external bool) {
 			case 3:
 				eps = slices.Clone(applyChangedPayload(external)[i].Endpoints)
 			}
-			next[i].Endpoints = eps
+			nb := *next[i] // cur's Backend is not written: a Configuration's never are
+			nb.Endpoints = eps
+			next[i] = &nb
 		}
 		before := delta.snap.Load()
 		deltaVersion, fullVersion := delta.Version(), full.Version()

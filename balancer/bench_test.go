@@ -209,7 +209,7 @@ func BenchmarkBaseline(b *testing.B) {
 func BenchmarkApplyOneChanged(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run("backends="+strconv.Itoa(n), func(b *testing.B) {
-			var payloads [2][]model.Backend
+			var payloads [2][]*model.Backend
 			for v := range payloads {
 				for i := range n {
 					be := model.Backend{Name: "ns-svc" + strconv.Itoa(i) + "-80"}
@@ -225,7 +225,7 @@ func BenchmarkApplyOneChanged(b *testing.B) {
 					if i == n/2 && v == 1 {
 						be.Endpoints[0].Address = "10.255.255.1"
 					}
-					payloads[v] = append(payloads[v], be)
+					payloads[v] = append(payloads[v], &be)
 				}
 			}
 			r := NewRegistry(Config{})

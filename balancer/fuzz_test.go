@@ -25,11 +25,11 @@ func FuzzDecodeBackends(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			again, err := WireBackends([]model.Backend{m})[0].Model()
+			again, err := WireBackends([]*model.Backend{&m})[0].Model()
 			if err != nil {
 				t.Fatalf("backend %d: its own wire form does not convert: %v", i, err)
 			}
-			if !sameBackends([]model.Backend{m}, []model.Backend{again}) {
+			if !sameBackends([]*model.Backend{&m}, []*model.Backend{&again}) {
 				t.Fatalf("backend %d: round trip changed it:\n%+v\n%+v", i, m, again)
 			}
 		}

@@ -63,7 +63,7 @@ type Registry struct {
 	// last and lastErr are the previous Sync's payload and answer (guarded
 	// by mu): a Sync of the same payload changes nothing, not even the
 	// generation, so the nginx shims keep their tables and leases.
-	last    []model.Backend
+	last    []*model.Backend
 	lastErr error
 	// lastPlain is true when last can take ApplyChanged: no ExternalName
 	// (resolved again on every Apply), no duplicate name, and alternates
@@ -235,7 +235,7 @@ func (r *Registry) nowSeconds() float64 {
 // balancer (if any) while the others are applied. The error joins the
 // per-backend failures, each naming its backend.
 func (r *Registry) Sync(backends []Backend) error {
-	typed := make([]model.Backend, 0, len(backends))
+	typed := make([]*model.Backend, 0, len(backends))
 	var invalid []string
 	var errs []error
 	for i := range backends {
@@ -245,7 +245,7 @@ func (r *Registry) Sync(backends []Backend) error {
 			errs = append(errs, err)
 			continue
 		}
-		typed = append(typed, m)
+		typed = append(typed, &m)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -260,7 +260,7 @@ func (r *Registry) Sync(backends []Backend) error {
 // failures, each naming its backend. Apply keeps backends to compare with
 // the next call: the caller must not modify them afterwards. Backends equal
 // to the previous ones change nothing, not even Version.
-func (r *Registry) Apply(backends []model.Backend) error {
+func (r *Registry) Apply(backends []*model.Backend) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.applyLocked(backends, nil)
@@ -268,7 +268,7 @@ func (r *Registry) Apply(backends []model.Backend) error {
 
 // applyLocked is Apply with mu held; the backends named in keep failed
 // before they got here and keep their previous balancers.
-func (r *Registry) applyLocked(backends []model.Backend, keep []string) error {
+func (r *Registry) applyLocked(backends []*model.Backend, keep []string) error {
 	// The controller applies on every change of its Configuration, most of
 	// which leave the backends as they were. ExternalName backends are
 	// resolved again every time, so a payload with one is always built.
@@ -294,7 +294,7 @@ func (r *Registry) applyLocked(backends []model.Backend, keep []string) error {
 // ExternalName, a changed backend with alternatives or that is one) it is
 // applied in full, as Apply; so is a nil changed, which means any backend
 // may have changed. The error joins the failures of the backends built.
-func (r *Registry) ApplyChanged(backends []model.Backend, changed []int) error {
+func (r *Registry) ApplyChanged(backends []*model.Backend, changed []int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.canApplyChanged(backends, changed) {
@@ -302,7 +302,7 @@ func (r *Registry) ApplyChanged(backends []model.Backend, changed []int) error {
 	}
 	same := true
 	for _, i := range changed {
-		same = same && backends[i].Equal(&r.last[i])
+		same = same && backends[i].Equal(r.last[i])
 	}
 	if same {
 		// As Apply of an equal payload: not even Version changes.
@@ -315,7 +315,7 @@ func (r *Registry) ApplyChanged(backends []model.Backend, changed []int) error {
 	var errs []error
 	var recompute []*backend
 	for _, i := range changed {
-		b := &backends[i]
+		b := backends[i]
 		delete(next.byName, b.Name)
 		if prev := r.unchanged(old, b); prev != nil {
 			next.byName[b.Name] = prev // no alternatives: it serves on as it is
@@ -344,7 +344,7 @@ func (r *Registry) ApplyChanged(backends []model.Backend, changed []int) error {
 
 // canApplyChanged reports whether ApplyChanged can build only changed.
 // Called with mu held.
-func (r *Registry) canApplyChanged(backends []model.Backend, changed []int) bool {
+func (r *Registry) canApplyChanged(backends []*model.Backend, changed []int) bool {
 	if changed == nil || r.last == nil || !r.lastPlain || len(r.last) != len(backends) {
 		return false
 	}
@@ -352,7 +352,7 @@ func (r *Registry) canApplyChanged(backends []model.Backend, changed []int) bool
 		if i < 0 || i >= len(backends) {
 			return false
 		}
-		b, was := &backends[i], &r.last[i]
+		b, was := backends[i], r.last[i]
 		if b.Name != was.Name || b.ExternalName != "" || len(b.Alternatives) > 0 || len(was.Alternatives) > 0 || r.alternates[b.Name] {
 			return false
 		}
@@ -374,12 +374,12 @@ func (r *Registry) publish(next *snapshot) {
 
 // sameBackends reports whether a and b hold the same backends, canary
 // patterns compared by their text.
-func sameBackends(a, b []model.Backend) bool {
+func sameBackends(a, b []*model.Backend) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if !a[i].Equal(&b[i]) {
+		if !a[i].Equal(b[i]) {
 			return false
 		}
 	}
@@ -421,7 +421,7 @@ func carry(prev *backend) *backend {
 }
 
 // hasExternalName reports whether a payload has an ExternalName backend.
-func hasExternalName(backends []model.Backend) bool {
+func hasExternalName(backends []*model.Backend) bool {
 	for i := range backends {
 		if backends[i].ExternalName != "" {
 			return true
@@ -431,7 +431,7 @@ func hasExternalName(backends []model.Backend) bool {
 }
 
 // sync is apply without the comparison with the previous payload.
-func (r *Registry) sync(backends []model.Backend, keep []string) error {
+func (r *Registry) sync(backends []*model.Backend, keep []string) error {
 	old := r.snap.Load()
 	next := &snapshot{byName: make(map[string]*backend, len(backends))}
 	r.rings = newRingBuilds(len(backends))
@@ -441,7 +441,7 @@ func (r *Registry) sync(backends []model.Backend, keep []string) error {
 	// every one not shared with the previous generation.
 	var recompute []*backend
 	for i := range backends {
-		b := &backends[i]
+		b := backends[i]
 		if present[b.Name] {
 			errs = append(errs, fmt.Errorf("backend %d %q: duplicate name; the first one is used", i, b.Name))
 			continue

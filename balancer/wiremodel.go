@@ -86,10 +86,10 @@ func (b *Backend) Model() (model.Backend, error) {
 // edges that answer with it (GET /configuration/backends, debug). The
 // Service is sent cut down to what the Lua balancer reads: its type and
 // external name.
-func WireBackends(bs []model.Backend) []Backend {
+func WireBackends(bs []*model.Backend) []Backend {
 	out := make([]Backend, len(bs))
 	for i := range bs {
-		out[i] = wireBackend(&bs[i])
+		out[i] = wireBackend(bs[i])
 	}
 	return out
 }

@@ -99,8 +99,8 @@ func TestSyncKeepsInvalidBackend(t *testing.T) {
 // canary patterns made anew included, change nothing.
 func TestApplyEqualKeepsVersion(t *testing.T) {
 	r := NewRegistry(Config{Resolve: noResolve})
-	mk := func() []model.Backend {
-		return []model.Backend{{Name: "a", Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: 80}}, Alternatives: []string{"c"}},
+	mk := func() []*model.Backend {
+		return []*model.Backend{{Name: "a", Endpoints: []model.Endpoint{{Address: "10.0.0.1", Port: 80}}, Alternatives: []string{"c"}},
 			{Name: "c", NoServer: true, Endpoints: []model.Endpoint{{Address: "10.0.0.2", Port: 80}}, Canary: model.Canary{Header: "X", HeaderPattern: model.NewRegexp("a+")}}}
 	}
 	if err := r.Apply(mk()); err != nil {
@@ -132,8 +132,8 @@ func TestApplyReusesOnlyWhatIsUnchanged(t *testing.T) {
 	ep := func(a string) []model.Endpoint {
 		return []model.Endpoint{{Address: a, Port: 80}, {Address: a + "0", Port: 80}}
 	}
-	mk := func(canaryHeader, changedAddr string) []model.Backend {
-		return []model.Backend{
+	mk := func(canaryHeader, changedAddr string) []*model.Backend {
+		return []*model.Backend{
 			{Name: "primary", Endpoints: ep("10.0.0.1"), Alternatives: []string{"canary"}},
 			{Name: "canary", NoServer: true, Endpoints: ep("10.0.0.2"), Canary: model.Canary{Header: canaryHeader}},
 			{Name: "steady", Endpoints: ep("10.0.0.3")},

@@ -182,9 +182,9 @@ func TestControllerIgnoresOtherClasses(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
-	base := &model.Configuration{Servers: []model.Server{{Hostname: "a"}}, Backends: []model.Backend{{Name: "b"}}}
+	base := &model.Configuration{Servers: []model.Server{{Hostname: "a"}}, Backends: []*model.Backend{{Name: "b"}}}
 	endpoints := *base
-	endpoints.Backends = []model.Backend{{Name: "b", Endpoints: []model.Endpoint{{Address: "192.0.2.1", Port: 80}}}}
+	endpoints.Backends = []*model.Backend{{Name: "b", Endpoints: []model.Endpoint{{Address: "192.0.2.1", Port: 80}}}}
 	servers := *base
 	servers.Servers = []model.Server{{Hostname: "a"}, {Hostname: "c"}}
 	errs := *base

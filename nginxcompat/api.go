@@ -18,7 +18,7 @@ type BackendSyncer interface {
 	// Sync applies a payload in ingress-nginx's wire form (a POST).
 	Sync(backends []balancer.Backend) error
 	// Apply applies the controller's own typed backends.
-	Apply(backends []model.Backend) error
+	Apply(backends []*model.Backend) error
 }
 
 var _ BackendSyncer = (*balancer.Registry)(nil)
@@ -43,7 +43,7 @@ type API struct {
 	haveBackends bool
 	// synced are backends applied through Apply (the controller's own
 	// path), encoded for GET only when asked.
-	synced      []model.Backend
+	synced      []*model.Backend
 	general     []byte
 	certServers map[string]string // hostname → certificate uid
 	certData    map[string]string // uid → PEM
@@ -64,7 +64,7 @@ func NewConfigurationAPI(cfg APIConfig) (*API, error) {
 // the API report them: /is-dynamic-lb-initialized answers OK and GET
 // /configuration/backends returns them in ingress-nginx's wire form, as
 // after a POST in ingress-nginx.
-func (a *API) Apply(backends []model.Backend) error {
+func (a *API) Apply(backends []*model.Backend) error {
 	err := a.cfg.Backends.Apply(backends)
 	a.mu.Lock()
 	a.synced, a.rawBackends, a.haveBackends = backends, nil, true
@@ -75,7 +75,7 @@ func (a *API) Apply(backends []model.Backend) error {
 // ApplyChanged is Apply for backends that differ from the last applied
 // ones only at the indices in changed: a balancer that can apply those
 // alone (balancer.Registry.ApplyChanged) does.
-func (a *API) ApplyChanged(backends []model.Backend, changed []int) error {
+func (a *API) ApplyChanged(backends []*model.Backend, changed []int) error {
 	var err error
 	if ca, ok := a.cfg.Backends.(changedApplier); ok {
 		err = ca.ApplyChanged(backends, changed)

@@ -97,7 +97,7 @@ type Controller struct {
 	reloads  int
 
 	syncMu       sync.Mutex // serializes backend syncs; guards the fields below
-	backends     []model.Backend
+	backends     []*model.Backend
 	haveBackends bool
 
 	readyMu  sync.Mutex // guards the fields below; never held while waiting
@@ -415,13 +415,13 @@ func (c *Controller) UpdateBackendsChanged(cfg *model.Configuration, changed []i
 // changedApplier is a BackendSyncer that can apply a payload changed at
 // some indices alone (balancer.Registry, API).
 type changedApplier interface {
-	ApplyChanged(backends []model.Backend, changed []int) error
+	ApplyChanged(backends []*model.Backend, changed []int) error
 }
 
 // syncBackends hands backends to the balancer. With remember, they become
 // the payload reassert syncs again (changed, when not nil, says where they
 // differ from the last payload); without, remembered ones are synced.
-func (c *Controller) syncBackends(backends []model.Backend, remember bool, changed []int) error {
+func (c *Controller) syncBackends(backends []*model.Backend, remember bool, changed []int) error {
 	if c.cfg.Backends == nil {
 		return nil
 	}

@@ -55,7 +55,7 @@ type counter struct{ n int }
 
 func (c *counter) Sync([]balancer.Backend) error { c.n++; return nil }
 
-func (c *counter) Apply([]model.Backend) error { c.n++; return nil }
+func (c *counter) Apply([]*model.Backend) error { c.n++; return nil }
 
 // client does not follow redirects; TLS trusts anything (the test checks
 // the certificate itself).
@@ -185,7 +185,7 @@ func TestControllerRealNginx(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg2 := *cfg
-	cfg2.Backends = []model.Backend{{Name: "x"}}
+	cfg2.Backends = []*model.Backend{{Name: "x"}}
 	if err := c.Update(ctx, &cfg2); err != nil {
 		t.Fatal(err)
 	}

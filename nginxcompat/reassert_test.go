@@ -70,7 +70,7 @@ func TestReassertUndoesAForeignBackendsPost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Backends = []model.Backend{{Name: "default-echo-80", Endpoints: []model.Endpoint{{Address: addr, Port: uint16(n)}}}}
+	cfg.Backends = []*model.Backend{{Name: "default-echo-80", Endpoints: []model.Endpoint{{Address: addr, Port: uint16(n)}}}}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	if err := c.Update(ctx, cfg); err != nil {

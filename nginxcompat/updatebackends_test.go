@@ -15,11 +15,11 @@ func (r *recordingSyncer) Sync([]balancer.Backend) error {
 	r.calls = append(r.calls, "Sync")
 	return nil
 }
-func (r *recordingSyncer) Apply(b []model.Backend) error {
+func (r *recordingSyncer) Apply(b []*model.Backend) error {
 	r.calls = append(r.calls, fmt.Sprintf("Apply %d", len(b)))
 	return nil
 }
-func (r *recordingSyncer) ApplyChanged(b []model.Backend, changed []int) error {
+func (r *recordingSyncer) ApplyChanged(b []*model.Backend, changed []int) error {
 	r.calls = append(r.calls, fmt.Sprintf("ApplyChanged %d %v", len(b), changed))
 	return nil
 }
@@ -34,7 +34,7 @@ func TestUpdateBackendsChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Controller{cfg: ControllerConfig{Backends: api}}
-	cfg := &model.Configuration{Backends: []model.Backend{{Name: "a"}, {Name: "b"}, {Name: "c"}}}
+	cfg := &model.Configuration{Backends: []*model.Backend{{Name: "a"}, {Name: "b"}, {Name: "c"}}}
 	if err := c.UpdateBackendsChanged(cfg, []int{1}); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func (l *lockedBuffer) lines() []string {
 func TestAccessLog(t *testing.T) {
 	a := backend(t, "a")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "default-a-80", Endpoints: endpoints(a)}},
+		Backends: []*model.Backend{{Name: "default-a-80", Endpoints: endpoints(a)}},
 		Servers: []model.Server{
 			{Hostname: "_", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: model.DefaultBackendName, IsDefaultBackend: true}}},
 			{Hostname: "log.example.com", Locations: []model.Location{loc("/", model.PathTypePrefix, "default-a-80")}},

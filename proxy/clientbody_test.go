@@ -65,7 +65,7 @@ func TestClientBodyErrors(t *testing.T) {
 	peers := []string{b1.start(t, "127.0.0.2"), b2.start(t, "127.0.0.3")}
 	cfg := &model.Configuration{
 		// ewma: a broken body must not become a latency sample either.
-		Backends: []model.Backend{{Name: "be", Algorithm: model.EWMA, Endpoints: endpoints(peers...)}},
+		Backends: []*model.Backend{{Name: "be", Algorithm: model.EWMA, Endpoints: endpoints(peers...)}},
 		Servers:  []model.Server{{Hostname: "body.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
 	}
 	var log lockedBuffer

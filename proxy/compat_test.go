@@ -26,7 +26,7 @@ func compatProxy(t *testing.T, h http.HandlerFunc) string {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "compat", Endpoints: endpoints(strings.TrimPrefix(srv.URL, "http://"))}},
+		Backends: []*model.Backend{{Name: "compat", Endpoints: endpoints(strings.TrimPrefix(srv.URL, "http://"))}},
 		Servers:  []model.Server{{Hostname: "compat", Locations: []model.Location{loc("/", model.PathTypePrefix, "compat")}}},
 	}
 	base, _ := start(t, cfg)

@@ -220,7 +220,7 @@ func TestConnLimitProxied(t *testing.T) {
 	}
 	cfg := &model.Configuration{
 		Global: model.Global{LimitConnStatus: 429},
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "slow", Endpoints: endpoints(strings.TrimPrefix(slow.URL, "http://"))},
 			{Name: "ws", Endpoints: endpoints(strings.TrimPrefix(ws.URL, "http://"))},
 			{Name: "dead", Endpoints: endpoints(deadAddr(t))},
@@ -322,7 +322,7 @@ func TestLimitRate(t *testing.T) {
 		return l
 	}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(be.URL, "http://"))}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(be.URL, "http://"))}},
 		Servers: []model.Server{{Hostname: "127.0.0.1", Locations: []model.Location{
 			paced("/free", nil),
 			paced("/paced", &model.ResponseRate{KBPerSecond: 1000}),
@@ -414,7 +414,7 @@ func TestLimitsHTTP2(t *testing.T) {
 	paced := loc("/", model.PathTypePrefix, "be")
 	paced.ResponseRate, paced.Proxy.Buffering = &model.ResponseRate{KBPerSecond: 1000}, true
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(be.URL, "http://"))}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(strings.TrimPrefix(be.URL, "http://"))}},
 		Servers: []model.Server{{Hostname: "limited.test", Locations: []model.Location{limited}},
 			{Hostname: "paced.test", Locations: []model.Location{paced}}},
 	}

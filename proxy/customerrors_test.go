@@ -70,7 +70,7 @@ func TestCustomHTTPErrors(t *testing.T) {
 		{Hostname: "annotated.test", Locations: []model.Location{annotated}},
 	}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "app", Endpoints: endpoints(app)},
 			{Name: model.DefaultBackendName, Endpoints: endpoints(def)},
 			{Name: "custom-default-backend-prod-errors", Endpoints: endpoints(custom)},
@@ -78,7 +78,7 @@ func TestCustomHTTPErrors(t *testing.T) {
 		Servers: servers,
 	}
 	builtin := &model.Configuration{
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "app", Endpoints: endpoints(app)},
 			{Name: model.DefaultBackendName, Endpoints: endpoints(builtinDefaultPeer)},
 		},

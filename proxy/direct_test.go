@@ -20,7 +20,7 @@ import (
 // oneHost serves host's "/" (Prefix) from a backend of the given peers.
 func oneHost(host string, peers ...string) *model.Configuration {
 	return &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(peers...)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(peers...)}},
 		Servers:  []model.Server{{Hostname: host, Locations: []model.Location{loc("/", model.PathTypePrefix, "be")}}},
 	}
 }
@@ -60,7 +60,7 @@ func TestRewriteKeepsClientRequest(t *testing.T) {
 	rw.Regex, rw.Rewrite.Target = true, "/$2"
 	rw.SetPathRegexp()
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(deadAddr(t), live)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(deadAddr(t), live)}},
 		Servers:  []model.Server{{Hostname: "rw.test", Locations: []model.Location{rw}}},
 	}
 	reg := balancer.NewRegistry(balancer.Config{})

@@ -44,7 +44,7 @@ func TestExternalAuth(t *testing.T) {
 	dead := loc("/", model.PathTypePrefix, "be")
 	dead.ExternalAuth = &model.ExternalAuth{URL: model.URLTemplate{lit("http://" + deadAddr(t) + "/")}, Host: host}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(be)}},
 		Servers: []model.Server{
 			{Hostname: "plain.test", Locations: []model.Location{plain}},
 			{Hostname: "signin.test", Locations: []model.Location{signin}},
@@ -177,7 +177,7 @@ func TestExternalAuthHTTP2(t *testing.T) {
 	l.ExternalAuth = &model.ExternalAuth{URL: model.URLTemplate{lit("http://" + auth.Addr + "/oauth2/auth")},
 		Host: model.URLTemplate{lit("auth.internal")}, ResponseHeaders: []string{"X-Auth-Request-User"}}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "h2auth.test", Locations: []model.Location{l}}},
 	}
 	base := h2Proxy(t, cfg, Config{})
@@ -205,7 +205,7 @@ func TestExternalAuthProxySetHeaders(t *testing.T) {
 	l.ExternalAuth = &model.ExternalAuth{URL: model.URLTemplate{lit("http://" + auth.Addr + "/oauth2/auth")}, Host: model.URLTemplate{lit("127.0.0.1")},
 		ProxySetHeaders: []model.HeaderField{{Name: "X-Empty", Value: ""}, {Name: "X-Tenant", Value: `blue "team"`}}}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "set.test", Locations: []model.Location{l}}},
 	}
 	base, _ := start(t, cfg)

@@ -214,7 +214,7 @@ func TestGRPCThroughProxy(t *testing.T) {
 	grpcsLoc := loc("/", model.PathTypePrefix, "grpcs")
 	grpcsLoc.BackendProtocol = model.ProtocolGRPCS
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "grpc", Endpoints: endpoints(plain)}, {Name: "grpcs", Endpoints: endpoints(secure)}},
+		Backends: []*model.Backend{{Name: "grpc", Endpoints: endpoints(plain)}, {Name: "grpcs", Endpoints: endpoints(secure)}},
 		Servers: []model.Server{
 			{Hostname: "grpc.test", Locations: []model.Location{grpcLoc}},
 			{Hostname: "h2c.test", Locations: []model.Location{h2cLoc}},
@@ -323,7 +323,7 @@ func TestGRPCUpstreamFailures(t *testing.T) {
 	retry := loc("/", model.PathTypePrefix, "retry")
 	retry.BackendProtocol = model.ProtocolGRPC
 	cfg := &model.Configuration{
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "dead", Endpoints: endpoints(deadAddr(t))},
 			{Name: "slow", Endpoints: endpoints(live)},
 			{Name: "retry", Endpoints: endpoints(deadAddr(t), live), Algorithm: model.EWMA},
@@ -369,7 +369,7 @@ func TestH2CUpstreamFromHTTP1(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "h2c")
 	l.BackendProtocol = model.ProtocolH2C
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "h2c", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "h2c", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "h2c.test", Locations: []model.Location{l}}},
 	}
 	base, _ := start(t, cfg)
@@ -407,7 +407,7 @@ func TestH2CPriorKnowledge(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "grpc")
 	l.BackendProtocol = model.ProtocolGRPC
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "grpc", Endpoints: endpoints(be)}, {Name: "a", Endpoints: endpoints(backend(t, "a"))}},
+		Backends: []*model.Backend{{Name: "grpc", Endpoints: endpoints(be)}, {Name: "a", Endpoints: endpoints(backend(t, "a"))}},
 		Servers: []model.Server{
 			{Hostname: "grpc.test", Locations: []model.Location{l}},
 			{Hostname: "web.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "a")}},

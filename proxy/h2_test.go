@@ -77,7 +77,7 @@ func TestHTTP2FrontEnd(t *testing.T) {
 	rewrite.Regex, rewrite.Rewrite.Target = true, "/$2"
 	rewrite.SetPathRegexp()
 	cfg := &model.Configuration{
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)},
 			{Name: "rr", Endpoints: endpoints(a), Alternatives: []string{"canary"}},
 			{Name: "canary", Endpoints: endpoints(b), Canary: model.Canary{Header: "X-Canary"}},
@@ -153,7 +153,7 @@ func TestHTTP2FrontEnd(t *testing.T) {
 func TestHTTP2Sticky(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "sticky", Endpoints: endpoints(a, b), Affinity: &model.CookieAffinity{
+		Backends: []*model.Backend{{Name: "sticky", Endpoints: endpoints(a, b), Affinity: &model.CookieAffinity{
 			Name: "INGRESSCOOKIE", Locations: map[string][]string{"sticky.test": {"/"}}}}},
 		Servers: []model.Server{{Hostname: "sticky.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "sticky")}}},
 	}
@@ -183,7 +183,7 @@ func TestHTTP2Streaming(t *testing.T) {
 	sse := compatBackend(t, sseHandler(gotFirst))
 	l := loc("/", model.PathTypePrefix, "big")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "big", Endpoints: endpoints(be)}, {Name: "sse", Endpoints: endpoints(sse)}},
+		Backends: []*model.Backend{{Name: "big", Endpoints: endpoints(be)}, {Name: "sse", Endpoints: endpoints(sse)}},
 		Servers:  []model.Server{{Hostname: "big.test", Locations: []model.Location{l}}, {Hostname: "sse.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "sse")}}},
 	}
 	base := h2Proxy(t, cfg, Config{})
@@ -223,7 +223,7 @@ func compatBackend(t *testing.T, h http.HandlerFunc) string {
 func TestHTTP2ALPN(t *testing.T) {
 	a := backend(t, "a")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []*model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "alpn.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "a")}}},
 	}
 	base := h2Proxy(t, cfg, Config{})
@@ -289,7 +289,7 @@ nginx_ingress_controller_requests{canary="",host="",ingress="shop",method="GET",
 func TestHTTP2UpstreamTrailersAndAbort(t *testing.T) {
 	trailers, aborted := compatBackend(t, trailerHandler), compatBackend(t, abortingHandler(true))
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "t", Endpoints: endpoints(trailers)}, {Name: "a", Endpoints: endpoints(aborted)}},
+		Backends: []*model.Backend{{Name: "t", Endpoints: endpoints(trailers)}, {Name: "a", Endpoints: endpoints(aborted)}},
 		Servers: []model.Server{
 			{Hostname: "trailers.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "t")}},
 			{Hostname: "aborted.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "a")}},

@@ -67,7 +67,7 @@ func TestProxyHTTPVersion(t *testing.T) {
 	older := loc("/", model.PathTypePrefix, "bold")
 	older.Proxy.HTTP10 = true
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "b10", Endpoints: endpoints(b10)}, {Name: "b11", Endpoints: endpoints(b11)}, {Name: "bold", Endpoints: endpoints(bOld)}},
+		Backends: []*model.Backend{{Name: "b10", Endpoints: endpoints(b10)}, {Name: "b11", Endpoints: endpoints(b11)}, {Name: "bold", Endpoints: endpoints(bOld)}},
 		Servers: []model.Server{
 			{Hostname: "old.test", Locations: []model.Location{old}},
 			{Hostname: "new.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "b11")}},

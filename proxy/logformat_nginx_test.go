@@ -104,7 +104,7 @@ func TestAccessLogAgainstNginx(t *testing.T) {
 			l.Ingress = model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}
 			l.Service, l.ServicePort = "svc", "80"
 			cfg := &model.Configuration{
-				Backends: []model.Backend{{Name: "ns-svc-80", Endpoints: endpoints(peer)}},
+				Backends: []*model.Backend{{Name: "ns-svc-80", Endpoints: endpoints(peer)}},
 				Servers:  []model.Server{{Hostname: "log.test", Locations: []model.Location{l}}},
 				Global:   model.Global{AccessLogFormat: model.LogFormat{Segments: segs, Escape: tc.escape}},
 			}

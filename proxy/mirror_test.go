@@ -97,7 +97,7 @@ func mirrorConfig(backendAddr string, mi *model.Mirror) *model.Configuration {
 	denied := loc("/denied", model.PathTypePrefix, "be")
 	denied.Mirror, denied.AllowSourceRanges = mi, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	return &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(backendAddr)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(backendAddr)}},
 		Servers: []model.Server{{Hostname: "mirror.test", Locations: []model.Location{
 			rewritten, denied, loc("/plain", model.PathTypePrefix, "be"), withMirror}}},
 	}

@@ -136,7 +136,7 @@ func get(t *testing.T, url, host string, hdr map[string]string) (*http.Response,
 func TestRoutingAndHeaders(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)}, {Name: "empty"}},
+		Backends: []*model.Backend{{Name: "a", Endpoints: endpoints(a)}, {Name: "b", Endpoints: endpoints(b)}, {Name: "empty"}},
 		Servers: []model.Server{
 			{Hostname: "_", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: model.DefaultBackendName, IsDefaultBackend: true}}},
 			{Hostname: "shop.example.com", Locations: []model.Location{
@@ -189,7 +189,7 @@ func TestRoutingAndHeaders(t *testing.T) {
 func TestBalancingThroughTheProxy(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "rr", Endpoints: endpoints(a, b), Alternatives: []string{"canary"}},
 			{Name: "canary", Endpoints: endpoints(b), Canary: model.Canary{Header: "X-Canary"}},
 			{Name: "sticky", Endpoints: endpoints(a, b), Affinity: &model.CookieAffinity{
@@ -242,11 +242,11 @@ func TestBalancingThroughTheProxy(t *testing.T) {
 func TestRouteSwapUnderLoad(t *testing.T) {
 	a, b := backend(t, "a"), backend(t, "b")
 	cfgA := &model.Configuration{
-		Backends: []model.Backend{{Name: "x", Endpoints: endpoints(a)}},
+		Backends: []*model.Backend{{Name: "x", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "swap.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "x")}}},
 	}
 	base, reg := start(t, cfgA)
-	p := &model.Configuration{Backends: []model.Backend{{Name: "x", Endpoints: endpoints(b)}}, Servers: cfgA.Servers}
+	p := &model.Configuration{Backends: []*model.Backend{{Name: "x", Endpoints: endpoints(b)}}, Servers: cfgA.Servers}
 	errs := make(chan error, 1)
 	go func() {
 		for i := range 50 {
@@ -296,7 +296,7 @@ func TestAccessAndRedirects(t *testing.T) {
 	failClosed.Redirect = redirect.Redirect
 	failClosed.AllowSourceRanges = denyLoopback.AllowSourceRanges
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []*model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers: []model.Server{
 			{Hostname: "blocked.test", Locations: []model.Location{blocked}},
 			{Hostname: "other-blocked.test", Locations: []model.Location{otherBlocked}},
@@ -350,7 +350,7 @@ func TestRewriteAndCORS(t *testing.T) {
 	cors.CORS = model.CORS{Enabled: true, AllowOrigin: []string{"https://app.example.com", "https://*.example.org"},
 		AllowMethods: "GET, POST", AllowHeaders: "Content-Type", AllowCredentials: true, MaxAgeSeconds: 600}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []*model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers: []model.Server{
 			{Hostname: "rw.test", Locations: []model.Location{rewrite, plain}},
 			{Hostname: "cors.test", Locations: []model.Location{cors}},
@@ -400,7 +400,7 @@ func shopConfig(t *testing.T) (*model.Configuration, string) {
 	l.Ingress = model.ObjectRef{Kind: "Ingress", Namespace: "prod", Name: "shop"}
 	l.Service = "web"
 	return &model.Configuration{
-		Backends: []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends: []*model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Servers:  []model.Server{{Hostname: "m.test", Locations: []model.Location{l}}},
 	}, a
 }
@@ -476,7 +476,7 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "a")
 	l.Rewrite.SSLRedirect = true
 	cfg := &model.Configuration{
-		Backends:     []model.Backend{{Name: "a", Endpoints: endpoints(a)}},
+		Backends:     []*model.Backend{{Name: "a", Endpoints: endpoints(a)}},
 		Certificates: map[string]model.Certificate{"uid-shop": {UID: "uid-shop", PEM: pemCert(t, "shop.example.com")}, "uid-wild": {UID: "uid-wild", PEM: pemCert(t, "*.example.org")}},
 		Servers: []model.Server{
 			{Hostname: "shop.example.com", TLS: &model.ServerTLS{CertificateUID: "uid-shop"}, Locations: []model.Location{l}},

@@ -39,7 +39,7 @@ func TestProxyProtocolClientAddress(t *testing.T) {
 	for _, fwd := range []bool{false, true} {
 		cfg := &model.Configuration{
 			Global:   model.Global{UseForwardedHeaders: fwd, RealIP: &model.RealIP{Header: "X-Forwarded-For", From: trusted, ProxyProtocol: true}},
-			Backends: []model.Backend{{Name: "up", Endpoints: endpoints(strings.TrimPrefix(up.URL, "http://"))}},
+			Backends: []*model.Backend{{Name: "up", Endpoints: endpoints(strings.TrimPrefix(up.URL, "http://"))}},
 			Servers:  []model.Server{{Hostname: "pp.test", Locations: []model.Location{open, listed}}},
 		}
 		p, _ := newProxy(t, cfg, Config{})
@@ -135,7 +135,7 @@ func TestProxyProtocolOverTLS(t *testing.T) {
 	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	cfg := &model.Configuration{
 		Global:   model.Global{RealIP: &model.RealIP{Header: "X-Forwarded-For", From: trusted, ProxyProtocol: true}},
-		Backends: []model.Backend{{Name: "up", Endpoints: endpoints(strings.TrimPrefix(up.URL, "http://"))}},
+		Backends: []*model.Backend{{Name: "up", Endpoints: endpoints(strings.TrimPrefix(up.URL, "http://"))}},
 		Servers:  []model.Server{{Hostname: "pp.test", Locations: []model.Location{loc("/", model.PathTypePrefix, "up")}}},
 	}
 	p, _ := newProxy(t, cfg, Config{})

@@ -222,7 +222,7 @@ func FuzzProxyRequest(f *testing.F) {
 	l := loc("/", model.PathTypePrefix, "be")
 	l.Proxy.BodySizeBytes = 1 << 20
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "be", Endpoints: endpoints(addr)}},
+		Backends: []*model.Backend{{Name: "be", Endpoints: endpoints(addr)}},
 		Servers:  []model.Server{{Hostname: "f.test", Locations: []model.Location{l}}},
 	}
 	p, _ := newProxy(f, cfg, Config{ReadTimeout: 2 * time.Second})

@@ -57,7 +57,7 @@ func TestRequestBuffering(t *testing.T) {
 	off := loc("/", model.PathTypePrefix, "b")
 	off.Proxy.NoRequestBuffering = true
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(be)}},
 		Servers: []model.Server{
 			{Hostname: "on.example.com", Locations: []model.Location{on}},
 			{Hostname: "off.example.com", Locations: []model.Location{off}},
@@ -144,7 +144,7 @@ func TestSpooledBodyRetried(t *testing.T) {
 	be, _ := arrivalBackend(t)
 	l := loc("/", model.PathTypePrefix, "b")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(dead, be)}},
+		Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(dead, be)}},
 		Servers:  []model.Server{{Hostname: "retry.example.com", Locations: []model.Location{l}}},
 	}
 	p, _ := newProxy(t, cfg, Config{BodyTempDir: t.TempDir()})
@@ -204,7 +204,7 @@ func TestSpoolFileFailure(t *testing.T) {
 	be, heads := arrivalBackend(t)
 	l := loc("/", model.PathTypePrefix, "b")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "full.example.com", Locations: []model.Location{l}}},
 	}
 	blocker := filepath.Join(t.TempDir(), "file")
@@ -242,7 +242,7 @@ func TestSpoolClientAbort(t *testing.T) {
 	be, heads := arrivalBackend(t)
 	l := loc("/", model.PathTypePrefix, "b")
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "abort.example.com", Locations: []model.Location{l}}},
 	}
 	p, _ := newProxy(t, cfg, Config{BodyTempDir: t.TempDir()})
@@ -270,7 +270,7 @@ func TestRequestBufferingHTTP2(t *testing.T) {
 	off := loc("/", model.PathTypePrefix, "b")
 	off.Proxy.NoRequestBuffering = true
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(be)}},
 		Servers: []model.Server{
 			{Hostname: "on.example.com", Locations: []model.Location{on}},
 			{Hostname: "off.example.com", Locations: []model.Location{off}},

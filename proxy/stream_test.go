@@ -104,7 +104,7 @@ func TestGiBBodiesStream(t *testing.T) {
 	buffered := l
 	buffered.Proxy.NoRequestBuffering = false
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "big", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "big", Endpoints: endpoints(be)}},
 		Servers: []model.Server{{Hostname: "big.example.com", Locations: []model.Location{l}},
 			{Hostname: "buffered.example.com", Locations: []model.Location{buffered}}},
 	}
@@ -166,7 +166,7 @@ func TestBodySizeLimit(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "small")
 	l.Proxy.BodySizeBytes = limit
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "small", Endpoints: endpoints(be)}},
+		Backends: []*model.Backend{{Name: "small", Endpoints: endpoints(be)}},
 		Servers:  []model.Server{{Hostname: "small.example.com", Locations: []model.Location{l}}},
 	}
 	base, _ := start(t, cfg)
@@ -217,7 +217,7 @@ func TestHTTPSUpstream(t *testing.T) {
 	secure := loc("/", model.PathTypePrefix, "tls")
 	secure.BackendProtocol = model.ProtocolHTTPS
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "tls", Endpoints: endpoints(peer)}},
+		Backends: []*model.Backend{{Name: "tls", Endpoints: endpoints(peer)}},
 		Servers: []model.Server{
 			{Hostname: "secure.example.com", Locations: []model.Location{secure}},
 		},

@@ -33,7 +33,7 @@ func TestWebSocketEcho(t *testing.T) {
 	}))
 	t.Cleanup(refuse.Close)
 	cfg := &model.Configuration{
-		Backends: []model.Backend{
+		Backends: []*model.Backend{
 			{Name: "echo", Endpoints: endpoints(strings.TrimPrefix(echo.URL, "http://"))},
 			{Name: "refuse", Endpoints: endpoints(strings.TrimPrefix(refuse.URL, "http://"))},
 		},
@@ -94,7 +94,7 @@ func TestUpgradedIdleTimeout(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "silent")
 	l.Proxy.ReadTimeoutSeconds = 1
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "silent", Endpoints: endpoints(strings.TrimPrefix(silent.URL, "http://"))}},
+		Backends: []*model.Backend{{Name: "silent", Endpoints: endpoints(strings.TrimPrefix(silent.URL, "http://"))}},
 		Servers:  []model.Server{{Hostname: "127.0.0.1", Locations: []model.Location{l}}},
 	}
 	base, _ := start(t, cfg)

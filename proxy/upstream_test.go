@@ -80,7 +80,7 @@ func okReply(body string) string {
 
 func oneBackendConfig(addr string) *model.Configuration {
 	return &model.Configuration{
-		Backends: []model.Backend{{Name: "b", Endpoints: endpoints(addr)}},
+		Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(addr)}},
 		Servers:  []model.Server{{Hostname: "t.example", Locations: []model.Location{loc("/", model.PathTypePrefix, "b")}}},
 	}
 }
@@ -382,7 +382,7 @@ func TestNextUpstreamPolicy(t *testing.T) {
 			l := loc("/", model.PathTypePrefix, "b")
 			l.Proxy.NextUpstream, l.Proxy.NextUpstreamTries, l.Proxy.NextUpstreamTimeoutSeconds = c.next, c.tries, c.timeout
 			cfg := &model.Configuration{
-				Backends: []model.Backend{{Name: "b", Endpoints: endpoints(c.peers...)}},
+				Backends: []*model.Backend{{Name: "b", Endpoints: endpoints(c.peers...)}},
 				Servers:  []model.Server{{Hostname: "t.example", Locations: []model.Location{l}}},
 			}
 			base, _ := start(t, cfg)

@@ -121,7 +121,7 @@ type persistingSyncer struct {
 }
 
 // Apply applies typed backends (wire form, written to the state file).
-func (p persistingSyncer) Apply(backends []model.Backend) error {
+func (p persistingSyncer) Apply(backends []*model.Backend) error {
 	return p.Sync(balancer.WireBackends(backends))
 }
 

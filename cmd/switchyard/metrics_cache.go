@@ -183,7 +183,7 @@ func (c *ingressCollector) newShape(cfg *model.Configuration) *configShape {
 	content.Version, content.Errors, content.Backends = 0, nil, nil
 	s.structural = jsonHash(&content)
 	for i := range cfg.Backends {
-		s.backendHash[i], s.endpoints[i] = jsonHash(&cfg.Backends[i]), refOf(cfg.Backends[i].Endpoints)
+		s.backendHash[i], s.endpoints[i] = jsonHash(cfg.Backends[i]), refOf(cfg.Backends[i].Endpoints)
 	}
 	s.certs = c.collectCertificates(cfg)
 	s.orphans = c.orphanSeries(cfg)
@@ -201,7 +201,7 @@ func (s *configShape) hash(cfg *model.Configuration) uint64 {
 	binary.LittleEndian.PutUint64(b[:], s.structural)
 	_, _ = h.Write(b[:])
 	for i := range cfg.Backends {
-		be := &cfg.Backends[i]
+		be := cfg.Backends[i]
 		if r := refOf(be.Endpoints); r != s.endpoints[i] {
 			s.backendHash[i], s.endpoints[i] = jsonHash(be), r
 		}

@@ -85,7 +85,7 @@ func (r referenceCollector) Collect(ch chan<- prometheus.Metric) {
 			if !ok {
 				continue
 			}
-			be := &r.cfg.Backends[bi]
+			be := r.cfg.Backends[bi]
 			set(key{loc.Ingress.Namespace, loc.Ingress.Name, orphanNoService}, !be.HasService)
 			if be.HasService {
 				set(key{loc.Ingress.Namespace, loc.Ingress.Name, orphanNoEndpoint}, len(be.Endpoints) == 0)

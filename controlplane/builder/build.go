@@ -1435,18 +1435,15 @@ func sortLocations(locs []model.Location) {
 // finish sorts everything so the same input always gives the same bytes.
 func (b *builder) finish() {
 	b.wwwServers()
-	// Sorted as pointers, then copied once: names and hostnames are
-	// unique (the maps' keys), and moving the structs themselves while
-	// sorting cost more than the rest of finish at 50k Ingresses.
+	// Names are unique (the map's keys). The Configuration shares each
+	// Backend with the ones refreshed from it (EndpointIndex.Refresh), so
+	// none is written once finish returns.
 	backends := make([]*model.Backend, 0, len(b.backends))
 	for _, be := range b.backends {
 		backends = append(backends, be)
 	}
 	slices.SortFunc(backends, func(x, y *model.Backend) int { return strings.Compare(x.Name, y.Name) })
-	b.cfg.Backends = make([]model.Backend, len(backends))
-	for i, be := range backends {
-		b.cfg.Backends[i] = *be
-	}
+	b.cfg.Backends = backends
 	servers := make([]*model.Server, 0, len(b.servers))
 	for _, s := range b.servers {
 		for i := range s.Locations {

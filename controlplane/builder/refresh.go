@@ -70,7 +70,7 @@ func (x *EndpointIndex) RefreshChanged(prev *model.Configuration, changed []stri
 			return nil, nil, false
 		}
 	}
-	var next []model.Backend // prev's, copied on the first change
+	var next []*model.Backend // prev's pointers, copied on the first change
 	for _, key := range changed {
 		srcs := x.byService[key]
 		if len(srcs) == 0 {
@@ -94,9 +94,13 @@ func (x *EndpointIndex) RefreshChanged(prev *model.Configuration, changed []stri
 				continue
 			}
 			if next == nil {
-				next = append([]model.Backend(nil), prev.Backends...)
+				next = append([]*model.Backend(nil), prev.Backends...)
 			}
-			next[i].Endpoints = eps
+			// prev's Backend is shared with prev (and the sinks that
+			// hold it): the change gets a Backend of its own.
+			nb := *next[i]
+			nb.Endpoints = eps
+			next[i] = &nb
 			backends = append(backends, i)
 		}
 	}

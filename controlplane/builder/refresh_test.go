@@ -91,7 +91,7 @@ func TestRefreshEqualsBuild(t *testing.T) {
 		// those: a sink applying them alone gets the full build.
 		var differ []int
 		for i := range prev.Backends {
-			if !prev.Backends[i].Equal(&got.Backends[i]) {
+			if !prev.Backends[i].Equal(got.Backends[i]) {
 				differ = append(differ, i)
 			}
 		}

@@ -198,7 +198,7 @@ func TestCanaryDefaultBackend(t *testing.T) {
 	}
 	got := map[string]model.Backend{}
 	for _, be := range cfg.Backends {
-		got[be.Name] = be
+		got[be.Name] = *be
 	}
 	if diff := cmp.Diff([]string{"ns-canary-http"}, got["ns-main-http"].Alternatives); diff != "" {
 		t.Errorf("primary alternativeBackends (-want +got):\n%s", diff)

@@ -197,6 +197,11 @@ type Canary struct {
 // Equal to their previous version, so every field counts
 // (TestBackendEqualCoversEveryField).
 func (b *Backend) Equal(o *Backend) bool {
+	if b == o {
+		// The same Backend: Configurations refreshed from one another
+		// share the ones that did not change.
+		return true
+	}
 	if b.Name != o.Name || b.Port != o.Port || b.HasService != o.HasService || b.ExternalName != o.ExternalName ||
 		b.Algorithm != o.Algorithm || b.NoServer != o.NoServer || b.SSLPassthrough != o.SSLPassthrough ||
 		!slices.Equal(b.Endpoints, o.Endpoints) || !slices.Equal(b.Alternatives, o.Alternatives) {

@@ -20,8 +20,12 @@ type Configuration struct {
 	// Version increases by one with every Configuration the controller builds.
 	Version uint64 `json:"version"`
 
-	// Backends are the upstreams, sorted by name.
-	Backends []Backend `json:"backends"`
+	// Backends are the upstreams, sorted by name. A Backend is never
+	// written once the Configuration holding it is built: a Configuration
+	// refreshed for an endpoint change shares every Backend that did not
+	// change with the one before, so an endpoint change costs the
+	// backends it touches, not all of them. None is nil.
+	Backends []*Backend `json:"backends"`
 
 	// Servers are the virtual hosts, sorted by hostname, with the catch-all
 	// server "_" first.

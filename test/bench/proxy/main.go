@@ -143,7 +143,7 @@ func runProxy(ctx context.Context, listen string, backends []string, host string
 		eps = append(eps, model.Endpoint{Address: h, Port: uint16(port)})
 	}
 	cfg := &model.Configuration{
-		Backends: []model.Backend{{Name: "bench", Endpoints: eps}},
+		Backends: []*model.Backend{{Name: "bench", Endpoints: eps}},
 		Servers: []model.Server{{Hostname: host, Locations: []model.Location{{
 			Path: "/", PathType: model.PathTypePrefix, Backend: "bench",
 			Proxy: model.Proxy{NextUpstreamTries: 3, ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20},
