@@ -202,7 +202,7 @@ func isPathField(field string) bool {
 // Missing objects (a Service, a TLS Secret) only warn: they are often
 // created after the Ingress (cert-manager writes the TLS Secret after it
 // sees the Ingress), as ingress-nginx's webhook admits them.
-func admissionDenies(e model.ObjectError, a annotations) bool {
+func admissionDenies(e model.ObjectError, a *annotations) bool {
 	switch e.Reason {
 	case model.ReasonFailedClosed:
 		return true // every path answers 503 (on a canary Build reports ReasonUnsupported)

@@ -149,8 +149,12 @@ var (
 )
 
 // parseAnnotations validates the annotations Switchyard understands.
-func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
-	a := annotations{hashBySubsetSize: 3, canaryWeightTotal: 100}
+func parseAnnotations(raw map[string]string) (*annotations, []annotationError) {
+	// Allocated once and returned as it is: the closures below keep it on
+	// the heap anyway, and a value result was copied to a second heap
+	// object by BuildIndexed (~950 bytes per Ingress, 47 MB per build at
+	// 50k Ingresses).
+	a := &annotations{hashBySubsetSize: 3, canaryWeightTotal: 100}
 	var errs []annotationError
 	get := func(name string) (string, bool) {
 		if len(raw) == 0 {
@@ -375,7 +379,7 @@ func parseAnnotations(raw map[string]string) (annotations, []annotationError) {
 	}
 	a.basicAuthAnn = parseBasicAuth(get, bad, warn)
 	a.mirror = parseMirror(get, bad, warn)
-	parseLocationAnnotations(&a, get, bad, boolean, integer)
+	parseLocationAnnotations(a, get, bad, boolean, integer)
 	return a, errs
 }
 

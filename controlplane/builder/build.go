@@ -303,7 +303,7 @@ func BuildIndexed(in Input, opt Options) (*model.Configuration, *EndpointIndex) 
 			}
 			b.cfg.Errors = append(b.cfg.Errors, model.ObjectError{Object: ingressRef(ing), Field: e.key, Message: e.msg, Reason: e.reason})
 		}
-		b.anns[ing] = &a
+		b.anns[ing] = a
 	}
 
 	b.defaultCertificate()
