@@ -97,9 +97,12 @@ local function get_slot()
   -- rinfo is the backend info whose rotation a round-robin request's
   -- retries continue (see candidate), rname its backend's name when that is
   -- not the requested one (a canary routed from a premade decision).
+  -- sinfo is the backend info of a new sticky session made in the worker
+  -- (tables.new_session): made candidates so far, the rest made for the
+  -- retries that need them; setc, whether its cookies are set.
   return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0,
     rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false, recipe = false,
-    rname = false, own = false }
+    rname = false, own = false, sinfo = false, made = 0, setc = false }
 end
 
 -- release returns a pick result to the pool once its request is done.
@@ -107,6 +110,7 @@ function _M.release(s)
   if s and s.sema and not s.pending then
     s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
     s.rpeers, s.peer, s.rinfo, s.recipe, s.rname, s.own = false, false, false, false, false, false
+    s.sinfo = false
     npool = npool + 1
     pool[npool] = s
   end

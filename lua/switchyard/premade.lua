@@ -1,7 +1,10 @@
 -- switchyard.premade: picks Go made ahead (docs/pick-protocol.md, 0x09) for
 -- requests that carry none of the backend's variables (or only their canary
--- decision, for a round-robin backend: s.own), and new sticky sessions: double-buffered batches sized to about 40 ms of the worker's
--- eligible requests, none used after 100 ms.
+-- decision, for a round-robin backend: s.own), and the draws of a routed
+-- backend's weight rule (with a new sticky session of the backend a draw
+-- chose): double-buffered batches sized to about 40 ms of the worker's
+-- eligible requests, none used after 100 ms. A sticky backend's own new
+-- sessions are made in the worker (tables.new_session).
 -- In: backend infos, the request's variables (only checked for absence).
 -- Out: filled pick results, or false when no premade pick is at hand.
 
@@ -185,40 +188,6 @@ function _M.take(s, info, name)
   return true
 end
 
--- vars_absent reports whether the request has none of the variables the
--- backend's picks read (premade picks are made for such requests).
--- retries fills the retries of s, a returning sticky session decided from
--- the table (its first candidate is the cookie's peer), with the next
--- premade new session's candidates other than that peer, each with its
--- cookie: what Go gives the retries of such a request under
--- change-on-failure. It reports false when no premade pick is at hand.
-local scratch = { cands = {}, cookies = {} }
-function _M.retries(s, info, name, backend)
-  local took
-  if backend then
-    took = _M.take_for(scratch, info, name, backend)
-  else
-    took = _M.take(scratch, info, name)
-  end
-  if not took then
-    return false
-  end
-  local peer, cands, cookies = s.cands[1], s.cands, s.cookies
-  local n = 1
-  for j = 1, scratch.n do
-    if n == scratch.n then
-      break
-    end
-    local c = scratch.cands[j]
-    if c ~= peer then
-      n = n + 1
-      cands[n], cookies[n] = c, scratch.cookies[j]
-    end
-  end
-  s.n, s.recipe = n, scratch.recipe
-  return true
-end
-
 -- SCAN bounds the draws take_for passes over.
 local SCAN = 8
 
@@ -241,6 +210,8 @@ function _M.take_for(s, info, name, backend)
   return false
 end
 
+-- vars_absent reports whether the request has none of the variables the
+-- backend's picks read (premade picks are made for such requests).
 function _M.vars_absent(info)
   local vars = info.vars
   for j = 1, info.nvars do

@@ -60,6 +60,7 @@ type options struct {
 	conns, workers                                              []int
 	cases                                                       []benchCase
 	keep                                                        bool
+	pprof                                                       string
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
+	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	var err error
@@ -191,7 +193,7 @@ func run(o options) error {
 		return err
 	}
 	defer bk.stop()
-	side, err := startSidecar(dir, bin)
+	side, err := startSidecar(dir, bin, o.pprof)
 	if err != nil {
 		return err
 	}

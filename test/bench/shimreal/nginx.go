@@ -69,7 +69,7 @@ type sidecar struct {
 	metrics           string // its /metrics (the pick socket's frame counts)
 }
 
-func startSidecar(dir, bin string) (*sidecar, error) {
+func startSidecar(dir, bin, pprof string) (*sidecar, error) {
 	s := &sidecar{apiSock: filepath.Join(dir, "configuration.sock"), pickSock: filepath.Join(dir, "pick.sock")}
 	port, err := benchutil.FreePort("127.0.0.1")
 	if err != nil {
@@ -78,6 +78,9 @@ func startSidecar(dir, bin string) (*sidecar, error) {
 	s.metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.cmd = exec.Command(bin, "balancer", "--configuration-socket", s.apiSock, "--pick-socket", s.pickSock,
 		"--socket-gid", "65534", "--state-file", "", "--metrics-address", s.metrics)
+	if pprof != "" {
+		s.cmd.Args = append(s.cmd.Args, "--pprof-address", pprof)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
