@@ -405,18 +405,27 @@ end
 -- 64, and of 256 refilled at half, ran dry under load before the refill came
 -- back, and each pick then took a round trip.
 local BATCH_MIN, BATCH_SPAN = 16, 0.04
+-- BATCH_SPAN_KEPT is the span of batches used until their generation ends
+-- rather than for LEASE_TTL (leases with generation pushes, the draws of a
+-- routed backend none of whose sides is scored): nothing in them goes
+-- stale, and each ask wakes the sidecar on the cores nginx needs, so they
+-- are asked for in fewer, larger batches (issue 16: the canary by weight's
+-- sidecar CPU was its wake-ups, docs/benchmarks.md run 16).
+local BATCH_SPAN_KEPT = 0.25
+_M.BATCH_SPAN_KEPT = BATCH_SPAN_KEPT
 
 -- ask_batch asks Go in the background for a batch of decisions of frame type
 -- typ for info's backend, sized to demand (a counter) since last_demand at
 -- time last_t, at most max, and reports whether the ask was queued. The
 -- reply goes to the type's handler; the waiting entry is marked with kind
 -- ("lease", "premade") so a lost connection clears the right pending flag.
-local function ask_batch(typ, info, name, now, demand, last_t, last_demand, max, kind)
+-- span is the demand's time a batch covers (BATCH_SPAN when nil).
+local function ask_batch(typ, info, name, now, demand, last_t, last_demand, max, kind, span)
   local dt = now - last_t
   if dt < 0.001 then
     dt = 0.001
   end
-  local size = math.floor((demand - last_demand) / dt * BATCH_SPAN)
+  local size = math.floor((demand - last_demand) / dt * (span or BATCH_SPAN))
   if size < BATCH_MIN then
     size = BATCH_MIN
   elseif size > max then

@@ -60,20 +60,6 @@ local function load_premade(info, name, b)
   return nil
 end
 
--- request_premade asks Go for the backend's next premade picks, about
--- 40 ms of this worker's eligible requests to it (conn.ask_batch).
-local function request_premade(info, name, now)
-  if conn.ask_batch(T.PREMADE, info, name, now, info.pdemand, info.preq_t, info.preq_demand, PREMADE_MAX, "premade") then
-    info.ppending = true
-  end
-  info.preq_t, info.preq_demand = now, info.pdemand
-end
-
--- take_premade fills s with the next of the picks Go made ahead for
--- requests to this backend that carry none of its variables, and reports
--- whether there was one. Like leases, a batch is used for at most
--- LEASE_TTL, and the next one is asked for as soon as one starts being
--- used; when none is at hand the request asks Go itself.
 -- ttl is how long a batch of info's is used: LEASE_TTL, or for ever (until
 -- its info is of an old generation, which pick.lua checks first) for the
 -- draws of a routed backend none of whose sides is scored: a draw of the
@@ -88,6 +74,23 @@ local function ttl(info)
   return LEASE_TTL
 end
 
+-- request_premade asks Go for the backend's next premade picks, about
+-- 40 ms of this worker's eligible requests to it, 250 ms of draws kept
+-- until their generation ends (conn.ask_batch).
+local function request_premade(info, name, now)
+  -- Draws used until their generation ends (ttl): a larger batch.
+  local span = ttl(info) == math.huge and conn.BATCH_SPAN_KEPT or nil
+  if conn.ask_batch(T.PREMADE, info, name, now, info.pdemand, info.preq_t, info.preq_demand, PREMADE_MAX, "premade", span) then
+    info.ppending = true
+  end
+  info.preq_t, info.preq_demand = now, info.pdemand
+end
+
+-- take_premade fills s with the next of the picks Go made ahead for
+-- requests to this backend that carry none of its variables, and reports
+-- whether there was one. Like leases, a batch is used for at most
+-- LEASE_TTL, and the next one is asked for as soon as one starts being
+-- used; when none is at hand the request asks Go itself.
 function _M.take(s, info, name)
   local now = ngx_now()
   info.pdemand = info.pdemand + 1
