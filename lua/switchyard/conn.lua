@@ -97,9 +97,12 @@ local function get_slot()
   -- rinfo is the backend info whose rotation a round-robin request's
   -- retries continue (see candidate), rname its backend's name when that is
   -- not the requested one (a canary routed from a premade decision).
+  -- sinfo is the backend info of a new sticky session made in the worker
+  -- (tables.new_session): made candidates so far, the rest made for the
+  -- retries that need them; setc, whether its cookies are set.
   return { sema = semaphore.new(), cands = {}, cookies = {}, n = 0, attempt = 0,
     rpeers = false, rn = 0, rpos = 0, ridx = 0, peer = false, rinfo = false, recipe = false,
-    rname = false, own = false }
+    rname = false, own = false, sinfo = false, made = 0, setc = false }
 end
 
 -- release returns a pick result to the pool once its request is done.
@@ -107,6 +110,7 @@ function _M.release(s)
   if s and s.sema and not s.pending then
     s.fallback, s.attempt, s.backend, s.alt, s.score = nil, 0, nil, nil, nil
     s.rpeers, s.peer, s.rinfo, s.recipe, s.rname, s.own = false, false, false, false, false, false
+    s.sinfo = false
     npool = npool + 1
     pool[npool] = s
   end
@@ -401,18 +405,27 @@ end
 -- 64, and of 256 refilled at half, ran dry under load before the refill came
 -- back, and each pick then took a round trip.
 local BATCH_MIN, BATCH_SPAN = 16, 0.04
+-- BATCH_SPAN_KEPT is the span of batches used until their generation ends
+-- rather than for LEASE_TTL (leases with generation pushes, the draws of a
+-- routed backend none of whose sides is scored): nothing in them goes
+-- stale, and each ask wakes the sidecar on the cores nginx needs, so they
+-- are asked for in fewer, larger batches (issue 16: the canary by weight's
+-- sidecar CPU was its wake-ups, docs/benchmarks.md run 16).
+local BATCH_SPAN_KEPT = 0.25
+_M.BATCH_SPAN_KEPT = BATCH_SPAN_KEPT
 
 -- ask_batch asks Go in the background for a batch of decisions of frame type
 -- typ for info's backend, sized to demand (a counter) since last_demand at
 -- time last_t, at most max, and reports whether the ask was queued. The
 -- reply goes to the type's handler; the waiting entry is marked with kind
 -- ("lease", "premade") so a lost connection clears the right pending flag.
-local function ask_batch(typ, info, name, now, demand, last_t, last_demand, max, kind)
+-- span is the demand's time a batch covers (BATCH_SPAN when nil).
+local function ask_batch(typ, info, name, now, demand, last_t, last_demand, max, kind, span)
   local dt = now - last_t
   if dt < 0.001 then
     dt = 0.001
   end
-  local size = math.floor((demand - last_demand) / dt * BATCH_SPAN)
+  local size = math.floor((demand - last_demand) / dt * (span or BATCH_SPAN))
   if size < BATCH_MIN then
     size = BATCH_MIN
   elseif size > max then

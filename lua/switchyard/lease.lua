@@ -25,7 +25,9 @@ local _M = {}
 -- request_lease asks Go for the backend's next lease, sized to about 40 ms
 -- of this worker's picks of it since the last request.
 local function request_lease(info, name, now)
-  if conn.ask_batch(T.LEASE, info, name, now, info.demand, info.lreq_t, info.lreq_demand, LEASE_MAX, "lease") then
+  -- With generation pushes a lease is used up, never dropped: a larger one.
+  local span = state.tables and conn.BATCH_SPAN_KEPT or nil
+  if conn.ask_batch(T.LEASE, info, name, now, info.demand, info.lreq_t, info.lreq_demand, LEASE_MAX, "lease", span) then
     info.lpending = true
   end
   info.lreq_t, info.lreq_demand = now, info.demand

@@ -38,9 +38,9 @@ local routed = require("switchyard.routed")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
 local get_info, fallback = info_mod.get, info_mod.fallback
 local ring_pick, request_table = tables.ring_pick, tables.request_table
-local sticky_cookie, new_session = tables.sticky_cookie, tables.new_session
+local sticky_cookie, new_session, more_session = tables.sticky_cookie, tables.new_session, tables.more
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
-local take_premade, vars_absent, premade_retries = premade.take, premade.vars_absent, premade.retries
+local take_premade, vars_absent = premade.take, premade.vars_absent
 local take_premade_wait = premade.take_wait
 local routed_pick, routed_down = routed.pick, routed.down
 
@@ -117,10 +117,19 @@ function _M.candidate(s, i)
     end
     return rp[((s.rpos + (i - 1) % s.n) % TWO32) % s.rn + 1], false
   end
+  if s.sinfo then
+    -- A new sticky session made in the worker: a retry's candidate is
+    -- made when the retry comes (tables.new_session).
+    while s.made < i and s.made < s.n do
+      if not more_session(s) then
+        break
+      end
+    end
+  end
   local k = (i - 1) % s.n + 1
   local cookie = s.cookies[k]
   if cookie and s.recipe then
-    -- A premade new sticky session: cookies[k] is the upstream key; the
+    -- A new sticky session: cookies[k] is the upstream key; the
     -- Set-Cookie is written now, for the candidate that serves only.
     cookie = sticky_cookie(s.recipe, cookie)
   end
@@ -162,6 +171,23 @@ local function same_vars(a, b)
   return true
 end
 
+-- sticky_or_ring fills s from the backend's table (info.ring): a chash or
+-- chashsubset key's peers, a returning sticky session's peer (with
+-- change-on-failure, new sessions for its retries), or a new sticky
+-- session, made here on the table as ingress-nginx makes one
+-- (tables.new_session). It returns nil when the table does not decide the
+-- request (Go is asked).
+local function sticky_or_ring(s, info, name)
+  if ring_pick(s, info, name) then
+    local recipe = info.recipe
+    if recipe and recipe.change_on_failure then
+      return new_session(s, info, name, 1)
+    end
+    return s
+  end
+  return new_session(s, info, name)
+end
+
 -- pick asks Go for the candidates of one request to backend name. It returns
 -- a result table (code, alt, backend, score, n, cands, cookies; pass it to
 -- release when the request is done), or nil when the backend is unknown or
@@ -185,7 +211,7 @@ function _M.pick(name)
     -- The last table Go sent keeps deciding: the same peers as before Go
     -- went away, sticky cookies honoured, new sticky sessions made here
     -- on it (with their cookie).
-    if info.ring and (ring_pick(s, info, name) or new_session(s, info, name)) then
+    if info.ring and sticky_or_ring(s, info, name) then
       return s
     end
     return fallback(s, info)
@@ -215,18 +241,7 @@ function _M.pick(name)
         ask_name = c
       end
     elseif info.ring then
-      if ring_pick(s, info, name) then
-        local recipe = info.recipe
-        if not (recipe and recipe.change_on_failure) then
-          return s
-        end
-        -- change-on-failure: the retries of a returning session are a
-        -- new session's peers (premade by Go), other than the cookie's.
-        if info.premade and not info.pfailed and premade_retries(s, info, name) then
-          return s
-        end
-      -- A new sticky session: premade by Go, its cookie written here.
-      elseif info.premade and not info.pfailed and take_premade(s, info, name) then
+      if sticky_or_ring(s, info, name) then
         return s
       end
     elseif info.hashtable and not info.tpending and not info.tfailed then
@@ -264,6 +279,7 @@ function _M.pick(name)
       end
     end
   end
+  s.sinfo = false
   for round = 1, 2 do
     local id = new_id()
     if not ask(s, id, pick_frame(id, ask_name, info, skip)) then

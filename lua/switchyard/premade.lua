@@ -1,7 +1,10 @@
 -- switchyard.premade: picks Go made ahead (docs/pick-protocol.md, 0x09) for
 -- requests that carry none of the backend's variables (or only their canary
--- decision, for a round-robin backend: s.own), and new sticky sessions: double-buffered batches sized to about 40 ms of the worker's
--- eligible requests, none used after 100 ms.
+-- decision, for a round-robin backend: s.own), and the draws of a routed
+-- backend's weight rule (with a new sticky session of the backend a draw
+-- chose): double-buffered batches sized to about 40 ms of the worker's
+-- eligible requests, none used after 100 ms. A sticky backend's own new
+-- sessions are made in the worker (tables.new_session).
 -- In: backend infos, the request's variables (only checked for absence).
 -- Out: filled pick results, or false when no premade pick is at hand.
 
@@ -57,20 +60,6 @@ local function load_premade(info, name, b)
   return nil
 end
 
--- request_premade asks Go for the backend's next premade picks, about
--- 40 ms of this worker's eligible requests to it (conn.ask_batch).
-local function request_premade(info, name, now)
-  if conn.ask_batch(T.PREMADE, info, name, now, info.pdemand, info.preq_t, info.preq_demand, PREMADE_MAX, "premade") then
-    info.ppending = true
-  end
-  info.preq_t, info.preq_demand = now, info.pdemand
-end
-
--- take_premade fills s with the next of the picks Go made ahead for
--- requests to this backend that carry none of its variables, and reports
--- whether there was one. Like leases, a batch is used for at most
--- LEASE_TTL, and the next one is asked for as soon as one starts being
--- used; when none is at hand the request asks Go itself.
 -- ttl is how long a batch of info's is used: LEASE_TTL, or for ever (until
 -- its info is of an old generation, which pick.lua checks first) for the
 -- draws of a routed backend none of whose sides is scored: a draw of the
@@ -85,6 +74,23 @@ local function ttl(info)
   return LEASE_TTL
 end
 
+-- request_premade asks Go for the backend's next premade picks, about
+-- 40 ms of this worker's eligible requests to it, 250 ms of draws kept
+-- until their generation ends (conn.ask_batch).
+local function request_premade(info, name, now)
+  -- Draws used until their generation ends (ttl): a larger batch.
+  local span = ttl(info) == math.huge and conn.BATCH_SPAN_KEPT or nil
+  if conn.ask_batch(T.PREMADE, info, name, now, info.pdemand, info.preq_t, info.preq_demand, PREMADE_MAX, "premade", span) then
+    info.ppending = true
+  end
+  info.preq_t, info.preq_demand = now, info.pdemand
+end
+
+-- take_premade fills s with the next of the picks Go made ahead for
+-- requests to this backend that carry none of its variables, and reports
+-- whether there was one. Like leases, a batch is used for at most
+-- LEASE_TTL, and the next one is asked for as soon as one starts being
+-- used; when none is at hand the request asks Go itself.
 function _M.take(s, info, name)
   local now = ngx_now()
   info.pdemand = info.pdemand + 1
@@ -185,40 +191,6 @@ function _M.take(s, info, name)
   return true
 end
 
--- vars_absent reports whether the request has none of the variables the
--- backend's picks read (premade picks are made for such requests).
--- retries fills the retries of s, a returning sticky session decided from
--- the table (its first candidate is the cookie's peer), with the next
--- premade new session's candidates other than that peer, each with its
--- cookie: what Go gives the retries of such a request under
--- change-on-failure. It reports false when no premade pick is at hand.
-local scratch = { cands = {}, cookies = {} }
-function _M.retries(s, info, name, backend)
-  local took
-  if backend then
-    took = _M.take_for(scratch, info, name, backend)
-  else
-    took = _M.take(scratch, info, name)
-  end
-  if not took then
-    return false
-  end
-  local peer, cands, cookies = s.cands[1], s.cands, s.cookies
-  local n = 1
-  for j = 1, scratch.n do
-    if n == scratch.n then
-      break
-    end
-    local c = scratch.cands[j]
-    if c ~= peer then
-      n = n + 1
-      cands[n], cookies[n] = c, scratch.cookies[j]
-    end
-  end
-  s.n, s.recipe = n, scratch.recipe
-  return true
-end
-
 -- SCAN bounds the draws take_for passes over.
 local SCAN = 8
 
@@ -241,6 +213,8 @@ function _M.take_for(s, info, name, backend)
   return false
 end
 
+-- vars_absent reports whether the request has none of the variables the
+-- backend's picks read (premade picks are made for such requests).
 function _M.vars_absent(info)
   local vars = info.vars
   for j = 1, info.nvars do

@@ -19,14 +19,14 @@ local get_info, fallback = info_mod.get, info_mod.fallback
 local ring_pick, request_table, shared_info = tables.ring_pick, tables.request_table, tables.shared_info
 local new_session = tables.new_session
 local take_leased, take_leased_wait = lease.take, lease.take_wait
-local take_premade, premade_retries = premade.take, premade.retries
+local take_premade = premade.take
 local take_premade_wait, take_premade_for = premade.take_wait, premade.take_for
 local decide, decide_local = route.decide, route.decide_local
 local OWN_LEASE, OWN_PICKS, OWN_STICKY = route.OWN_LEASE, route.OWN_PICKS, route.OWN_STICKY
 
 local _M = {}
 
--- own_premade fills s with premade picks (or a new session) of backend c
+-- own_premade fills s with premade picks of backend c (ewma, least_request)
 -- for a request a rule routed there: a canary's own batch, or for the
 -- primary name the next of its draws that chose it (premade.take_for).
 local function own_premade(s, info, name, cinfo, c)
@@ -104,31 +104,28 @@ local function own_pick(s, info, name, c, alt, own, drawn)
     return nil
   end
   if ring_pick(s, cinfo, c) then
-    s.alt = alt
     local recipe = cinfo.recipe
-    if not (recipe and recipe.change_on_failure) then
-      return s
+    if recipe and recipe.change_on_failure then
+      -- change-on-failure: the retries are new sessions of c, made here
+      -- on c's table (tables.new_session).
+      new_session(s, cinfo, c, 1)
     end
-    -- change-on-failure: the retries are new sessions of c, premade by
-    -- Go for c (a canary's own batch; a primary's draws that chose it).
-    if cinfo.premade and not cinfo.pfailed and premade_retries(s, cinfo, c, c == name and c or nil) then
-      s.alt = alt
-      return s
-    end
-    return nil
+    s.alt = alt
+    return s
   end
   if own ~= OWN_STICKY then
     return nil
   end
   -- A new sticky session: the draw's entry carries one of c's, written
-  -- with c's recipe; a canary chosen by a rule takes one of its own.
+  -- with c's recipe; one a rule sent to c is made here on c's table, as
+  -- ingress-nginx makes it (tables.new_session).
   if drawn then
     if s.recipe_src == cinfo then
       return s
     end
     return nil
   end
-  if own_premade(s, info, name, cinfo, c) and s.recipe_src == cinfo then
+  if new_session(s, cinfo, c) then
     s.alt = alt
     return s
   end

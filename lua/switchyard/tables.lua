@@ -402,86 +402,143 @@ function _M.should_set_cookie(r)
   return paths ~= nil and paths[ngx_var.location_path or ""] == true
 end
 
--- sticky_cookie writes a new session's Set-Cookie for upstream key key as
--- Go's sticky balancer writes it (lua-resty-cookie's attribute order).
--- new_session fills s with a new sticky session of backend name made in
--- this worker, for while Go cannot answer (pick.lua; before, such a request
--- went round robin and got no cookie until Go was back): up to three
--- distinct candidates, each with the upstream key its cookie carries, made
--- as Go's sticky pickNewUpstream makes them: sticky_balanced, the owner in
--- the backend's table of CRC32 of "<now + i>.<worker pid>.<random>";
--- sticky_persistent, random peers and their upstream keys. The table Go
--- sent maps such a key back to the same peer, here and in Go
--- (TestShimTables). It returns nil for a backend without a sticky table.
+-- new_session fills s with a new sticky session of backend name, made in
+-- this worker on the table Go sent, as ingress-nginx's sticky balancers
+-- make one in the worker (sticky_balanced.lua and sticky_persistent.lua
+-- pick_new_upstream): one candidate per attempt, each with the upstream
+-- key its cookie carries, a peer this request has not got yet.
+-- sticky_balanced: the owner in the table of CRC32 of
+-- "<ngx.now() + i>.<worker pid>.<random>" for the first i of 1..20 whose
+-- peer is new; sticky_persistent: a random new peer and its upstream key.
+-- Go's pickNewUpstream makes them the same way, and its table maps such a
+-- key back to the same peer, here and in Go (TestShimTables). The first
+-- candidate is made now, a retry's when it comes (more), as ingress-nginx
+-- makes it then. With keep = 1, s.cands[1] (a returning session's peer,
+-- decided from its cookie) stays the first candidate and the retries are
+-- new sessions on other peers: change-on-failure.
+--
+-- Issue 16: new sessions were premade by Go (three keyed candidates each,
+-- two of them for retries that seldom come) and fetched in batches; the
+-- sidecar spent most of its CPU making them, on the cores nginx needs
+-- (docs/benchmarks.md, run 16). The key is a random draw and the peer is
+-- the table's owner of it, so the worker makes the session as ingress-nginx
+-- does, with the same key text (its own clock and pid), and no request of
+-- a sticky backend needs Go once the table is in. It returns nil for a
+-- backend without a sticky table.
 local worker_pid
-function _M.new_session(s, info, name)
+
+-- got reports whether peer is one of the first n candidates.
+local function got(cands, n, peer)
+  for k = 1, n do
+    if cands[k] == peer then
+      return true
+    end
+  end
+  return false
+end
+
+-- add_session appends one new session of info's table to the n candidates
+-- of s, and reports whether there was a peer left for it.
+local function add_session(s, info, n)
+  local cands, cookies, peers, np = s.cands, s.cookies, info.peers, info.npeers
+  if info.tkind == 2 then
+    worker_pid = worker_pid or ngx.worker.pid()
+    local owners, now = info.towners, ngx.now()
+    for i = 1, 20 do
+      local key = tostring(now + i) .. "." .. worker_pid .. "." .. random(999999)
+      local peer = peers[owners[ring_index(info, crc32(key))] + 1]
+      if not got(cands, n, peer) then
+        cands[n + 1], cookies[n + 1] = peer, key
+        return true
+      end
+    end
+    return false
+  end
+  local keys = info.keys_of
+  if not keys then
+    keys = {}
+    for key, k in pairs(info.pkeys) do
+      keys[k] = key
+    end
+    info.keys_of = keys
+  end
+  -- A random peer not got yet, uniformly (util/nodemap.lua random_except):
+  -- a few draws over all peers, rejecting those got already, then a draw
+  -- over the rest counted out.
+  local pick = nil
+  for _ = 1, 8 do
+    local k = random(np)
+    if keys[k] and not got(cands, n, peers[k]) then
+      pick = k
+      break
+    end
+  end
+  if not pick then
+    local left = 0
+    for k = 1, np do
+      if keys[k] and not got(cands, n, peers[k]) then
+        left = left + 1
+      end
+    end
+    if left == 0 then
+      return false
+    end
+    local r = random(left)
+    for k = 1, np do
+      if keys[k] and not got(cands, n, peers[k]) then
+        r = r - 1
+        if r == 0 then
+          pick = k
+          break
+        end
+      end
+    end
+  end
+  cands[n + 1], cookies[n + 1] = peers[pick], keys[pick]
+  return true
+end
+
+function _M.new_session(s, info, name, keep)
   local kind, recipe = info.tkind, info.recipe
   if not info.ring or not recipe or (kind ~= 2 and kind ~= 3) or info.npeers == 0 then
     return nil
   end
-  local cands, cookies, peers, np = s.cands, s.cookies, info.peers, info.npeers
-  local n = 0
-  if kind == 2 then
-    worker_pid = worker_pid or ngx.worker.pid()
-    local now = ngx.now()
-    for i = 1, 20 do
-      if n == 3 or n == np then
-        break
-      end
-      local key = tostring(now + i) .. "." .. worker_pid .. "." .. random(999999)
-      local peer = peers[info.towners[ring_index(info, crc32(key))] + 1]
-      local seen = false
-      for k = 1, n do
-        if cands[k] == peer then
-          seen = true
-          break
-        end
-      end
-      if not seen then
-        n = n + 1
-        cands[n], cookies[n] = peer, key
-      end
+  local n = keep or 0
+  if not add_session(s, info, n) then
+    if n == 0 then
+      return nil
     end
-  else
-    local keys = info.keys_of
-    if not keys then
-      keys = {}
-      for key, k in pairs(info.pkeys) do
-        keys[k] = key
-      end
-      info.keys_of = keys
-    end
-    -- A partial shuffle: the first min(3, np) of a random order.
-    local order = {}
-    for k = 1, np do
-      order[k] = k
-    end
-    for k = 1, np do
-      if n == 3 then
-        break
-      end
-      local j = random(k, np)
-      order[k], order[j] = order[j], order[k]
-      local idx = order[k]
-      if keys[idx] then
-        n = n + 1
-        cands[n], cookies[n] = peers[idx], keys[idx]
-      end
-    end
+    return s -- no other peer: the retries are the cookie's peer's
   end
-  if n == 0 then
-    return nil
+  local set = _M.should_set_cookie(recipe)
+  if not set then
+    s.cookies[n + 1] = false
   end
-  if not _M.should_set_cookie(recipe) then
-    for k = 1, n do
-      cookies[k] = false
-    end
-    recipe = false
-  end
-  s.n, s.code, s.alt, s.score, s.backend, s.recipe = n, 0, false, nil, name, recipe
+  -- s.n: the candidates the request may have (as Go's pick reply); those
+  -- after s.made are made by more when an attempt needs them.
+  s.n, s.code, s.alt, s.score, s.backend = math.min(3, info.npeers), 0, false, nil, name
+  s.recipe, s.sinfo, s.made, s.setc = set and recipe or false, info, n + 1, set
   return s
 end
 
+-- more makes candidate s.made + 1 of a new session (new_session) for a
+-- retry, and reports false when no peer is left for it (s.n then counts
+-- the candidates made, and the attempts cycle through them).
+function _M.more(s)
+  local n = s.made
+  if not add_session(s, s.sinfo, n) then
+    s.n = n
+    return false
+  end
+  if not s.setc then
+    s.cookies[n + 1] = false
+  end
+  s.made = n + 1
+  return true
+end
+
+-- sticky_cookie writes a new session's Set-Cookie for upstream key key as
+-- Go's sticky balancer writes it (lua-resty-cookie's attribute order).
 local cookiebuf = {}
 function _M.sticky_cookie(r, key)
   local t = cookiebuf

@@ -60,6 +60,7 @@ type options struct {
 	conns, workers                                              []int
 	cases                                                       []benchCase
 	keep                                                        bool
+	pprof                                                       string
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
+	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	var err error
@@ -191,7 +193,7 @@ func run(o options) error {
 		return err
 	}
 	defer bk.stop()
-	side, err := startSidecar(dir, bin)
+	side, err := startSidecar(dir, bin, o.pprof)
 	if err != nil {
 		return err
 	}
@@ -239,6 +241,9 @@ func run(o options) error {
 						results[k][v] = append(results[k][v], s)
 						load, _, _ := strings.Cut(benchutil.Loadavg(), " ")
 						fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load)
+						if s.frames != nil {
+							fmt.Printf("# frames per 1000 requests: %s\n", frameLine(s.frames))
+						}
 					}
 				}
 			}
@@ -282,6 +287,22 @@ func distinct(lines []string, n int) []string {
 	return out
 }
 
+// frameLine formats frame counts per 1000 requests, pick first.
+func frameLine(frames map[string]float64) string {
+	typs := make([]string, 0, len(frames))
+	for typ := range frames {
+		typs = append(typs, typ)
+	}
+	slices.Sort(typs)
+	line := fmt.Sprintf("pick %.2f", frames["pick"])
+	for _, typ := range typs {
+		if typ != "pick" && frames[typ] != 0 {
+			line += fmt.Sprintf(", %s %.2f", typ, frames[typ])
+		}
+	}
+	return line
+}
+
 func stopAll(fronts map[string]*front) {
 	for _, f := range fronts {
 		f.stop()
@@ -300,9 +321,9 @@ func printHeader(o options, src sources) {
 }
 
 func printTable(o options, results map[cell]map[string][]sample) {
-	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request)\n\n", o.rounds, o.duration)
-	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median\n\n", o.rounds, o.duration)
+	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, bc := range o.cases {
 		for _, w := range o.workers {
 			for _, c := range o.conns {
@@ -311,18 +332,27 @@ func printTable(o options, results map[cell]map[string][]sample) {
 				if len(re) == 0 || len(sh) == 0 {
 					continue
 				}
-				var rpsR, p99R, cpuR []float64
+				var rpsR, p99R, cpuR, asked []float64
+				for _, x := range sh {
+					if x.frames != nil {
+						asked = append(asked, x.frames["pick"])
+					}
+				}
+				askedCol := "–"
+				if len(asked) > 0 {
+					askedCol = fmt.Sprintf("%.2f", median(asked))
+				}
 				for i := range min(len(re), len(sh)) {
 					rpsR = append(rpsR, sh[i].rps/re[i].rps)
 					p99R = append(p99R, sh[i].p99/re[i].p99)
 					cpuR = append(cpuR, (sh[i].nginxCPU+sh[i].sidecarUS)/re[i].nginxCPU)
 				}
 				mr, ms := medianSample(re), medianSample(sh)
-				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) |\n",
+				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s |\n",
 					bc.name, w, c, mr.rps, ms.rps, median(rpsR), slices.Min(rpsR), slices.Max(rpsR),
 					mr.p99, ms.p99, median(p99R), slices.Min(p99R), slices.Max(p99R),
 					mr.nginxCPU, ms.nginxCPU, ms.sidecarUS, median(cpuR), slices.Min(cpuR), slices.Max(cpuR),
-					ms.sidecarCPU, ms.sidecarUS)
+					ms.sidecarCPU, ms.sidecarUS, askedCol)
 			}
 		}
 	}

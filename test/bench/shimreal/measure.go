@@ -13,8 +13,13 @@ import (
 // sample is one wrk run against one front: p50/p99 in ms; nginxCPU is what
 // the front nginx (all its processes) used per request in µs; sidecarCPU
 // what `switchyard balancer` used during the run in seconds (shim only),
-// sidecarUS the same per request in µs.
-type sample struct{ rps, p50, p99, nginxCPU, sidecarCPU, sidecarUS float64 }
+// sidecarUS the same per request in µs; frames the pick-socket frames the
+// sidecar decoded during the run, by type, per 1000 requests (shim only;
+// "pick" counts the requests that waited for Go).
+type sample struct {
+	rps, p50, p99, nginxCPU, sidecarCPU, sidecarUS float64
+	frames                                         map[string]float64
+}
 
 // wrkArgs are the wrk command line for case c at conns connections.
 func (f *front) wrkArgs(c benchCase, conns int, d time.Duration, script string, latency bool) []string {
@@ -36,6 +41,10 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 		return sample{}, fmt.Errorf("warm-up: %w", err)
 	}
 	frontPids, sidePids := []int{-f.cmd.Process.Pid}, []int{side.pid}
+	var frames0 map[string]float64
+	if f.variant == variantShim {
+		frames0 = side.frames()
+	}
 	cpu0, side0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
 	s, err := runWrk(f.wrkArgs(c, conns, d, script, true))
 	cpu1, side1 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
@@ -48,6 +57,12 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 	if f.variant == variantShim {
 		s.sidecarCPU = float64(side1-side0) / 100
 		s.sidecarUS = float64(side1-side0) * 1e4 / reqs
+		if frames1 := side.frames(); frames0 != nil && frames1 != nil {
+			s.frames = map[string]float64{}
+			for typ, n := range frames1 {
+				s.frames[typ] = (n - frames0[typ]) * 1000 / reqs
+			}
+		}
 	}
 	return s, nil
 }

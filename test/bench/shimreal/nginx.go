@@ -7,6 +7,7 @@ import (
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,12 +66,21 @@ type sidecar struct {
 	cmd               *exec.Cmd
 	apiSock, pickSock string
 	pid               int
+	metrics           string // its /metrics (the pick socket's frame counts)
 }
 
-func startSidecar(dir, bin string) (*sidecar, error) {
+func startSidecar(dir, bin, pprof string) (*sidecar, error) {
 	s := &sidecar{apiSock: filepath.Join(dir, "configuration.sock"), pickSock: filepath.Join(dir, "pick.sock")}
+	port, err := benchutil.FreePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s.cmd = exec.Command(bin, "balancer", "--configuration-socket", s.apiSock, "--pick-socket", s.pickSock,
-		"--socket-gid", "65534", "--state-file", "")
+		"--socket-gid", "65534", "--state-file", "", "--metrics-address", s.metrics)
+	if pprof != "" {
+		s.cmd.Args = append(s.cmd.Args, "--pprof-address", pprof)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
@@ -94,6 +104,37 @@ func startSidecar(dir, bin string) (*sidecar, error) {
 }
 
 func (s *sidecar) stop() { benchutil.Stop(s.cmd) }
+
+// frames returns the sidecar's count of pick-socket frames by type
+// (switchyard_pick_socket_frames_total: "pick" frames are requests that
+// waited for Go), or nil when /metrics cannot be read.
+func (s *sidecar) frames() map[string]float64 {
+	resp, err := http.Get("http://" + s.metrics + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	const prefix = `switchyard_pick_socket_frames_total{type="`
+	for _, l := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, prefix)
+		if !ok {
+			continue
+		}
+		typ, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[typ] = v
+		}
+	}
+	return out
+}
 
 // front is the nginx under test, one per variant and worker count.
 type front struct {
