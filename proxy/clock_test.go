@@ -85,11 +85,16 @@ func timedRead(c net.Conn) (time.Duration, error) {
 // sixteenth) fires first; a shorter timeout is applied at once.
 func TestTimeoutConnReadTimeout(t *testing.T) {
 	server, client := tcpPair(t)
-	const timeout = 800 * time.Millisecond
+	// The early deadline fires `early` before the read's own; the read
+	// sees it as early only if its goroutine runs within that margin, so
+	// the margin is wide (a loaded CI machine delayed it past 40ms) and
+	// the timeout large enough for it to stay within a sixteenth.
+	const timeout = 3200 * time.Millisecond
+	const early = 190 * time.Millisecond
 	tc := &timeoutConn{Conn: client, read: timeout, write: time.Second}
 	buf := make([]byte, 1)
-	// An earlier read armed a deadline 40ms before this read's own.
-	armed := monoNow() + timeout - 40*time.Millisecond
+	// An earlier read armed a deadline `early` before this read's own.
+	armed := monoNow() + timeout - early
 	if err := client.SetReadDeadline(monoTime(armed)); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +107,7 @@ func TestTimeoutConnReadTimeout(t *testing.T) {
 		t.Error("the early deadline was not moved to the read's own")
 	}
 	if took < timeout-10*time.Millisecond || took > timeout+2*time.Second {
-		t.Errorf("timed out after %v; want %v (not at the deadline armed 40ms sooner)", took, timeout)
+		t.Errorf("timed out after %v; want %v (not at the deadline armed %v sooner)", took, timeout, early)
 	}
 
 	// A shorter timeout on a reused connection (an hour armed) re-arms.
