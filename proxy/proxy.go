@@ -453,7 +453,7 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		lf = p.logFormatOf()
 	}
 	if p.metrics != nil || (logged && lf.respHeader) {
-		x.respHeader = len(resp.Header.Header())
+		x.respHeader = headLen(&resp.Header)
 	}
 	if p.metrics != nil {
 		p.metrics.observe(&x, o, took, start.Sub(epoch)+took)

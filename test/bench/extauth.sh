@@ -11,6 +11,7 @@
 # Usage: test/bench/extauth.sh [seconds] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 secs="${1:-5}"
 rounds="${2:-5}"
 tmp="$(mktemp -d)"
@@ -30,54 +31,14 @@ taskset -c 0 "$tmp/pbench" auth -listen 127.0.0.4:18282 &
 pids+=($!)
 
 mkdir "$tmp/manifests"
-cat >"$tmp/manifests/bench.yaml" <<'YAML'
-apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: bench}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: 18281}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app-1
-  namespace: bench
-  labels: {kubernetes.io/service-name: app}
-addressType: IPv4
-ports:
-- {name: http, port: 18281, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.2", "127.0.0.3"]
-  conditions: {ready: true}
-YAML
+bench_app_manifests "$tmp/manifests/bench.yaml" 18281 127.0.0.2 127.0.0.3
 for host in plain cached uncached; do
 	case $host in
 	cached) ann='{nginx.ingress.kubernetes.io/auth-url: "http://127.0.0.4:18282/oauth2/auth", nginx.ingress.kubernetes.io/auth-cache-key: "$cookie__oauth2_proxy", nginx.ingress.kubernetes.io/auth-response-headers: X-Auth-Request-User}' ;;
 	uncached) ann='{nginx.ingress.kubernetes.io/auth-url: "http://127.0.0.4:18282/oauth2/auth", nginx.ingress.kubernetes.io/auth-response-headers: X-Auth-Request-User}' ;;
 	*) ann='{}' ;;
 	esac
-	cat >>"$tmp/manifests/bench.yaml" <<YAML
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: $host
-  namespace: bench
-  annotations: $ann
-spec:
-  ingressClassName: switchyard
-  rules:
-  - host: $host.bench
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
-YAML
+	bench_app_ingress "$tmp/manifests/bench.yaml" $host $host.bench "$ann"
 done
 GOMAXPROCS=1 taskset -c 1 "$tmp/switchyard" controller --manifests "$tmp/manifests" --http-port 18280 --https-port 18283 \
 	--status-port 18284 --listen-address 127.0.0.1 2>"$tmp/controller.log" &

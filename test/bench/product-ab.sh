@@ -14,6 +14,7 @@
 # Ports 18480-18496, apart from product.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 reva="$1" revb="$2"
 secs="${3:-5}" rounds="${4:-5}" conns="${5:-64}"
 tmp="$(mktemp -d)"
@@ -39,43 +40,8 @@ build "$revb" b
 go build -o "$tmp/pbench" ./test/bench/proxy
 port=18481
 mkdir "$tmp/manifests"
-cat >"$tmp/manifests/bench.yaml" <<YAML
-apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: bench}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: $port}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app-1
-  namespace: bench
-  labels: {kubernetes.io/service-name: app}
-addressType: IPv4
-ports:
-- {name: http, port: $port, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-  conditions: {ready: true}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: app, namespace: bench}
-spec:
-  ingressClassName: switchyard
-  rules:
-  - host: bench.local
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
-YAML
+bench_app_manifests "$tmp/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
+bench_app_ingress "$tmp/manifests/bench.yaml" app bench.local '{}'
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
 pids+=($!)
 declare -A pid http status
@@ -87,10 +53,7 @@ start() { # start NAME HTTP STATUS PROFILER
 	pids+=($!)
 	http[$1]=$2
 	status[$1]=$3
-	for _ in $(seq 100); do
-		[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: bench.local' "http://127.0.0.1:$2/" || true)" = 200 ] && break
-		sleep 0.1 # polling the listener; there is nothing to wait on
-	done
+	bench_wait_200 "$2" bench.local || true
 	taskset -c 0 wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:$2/" >/dev/null
 }
 start a 18480 18484 18485

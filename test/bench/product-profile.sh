@@ -15,6 +15,7 @@
 # product.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 secs="${1:-10}"
 conns="${2:-64}"
 pinned="${3:-1}"
@@ -31,45 +32,8 @@ go build -o "$out/switchyard" ./cmd/switchyard
 go build -o "$out/pbench" ./test/bench/proxy
 port=18481 http=18480 https=18483 status=18484 prof=18485
 mkdir -p "$out/manifests"
-cat >"$out/manifests/bench.yaml" <<YAML
-apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: bench}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: $port}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app-1
-  namespace: bench
-  labels: {kubernetes.io/service-name: app}
-addressType: IPv4
-ports:
-- {name: http, port: $port, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-  conditions: {ready: true}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: app
-  namespace: bench
-spec:
-  ingressClassName: switchyard
-  rules:
-  - host: bench.local
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
-YAML
+bench_app_manifests "$out/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
+bench_app_ingress "$out/manifests/bench.yaml" app bench.local '{}'
 
 on1=() on0=() maxprocs=2
 if [ "$pinned" = 1 ]; then
@@ -82,10 +46,7 @@ GOMAXPROCS=$maxprocs "${on1[@]}" "$out/switchyard" controller --data-plane=go --
 	--profiler-port $prof >"$out/access.log" 2>"$out/stderr" &
 pid=$!
 pids+=($pid)
-for _ in $(seq 100); do
-	[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: bench.local' "http://127.0.0.1:$http/" || true)" = 200 ] && break
-	sleep 0.1 # polling the listener; there is nothing to wait on
-done
+bench_wait_200 $http bench.local || true
 "${on0[@]}" wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:$http/" >/dev/null
 
 reqs() { curl -sf "http://127.0.0.1:$status/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }'; }

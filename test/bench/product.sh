@@ -35,6 +35,7 @@
 # Usage: [REV=<commit>] test/bench/product.sh [seconds] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 secs="${1:-5}"
 rounds="${2:-5}"
 tmp="$(mktemp -d)"
@@ -103,31 +104,8 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench.local -addext 
 	-keyout "$tmp/tls.key" -out "$tmp/tls.crt" 2>/dev/null
 
 mkdir "$tmp/manifests"
-cat >"$tmp/manifests/bench.yaml" <<YAML
-apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: bench}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: $backend_port}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app-1
-  namespace: bench
-  labels: {kubernetes.io/service-name: app}
-addressType: IPv4
-ports:
-- {name: http, port: $backend_port, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-  conditions: {ready: true}
+bench_app_manifests "$tmp/manifests/bench.yaml" $backend_port 127.0.0.2 127.0.0.3 127.0.0.4
+cat >>"$tmp/manifests/bench.yaml" <<YAML
 ---
 apiVersion: v1
 kind: Secret

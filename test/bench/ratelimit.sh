@@ -14,6 +14,7 @@
 # Usage: [REV=<commit>] [BASE=nolog|log] test/bench/ratelimit.sh [seconds] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 secs="${1:-5}"
 rounds="${2:-7}"
 tmp="$(mktemp -d)"
@@ -44,46 +45,8 @@ declare -A http=([plain]=18480 [limited]=18490) status=([plain]=18484 [limited]=
 # manifests NAME ANNOTATIONS: the one-Ingress manifests of product NAME.
 manifests() {
 	mkdir -p "$tmp/$1"
-	cat >"$tmp/$1/bench.yaml" <<YAML
-apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: app, namespace: bench}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: $bport}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: app-1
-  namespace: bench
-  labels: {kubernetes.io/service-name: app}
-addressType: IPv4
-ports:
-- {name: http, port: $bport, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-  conditions: {ready: true}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: app
-  namespace: bench
-  annotations: {$2}
-spec:
-  ingressClassName: switchyard
-  rules:
-  - host: bench.local
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
-YAML
+	bench_app_manifests "$tmp/$1/bench.yaml" $bport 127.0.0.2 127.0.0.3 127.0.0.4
+	bench_app_ingress "$tmp/$1/bench.yaml" app bench.local "{$2}"
 }
 if [ "${BASE:-nolog}" = log ]; then
 	manifests plain ""
