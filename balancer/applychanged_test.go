@@ -50,7 +50,7 @@ func applyChangedPayload(external bool) []*model.Backend {
 // snapshotView is what a generation serves, per backend.
 func snapshotView(r *Registry) map[string]string {
 	out := map[string]string{}
-	for name, b := range r.snap.Load().byName {
+	for name, b := range r.snap.Load().all() {
 		var peers []string
 		for _, p := range b.peers {
 			peers = append(peers, p.addr)
@@ -133,10 +133,10 @@ func testApplyChanged(t *testing.T, external bool) {
 			plainDeltas++
 			for i := range next {
 				name := next[i].Name
-				if slices.Contains(changed, i) || before.byName[name] == nil {
+				if slices.Contains(changed, i) || before.get(name) == nil {
 					continue
 				}
-				if after.byName[name] != before.byName[name] {
+				if after.get(name) != before.get(name) {
 					t.Errorf("round %d: %s was not changed but its balancer was replaced", round, name)
 				}
 			}
@@ -151,7 +151,54 @@ func testApplyChanged(t *testing.T, external bool) {
 	if err := delta.ApplyChanged(short, []int{0}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := delta.snap.Load().byName[cur[len(cur)-1].Name]; ok {
+	if delta.snap.Load().get(cur[len(cur)-1].Name) != nil {
 		t.Errorf("backend %s left out of the payload still served", cur[len(cur)-1].Name)
+	}
+}
+
+// TestApplyChangedFoldsOverlay: over more changed backends than
+// maxOverlay, ApplyChanged folds its overlay into the shared map (Issue
+// 22) and still serves what Apply serves.
+func TestApplyChangedFoldsOverlay(t *testing.T) {
+	const n = maxOverlay + 44
+	cur := make([]*model.Backend, n)
+	for i := range cur {
+		cur[i] = &model.Backend{Name: fmt.Sprintf("ns-svc%03d-80", i), HasService: true,
+			Endpoints: []model.Endpoint{{Address: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), Port: 8080}}}
+	}
+	full, delta := NewRegistry(Config{}), NewRegistry(Config{})
+	if err := full.Apply(cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.ApplyChanged(cur, nil); err != nil {
+		t.Fatal(err)
+	}
+	folds := 0
+	for round := range 2 * n {
+		i := round * 7 % n
+		next := slices.Clone(cur)
+		be := *next[i]
+		be.Endpoints = nil
+		if round%3 != 0 {
+			be.Endpoints = []model.Endpoint{{Address: fmt.Sprintf("10.1.%d.%d", round/200, round%200+1), Port: 8080}}
+		}
+		next[i] = &be
+		before := len(delta.snap.Load().overlay)
+		if err := full.Apply(next); err != nil {
+			t.Fatal(err)
+		}
+		if err := delta.ApplyChanged(next, []int{i}); err != nil {
+			t.Fatal(err)
+		}
+		if len(delta.snap.Load().overlay) < before {
+			folds++
+		}
+		if got, want := snapshotView(delta), snapshotView(full); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("round %d (changed %d): ApplyChanged serves\n%v\nApply serves\n%v", round, i, got, want)
+		}
+		cur = next
+	}
+	if folds == 0 {
+		t.Fatal("the overlay was never folded")
 	}
 }

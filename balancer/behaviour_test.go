@@ -278,7 +278,7 @@ func TestCHashSubset(t *testing.T) {
 	addrs := []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80", "10.0.0.5:80", "10.0.0.6:80", "10.0.0.7:80"}
 	mustSync(t, r, Backend{Name: "s", Endpoints: eps(addrs...),
 		UpstreamHashBy: UpstreamHashByConfig{HashBy: strp("$request_uri"), HashBySubset: true, HashBySubsetSize: 3}})
-	b := r.snap.Load().byName["s"]
+	b := r.snap.Load().get("s")
 	cs := b.algo.(*chashSubset)
 	if len(cs.subsets) != 3 {
 		t.Fatalf("sets = %d; want 3", len(cs.subsets))

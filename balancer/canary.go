@@ -56,7 +56,7 @@ func (r *Registry) route(snap *snapshot, primary *backend, req Request) *backend
 		alts = alts[:1]
 	}
 	for _, name := range alts {
-		alt := snap.byName[name]
+		alt := snap.get(name)
 		if alt == nil {
 			continue // Lua: logs and stays on the primary
 		}
@@ -139,7 +139,7 @@ func neededVars(snap *snapshot, b *backend) []string {
 	}
 	own(b)
 	for _, name := range b.alternatives {
-		alt := snap.byName[name]
+		alt := snap.get(name)
 		if alt == nil {
 			continue
 		}
@@ -171,7 +171,7 @@ func neededVars(snap *snapshot, b *backend) []string {
 // "http_user_agent"), so the nginx shim sends only those. The slice is shared:
 // do not modify it. Nil for an unknown backend.
 func (r *Registry) NeededVars(backend string) []string {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return nil
 	}

@@ -87,7 +87,7 @@ func TestDistributions(t *testing.T) {
 
 // ringShares is each node's share of the 2^32 key space on backend d's ring.
 func ringShares(r *Registry) map[string]float64 {
-	b := r.snap.Load().byName["d"]
+	b := r.snap.Load().get("d")
 	var rg *ring
 	var toPeer []int
 	switch a := b.algo.(type) {

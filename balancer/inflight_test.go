@@ -61,7 +61,7 @@ func TestRoundRobinInFlight(t *testing.T) {
 			// A pick that loaded an older snapshot just before a Sync
 			// replaced it: its cursor may be closed.
 			op = "pick through an older snapshot"
-			if b := prev.byName["rr"]; b == nil || b.rr == nil {
+			if b := prev.get("rr"); b == nil || b.rr == nil {
 				continue // not Pick's round-robin fast path
 			}
 			now := r.snap.Load()
@@ -72,7 +72,7 @@ func TestRoundRobinInFlight(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cur := r.snap.Load().byName["rr"]
+			cur := r.snap.Load().get("rr")
 			if i, ok := cur.byAddr[p.Peer]; !ok || cur.peers[i].st != p.st {
 				r.Done(p, DoneInfo{}) // a removed endpoint: its count went with it
 				continue

@@ -72,9 +72,51 @@ type Registry struct {
 	alternates map[string]bool
 }
 
-// snapshot is one immutable generation of balancers.
+// snapshot is one immutable generation of balancers. Issue 22: so that
+// ApplyChanged costs the backends it changes, not all of them, a
+// generation shares byName with the previous ones and holds what changed
+// since in overlay, a small map copied per change; ApplyChanged folds it
+// into a new byName once it has maxOverlay entries. Neither map is written
+// once the snapshot is published.
 type snapshot struct {
-	byName map[string]*backend
+	byName  map[string]*backend
+	overlay map[string]*backend // a nil value: removed; nil map: none
+}
+
+// maxOverlay bounds a snapshot's overlay: an endpoint change copies at
+// most this many entries, and the fold (O(backends)) runs at most once
+// every maxOverlay/k changes of k backends.
+const maxOverlay = 256
+
+// get returns the balancer of the backend named name; nil: none.
+func (s *snapshot) get(name string) *backend {
+	if s.overlay != nil {
+		if b, ok := s.overlay[name]; ok {
+			return b
+		}
+	}
+	return s.byName[name]
+}
+
+// all returns every balancer by name; the caller must not modify the map.
+func (s *snapshot) all() map[string]*backend {
+	if len(s.overlay) == 0 {
+		return s.byName
+	}
+	return fold(s.byName, s.overlay)
+}
+
+// fold returns base with overlay applied, in a new map.
+func fold(base, overlay map[string]*backend) map[string]*backend {
+	out := maps.Clone(base)
+	for name, b := range overlay {
+		if b == nil {
+			delete(out, name)
+		} else {
+			out[name] = b
+		}
+	}
+	return out
 }
 
 // backendState is what survives a rebuild of one backend's balancer.
@@ -310,15 +352,22 @@ func (r *Registry) ApplyChanged(backends []*model.Backend, changed []int) error 
 		return r.lastErr
 	}
 	old := r.snap.Load()
-	next := &snapshot{byName: maps.Clone(old.byName)}
+	// Issue 22: the changes go into a copy of old's small overlay; the
+	// large byName is shared, unless the overlay is full and is folded.
+	next := &snapshot{byName: old.byName, overlay: make(map[string]*backend, len(old.overlay)+len(changed))}
+	if len(old.overlay)+len(changed) > maxOverlay {
+		next.byName = fold(old.byName, old.overlay)
+	} else {
+		maps.Copy(next.overlay, old.overlay)
+	}
 	r.rings = newRingBuilds(len(changed))
 	var errs []error
 	var recompute []*backend
 	for _, i := range changed {
 		b := backends[i]
-		delete(next.byName, b.Name)
+		next.overlay[b.Name] = nil // removed unless built or kept below
 		if prev := r.unchanged(old, b); prev != nil {
-			next.byName[b.Name] = prev // no alternatives: it serves on as it is
+			next.overlay[b.Name] = prev // no alternatives: it serves on as it is
 			continue
 		}
 		nb, err := r.buildOrKeep(b, old)
@@ -326,7 +375,7 @@ func (r *Registry) ApplyChanged(backends []*model.Backend, changed []int) error 
 			errs = append(errs, err)
 		}
 		if nb != nil {
-			next.byName[b.Name] = nb
+			next.overlay[b.Name] = nb
 			recompute = append(recompute, nb)
 		}
 	}
@@ -390,7 +439,7 @@ func sameBackends(a, b []*model.Backend) bool {
 // backend equal to in, which can serve on as it is; nil when in must be
 // built (new, changed, or an ExternalName, whose names are resolved again).
 func (r *Registry) unchanged(old *snapshot, in *model.Backend) *backend {
-	prev := old.byName[in.Name]
+	prev := old.get(in.Name)
 	if prev == nil || in.ExternalName != "" || !prev.in.Equal(in) {
 		return nil
 	}
@@ -408,7 +457,7 @@ func (r *Registry) unchanged(old *snapshot, in *model.Backend) *backend {
 func (r *Registry) buildOrKeep(b *model.Backend, old *snapshot) (*backend, error) {
 	nb, err := r.build(b)
 	if err != nil && nb == nil {
-		if prev, ok := old.byName[b.Name]; ok {
+		if prev := old.get(b.Name); prev != nil {
 			nb = carry(prev)
 		}
 	}
@@ -473,7 +522,7 @@ func (r *Registry) sync(backends []*model.Backend, keep []string) error {
 		}
 	}
 	for _, name := range keep {
-		if prev, ok := old.byName[name]; ok && !present[name] {
+		if prev := old.get(name); prev != nil && !present[name] {
 			present[name] = true
 			nb := carry(prev)
 			next.byName[name] = nb
@@ -718,7 +767,7 @@ func (r *Registry) Pick(name string, req Request, a *Attempt) (*Pick, error) {
 	var primary *backend
 	if a.chosen == nil {
 		snap = r.snap.Load()
-		primary = snap.byName[name]
+		primary = snap.get(name)
 		if rr := primary.fastRR(); rr != nil {
 			// The first pick of a round-robin backend with several peers and
 			// no canary: the cursor's advance is also the in-flight count
@@ -760,7 +809,7 @@ func (r *Registry) pick(name string, req Request, a *Attempt, p *Pick) error {
 	var primary *backend
 	if a.chosen == nil {
 		snap = r.snap.Load()
-		primary = snap.byName[name]
+		primary = snap.get(name)
 	}
 	return r.fill(snap, primary, name, req, a, p)
 }
@@ -844,7 +893,7 @@ func (r *Registry) Release(p *Pick) {
 // reports by address in batches): like Done, without the in-flight count.
 // Unknown backends or addresses are ignored.
 func (r *Registry) Feedback(backend, peer string, info DoneInfo) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return
 	}
@@ -987,7 +1036,7 @@ func (r *Registry) CandidatePicks(name string, req Request, a *Attempt, dst []Pi
 func (r *Registry) PickAfter(name string, req Request, a *Attempt, tried []string) (*Pick, error) {
 	if a.chosen == nil && len(tried) > 0 {
 		snap := r.snap.Load()
-		primary := snap.byName[name]
+		primary := snap.get(name)
 		if primary == nil {
 			a.pick = Pick{Backend: name, EWMAScore: -1}
 			return &a.pick, ErrUnknownBackend

@@ -112,7 +112,7 @@ type Route struct {
 // backend whose requests the shim cannot decide from its own data.
 func (r *Registry) Route(backend string) (Route, bool) {
 	snap := r.snap.Load()
-	b := snap.byName[backend]
+	b := snap.get(backend)
 	if b == nil || len(b.alternatives) == 0 || r.cfg.AllAlternatives || ownData(b) == 0 {
 		return Route{}, false
 	}
@@ -120,7 +120,7 @@ func (r *Registry) Route(backend string) (Route, bool) {
 	if b.sticky != nil {
 		rt.PrimaryCookie, rt.PrimaryKey = b.sticky.cookieName, string(b.sticky.backendKey)
 	}
-	alt := snap.byName[b.alternatives[0]]
+	alt := snap.get(b.alternatives[0])
 	if alt == nil {
 		// route: a missing alternative keeps the primary.
 		return rt, true
@@ -180,7 +180,7 @@ const (
 // backend Route refuses.
 func (r *Registry) RouteAhead(backend string, a *Attempt) (string, RouteKind, bool) {
 	snap := r.snap.Load()
-	b := snap.byName[backend]
+	b := snap.get(backend)
 	if _, ok := r.Route(backend); !ok || b == nil {
 		return "", 0, false
 	}
@@ -201,7 +201,7 @@ func (r *Registry) RouteAhead(backend string, a *Attempt) (string, RouteKind, bo
 // alternatives: the table that decides a request once routing chose this
 // backend (Route).
 func (r *Registry) OwnTable(backend string) (HashTable, bool) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return HashTable{}, false
 	}
@@ -215,7 +215,7 @@ func (r *Registry) OwnTable(backend string) (HashTable, bool) {
 // (HeaderPattern).
 func (r *Registry) RouteFor(backend string, req Request) (string, bool, error) {
 	snap := r.snap.Load()
-	b := snap.byName[backend]
+	b := snap.get(backend)
 	if b == nil {
 		return backend, false, ErrUnknownBackend
 	}

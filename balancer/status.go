@@ -33,8 +33,9 @@ func (r *Registry) Backends() []BackendStatus {
 	defer r.mu.Unlock()
 	snap := r.snap.Load()
 	now := r.nowSeconds()
-	out := make([]BackendStatus, 0, len(snap.byName))
-	for _, b := range snap.byName {
+	all := snap.all()
+	out := make([]BackendStatus, 0, len(all))
+	for _, b := range all {
 		bs := BackendStatus{Name: b.name, Algorithm: b.algoName, Alternatives: b.alternatives}
 		// Explicit counts first: a pick and its Done between the two reads
 		// then show as in flight, never as -1.
@@ -66,7 +67,7 @@ func (r *Registry) Backends() []BackendStatus {
 // EWMA returns the stored (undecayed) EWMA of an endpoint of a backend, and
 // whether it has one. For tests and debugging.
 func (r *Registry) EWMA(backend, peer string) (float64, bool) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return 0, false
 	}
@@ -81,7 +82,7 @@ func (r *Registry) EWMA(backend, peer string) (float64, bool) {
 // shared dicts of a running ingress-nginx would hold them. For tests and for
 // `debug pick`, which reproduces a given state.
 func (r *Registry) SetEWMA(backend, peer string, ewma, lastTouched float64) bool {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return false
 	}
@@ -101,7 +102,7 @@ func (r *Registry) SetEWMA(backend, peer string, ewma, lastTouched float64) bool
 // them as its fallback list for when the Go side cannot be reached. For
 // round robin this is also the rotation order Lease positions index.
 func (r *Registry) Peers(backend string) []string {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil || len(b.peers) == 0 {
 		return nil
 	}
@@ -125,7 +126,7 @@ var ErrNotLeasable = errors.New("balancer: backend's picks cannot be leased")
 // are the balancer's: the caller only reads them off. n is the number of
 // peers the positions index.
 func (r *Registry) Lease(backend string, count int) (start uint32, n int, err error) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return 0, 0, ErrUnknownBackend
 	}
@@ -145,7 +146,7 @@ func (r *Registry) Lease(backend string, count int) (start uint32, n int, err er
 
 // Leasable reports whether Lease would succeed for the backend.
 func (r *Registry) Leasable(backend string) bool {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return false
 	}
@@ -157,7 +158,7 @@ func (r *Registry) Leasable(backend string) bool {
 // aggregate (the nginx shim sums them per flush for backends whose balancer
 // needs no latencies). Unknown backends or addresses are ignored.
 func (r *Registry) Count(backend, peer string, completed, failed uint64) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return
 	}
@@ -172,6 +173,6 @@ func (r *Registry) Count(backend, peer string, completed, failed uint64) {
 // Scored reports whether the backend's balancer learns from latencies (ewma,
 // peak_ewma): only then does the shim send per-request timings.
 func (r *Registry) Scored(backend string) bool {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	return b != nil && b.scored
 }

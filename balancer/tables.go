@@ -108,7 +108,7 @@ var ErrNotSticky = errors.New("balancer: backend's new sessions cannot be premad
 // depends on the request (CookieRecipe). a must be fresh (Reset), or hold
 // the sticky backend RouteAhead chose.
 func (r *Registry) NewSessions(backend string, a *Attempt, peers, keys []string) (int, error) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil {
 		return 0, ErrUnknownBackend
 	}
@@ -146,7 +146,7 @@ func (r *Registry) NewSessions(backend string, a *Attempt, peers, keys []string)
 // A sticky table decides the first attempt of a returning session; with
 // change-on-failure its retries are those of a new session.
 func (r *Registry) HashTable(backend string) (HashTable, bool) {
-	b := r.snap.Load().byName[backend]
+	b := r.snap.Load().get(backend)
 	if b == nil || len(b.alternatives) > 0 {
 		return HashTable{}, false
 	}
@@ -213,7 +213,7 @@ func (k hashKey) wire() []KeyPart {
 // and the shim writes their cookies (CookieRecipe).
 func (r *Registry) Premadeable(backend string) bool {
 	snap := r.snap.Load()
-	b := snap.byName[backend]
+	b := snap.get(backend)
 	if b == nil {
 		return false
 	}
@@ -231,7 +231,7 @@ func (r *Registry) Premadeable(backend string) bool {
 		return false
 	}
 	for _, name := range b.alternatives {
-		if alt := snap.byName[name]; alt != nil && !varFree(alt) && !ownRotation(alt) {
+		if alt := snap.get(name); alt != nil && !varFree(alt) && !ownRotation(alt) {
 			return false
 		}
 	}
@@ -261,7 +261,7 @@ func ownRotation(b *backend) bool {
 // A backend without alternatives returns false and leaves a alone.
 func (r *Registry) RouteOwn(backend string, a *Attempt) (string, bool) {
 	snap := r.snap.Load()
-	b := snap.byName[backend]
+	b := snap.get(backend)
 	if b == nil || len(b.alternatives) == 0 {
 		return "", false
 	}

@@ -329,7 +329,7 @@ func TestStickyBalancedKeyPicksRingOwner(t *testing.T) {
 	r := NewRegistry(Config{Rand: func() uint64 { return r323811 }, Now: fixedClock(1700000000), PID: 4242})
 	mustSync(t, r, Backend{Name: "b", Endpoints: eps(addrs...), SessionAffinity: SessionAffinityConfig{Name: "cookie"}})
 	owner := func(key string) string {
-		b := r.snap.Load().byName["b"]
+		b := r.snap.Load().get("b")
 		s := b.algo.(*sticky)
 		return b.peers[s.ringToPeer[s.ring.find(crc32Of(key))]].addr
 	}

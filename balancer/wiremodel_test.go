@@ -153,16 +153,16 @@ func TestApplyReusesOnlyWhatIsUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := r.snap.Load()
-	if after.byName["steady"] != before.byName["steady"] {
+	if after.get("steady") != before.get("steady") {
 		t.Error("the unchanged backend was rebuilt")
 	}
-	if after.byName["changed"] == before.byName["changed"] || !cmp.Equal(r.Peers("changed"), []string{"10.0.0.50:80", "10.0.0.5:80"}) {
+	if after.get("changed") == before.get("changed") || !cmp.Equal(r.Peers("changed"), []string{"10.0.0.50:80", "10.0.0.5:80"}) {
 		t.Errorf("the changed backend was not rebuilt: peers %v", r.Peers("changed"))
 	}
 	if got := r.NeededVars("primary"); !cmp.Equal(got, []string{"http_x_two"}) {
 		t.Errorf("primary's needed variables %v; want [http_x_two]", got)
 	}
-	if got := before.byName["primary"].needVars; !cmp.Equal(got, []string{"http_x_one"}) {
+	if got := before.get("primary").needVars; !cmp.Equal(got, []string{"http_x_one"}) {
 		t.Errorf("the previous generation's primary was modified: %v", got)
 	}
 	var b Attempt
