@@ -127,6 +127,12 @@ type Config struct {
 	// stream of events; zero means 500ms. An event more than MaxHoldoff after
 	// the previous build is built at once, without a holdoff.
 	Holdoff, MaxHoldoff time.Duration
+	// EndpointInterval paces changes of EndpointSlices alone, which need no
+	// build (their backends are refreshed in O(change)): such a change is
+	// applied at once, without the holdoff, but no sooner than
+	// EndpointInterval after the previous sync; events meanwhile are folded
+	// into it. Zero means 10ms (at most 100 refreshes a second).
+	EndpointInterval time.Duration
 	// SyncRateLimit caps builds per second (ingress-nginx's
 	// --sync-rate-limit, burst 1); zero means only the holdoff limits them.
 	SyncRateLimit float64
@@ -243,6 +249,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.MaxHoldoff <= 0 {
 		cfg.MaxHoldoff = 500 * time.Millisecond
+	}
+	if cfg.EndpointInterval <= 0 {
+		cfg.EndpointInterval = 10 * time.Millisecond
 	}
 	if cfg.Component == "" {
 		cfg.Component = "switchyard"
@@ -408,7 +417,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	klog.V(1).InfoS("informer caches synced")
-	c.markDirty()
+	c.changedFull()
 	if c.status != nil {
 		statusDone := make(chan struct{})
 		go func() { defer close(statusDone); c.status.run(ctx) }()
@@ -428,10 +437,17 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-c.dirty:
 		}
-		// An event after a quiet spell is built at once; one within
-		// MaxHoldoff of the last build starts a burst, coalesced by the
-		// holdoff (as contour's EventHandler).
-		if time.Since(lastBuild) < c.cfg.MaxHoldoff && !c.holdoff(ctx) {
+		// Endpoints alone moved: refreshed without a build, so not held
+		// off (issue 22: an endpoint change reaches the data planes in
+		// ≤ 100 ms, also under a steady stream of them), only paced.
+		// Otherwise an event after a quiet spell is built at once; one
+		// within MaxHoldoff of the last build starts a burst, coalesced by
+		// the holdoff (as contour's EventHandler).
+		if c.endpointsOnly() {
+			if !sleep(ctx, c.cfg.EndpointInterval-time.Since(lastBuild)) {
+				return nil
+			}
+		} else if time.Since(lastBuild) < c.cfg.MaxHoldoff && !c.holdoff(ctx) {
 			return nil
 		}
 		if limiter != nil {
@@ -454,7 +470,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			case <-time.After(backoff):
 			case <-c.dirty:
 			}
-			c.markDirty()
+			c.changedFull() // what the failed sync took is not applied
 			continue
 		}
 		backoff = 0
@@ -462,6 +478,29 @@ func (c *Controller) Run(ctx context.Context) error {
 		if c.status != nil {
 			c.status.signal() // after the build, never during it
 		}
+	}
+}
+
+// endpointsOnly reports whether what changed since the last sync is
+// EndpointSlices alone and a full build's index is there to refresh them.
+func (c *Controller) endpointsOnly() bool {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	return !c.pendingFull && len(c.pendingSlices) > 0 && c.index != nil
+}
+
+// sleep waits d (nothing when d ≤ 0); false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -491,6 +530,10 @@ func (c *Controller) holdoff(ctx context.Context) bool {
 func (c *Controller) sync(ctx context.Context, prev *model.Configuration) (*model.Configuration, error) {
 	start := time.Now()
 	full, slices := c.takePending()
+	if !full && len(slices) == 0 && prev != nil {
+		// A dirty mark whose change an earlier sync already took.
+		return prev, nil
+	}
 	if !full && len(slices) > 0 && prev != nil && c.index != nil {
 		if cfg, changed, ok := c.index.RefreshChanged(prev, slices, c.listers.slicesOf); ok {
 			if cfg == prev {

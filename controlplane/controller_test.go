@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -205,35 +206,96 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// TestControllerCoalescesBursts: a burst of EndpointSlice updates yields a
-// few builds, the last with the final state; an isolated update after a
-// quiet spell is built without waiting for the holdoff.
+// TestControllerCoalescesBursts: a burst of Ingress updates yields a few
+// builds, the last with the final state; an isolated update after a quiet
+// spell is built without waiting for the holdoff.
 func TestControllerCoalescesBursts(t *testing.T) {
 	class, svc, slice, ing := objects()
 	client := fake.NewClientset(class, svc, slice, ing)
 	updates, _, _ := runController(t, client, Config{Holdoff: 50 * time.Millisecond, MaxHoldoff: 500 * time.Millisecond})
 	next(t, updates, func(update) bool { return true })
 	ctx := context.Background()
-	ready := true
 	const burst = 100
 	for i := 1; i <= burst; i++ {
-		s := slice.DeepCopy()
-		s.ResourceVersion = strconv.Itoa(i + 1)
-		s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"192.0.2." + strconv.Itoa(1+i%40)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}
-		if i == burst {
-			s.Endpoints[0].Addresses[0] = "192.0.2.99"
-		}
-		if _, err := client.DiscoveryV1().EndpointSlices("demo").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		g := ing.DeepCopy()
+		g.ResourceVersion = strconv.Itoa(i + 1)
+		g.Spec.Rules[0].Host = "h" + strconv.Itoa(i) + ".example.com"
+		if _, err := client.NetworkingV1().Ingresses("demo").Update(ctx, g, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	builds := 0
 	next(t, updates, func(u update) bool {
 		builds++
-		return cmp.Equal(endpointsOf(u.cfg, "demo-echo-http"), []string{"192.0.2.99:8080"})
+		return slices.ContainsFunc(u.cfg.Servers, func(s model.Server) bool { return s.Hostname == "h100.example.com" })
 	})
 	if builds > burst/10 {
 		t.Errorf("%d updates made %d builds; want them coalesced", burst, builds)
+	}
+}
+
+// TestEndpointChangesNotHeldOff: EndpointSlice changes alone need no build
+// and are applied without the holdoff, also under a steady stream of them
+// (issue 22), while a tight burst of them is still paced by
+// EndpointInterval, ending in the final state.
+func TestEndpointChangesNotHeldOff(t *testing.T) {
+	class, svc, slice, ing := objects()
+	client := fake.NewClientset(class, svc, slice, ing)
+	const interval = 20 * time.Millisecond
+	updates, ctrl, _ := runController(t, client, Config{Holdoff: 50 * time.Millisecond, MaxHoldoff: 500 * time.Millisecond, EndpointInterval: interval})
+	next(t, updates, func(update) bool { return true })
+	ctx := context.Background()
+	ready := true
+	rv := 1
+	write := func(ip string) {
+		t.Helper()
+		rv++
+		s := slice.DeepCopy()
+		s.ResourceVersion = strconv.Itoa(rv)
+		s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}
+		if _, err := client.DiscoveryV1().EndpointSlices("demo").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A stream 60 ms apart: with the holdoff each change after the first
+	// would wait its 50 ms quiet spell.
+	var delays []time.Duration
+	refreshed := ctrl.Refreshed()
+	for i := range 12 {
+		ip := "192.0.2." + strconv.Itoa(20+i)
+		at := time.Now()
+		write(ip)
+		u := next(t, updates, func(u update) bool { return cmp.Equal(endpointsOf(u.cfg, "demo-echo-http"), []string{ip + ":8080"}) })
+		delays = append(delays, u.at.Sub(at))
+		time.Sleep(60*time.Millisecond - time.Since(at))
+	}
+	slices.Sort(delays)
+	if median := delays[len(delays)/2]; median >= 40*time.Millisecond {
+		t.Errorf("endpoint changes 60 ms apart reached the sink after %v (median; all %v); want them applied without the 50 ms holdoff", median, delays)
+	}
+	if got := ctrl.Refreshed() - refreshed; got < 12 {
+		t.Errorf("%d of 12 endpoint changes were refreshed; want all, without a build", got)
+	}
+
+	// A tight burst: at most one refresh per interval.
+	time.Sleep(100 * time.Millisecond)
+	for len(updates) > 0 {
+		<-updates
+	}
+	start := time.Now()
+	const burst = 200
+	for i := 1; i <= burst; i++ {
+		write("192.0.2." + strconv.Itoa(100+i%40))
+	}
+	write("192.0.2.99")
+	refreshes := 0
+	next(t, updates, func(u update) bool {
+		refreshes++
+		return cmp.Equal(endpointsOf(u.cfg, "demo-echo-http"), []string{"192.0.2.99:8080"})
+	})
+	if limit := 2 + int(time.Since(start)/interval); refreshes > limit {
+		t.Errorf("%d endpoint changes in %v made %d refreshes; want at most %d, one per %v", burst+1, time.Since(start), refreshes, limit, interval)
 	}
 }
 

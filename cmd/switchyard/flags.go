@@ -126,7 +126,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.DefaultSSLCertificate, "default-ssl-certificate", "", "namespace/name of the Secret served for unknown SNI")
 	fs.BoolVar(&opts.EnableSSLPassthrough, "enable-ssl-passthrough", false, "route TLS by SNI to backends with the ssl-passthrough annotation")
 	fs.Bool("enable-ssl-chain-completion", false, noEffect("enable-ssl-chain-completion"))
-	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum configuration builds per second (burst 1; ingress-nginx uses 0.3); 0 means the coalescing holdoff alone limits them")
+	fs.Float64Var(&opts.SyncRateLimit, "sync-rate-limit", 0, "maximum syncs per second (burst 1; ingress-nginx uses 0.3); 0 means the coalescing holdoff (and, for EndpointSlice changes alone, one sync per 10 ms) limits them")
 	fs.DurationVar(&opts.SyncPeriod, "sync-period", 0, "period of the informers' full resync; 0 means none")
 	fs.Int("dynamic-configuration-retries", 15, noEffect("dynamic-configuration-retries"))
 	fs.Bool("disable-sync-events", false, noEffect("disable-sync-events"))

@@ -95,7 +95,7 @@ var controllerFlagTable = map[string]flagRow{
 	"default-ssl-certificate":       {groupConfiguration, flagImplemented, "`namespace/name` is checked"},
 	"enable-ssl-passthrough":        {groupConfiguration, flagImplemented, ""},
 	"enable-ssl-chain-completion":   {groupConfiguration, flagNoEffect, "certificates are served as the Secret holds them; put the intermediate certificates in tls.crt"},
-	"sync-rate-limit":               {groupConfiguration, flagImplemented, "builds per second, token bucket of burst 1; default 0, the coalescing holdoff alone (ingress-nginx: 0.3)"},
+	"sync-rate-limit":               {groupConfiguration, flagImplemented, "syncs per second, token bucket of burst 1; default 0: other changes coalesced by a 50 ms holdoff (500 ms at most), EndpointSlice changes alone applied at once, at most one sync per 10 ms (ingress-nginx: 0.3)"},
 	"sync-period":                   {groupConfiguration, flagImplemented, ""},
 	"dynamic-configuration-retries": {groupConfiguration, flagNoEffect, "backends reach the balancer in-process, so there is no configuration POST to retry"},
 	"disable-sync-events":           {groupConfiguration, flagNoEffect, "Switchyard creates no Sync events; it creates Warning events for objects it cannot serve as written"},
