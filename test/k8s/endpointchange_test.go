@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -47,7 +48,11 @@ const ecBackends = 4
 // time per change of the controller's process group (controller plus
 // nginx), less that of an equal quiet window just before. Env:
 // SWITCHYARD_EC_CHANGES (default 20), SWITCHYARD_EC_PLANES (default
-// "go,nginx"). It fails, never skips, if a prerequisite is missing.
+// "go,nginx"), SWITCHYARD_EC_DATA (keep etcd's data there, reusing what an
+// earlier run staged). A last phase streams changes without pause
+// (ecRun.stream; SWITCHYARD_EC_STREAM_CHANGES, default 100, 0 skips it,
+// at SWITCHYARD_EC_STREAM_RATE a second, default 20). It fails, never
+// skips, if a prerequisite is missing.
 //
 //	go test -count=1 -timeout 90m -run '^$' -bench EndpointChange -benchtime 1x -v ./test/k8s/
 func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
@@ -64,7 +69,9 @@ func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
 		}
 	}
 	planes := strings.Split(cmpOrStr(os.Getenv("SWITCHYARD_EC_PLANES"), "go,nginx"), ",")
-	c := Start(b)
+	// $SWITCHYARD_EC_DATA keeps etcd's data (one directory per Ingress
+	// count): a later run reuses what an earlier one staged.
+	c := StartWith(b, Options{DataDir: os.Getenv("SWITCHYARD_EC_DATA")})
 	ctx, cancel := context.WithTimeout(context.Background(), 85*time.Minute)
 	defer cancel()
 	admin, err := kubernetes.NewForConfig(c.AdminConfig())
@@ -74,6 +81,8 @@ func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
 	createIngressClass(ctx, b, admin)
 	bin := buildSwitchyard(b, b.TempDir())
 	ips, port := startMarkerBackends(b)
+	streamChanges, streamRate := streamSettings(b)
+	targets := startStreamTargets(b, ips, streamChanges)
 
 	// The namespaces: one with the measured Ingress alone, one with n-1
 	// staged Ingresses and the measured one.
@@ -85,15 +94,15 @@ func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
 	if n > 1 {
 		setups = append(setups, setup{n, "ec-" + strconv.Itoa(n)})
 		res, err := Stage(ctx, c.AdminConfig(), StageOptions{Namespace: setups[1].ns, Ingresses: n - 1, EndpointIP: harness.TestIP(40)})
-		b.Logf("staged %d Ingresses (%d objects, %d failed, %d retries) in %v; count check %v",
-			n-1, res.Objects, res.Failed, res.Retries, res.Elapsed.Round(time.Millisecond), res.CountElapsed.Round(time.Millisecond))
+		b.Logf("staged %d Ingresses (%d objects, %d failed, %d retries, reused %v) in %v; count check %v",
+			n-1, res.Objects, res.Failed, res.Retries, res.Reused, res.Elapsed.Round(time.Millisecond), res.CountElapsed.Round(time.Millisecond))
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	for _, s := range setups {
 		if s.ingresses == 1 {
-			if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}, metav1.CreateOptions{}); err != nil {
+			if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				b.Fatal(err)
 			}
 		}
@@ -106,6 +115,7 @@ func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
 				e := &ecRun{b: b, ctx: ctx, admin: admin, ns: s.ns, ips: ips, changes: changes}
 				e.startController(c, bin, plane)
 				e.run()
+				e.stream(targets, streamRate)
 			})
 		}
 	}
@@ -133,7 +143,7 @@ func createIngressClass(ctx context.Context, b *testing.B, admin kubernetes.Inte
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ms[0].obj.Object, &ic); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := admin.NetworkingV1().IngressClasses().Create(ctx, &ic, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.NetworkingV1().IngressClasses().Create(ctx, &ic, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
 }
@@ -172,13 +182,23 @@ func createMeasured(ctx context.Context, b *testing.B, admin kubernetes.Interfac
 	slice.Name, slice.Labels[discoveryv1.LabelServiceName] = ecName+"-1", ecName
 	slice.Ports[0].Port = ptr.To(int32(port))
 	slice.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
-	if _, err := admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	// On a kept data directory they exist already: the slice is reset.
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
-	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		cur, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, slice.Name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cur.Ports, cur.Endpoints = slice.Ports, slice.Endpoints
+		if _, err := admin.DiscoveryV1().EndpointSlices(ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	} else if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
 }
@@ -305,6 +325,9 @@ func (e *ecRun) client(ctx context.Context) {
 		sent := time.Now()
 		body := e.get(ctx, cl)
 		recv := time.Now()
+		if ctx.Err() != nil {
+			return // cut short by the end of the phase, not an answer
+		}
 		e.mu.Lock()
 		e.log = append(e.log, ecResponse{sent, recv, body})
 		if e.got != nil && body == e.want && e.first.IsZero() && sent.After(e.since) {

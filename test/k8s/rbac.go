@@ -92,7 +92,9 @@ func (c *Cluster) applyControllerRBAC(ctx context.Context) error {
 	for _, cr := range r.clusterRoles {
 		cr := cr
 		cr.ResourceVersion = ""
-		if _, err := client.RbacV1().ClusterRoles().Create(ctx, &cr, metav1.CreateOptions{}); err != nil {
+		// Existing ones are kept: a cluster on a kept data directory
+		// (Options.DataDir) has them from an earlier start.
+		if _, err := client.RbacV1().ClusterRoles().Create(ctx, &cr, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create ClusterRole %s: %w", cr.Name, err)
 		}
 		b := &rbacv1.ClusterRoleBinding{
@@ -100,7 +102,7 @@ func (c *Cluster) applyControllerRBAC(ctx context.Context) error {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: ControllerUser}},
 		}
-		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("bind ClusterRole %s: %w", cr.Name, err)
 		}
 	}
