@@ -279,8 +279,10 @@ func (e *ecRun) startController(c *Cluster, bin, plane string) {
 		}
 	})
 	start := time.Now()
+	// The controller stops nginx gracefully and waits for it: at 50,000
+	// Ingresses nginx takes longer than the default grace to exit.
 	e.ctrl = harness.StartProcess(b, harness.Cmd{Name: "switchyard-" + plane, Path: bin, Args: args,
-		Env: []string{"POD_NAMESPACE=" + e.ns}, LogDir: b.TempDir()})
+		Env: []string{"POD_NAMESPACE=" + e.ns}, LogDir: b.TempDir(), StopGrace: 2 * time.Minute})
 	e.status = "http://" + net.JoinHostPort(ip, strconv.Itoa(statusPort))
 	e.url = "http://" + net.JoinHostPort(ip, strconv.Itoa(httpPort)) + "/"
 	harness.WaitFor(b, 20*time.Minute, "switchyard /readyz", e.ctrl, harness.HTTPReady(e.status+"/readyz", http.StatusOK, nil, nil))
