@@ -296,38 +296,17 @@ func (w tlog) Write(p []byte) (int, error) {
 // once the periodic recheck finds it: Serving closes and Ready is nil.
 // Before, Serving stayed open for good and every sync failed.
 func TestServingAfterSlowFirstStart(t *testing.T) {
-	nginx := requireNginx(t)
-	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
-		t.Skip("SKIPPED LOUDLY: needs root for nginx's worker user switch")
-	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rc := testDirs(t, dir, "")
-	rc.HTTPListen = []string{"127.0.0.2:" + freePort(t, "127.0.0.2")}
-	rc.HTTPSListen = []string{"127.0.0.2:" + freePort(t, "127.0.0.2")}
-	rc.StatusListen = "127.0.0.1:" + freePort(t, "127.0.0.1")
+	f := newFaultSetup(t)
 	// A wait that always gives up before nginx answers.
-	c, err := NewController(ControllerConfig{Nginx: nginx, ConfPath: dir + "/nginx.conf", Render: rc,
+	c, err := NewController(ControllerConfig{Nginx: f.nginx, ConfPath: f.dir + "/nginx.conf", Render: f.rc,
 		Logf: t.Logf, Stderr: tlog{t}, ReloadTimeout: time.Nanosecond, ReassertInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
-	defer cancel()
-	if err := c.Update(ctx, loadCase(t, "testdata/render/tls.json")); err != nil {
+	if err := c.Update(context.Background(), f.config("slow.example", "/")); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Logf("nginx controller stopped: %v", err)
-		}
-	}()
+	run(t, c)
 	select {
 	case <-c.Serving():
 	case <-time.After(defaultTestTimeout):
