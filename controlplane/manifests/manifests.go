@@ -3,6 +3,7 @@ package manifests
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,16 +74,55 @@ type key struct {
 	name      string
 }
 
+// digest identifies an object's content, less the fields Source fills in
+// (resourceVersion, uid, creationTimestamp): the SHA-256 of its JSON.
+type digest [sha256.Size]byte
+
+// digestOf is obj's digest. obj is left as it was.
+func digestOf(obj runtime.Object) (digest, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return digest{}, err
+	}
+	rv, uid, created := m.GetResourceVersion(), m.GetUID(), m.GetCreationTimestamp()
+	m.SetResourceVersion("")
+	m.SetUID("")
+	m.SetCreationTimestamp(metav1.Time{})
+	data, err := json.Marshal(obj)
+	m.SetResourceVersion(rv)
+	m.SetUID(uid)
+	m.SetCreationTimestamp(created)
+	if err != nil {
+		return digest{}, err
+	}
+	return sha256.Sum256(data), nil
+}
+
+// appliedObject is what Source remembers of an object in the tracker.
+type appliedObject struct {
+	digest  digest
+	created metav1.Time // kept across updates
+}
+
+// wanted is the object a key should hold: its digest and the file it
+// comes from (the first, in name order, that holds the key).
+type wanted struct {
+	digest digest
+	path   string
+}
+
 // Source holds the objects of a manifest directory in a fake clientset.
 type Source struct {
 	cfg    Config
 	client *fake.Clientset
 
 	mu sync.Mutex // guards the fields below
-	// byFile holds the last good objects of each file.
-	byFile map[string]map[key]runtime.Object
-	// applied is what the tracker holds now, with the file it came from.
-	applied map[key]runtime.Object
+	// byFile holds the digests of the last good objects of each file, not
+	// the objects: the tracker and the informers hold a copy each, and a
+	// third of every object at 50,000 Ingresses is ~100 MB (issue 22).
+	byFile map[string]map[key]digest
+	// applied is what the tracker holds now.
+	applied map[key]appliedObject
 	// version is the last resourceVersion handed out.
 	version int
 	// skipped is what each file skipped, as last reported.
@@ -111,8 +151,8 @@ func Load(cfg Config) (*Source, error) {
 	s := &Source{
 		cfg:     cfg,
 		client:  fake.NewSimpleClientset(),
-		byFile:  map[string]map[key]runtime.Object{},
-		applied: map[key]runtime.Object{},
+		byFile:  map[string]map[key]digest{},
+		applied: map[key]appliedObject{},
 		skipped: map[string]string{},
 	}
 	if s.cfg.OnSkip == nil {
@@ -141,6 +181,7 @@ func (s *Source) Reload() error {
 	}
 	var errs []error
 	seen := map[string]bool{}
+	loaded := map[string]map[key]runtime.Object{}
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || strings.HasPrefix(name, ".") || !isManifest(name) {
@@ -148,20 +189,12 @@ func (s *Source) Reload() error {
 		}
 		path := filepath.Join(s.cfg.Dir, name)
 		seen[path] = true
-		objs, skipped, err := readFile(path)
-		s.reads++
-		if err == nil {
-			s.reportSkipped(path, skipped)
-		}
+		objs, digests, err := s.read(path)
 		if err != nil {
-			err = fmt.Errorf("manifests: %s: %w", path, err)
 			errs = append(errs, err)
-			if s.cfg.OnError != nil {
-				s.cfg.OnError(path, err)
-			}
 			continue
 		}
-		s.byFile[path] = objs
+		loaded[path], s.byFile[path] = objs, digests
 	}
 	for path := range s.byFile {
 		if !seen[path] {
@@ -174,18 +207,45 @@ func (s *Source) Reload() error {
 		}
 	}
 
-	want := map[key]runtime.Object{}
+	want := map[key]wanted{}
 	for _, path := range sortedKeys(s.byFile) {
-		for k, obj := range s.byFile[path] {
+		for k, d := range s.byFile[path] {
 			if _, dup := want[k]; dup {
 				errs = append(errs, s.duplicate(path, k))
 				continue
 			}
-			want[k] = obj
+			want[k] = wanted{d, path}
 		}
 	}
-	errs = append(errs, s.apply(want, nil)...)
+	errs = append(errs, s.apply(want, nil, loaded)...)
 	return errors.Join(errs...)
+}
+
+// read decodes the file at path and works out the digests of its objects;
+// a file that cannot be used is reported through OnError (its last good
+// objects stay).
+func (s *Source) read(path string) (map[key]runtime.Object, map[key]digest, error) {
+	objs, skipped, err := readFile(path)
+	s.reads++
+	var digests map[key]digest
+	if err == nil {
+		digests = make(map[key]digest, len(objs))
+		for k, obj := range objs {
+			if digests[k], err = digestOf(obj); err != nil {
+				err = fmt.Errorf("%s %s/%s: %w", k.gvr.Resource, k.namespace, k.name, err)
+				break
+			}
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("manifests: %s: %w", path, err)
+		if s.cfg.OnError != nil {
+			s.cfg.OnError(path, err)
+		}
+		return nil, nil, err
+	}
+	s.reportSkipped(path, skipped)
+	return objs, digests, nil
 }
 
 // duplicate reports that k of path is also in an earlier file.
@@ -205,6 +265,7 @@ func (s *Source) reloadFiles(paths []string) error {
 	defer s.mu.Unlock()
 	var errs []error
 	changed := map[key]bool{}
+	loaded := map[string]map[key]runtime.Object{}
 	for _, path := range paths {
 		for k := range s.byFile[path] {
 			changed[k] = true
@@ -215,28 +276,22 @@ func (s *Source) reloadFiles(paths []string) error {
 			delete(s.skipped, path)
 			continue
 		}
-		objs, skipped, err := readFile(path)
-		s.reads++
+		objs, digests, err := s.read(path)
 		if err != nil {
-			err = fmt.Errorf("manifests: %s: %w", path, err)
 			errs = append(errs, err)
-			if s.cfg.OnError != nil {
-				s.cfg.OnError(path, err)
-			}
 			continue // its last good objects stay
 		}
-		s.reportSkipped(path, skipped)
-		s.byFile[path] = objs
+		loaded[path], s.byFile[path] = objs, digests
 		for k := range objs {
 			changed[k] = true
 		}
 	}
 	// The first file (in name order) that holds a key wins, as in Reload.
 	files := sortedKeys(s.byFile)
-	want := map[key]runtime.Object{}
+	want := map[key]wanted{}
 	for k := range changed {
 		for _, path := range files {
-			obj, ok := s.byFile[path][k]
+			d, ok := s.byFile[path][k]
 			if !ok {
 				continue
 			}
@@ -244,16 +299,19 @@ func (s *Source) reloadFiles(paths []string) error {
 				errs = append(errs, s.duplicate(path, k))
 				continue
 			}
-			want[k] = obj
+			want[k] = wanted{d, path}
 		}
 	}
-	errs = append(errs, s.apply(want, changed)...)
+	errs = append(errs, s.apply(want, changed, loaded)...)
 	return errors.Join(errs...)
 }
 
 // apply makes the tracker hold exactly want: of every object, or, when
 // only is not nil, of the objects only names (the others stay as they are).
-func (s *Source) apply(want map[key]runtime.Object, only map[key]bool) []error {
+// An object whose digest differs from the applied one is taken from loaded
+// (the files just decoded), or its file is decoded again: Source keeps no
+// objects between calls.
+func (s *Source) apply(want map[key]wanted, only map[key]bool, loaded map[string]map[key]runtime.Object) []error {
 	var errs []error
 	tracker := s.client.Tracker()
 	for k := range s.applied {
@@ -266,14 +324,28 @@ func (s *Source) apply(want map[key]runtime.Object, only map[key]bool) []error {
 		}
 		delete(s.applied, k)
 	}
-	for k, obj := range want {
+	for k, w := range want {
 		old, exists := s.applied[k]
-		if exists && equalIgnoringVersion(old, obj) {
+		if exists && old.digest == w.digest {
 			continue
 		}
-		// want's objects are this Source's own (decoded from the files,
-		// kept in byFile): applied shares them instead of holding a copy
-		// of every object (the tracker and the informers hold theirs).
+		obj := loaded[w.path][k]
+		if obj == nil {
+			// A key whose winning file was not read now (the file that
+			// shadowed it is gone): decode that file again.
+			objs, digests, err := s.read(w.path)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			loaded[w.path], s.byFile[w.path] = objs, digests
+			if obj = objs[k]; obj == nil {
+				continue // gone meanwhile; the watch reports the file
+			}
+			w.digest = digests[k]
+		}
+		// obj is this call's own (decoded from the file): the tracker
+		// stores a copy of it.
 		m, _ := meta.Accessor(obj)
 		s.version++
 		m.SetResourceVersion(strconv.Itoa(s.version))
@@ -282,8 +354,7 @@ func (s *Source) apply(want map[key]runtime.Object, only map[key]bool) []error {
 		}
 		if ts := m.GetCreationTimestamp(); ts.IsZero() {
 			if exists {
-				om, _ := meta.Accessor(old)
-				m.SetCreationTimestamp(om.GetCreationTimestamp())
+				m.SetCreationTimestamp(old.created)
 			} else {
 				m.SetCreationTimestamp(nowTime())
 			}
@@ -298,7 +369,7 @@ func (s *Source) apply(want map[key]runtime.Object, only map[key]bool) []error {
 			errs = append(errs, fmt.Errorf("manifests: store %s %s/%s: %w", k.gvr.Resource, k.namespace, k.name, err))
 			continue
 		}
-		s.applied[k] = obj
+		s.applied[k] = appliedObject{digest: w.digest, created: m.GetCreationTimestamp()}
 	}
 	return errs
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ spec:
   - port: 80
 `
 
-func writeFile(t *testing.T, dir, name, content string) {
+func writeFile(t testing.TB, dir, name, content string) {
 	t.Helper()
 	// Write then rename, as editors and kubectl-style tools do, so the
 	// watcher never sees a half-written file.
@@ -323,42 +324,119 @@ stringData: {auth: "alice:{PLAIN}pw\n", over: new}
 	}
 }
 
-// TestAppliedSharesDecoded: the Source keeps one copy of each object (the
-// decoded one), not a second for what it applied; the clientset still
-// serves each object, with its version, and an edit replaces it.
-func TestAppliedSharesDecoded(t *testing.T) {
+// TestSourceKeepsDigests: the Source keeps a digest of each object, not
+// the object (the tracker and the informers hold theirs); an edit is
+// still applied, an unchanged file is not, and when the file that shadowed
+// a key goes, the next file holding it is decoded again and wins.
+func TestSourceKeepsDigests(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 5 {
 		writeFile(t, dir, fmt.Sprintf("svc-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: s%d, namespace: demo}\nspec:\n  ports: [{name: http, port: 80}]\n", i))
 	}
+	// s0 again, later in name order: shadowed by svc-0.yaml.
+	writeFile(t, dir, "z-s0.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s0, namespace: demo}\nspec:\n  ports: [{name: http, port: 9090}]\n")
 	s, err := Load(Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		t.Fatal("Load: no error for s0 defined twice")
 	}
-	check := func() {
+	port := func(name string) (int32, string) {
 		t.Helper()
-		if len(s.applied) != 5 {
-			t.Fatalf("%d objects applied, want 5", len(s.applied))
+		got, err := s.Client().CoreV1().Services("demo").Get(context.Background(), name, getOpts)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for path, objs := range s.byFile {
-			for k, obj := range objs {
-				if s.applied[k] != obj {
-					t.Errorf("%s: %s/%s applied as a copy of the decoded object", path, k.namespace, k.name)
-				}
-			}
-		}
+		return got.Spec.Ports[0].Port, got.ResourceVersion
 	}
-	check()
+	if p, _ := port("s0"); p != 80 {
+		t.Errorf("s0 port %d; want 80 from svc-0.yaml, the first file", p)
+	}
+	if len(s.applied) != 5 {
+		t.Fatalf("%d objects applied, want 5", len(s.applied))
+	}
+
+	// An edit is applied; rewriting a file unchanged applies nothing.
+	_, v4 := port("s4")
 	writeFile(t, dir, "svc-3.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s3, namespace: demo}\nspec:\n  ports: [{name: http, port: 8080}]\n")
-	if err := s.reloadFiles([]string{filepath.Join(dir, "svc-3.yaml")}); err != nil {
+	writeFile(t, dir, "svc-4.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: s4, namespace: demo}\nspec:\n  ports: [{name: http, port: 80}]\n")
+	if err := s.reloadFiles([]string{filepath.Join(dir, "svc-3.yaml"), filepath.Join(dir, "svc-4.yaml")}); err != nil {
 		t.Fatal(err)
 	}
-	check()
-	got, err := s.Client().CoreV1().Services("demo").Get(context.Background(), "s3", getOpts)
-	if err != nil {
+	if p, v := port("s3"); p != 8080 || v == "" {
+		t.Errorf("s3 served with port %d, version %q; want 8080 and a version", p, v)
+	}
+	if _, v := port("s4"); v != v4 {
+		t.Errorf("s4 rewritten unchanged: version %s -> %s; want it untouched", v4, v)
+	}
+
+	// The shadowing file goes: z-s0.yaml, not read in this call, wins.
+	if err := os.Remove(filepath.Join(dir, "svc-0.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.Ports[0].Port != 8080 || got.ResourceVersion == "" {
-		t.Errorf("s3 served with port %d, version %q; want 8080 and a version", got.Spec.Ports[0].Port, got.ResourceVersion)
+	reads := s.reads
+	if err := s.reloadFiles([]string{filepath.Join(dir, "svc-0.yaml")}); err != nil {
+		t.Fatal(err)
 	}
+	if p, _ := port("s0"); p != 9090 {
+		t.Errorf("s0 port %d after svc-0.yaml went; want 9090 from z-s0.yaml", p)
+	}
+	if s.reads != reads+1 {
+		t.Errorf("%d files read for the removal; want 1 (z-s0.yaml, decoded again)", s.reads-reads)
+	}
+}
+
+// BenchmarkLoadRetained loads 10,000 Ingresses with their Services and
+// EndpointSlices (30,000 objects in 10 files) and reports the heap the
+// Source retains, its clientset's tracker included, after a GC.
+//
+//	go test -run '^$' -bench LoadRetained -benchtime 3x ./controlplane/manifests/
+func BenchmarkLoadRetained(b *testing.B) {
+	dir := b.TempDir()
+	for f := range 10 {
+		var buf strings.Builder
+		for i := f * 1000; i < (f+1)*1000; i++ {
+			fmt.Fprintf(&buf, `---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i%[1]d, namespace: demo, annotations: {nginx.ingress.kubernetes.io/proxy-read-timeout: "30"}}
+spec:
+  ingressClassName: switchyard
+  rules:
+  - host: h%[1]d.example.com
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: s%[1]d, port: {name: http}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s%[1]d, namespace: demo}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: s%[1]d-1, namespace: demo, labels: {kubernetes.io/service-name: s%[1]d}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [192.0.2.1], conditions: {ready: true}}
+- {addresses: [192.0.2.2], conditions: {ready: true}}
+`, i)
+		}
+		writeFile(b, dir, fmt.Sprintf("f%02d.yaml", f), buf.String())
+	}
+	var retained float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s, err := Load(Config{Dir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(s)
+		retained = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	}
+	b.ReportMetric(retained/(1<<20), "retained-MiB")
 }
