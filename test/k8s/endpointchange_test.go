@@ -458,7 +458,7 @@ func (e *ecRun) run() {
 }
 
 // reportMemory reports the controller process's resident memory (VmRSS)
-// and its peak (VmHWM) from /proc, after both phases and their /metrics
+// and its peak (VmHWM) from /proc, after the lone and CPU phases and their /metrics
 // scrapes (issue 22: RSS ≤ 1 GB at 50k Ingresses on the Go plane; on the
 // nginx plane nginx's processes are not counted).
 func (e *ecRun) reportMemory() {
@@ -474,7 +474,7 @@ func (e *ecRun) reportMemory() {
 	}
 	e.b.ReportMetric(kb["VmRSS:"]/1000, "rss-MB")
 	e.b.ReportMetric(kb["VmHWM:"]/1000, "peak-rss-MB")
-	e.b.Logf("controller memory after the phases and their scrapes: RSS %.0f MB, peak %.0f MB", kb["VmRSS:"]/1000, kb["VmHWM:"]/1000)
+	e.b.Logf("controller memory after the lone and CPU phases and their scrapes: RSS %.0f MB, peak %.0f MB", kb["VmRSS:"]/1000, kb["VmHWM:"]/1000)
 }
 
 // profile starts fetching a CPU profile of the controller lasting d, when
