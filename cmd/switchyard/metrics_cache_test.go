@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,4 +245,63 @@ func refresh(t *testing.T, idx *builder.EndpointIndex, cfg *model.Configuration,
 		t.Fatal("refresh refused")
 	}
 	return next
+}
+
+// TestConfigHashContent: config_hash follows every part of the
+// Configuration it covers (servers, certificates, passthrough, global),
+// not the Version or the Errors, now that the parts are hashed one by one.
+func TestConfigHashContent(t *testing.T) {
+	base := func() *model.Configuration {
+		cfg := builder.Build(synthetic.Input(synthetic.Shape{Ingresses: 4}), builder.Options{})
+		cfg.Certificates = map[string]model.Certificate{"u1": {UID: "u1", PEM: "a"}, "u2": {UID: "u2", PEM: "b"}}
+		return cfg
+	}
+	want := structuralHash(base())
+	seen := map[uint64]string{want: "base"}
+	for name, edit := range map[string]func(*model.Configuration){
+		"server path":         func(c *model.Configuration) { c.Servers[1].Locations[0].Path = "/other" },
+		"server order":        func(c *model.Configuration) { c.Servers[1], c.Servers[2] = c.Servers[2], c.Servers[1] },
+		"certificate PEM":     func(c *model.Configuration) { c.Certificates["u2"] = model.Certificate{UID: "u2", PEM: "c"} },
+		"certificate removed": func(c *model.Configuration) { delete(c.Certificates, "u1") },
+		"server to passthrough": func(c *model.Configuration) {
+			c.PassthroughBackends = []model.PassthroughBackend{{Hostname: c.Servers[1].Hostname}}
+			c.Servers = slices.Delete(c.Servers, 1, 2)
+		},
+		"global": func(c *model.Configuration) { c.DefaultCertificate = "u1" },
+	} {
+		c := base()
+		edit(c)
+		got := structuralHash(c)
+		if prev, dup := seen[got]; dup {
+			t.Errorf("%s: hash %x as %s", name, got, prev)
+		}
+		seen[got] = name
+	}
+	c := base()
+	c.Version, c.Errors = 99, []model.ObjectError{{Message: "x"}}
+	if got := structuralHash(c); got != want {
+		t.Errorf("Version and Errors changed the hash: %x; want %x", got, want)
+	}
+}
+
+// TestConfigHashMemory: hashing a Configuration of 10k Ingresses
+// allocates a small fraction of its JSON, which encoding it whole built in
+// one buffer grown by doubling (issue 22).
+func TestConfigHashMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 10k Ingresses")
+	}
+	cfg := builder.Build(synthetic.Input(synthetic.Shape{Ingresses: 10000}), builder.Options{})
+	structuralHash(cfg) // encoding/json's type caches
+	// Two collections empty the sync.Pools (encoding/json keeps its
+	// buffers in one), as a build an hour later finds them.
+	runtime.GC()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	structuralHash(cfg)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("hashing 10k Ingresses allocated %d bytes; want at most 1 MiB", got)
+	}
 }
