@@ -10,13 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/cmd/switchyard/internal/statuspage"
 	"github.com/switchyard-proxy/switchyard/controlplane"
@@ -415,7 +416,7 @@ func statusMux(ctrl *controlplane.Controller, reg *balancer.Registry, history *s
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", m.handler)
 	registerDebugHandlers(mux, ctrl, reg)
 	return mux
 }
@@ -473,8 +474,11 @@ type controllerMetrics struct {
 	// ingress-nginx's controller_class, controller_namespace and
 	// controller_pod labels, and everything but the Go runtime and process
 	// collectors (which ingress-nginx leaves unlabelled) registers there.
-	registry     *prometheus.Registry
-	registerer   prometheus.Registerer
+	registry   *prometheus.Registry
+	registerer prometheus.Registerer
+	// handler serves the registry and the families written as text
+	// (metrics_text.go).
+	handler      *metricsHandler
 	ingress      *ingressCollector
 	syncs        *prometheus.CounterVec
 	errors       prometheus.Counter
@@ -528,11 +532,20 @@ func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 			Help: "Time from the start of a sync to the sinks having the configuration.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	m.registerer = prometheus.WrapRegistererWith(controllerLabels(cfg.ControllerClass), m.registry)
+	labels := controllerLabels(cfg.ControllerClass)
+	m.registerer = prometheus.WrapRegistererWith(labels, m.registry)
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerer.MustRegister(m.syncDuration)
-	// These two carry the controller labels themselves (metrics_cache.go).
-	m.registry.MustRegister(newBalancerCollector(cfg.Balancer, controllerLabels(cfg.ControllerClass)), m.ingress)
+	// The ingress collector carries the controller labels itself
+	// (metrics_cache.go); the families with a series per endpoint, Ingress
+	// or TLS host are written by the handler (metrics_text.go), and their
+	// names reserved in the registry.
+	m.registry.MustRegister(m.ingress)
+	bal := &balancerMetrics{reg: cfg.Balancer}
+	families := slices.Concat(bal.textFamilies(), ingressTextFamilies)
+	slices.SortFunc(families, func(a, b textFamily) int { return strings.Compare(a.name, b.name) })
+	m.registry.MustRegister(reserve(families, labels))
+	m.handler = &metricsHandler{reg: m.registry, families: families, constLabels: escapedLabels(labels), balancer: bal, ingress: m.ingress}
 	if cfg.ProcessPIDs != nil {
 		m.registerer.MustRegister(processCollector{pids: cfg.ProcessPIDs})
 	}

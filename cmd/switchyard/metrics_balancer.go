@@ -1,101 +1,76 @@
 package main
 
 import (
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"slices"
+	"strings"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 )
 
-// balancerCollector exports per-endpoint balancer state at scrape time.
-// Like ingressCollector it carries the controller labels itself and keeps
-// each endpoint's label pairs between scrapes (metrics_cache.go): a scrape
-// allocates the values, not the labels.
-type balancerCollector struct {
-	// immutable
-	reg                                *balancer.Registry
-	requests, failures, inFlight, ewma *prometheus.Desc
-	constPairs                         []*dto.LabelPair
-
-	// guarded by mu
-	mu     sync.Mutex
-	pairs  map[endpointKey]*endpointPairs
-	scrape uint64
-}
-
-type endpointKey struct{ backend, endpoint string }
-
-// endpointPairs are one endpoint's label pairs and the last scrape that
-// saw it.
-type endpointPairs struct {
-	labels []*dto.LabelPair
-	seen   uint64
+// balancerMetrics exports per-endpoint balancer state at scrape time:
+// four families with a series per endpoint, written in the text format
+// (metrics_text.go) from one balancer.Registry.Backends per scrape. It
+// keeps nothing between scrapes.
+type balancerMetrics struct {
+	reg *balancer.Registry
 }
 
 var balancerLabelNames = []string{"backend", "endpoint"}
 
-func newBalancerCollector(reg *balancer.Registry, labels prometheus.Labels) *balancerCollector {
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, balancerLabelNames, labels)
+// textFamilies returns the balancer's families, sorted by name.
+func (m *balancerMetrics) textFamilies() []textFamily {
+	family := func(name, typ, help string, value func(e *balancer.EndpointStatus) (float64, bool)) textFamily {
+		return textFamily{name: name, help: help, typ: typ, labels: balancerLabelNames,
+			write: func(w *textWriter, s *textScrape) { writeEndpoints(w, s, value) }}
 	}
-	return &balancerCollector{
-		reg:        reg,
-		requests:   desc("switchyard_balancer_endpoint_requests_total", "Attempts completed per endpoint."),
-		failures:   desc("switchyard_balancer_endpoint_failures_total", "Failed attempts per endpoint."),
-		inFlight:   desc("switchyard_balancer_endpoint_in_flight", "Requests in flight per endpoint."),
-		ewma:       desc("switchyard_balancer_endpoint_ewma_seconds", "Decayed EWMA latency score per endpoint (ewma, peak_ewma)."),
-		constPairs: labelPairs(labels),
-		pairs:      map[endpointKey]*endpointPairs{},
+	return []textFamily{
+		family("switchyard_balancer_endpoint_ewma_seconds", "gauge", "Decayed EWMA latency score per endpoint (ewma, peak_ewma).",
+			func(e *balancer.EndpointStatus) (float64, bool) { return e.EWMA, e.EWMA >= 0 }),
+		family("switchyard_balancer_endpoint_failures_total", "counter", "Failed attempts per endpoint.",
+			func(e *balancer.EndpointStatus) (float64, bool) { return float64(e.Failures), true }),
+		family("switchyard_balancer_endpoint_in_flight", "gauge", "Requests in flight per endpoint.",
+			func(e *balancer.EndpointStatus) (float64, bool) { return float64(e.InFlight), true }),
+		family("switchyard_balancer_endpoint_requests_total", "counter", "Attempts completed per endpoint.",
+			func(e *balancer.EndpointStatus) (float64, bool) { return float64(e.Requests), true }),
 	}
 }
 
-func (c *balancerCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.requests
-	ch <- c.failures
-	ch <- c.inFlight
-	ch <- c.ewma
+// backends returns the balancer state of the scrape, endpoints sorted by
+// address within each backend (Backends sorts the backends by name): the
+// order of the registry, which sorts series by their label values.
+func (s *textScrape) balancer() []balancer.BackendStatus {
+	if !s.backendsTaken {
+		s.backendsTaken = true
+		s.backends = s.h.balancer.reg.Backends()
+		for i := range s.backends {
+			if eps := s.backends[i].Endpoints; len(eps) > 1 {
+				slices.SortFunc(eps, func(a, b balancer.EndpointStatus) int { return strings.Compare(a.Address, b.Address) })
+			}
+		}
+	}
+	return s.backends
 }
 
-func (c *balancerCollector) Collect(ch chan<- prometheus.Metric) {
-	backends := c.reg.Backends()
-	n := 0
-	for _, b := range backends {
-		n += len(b.Endpoints)
-	}
-	series := make([]fastSeries, 0, 4*n)
-	c.mu.Lock()
-	c.scrape++
-	for _, b := range backends {
-		for _, e := range b.Endpoints {
-			k := endpointKey{b.Name, e.Address}
-			p := c.pairs[k]
-			if p == nil {
-				p = &endpointPairs{labels: withLabels(c.constPairs, balancerLabelNames, b.Name, e.Address)}
-				c.pairs[k] = p
+// writeEndpoints writes a series per endpoint that value has a value for:
+// {backend, controller labels, endpoint}.
+func writeEndpoints(w *textWriter, s *textScrape, value func(e *balancer.EndpointStatus) (float64, bool)) {
+	backends := s.balancer()
+	for i := range backends {
+		b := &backends[i]
+		for j := range b.Endpoints {
+			e := &b.Endpoints[j]
+			v, ok := value(e)
+			if !ok {
+				continue
 			}
-			p.seen = c.scrape
-			series = append(series, fastSeries{}, fastSeries{}, fastSeries{})
-			s := series[len(series)-3:]
-			s[0].set(c.requests, p.labels, true, float64(e.Requests))
-			s[1].set(c.failures, p.labels, true, float64(e.Failures))
-			s[2].set(c.inFlight, p.labels, false, float64(e.InFlight))
-			if e.EWMA >= 0 {
-				series = append(series, fastSeries{})
-				series[len(series)-1].set(c.ewma, p.labels, false, e.EWMA)
-			}
+			line := w.begin()
+			line = append(line, '{')
+			line = appendLabel(line, "backend", b.Name)
+			line = s.h.constAfter(line)
+			line = append(line, ',')
+			line = appendLabel(line, "endpoint", e.Address)
+			line = append(line, '}')
+			w.end(appendValue(line, v))
 		}
-	}
-	if len(c.pairs) > 2*n+64 {
-		for k, p := range c.pairs {
-			if p.seen != c.scrape {
-				delete(c.pairs, k)
-			}
-		}
-	}
-	c.mu.Unlock()
-	for i := range series {
-		ch <- &series[i]
 	}
 }

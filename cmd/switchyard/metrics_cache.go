@@ -3,13 +3,14 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/klog/v2"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -17,78 +18,13 @@ import (
 
 // A /metrics scrape at 10k Ingresses used to cost ~0.2 s of CPU in the
 // controller (docs/benchmarks/controlplane.md): every series of every
-// scrape was built again (label pairs, a wrapped Desc per series) and the
-// whole Configuration was JSON-encoded for config_hash whenever it had
-// changed, i.e. after every endpoint change. This file keeps what a
-// scrape needs between scrapes: label pairs per series, the series that
-// depend on the servers alone once per build, and the hash of each
-// backend once per backend change.
-
-// fastMetric is one series whose label pairs are shared between scrapes
-// (sorted by name, as the registry wants them, and never modified). Write
-// points the output at m's own fields, so m must not change once sent.
-type fastMetric struct {
-	desc   *prometheus.Desc
-	labels []*dto.LabelPair
-	value  float64
-	// One of them is set, by the metric's type.
-	gauge   *dto.Gauge
-	counter *dto.Counter
-}
-
-func (m *fastMetric) Desc() *prometheus.Desc { return m.desc }
-
-func (m *fastMetric) Write(out *dto.Metric) error {
-	out.Label = m.labels
-	out.Gauge, out.Counter = m.gauge, m.counter
-	return nil
-}
-
-// fastSeries is a fastMetric with its value holders, allocated together.
-type fastSeries struct {
-	fastMetric
-	g dto.Gauge
-	c dto.Counter
-}
-
-// set makes s a gauge (or a counter) of value v.
-func (s *fastSeries) set(desc *prometheus.Desc, labels []*dto.LabelPair, counter bool, v float64) {
-	s.desc, s.labels, s.value = desc, labels, v
-	if counter {
-		s.c.Value = &s.value
-		s.counter = &s.c
-	} else {
-		s.g.Value = &s.value
-		s.gauge = &s.g
-	}
-}
-
-// labelPairs returns labels as label pairs sorted by name.
-func labelPairs(labels prometheus.Labels) []*dto.LabelPair {
-	out := make([]*dto.LabelPair, 0, len(labels))
-	for k, v := range labels {
-		out = append(out, &dto.LabelPair{Name: &k, Value: &v})
-	}
-	sortPairs(out)
-	return out
-}
-
-// withLabels returns base (sorted) plus names[i]=values[i], sorted.
-func withLabels(base []*dto.LabelPair, names []string, values ...string) []*dto.LabelPair {
-	out := make([]*dto.LabelPair, 0, len(base)+len(names))
-	out = append(out, base...)
-	for i := range names {
-		out = append(out, &dto.LabelPair{Name: &names[i], Value: &values[i]})
-	}
-	sortPairs(out)
-	return out
-}
-
-func sortPairs(p []*dto.LabelPair) {
-	slices.SortFunc(p, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
-}
-
-var orphanLabelNames = []string{"namespace", "ingress", "type"}
+// scrape was built again and the whole Configuration was JSON-encoded for
+// config_hash whenever it had changed, i.e. after every endpoint change.
+// This file keeps what a scrape needs between scrapes: the series that
+// depend on the servers alone, once per build, and the hash of each
+// backend, once per backend change. The series keep the model's strings
+// and are written as text at scrape time (metrics_text.go), so what is
+// kept is small: no label pairs, no per-Configuration copy.
 
 // configShape is what the collector derives from the parts of a
 // Configuration other than endpoints: the controller builds a new
@@ -107,7 +43,7 @@ type configShape struct {
 	// endpoints were endpoints[i].
 	backendHash []uint64
 	endpoints   []endpointsRef
-	certs       []prometheus.Metric
+	certs       []certSeries
 	orphans     []orphanSeries
 }
 
@@ -122,20 +58,34 @@ func refOf(eps []model.Endpoint) endpointsRef { return endpointsRef{unsafe.Slice
 
 // orphanSeries is one orphan_ingress series: its labels and, for
 // no-endpoint, the backends whose lack of endpoints orphans the Ingress.
+// The strings are the model's.
 type orphanSeries struct {
-	labels []*dto.LabelPair
+	ns, name, typ string
 	// fixed is the value of a no-service series (it depends on Services
 	// alone); backends are the indices of the no-endpoint series'.
-	fixed    float64
-	backends []int
+	fixed    bool
+	backends []int32
 }
 
-// configMetrics are a Configuration's series.
+// value is the series' value in cfg, a Configuration of the shape it
+// was derived from.
+func (o *orphanSeries) value(cfg *model.Configuration) float64 {
+	if o.fixed {
+		return 1
+	}
+	for _, bi := range o.backends {
+		if len(cfg.Backends[bi].Endpoints) == 0 {
+			return 1
+		}
+	}
+	return 0
+}
+
+// configMetrics is what a scrape reads of a Configuration.
 type configMetrics struct {
-	cfg     *model.Configuration
-	shape   *configShape
-	hash    prometheus.Metric
-	orphans []fastSeries
+	cfg   *model.Configuration
+	shape *configShape
+	hash  prometheus.Metric
 }
 
 func (s *configShape) sameShape(cfg *model.Configuration) bool {
@@ -143,8 +93,8 @@ func (s *configShape) sameShape(cfg *model.Configuration) bool {
 		len(cfg.Servers) == s.nServers && len(cfg.Backends) == len(s.backendHash)
 }
 
-// metricsOf returns cfg's series, computed once per Configuration and, but
-// for endpoints, once per build.
+// metricsOf returns cfg's config_hash and shape, computed once per
+// Configuration and, but for endpoints, once per build.
 func (c *ingressCollector) metricsOf(cfg *model.Configuration) *configMetrics {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -157,18 +107,6 @@ func (c *ingressCollector) metricsOf(cfg *model.Configuration) *configMetrics {
 	s := c.shape
 	m := &configMetrics{cfg: cfg, shape: s}
 	m.hash = prometheus.MustNewConstMetric(c.d.configHash, prometheus.GaugeValue, float64(s.hash(cfg)))
-	m.orphans = make([]fastSeries, len(s.orphans))
-	for i := range s.orphans {
-		o := &s.orphans[i]
-		v := o.fixed
-		for _, bi := range o.backends {
-			if len(cfg.Backends[bi].Endpoints) == 0 {
-				v = 1
-				break
-			}
-		}
-		m.orphans[i].set(c.d.orphan, o.labels, false, v)
-	}
 	c.current = m
 	return m
 }
@@ -179,14 +117,12 @@ func (c *ingressCollector) newShape(cfg *model.Configuration) *configShape {
 	if len(cfg.Servers) > 0 {
 		s.servers = unsafe.SliceData(cfg.Servers)
 	}
-	content := *cfg
-	content.Version, content.Errors, content.Backends = 0, nil, nil
-	s.structural = jsonHash(&content)
+	s.structural = structuralHash(cfg)
 	for i := range cfg.Backends {
 		s.backendHash[i], s.endpoints[i] = jsonHash(cfg.Backends[i]), refOf(cfg.Backends[i].Endpoints)
 	}
 	s.certs = c.collectCertificates(cfg)
-	s.orphans = c.orphanSeries(cfg)
+	s.orphans = orphanSeriesOf(cfg)
 	return s
 }
 
@@ -211,6 +147,41 @@ func (s *configShape) hash(cfg *model.Configuration) uint64 {
 	return h.Sum64()
 }
 
+// structuralHash is the FNV-1a hash of the JSON encoding of cfg without
+// its Version, Errors and Backends. The servers, certificates and
+// passthrough backends are encoded one by one: encoding the whole
+// Configuration at once built its JSON in one buffer (32 MB at 50k
+// Ingresses, grown by doubling, then kept in encoding/json's pool) at
+// every build, and took the RSS past 1 GB (issue 22).
+func structuralHash(cfg *model.Configuration) uint64 {
+	h := fnv.New64a()
+	enc := json.NewEncoder(h)
+	rest := *cfg
+	rest.Version, rest.Errors, rest.Backends = 0, nil, nil
+	rest.Servers, rest.Certificates, rest.PassthroughBackends = nil, nil, nil
+	uids := slices.Sorted(maps.Keys(cfg.Certificates))
+	// The lengths keep the boundaries between the lists.
+	err := enc.Encode(&rest)
+	for _, n := range []int{len(cfg.Servers), len(uids), len(cfg.PassthroughBackends)} {
+		err = errors.Join(err, enc.Encode(n))
+	}
+	for i := range cfg.Servers {
+		err = errors.Join(err, enc.Encode(&cfg.Servers[i]))
+	}
+	for _, uid := range uids {
+		cert := cfg.Certificates[uid]
+		err = errors.Join(err, enc.Encode(uid), enc.Encode(&cert))
+	}
+	for i := range cfg.PassthroughBackends {
+		err = errors.Join(err, enc.Encode(&cfg.PassthroughBackends[i]))
+	}
+	if err != nil {
+		klog.ErrorS(err, "hash the configuration")
+		return 0
+	}
+	return h.Sum64()
+}
+
 // jsonHash is the FNV-1a hash of v's JSON encoding.
 func jsonHash(v any) uint64 {
 	h := fnv.New64a()
@@ -229,22 +200,22 @@ func jsonHash(v any) uint64 {
 // several paths is orphaned if any of them is, as ingress-nginx sets the
 // gauge per path. The series are sorted by their labels, as the registry
 // sorts them.
-func (c *ingressCollector) orphanSeries(cfg *model.Configuration) []orphanSeries {
+func orphanSeriesOf(cfg *model.Configuration) []orphanSeries {
 	backends := make(map[string]int, len(cfg.Backends))
 	for i := range cfg.Backends {
 		backends[cfg.Backends[i].Name] = i
 	}
 	type key struct{ ns, name, typ string }
-	byKey := map[key]*orphanSeries{}
-	var keys []key
+	byKey := map[key]int{}
+	var out []orphanSeries
 	get := func(k key) *orphanSeries {
-		o := byKey[k]
-		if o == nil {
-			o = &orphanSeries{}
-			byKey[k] = o
-			keys = append(keys, k)
+		i, ok := byKey[k]
+		if !ok {
+			i = len(out)
+			byKey[k] = i
+			out = append(out, orphanSeries{ns: k.ns, name: k.name, typ: k.typ})
 		}
-		return o
+		return &out[i]
 	}
 	for i := range cfg.Servers {
 		for j := range cfg.Servers[i].Locations {
@@ -259,25 +230,20 @@ func (c *ingressCollector) orphanSeries(cfg *model.Configuration) []orphanSeries
 			ns, name := loc.Ingress.Namespace, loc.Ingress.Name
 			o := get(key{ns, name, orphanNoService})
 			if !cfg.Backends[bi].HasService {
-				o.fixed = 1
+				o.fixed = true
 				continue
 			}
 			o = get(key{ns, name, orphanNoEndpoint})
-			if !slices.Contains(o.backends, bi) {
-				o.backends = append(o.backends, bi)
+			if !slices.Contains(o.backends, int32(bi)) {
+				o.backends = append(o.backends, int32(bi))
 			}
 		}
 	}
 	// Label order: the controller labels, then ingress, namespace, type.
-	slices.SortFunc(keys, func(a, b key) int {
+	slices.SortFunc(out, func(a, b orphanSeries) int {
 		return cmpStrings(a.name, b.name, a.ns, b.ns, a.typ, b.typ)
 	})
-	out := make([]orphanSeries, len(keys))
-	for i, k := range keys {
-		out[i] = *byKey[k]
-		out[i].labels = withLabels(c.constPairs, orphanLabelNames, k.ns, k.name, k.typ)
-	}
-	return out
+	return slices.Clip(out)
 }
 
 // cmpStrings compares pairs of strings in order: a1 with b1, then a2

@@ -1,13 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -17,24 +20,23 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
-// exposition is the text format of everything g gathers but the Go
-// runtime's and the process's metrics.
-func exposition(t *testing.T, g prometheus.Gatherer) string {
+// exposition is what h serves on /metrics but the Go runtime's and the
+// process's metrics.
+func exposition(t *testing.T, h http.Handler) string {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics answered %d: %s", rec.Code, rec.Body)
 	}
-	var buf bytes.Buffer
-	for _, mf := range mfs {
-		if strings.HasPrefix(mf.GetName(), "go_") || strings.HasPrefix(mf.GetName(), "process_") {
-			continue
-		}
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			t.Fatal(err)
+	var out []string
+	for _, l := range strings.SplitAfter(rec.Body.String(), "\n") {
+		name := strings.TrimPrefix(strings.TrimPrefix(l, "# HELP "), "# TYPE ")
+		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+			out = append(out, l)
 		}
 	}
-	return buf.String()
+	return strings.Join(out, "")
 }
 
 // referenceCollector exports orphan_ingress, config_hash and the balancer
@@ -196,14 +198,14 @@ func TestScrapeCache(t *testing.T) {
 			}
 			src.cfg.Store(cfg)
 		}
-		got := exposition(t, long.registry)
+		got := exposition(t, long.handler)
 		fresh, _ := newMetrics(cfg)
-		if want := exposition(t, fresh.registry); got != want {
+		if want := exposition(t, fresh.handler); got != want {
 			t.Fatalf("step %d: long-lived scrape differs from a fresh one:\n%s\nwant\n%s", step, got, want)
 		}
 		ref := prometheus.NewRegistry()
 		prometheus.WrapRegistererWith(controllerLabels("k8s.io/ingress-nginx"), ref).MustRegister(referenceCollector{cfg: cfg, reg: reg})
-		for _, l := range strings.Split(exposition(t, ref), "\n") {
+		for _, l := range strings.Split(exposition(t, promhttp.HandlerFor(ref, promhttp.HandlerOpts{})), "\n") {
 			if l != "" && !strings.Contains(got, l+"\n") {
 				t.Errorf("step %d: the scrape lacks %q", step, l)
 			}
@@ -243,4 +245,63 @@ func refresh(t *testing.T, idx *builder.EndpointIndex, cfg *model.Configuration,
 		t.Fatal("refresh refused")
 	}
 	return next
+}
+
+// TestConfigHashContent: config_hash follows every part of the
+// Configuration it covers (servers, certificates, passthrough, global),
+// not the Version or the Errors, now that the parts are hashed one by one.
+func TestConfigHashContent(t *testing.T) {
+	base := func() *model.Configuration {
+		cfg := builder.Build(synthetic.Input(synthetic.Shape{Ingresses: 4}), builder.Options{})
+		cfg.Certificates = map[string]model.Certificate{"u1": {UID: "u1", PEM: "a"}, "u2": {UID: "u2", PEM: "b"}}
+		return cfg
+	}
+	want := structuralHash(base())
+	seen := map[uint64]string{want: "base"}
+	for name, edit := range map[string]func(*model.Configuration){
+		"server path":         func(c *model.Configuration) { c.Servers[1].Locations[0].Path = "/other" },
+		"server order":        func(c *model.Configuration) { c.Servers[1], c.Servers[2] = c.Servers[2], c.Servers[1] },
+		"certificate PEM":     func(c *model.Configuration) { c.Certificates["u2"] = model.Certificate{UID: "u2", PEM: "c"} },
+		"certificate removed": func(c *model.Configuration) { delete(c.Certificates, "u1") },
+		"server to passthrough": func(c *model.Configuration) {
+			c.PassthroughBackends = []model.PassthroughBackend{{Hostname: c.Servers[1].Hostname}}
+			c.Servers = slices.Delete(c.Servers, 1, 2)
+		},
+		"global": func(c *model.Configuration) { c.DefaultCertificate = "u1" },
+	} {
+		c := base()
+		edit(c)
+		got := structuralHash(c)
+		if prev, dup := seen[got]; dup {
+			t.Errorf("%s: hash %x as %s", name, got, prev)
+		}
+		seen[got] = name
+	}
+	c := base()
+	c.Version, c.Errors = 99, []model.ObjectError{{Message: "x"}}
+	if got := structuralHash(c); got != want {
+		t.Errorf("Version and Errors changed the hash: %x; want %x", got, want)
+	}
+}
+
+// TestConfigHashMemory: hashing a Configuration of 10k Ingresses
+// allocates a small fraction of its JSON, which encoding it whole built in
+// one buffer grown by doubling (issue 22).
+func TestConfigHashMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 10k Ingresses")
+	}
+	cfg := builder.Build(synthetic.Input(synthetic.Shape{Ingresses: 10000}), builder.Options{})
+	structuralHash(cfg) // encoding/json's type caches
+	// Two collections empty the sync.Pools (encoding/json keeps its
+	// buffers in one), as a build an hour later finds them.
+	runtime.GC()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	structuralHash(cfg)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("hashing 10k Ingresses allocated %d bytes; want at most 1 MiB", got)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/switchyard-proxy/switchyard/balancer"
@@ -61,7 +60,7 @@ func newScrapeFixture(tb testing.TB, n int) *scrapeFixture {
 	src := &staticSource{}
 	src.cfg.Store(cfg)
 	m.ingress.attach(src)
-	f := &scrapeFixture{handler: promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}), src: src, reg: reg, idx: idx,
+	f := &scrapeFixture{handler: m.handler, src: src, reg: reg, idx: idx,
 		slices: map[string][]*discoveryv1.EndpointSlice{}, n: n}
 	for _, es := range in.EndpointSlices {
 		k := es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]
