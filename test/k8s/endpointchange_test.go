@@ -43,7 +43,8 @@ const ecBackends = 4
 // back to back; each change replaces the slice's one endpoint by the next
 // of four backends, whose responses name their address. It also counts
 // responses from the removed backend to requests sent after the first new
-// response ("stale", must be 0) and after the 100 ms bound, the
+// response ("stale", must be 0) and more than the 100 ms bound after the
+// API server acknowledged the write (the Update call returned), the
 // controller's switchyard_sync_duration_seconds per change, and the CPU
 // time per change of the controller's process group (controller plus
 // nginx), less that of an equal quiet window just before. Env:
@@ -345,7 +346,7 @@ type ecChange struct {
 	delay        time.Duration // write to first response from the new backend
 	write        time.Duration // the Update call itself
 	stale        int           // removed backend's responses to requests sent after the first new one
-	staleBound   int           // ... sent more than endpointChangeBound after the write
+	staleBound   int           // ... sent more than endpointChangeBound after the write was acknowledged
 	errors       int           // non-200 responses and errors in the window
 	syncs        float64       // switchyard_sync_duration_seconds count increase
 	syncSeconds  float64       // ... and sum increase
@@ -414,7 +415,9 @@ func (e *ecRun) run() {
 				b.Logf("change %d: stale response from %s to a request sent %v after the write, answered at %v (first new response %v)",
 					k, old, r.sent.Sub(t0).Round(10*time.Microsecond), r.recv.Sub(t0).Round(10*time.Microsecond), ch.delay.Round(10*time.Microsecond))
 				ch.stale++
-				if r.sent.After(t0.Add(endpointChangeBound)) {
+				// The bound runs from the API server's acknowledgement:
+				// nothing can route by an object before it is stored.
+				if r.sent.After(t0.Add(write + endpointChangeBound)) {
 					ch.staleBound++
 				}
 			case r.body != old && r.body != next:

@@ -80,8 +80,8 @@ func startStreamTargets(b *testing.B, ips []string, n int) []ecTarget {
 // the first response, to a request sent after that, from its endpoint set
 // or a newer one (a change the controller folded into the next is served
 // when the next is). Any response to a request sent more than
-// endpointChangeBound after change k's write from an endpoint set older than
-// k's is stale; both stale responses and errors fail the benchmark. At the
+// endpointChangeBound after the API server acknowledged change k's write
+// (its Update call returned) from an endpoint set older than k's is stale; both stale responses and errors fail the benchmark. At the
 // end the slice is moved back to the lone-change phase's backend.
 func (e *ecRun) stream(targets []ecTarget, rate float64) {
 	b := e.b
@@ -104,8 +104,9 @@ func (e *ecRun) stream(targets []ecTarget, rate float64) {
 		go func() { defer wg.Done(); e.client(ctx) }()
 	}
 	syncs0, sum0 := e.syncMetric()
-	pause(e.ctx, 200*time.Millisecond) // traffic flowing before the first write
-	writes := make([]time.Time, len(targets))
+	pause(e.ctx, 200*time.Millisecond)        // traffic flowing before the first write
+	writes := make([]time.Time, len(targets)) // just before each Update call
+	acks := make([]time.Time, len(targets))   // when it returned
 	var callMax time.Duration
 	every := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
@@ -118,7 +119,8 @@ func (e *ecRun) stream(targets []ecTarget, rate float64) {
 		if err != nil {
 			b.Fatalf("stream change %d: update the slice to %s: %v", k, t.body, err)
 		}
-		callMax = max(callMax, time.Since(writes[k]))
+		acks[k] = time.Now()
+		callMax = max(callMax, acks[k].Sub(writes[k]))
 		e.cur = upd
 	}
 	elapsed := time.Since(start)
@@ -156,14 +158,15 @@ func (e *ecRun) stream(targets []ecTarget, rate float64) {
 			}
 			continue
 		}
-		// The newest change written at least the bound before the
-		// request was sent: its set or a newer one must answer.
-		due := sort.Search(len(writes), func(k int) bool { return writes[k].Add(endpointChangeBound).After(r.sent) }) - 1
+		// The newest change the API server acknowledged at least the
+		// bound before the request was sent: its set or a newer one must
+		// answer (nothing can route by an object before it is stored).
+		due := sort.Search(len(acks), func(k int) bool { return acks[k].Add(endpointChangeBound).After(r.sent) }) - 1
 		if due >= 0 && i < due {
 			stale++
 			if stale <= 5 {
-				b.Logf("stream: stale response from change %d's endpoint to a request sent %v after change %d's write",
-					i, r.sent.Sub(writes[due]).Round(time.Millisecond), due)
+				b.Logf("stream: stale response from change %d's endpoint to a request sent %v after change %d's write was acknowledged",
+					i, r.sent.Sub(acks[due]).Round(time.Millisecond), due)
 			}
 		}
 	}
