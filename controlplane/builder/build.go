@@ -1005,16 +1005,23 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 		}
 		return []model.Endpoint{{Address: svc.Spec.ExternalName, Port: uint16(n)}}
 	}
-	slices := append([]*discoveryv1.EndpointSlice(nil), b.slices[svc.Namespace+"/"+svc.Name]...)
-	sort.Slice(slices, func(i, j int) bool { return slices[i].Name < slices[j].Name })
+	ess := b.slices[svc.Namespace+"/"+svc.Name]
+	byName := func(x, y *discoveryv1.EndpointSlice) int { return strings.Compare(x.Name, y.Name) }
+	if !slices.IsSortedFunc(ess, byName) {
+		// Sorted on a copy: the caller's slice may be a lister's.
+		ess = slices.SortedFunc(slices.Values(ess), byName)
+	}
 	numericTarget := int32(0)
 	if sp.TargetPort.Type == intstr.Int {
 		numericTarget = sp.TargetPort.IntVal
 	}
-	var out []model.Endpoint
-	seen := map[string]bool{}
+	n := 0
+	for _, es := range ess {
+		n += len(es.Endpoints) * max(1, len(es.Ports))
+	}
+	out := endpointSet{list: make([]model.Endpoint, 0, n)}
 	var ports []int32
-	for _, es := range slices {
+	for _, es := range ess {
 		if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
 		}
@@ -1042,22 +1049,46 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 				continue
 			}
 			for _, port := range ports {
-				ps := strconv.Itoa(int(port))
 				for _, addr := range ep.Addresses {
-					if !b.validAddress(es, addr) {
-						continue
+					if b.validAddress(es, addr) {
+						out.add(model.Endpoint{Address: addr, Port: uint16(port)})
 					}
-					key := addr + ":" + ps
-					if seen[key] {
-						continue
-					}
-					seen[key] = true
-					out = append(out, model.Endpoint{Address: addr, Port: uint16(port)})
 				}
 			}
 		}
 	}
-	return out
+	if len(out.list) == 0 {
+		return nil
+	}
+	return out.list
+}
+
+// endpointSet is a list of endpoints without duplicates (same address and
+// port), in the order they were added. The few endpoints of most backends
+// are scanned; a map takes over past linearScanMax.
+type endpointSet struct {
+	list  []model.Endpoint
+	index map[model.Endpoint]struct{} // nil until list is long
+}
+
+const linearScanMax = 16
+
+func (s *endpointSet) add(e model.Endpoint) {
+	if s.index != nil {
+		if _, ok := s.index[e]; ok {
+			return
+		}
+		s.index[e] = struct{}{}
+	} else if slices.Contains(s.list, e) {
+		return
+	}
+	s.list = append(s.list, e)
+	if s.index == nil && len(s.list) > linearScanMax {
+		s.index = make(map[model.Endpoint]struct{}, 2*len(s.list))
+		for _, e := range s.list {
+			s.index[e] = struct{}{}
+		}
+	}
 }
 
 // validAddress reports whether addr is an IP address of the slice's type

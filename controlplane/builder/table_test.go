@@ -41,6 +41,17 @@ func TestEndpoints(t *testing.T) {
 		}
 		return out
 	}
+	// Many endpoints, each given twice, the second time after more
+	// distinct ones than endpointSet scans.
+	var manyEps []discoveryv1.Endpoint
+	var manyAddrs []string
+	for i := range 2 * (linearScanMax + 4) {
+		addr := fmt.Sprintf("10.0.1.%d", i%(linearScanMax+4))
+		manyEps = append(manyEps, ep(addr, yes, nil, nil))
+		if i < linearScanMax+4 {
+			manyAddrs = append(manyAddrs, addr)
+		}
+	}
 	tests := []struct {
 		name string
 		eps  []discoveryv1.Endpoint
@@ -48,6 +59,7 @@ func TestEndpoints(t *testing.T) {
 		// bad is how many addresses are reported invalid.
 		bad int
 	}{
+		{"many duplicates removed", manyEps, e(manyAddrs...), 0},
 		{"ready, nil conditions count as ready", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, no), ep("10.0.0.2", nil, nil, nil)}, e("10.0.0.1", "10.0.0.2"), 0},
 		{"not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, no, no), ep("10.0.0.2", yes, nil, nil)}, e("10.0.0.2"), 0},
 		{"terminating and not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2"), 0},
