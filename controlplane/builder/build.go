@@ -234,8 +234,10 @@ func BuildIndexed(in Input, opt Options) (*model.Configuration, *EndpointIndex) 
 		}
 		return ours[i].Namespace+"/"+ours[i].Name > ours[j].Namespace+"/"+ours[j].Name
 	})
-	for _, ing := range ours {
-		a, errs := parseAnnotations(ing.Annotations)
+	anns := make([]annotations, len(ours))
+	for i, ing := range ours {
+		a := &anns[i]
+		errs := a.parse(ing.Annotations)
 		if a.mirror != nil {
 			a.mirror = withSource(a.mirror, string(ing.UID))
 		}
