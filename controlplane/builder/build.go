@@ -150,6 +150,7 @@ type builder struct {
 	anns      map[*networkingv1.Ingress]*annotations // parsed once
 	access    globalAccess                           // the ConfigMap's access settings
 	badAddrs  map[string]bool                        // slice/address already reported invalid
+	locations []model.Location                       // the chunk newLocations carves from
 	index     *EndpointIndex                         // nil outside BuildIndexed
 }
 
@@ -691,7 +692,11 @@ func (b *builder) ingress(ing *networkingv1.Ingress) {
 				b.wwwRedirects[host] = ing
 			}
 		}
-		srv.Locations = slices.Grow(srv.Locations, len(rule.HTTP.Paths))
+		if cap(srv.Locations) == 0 {
+			srv.Locations = b.newLocations(len(rule.HTTP.Paths))
+		} else {
+			srv.Locations = slices.Grow(srv.Locations, len(rule.HTTP.Paths))
+		}
 		for pi, p := range rule.HTTP.Paths {
 			field := fmt.Sprintf("spec.rules[%d].http.paths[%d]", ri, pi)
 			loc, ok := b.location(ing, ref, a, host, p, field)
@@ -748,6 +753,27 @@ func (b *builder) server(host string) *model.Server {
 		b.servers[host] = s
 	}
 	return s
+}
+
+// locationChunk is how many locations newLocations carves from one
+// allocation.
+const locationChunk = 128
+
+// newLocations returns an empty slice with room for n locations. A
+// Location is ~700 bytes and most servers have a few: their own small
+// allocations were a tenth of the bytes and a sixth of the CPU of a
+// 50k-Ingress build, so they come from shared chunks instead (a server
+// that outgrows its room reallocates as append does).
+func (b *builder) newLocations(n int) []model.Location {
+	if n > locationChunk/8 {
+		return make([]model.Location, 0, n)
+	}
+	if cap(b.locations)-len(b.locations) < n {
+		b.locations = make([]model.Location, 0, locationChunk)
+	}
+	i := len(b.locations)
+	b.locations = b.locations[:i+n]
+	return b.locations[i : i : i+n]
 }
 
 // location builds one location and its backend; ok is false when the path is
