@@ -963,15 +963,15 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 		// service-upstream: the Service's cluster IP and port as the one
 		// endpoint, as ingress-nginx; without a cluster IP it says so and
 		// keeps the endpoints, which then come from slices.
+		// The cluster IP is parsed only then: an empty one's error
+		// allocates, for every backend.
 		up := a.serviceUpstream
-		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-		switch upstream := (up != nil && *up) || (up == nil && b.serviceUpstream); {
-		case upstream && err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName:
-			be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
-		case upstream:
-			b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
+		if upstream := (up != nil && *up) || (up == nil && b.serviceUpstream); !upstream {
 			b.index.record(be.Name, svc, sp, corev1.ProtocolTCP)
-		default:
+		} else if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
+			be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
+		} else {
+			b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
 			b.index.record(be.Name, svc, sp, corev1.ProtocolTCP)
 		}
 		if svc.Spec.Type == corev1.ServiceTypeExternalName && isLoopback(svc.Spec.ExternalName) {

@@ -422,3 +422,57 @@ func TestIngressDefaultBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceUpstream: service-upstream gives the Service's cluster IP and
+// port as the one endpoint; without a cluster IP (or for an ExternalName)
+// it says so and the endpoints come from the slices (or the name).
+func TestServiceUpstream(t *testing.T) {
+	var fromSlices []model.Endpoint
+	for k := range 5 {
+		fromSlices = append(fromSlices, model.Endpoint{Address: fmt.Sprintf("10.0.0.%d", k+1), Port: 8080})
+	}
+	tests := []struct {
+		name         string
+		clusterIP    string
+		externalName string
+		want         []model.Endpoint
+		wantErr      bool
+	}{
+		{"cluster IP", "10.96.0.7", "", []model.Endpoint{{Address: "10.96.0.7", Port: 80}}, false},
+		{"no cluster IP: the slices", "", "", fromSlices, true},
+		{"headless: the slices", "None", "", fromSlices, true},
+		{"ExternalName: its name", "", "db.example.com", []model.Endpoint{{Address: "db.example.com", Port: 8080}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := syntheticInput(1)
+			in.Ingresses[0].Annotations[annotationPrefix+"service-upstream"] = "true"
+			in.Services[1].Spec.ClusterIP = "10.96.0.8" // the other path's
+			svc := in.Services[0]
+			svc.Spec.ClusterIP = tt.clusterIP
+			if tt.externalName != "" {
+				svc.Spec.Type, svc.Spec.ExternalName = corev1.ServiceTypeExternalName, tt.externalName
+			}
+			cfg := Build(in, Options{})
+			i := slices.IndexFunc(cfg.Backends, func(be *model.Backend) bool { return be.Name == "ns0-svc0-0-http" })
+			if i < 0 {
+				t.Fatalf("no backend ns0-svc0-0-http in %d backends", len(cfg.Backends))
+			}
+			if diff := cmp.Diff(tt.want, cfg.Backends[i].Endpoints); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+			var got []string
+			for _, e := range cfg.Errors {
+				got = append(got, e.Field)
+			}
+			want := []string(nil)
+			if tt.wantErr {
+				want = []string{annotationPrefix + "service-upstream"}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("error fields (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
