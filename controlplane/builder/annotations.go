@@ -468,7 +468,6 @@ var (
 	reURL       = regexp.MustCompile(`^https?://[A-Za-z0-9\-.]+(:[0-9]{1,5})?(/[A-Za-z0-9\-._~!&()*+,=:@/%?]*)?$`)
 	reOrigin    = regexp.MustCompile(`^(\*|https?://(\*\.)?[A-Za-z0-9\-.]+(:[0-9]{1,5})?)$`)
 	reTokenList = regexp.MustCompile(`^[A-Za-z0-9\-_]+(\s*,\s*[A-Za-z0-9\-_]+)*$`)
-	reSize      = regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`)
 	reLabel     = regexp.MustCompile(`^[a-z]([a-z0-9\-]{0,61}[a-z0-9])?$`)
 	// reObjectRef is "name" or "namespace/name".
 	reObjectRef        = regexp.MustCompile(`^([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?/)?[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$`)
@@ -711,6 +710,31 @@ func responseRate(rate, after int) *model.ResponseRate {
 	return &model.ResponseRate{KBPerSecond: rate, AfterKB: after}
 }
 
+// bodySize parses a proxy-body-size value: 1 to 12 digits and an
+// optional k, m or g (either case), in bytes. Written out rather than as
+// a regular expression, whose submatches allocated for every Ingress.
+func bodySize(v string) (int64, bool) {
+	shift := 0
+	if v != "" {
+		switch v[len(v)-1] {
+		case 'k', 'K':
+			shift = 10
+		case 'm', 'M':
+			shift = 20
+		case 'g', 'G':
+			shift = 30
+		}
+	}
+	if shift > 0 {
+		v = v[:len(v)-1]
+	}
+	if v == "" || len(v) > 12 || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n << shift, err == nil
+}
+
 // parseProxyAnnotations reads the proxy-* keys; the controller ConfigMap uses
 // the same names and grammar for its defaults.
 func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad func(string, string, ...any),
@@ -730,19 +754,9 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		}
 	}
 	if v, ok := get("proxy-body-size"); ok {
-		m := reSize.FindStringSubmatch(v)
-		if m == nil {
+		if n, ok := bodySize(v); !ok {
 			bad("proxy-body-size", "%q is not a size (e.g. 8m, 512k, 0 for unlimited)", v)
 		} else {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
-			switch strings.ToLower(m[2]) {
-			case "k":
-				n <<= 10
-			case "m":
-				n <<= 20
-			case "g":
-				n <<= 30
-			}
 			a.bodySize = &n
 		}
 	}

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -476,3 +477,28 @@ func TestServiceUpstream(t *testing.T) {
 	}
 }
 
+// TestBodySize: proxy-body-size's grammar, ^([0-9]{1,12})([kKmMgG]?)$.
+func TestBodySize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"8m", 8 << 20, true}, {"8M", 8 << 20, true}, {"512k", 512 << 10, true}, {"512K", 512 << 10, true},
+		{"1g", 1 << 30, true}, {"2G", 2 << 30, true}, {"100", 100, true}, {"007k", 7 << 10, true},
+		{"999999999999", 999999999999, true},
+		{"", 0, false}, {"m", 0, false}, {"1234567890123", 0, false}, {"8mm", 0, false}, {"8t", 0, false},
+		{" 8m", 0, false}, {"8m ", 0, false}, {"8m\n", 0, false}, {"-1", 0, false}, {"+1", 0, false}, {"1.5m", 0, false},
+		{"８m", 0, false},
+	}
+	grammar := regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`) // what bodySize replaced
+	for _, tt := range tests {
+		if grammar.MatchString(tt.in) != tt.ok {
+			t.Errorf("row %q: ok %v disagrees with the grammar", tt.in, tt.ok)
+		}
+		got, ok := bodySize(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("bodySize(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
