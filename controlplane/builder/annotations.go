@@ -232,7 +232,7 @@ func (a *annotations) parse(raw map[string]string) []annotationError {
 		if !reHashBy.MatchString(v) {
 			bad("upstream-hash-by", "%q may only contain letters, digits and - _ $ { }", v)
 		} else {
-			a.hashBy = &v
+			a.hashBy = ptr(v)
 		}
 	}
 	a.hashBySubset = boolean("upstream-hash-by-subset")
@@ -490,7 +490,7 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 	}
 	if v, ok := get("ssl-redirect"); ok {
 		if b, err := strconv.ParseBool(v); err == nil {
-			a.sslRedirect = &b
+			a.sslRedirect = ptr(b)
 		} else {
 			bad("ssl-redirect", "%q is not true or false", v)
 		}
@@ -669,7 +669,7 @@ func parseRateLimit(a *annotations, get func(string) (string, bool), bad func(st
 		dst  **int
 	}{{"limit-rate", &a.limitRate}, {"limit-rate-after", &a.limitRateAfter}} {
 		if n, ok := integer(k.name, 0, maxLimitRate); ok {
-			*k.dst = &n
+			*k.dst = ptr(n)
 		}
 	}
 	rps, _ := integer("limit-rps", 0, maxRateLimit)
@@ -750,14 +750,16 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		{"proxy-next-upstream-timeout", &a.nextUpstreamTimeout, 0, 86400},
 	} {
 		if n, ok := integer(k.name, k.lo, k.hi); ok {
-			*k.dst = &n
+			// ptr(n), not &n: n's address would move it to the heap on
+			// every iteration, the annotation set or not.
+			*k.dst = ptr(n)
 		}
 	}
 	if v, ok := get("proxy-body-size"); ok {
 		if n, ok := bodySize(v); !ok {
 			bad("proxy-body-size", "%q is not a size (e.g. 8m, 512k, 0 for unlimited)", v)
 		} else {
-			a.bodySize = &n
+			a.bodySize = ptr(n)
 		}
 	}
 	if v, ok := get("proxy-next-upstream"); ok {
@@ -778,13 +780,13 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		if n, err := nginxSize(v); err != nil || n < 1<<10 || n > 1<<20 {
 			bad("proxy-buffer-size", "%q is not a size from 1k to 1m", v)
 		} else {
-			a.bufferSize = &n
+			a.bufferSize = ptr(n)
 		}
 	}
 	// At least 2: nginx refuses proxy_buffers of one (its busy buffers
 	// must be smaller than all buffers but one).
 	if n, ok := integer("proxy-buffers-number", 2, 256); ok {
-		a.buffersNumber = &n
+		a.buffersNumber = ptr(n)
 	}
 	if v, ok := get("proxy-buffering"); ok {
 		switch v {
@@ -808,7 +810,7 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		if n, err := nginxSize(v); err != nil || n < 1<<10 || n > 64<<20 {
 			bad("client-body-buffer-size", "%q is not a size from 1k to 64m", v)
 		} else {
-			a.clientBodyBuffer = &n
+			a.clientBodyBuffer = ptr(n)
 		}
 	}
 	// ingress-nginx validates the annotation against "1.0" and "1.1",
