@@ -841,8 +841,10 @@ func (b *builder) applyLocationAnnotations(ing *networkingv1.Ingress, loc *model
 	loc.Rewrite.AppRoot = a.appRoot
 	loc.Rewrite.PreserveTrailingSlash = a.preserveTrailingSlash
 	loc.Redirect = model.Redirect{URL: a.redirectURL, Code: a.redirectCode}
+	// loc.Proxy.NextUpstream is the ConfigMap's list, shared by every
+	// location as an annotation's is by the Ingress's locations: the model
+	// is not written once built.
 	px := &loc.Proxy
-	px.NextUpstream = append([]string(nil), px.NextUpstream...)
 	for _, o := range []struct {
 		v   *int
 		dst *int
