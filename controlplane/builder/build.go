@@ -1053,7 +1053,8 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 		n += len(es.Endpoints) * max(1, len(es.Ports))
 	}
 	out := endpointSet{list: make([]model.Endpoint, 0, n)}
-	var ports []int32
+	var portBuf [4]int32 // a slice's ports, on the stack for most
+	ports := portBuf[:0]
 	for _, es := range ess {
 		if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
