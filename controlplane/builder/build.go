@@ -1303,6 +1303,9 @@ func contains(s []string, v string) bool {
 
 // tls loads the certificates an Ingress names and returns host → cert UID.
 func (b *builder) tls(ing *networkingv1.Ingress) map[string]string {
+	if len(ing.Spec.TLS) == 0 {
+		return nil
+	}
 	out := map[string]string{}
 	for i, t := range ing.Spec.TLS {
 		field := fmt.Sprintf("spec.tls[%d].secretName", i)
