@@ -122,10 +122,9 @@ type builder struct {
 	in       Input
 	opt      Options
 	cfg      *model.Configuration
-	services map[string]*corev1.Service              // ns/name
-	slices   map[string][]*discoveryv1.EndpointSlice // ns/service
-	secrets  map[string]*corev1.Secret               // ns/name
-	cms      map[string]*corev1.ConfigMap            // ns/name
+	services map[string]*serviceEntry     // ns/name: Services, slices, sources
+	secrets  map[string]*corev1.Secret    // ns/name
+	cms      map[string]*corev1.ConfigMap // ns/name
 	// allowedResponseHeaders is global-allowed-response-headers, the
 	// names custom-headers may set (none without the key);
 	// globalHeaders is add-headers.
@@ -151,7 +150,7 @@ type builder struct {
 	access    globalAccess                           // the ConfigMap's access settings
 	badAddrs  map[string]bool                        // slice/address already reported invalid
 	locations []model.Location                       // the chunk newLocations carves from
-	index     *EndpointIndex                         // nil outside BuildIndexed
+	index     *EndpointIndex                         // over services
 }
 
 // globalAccess holds the controller ConfigMap's access-control keys.
@@ -191,25 +190,30 @@ func BuildIndexed(in Input, opt Options) (*model.Configuration, *EndpointIndex) 
 	// a tenth of a 50k-Ingress build. Most Services have a backend and
 	// slices; most Ingresses a host of their own.
 	b := &builder{
-		index:    &EndpointIndex{byService: make(map[string][]endpointSource, len(in.Services))},
 		in:       in,
 		opt:      opt.withDefaults(),
 		cfg:      &model.Configuration{Certificates: map[string]model.Certificate{}},
-		services: make(map[string]*corev1.Service, len(in.Services)),
-		slices:   make(map[string][]*discoveryv1.EndpointSlice, len(in.Services)),
+		services: make(map[string]*serviceEntry, len(in.Services)),
 		secrets:  make(map[string]*corev1.Secret, len(in.Secrets)),
 		cms:      make(map[string]*corev1.ConfigMap, len(in.ConfigMaps)),
 		backends: make(map[string]*model.Backend, len(in.Services)+1),
 		servers:  make(map[string]*model.Server, len(in.Ingresses)+1),
 		anns:     make(map[*networkingv1.Ingress]*annotations, len(in.Ingresses)),
 	}
-	for _, s := range in.Services {
-		b.services[s.Namespace+"/"+s.Name] = s
+	b.index = &EndpointIndex{byService: b.services}
+	entries := make([]serviceEntry, len(in.Services))
+	for i, s := range in.Services {
+		entries[i].svc = s
+		b.services[s.Namespace+"/"+s.Name] = &entries[i]
 	}
 	for _, es := range in.EndpointSlices {
 		if svc := es.Labels[discoveryv1.LabelServiceName]; svc != "" {
-			key := es.Namespace + "/" + svc
-			b.slices[key] = append(b.slices[key], es)
+			e := b.services[es.Namespace+"/"+svc]
+			if e == nil {
+				e = new(serviceEntry)
+				b.services[es.Namespace+"/"+svc] = e
+			}
+			e.slices = append(e.slices, es)
 		}
 	}
 	for _, s := range in.Secrets {
@@ -494,8 +498,8 @@ var builtinDefaultEndpoint = model.Endpoint{Address: "127.0.0.1", Port: 8181}
 func (b *builder) defaultServer() {
 	def := &model.Backend{Name: model.DefaultBackendName}
 	if ns, name, ok := strings.Cut(b.opt.DefaultBackendService, "/"); ok {
-		if svc := b.services[ns+"/"+name]; svc != nil && len(svc.Spec.Ports) > 0 {
-			b.fillEndpoints(def, svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
+		if e := b.services[ns+"/"+name]; e.service() != nil && len(e.svc.Spec.Ports) > 0 {
+			b.fillEndpoints(def, e, e.svc.Spec.Ports[0], corev1.ProtocolTCP)
 		}
 	}
 	if len(def.Endpoints) == 0 {
@@ -900,7 +904,8 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 	if b.backends[name] != nil {
 		return name
 	}
-	svc := b.services[ing.Namespace+"/"+svcName]
+	e := b.services[ing.Namespace+"/"+svcName]
+	svc := e.service()
 	if svc == nil || len(svc.Spec.Ports) == 0 {
 		b.objErr(ing, annotationPrefix+"default-backend", fmt.Sprintf("Service %s/%s does not exist or has no ports; the annotation is ignored", ing.Namespace, svcName))
 		return ""
@@ -909,7 +914,7 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		be.ExternalName = svc.Spec.ExternalName
 	}
-	b.fillEndpoints(be, svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
+	b.fillEndpoints(be, e, svc.Spec.Ports[0], corev1.ProtocolTCP)
 	b.backends[name] = be
 	return name
 }
@@ -948,7 +953,8 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 			be.Canary.HeaderPattern = model.NewRegexp(a.canaryHeaderPattern)
 		}
 	}
-	svc := b.services[ing.Namespace+"/"+sb.Name]
+	e := b.services[ing.Namespace+"/"+sb.Name]
+	svc := e.service()
 	if svc == nil {
 		b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s does not exist; the backend has no endpoints", ing.Namespace, sb.Name))
 	} else if svc.Spec.Type == corev1.ServiceTypeExternalName && !validExternalName(svc.Spec.ExternalName) {
@@ -961,7 +967,7 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {
 			be.ExternalName = svc.Spec.ExternalName
 		}
-		be.Endpoints = b.endpoints(svc, sp, corev1.ProtocolTCP)
+		be.Endpoints = b.endpoints(e, sp, corev1.ProtocolTCP)
 		// service-upstream: the Service's cluster IP and port as the one
 		// endpoint, as ingress-nginx; without a cluster IP it says so and
 		// keeps the endpoints, which then come from slices.
@@ -969,12 +975,12 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 		// allocates, for every backend.
 		up := a.serviceUpstream
 		if upstream := (up != nil && *up) || (up == nil && b.serviceUpstream); !upstream {
-			b.index.record(be.Name, svc, sp, corev1.ProtocolTCP)
+			record(e, be.Name, sp, corev1.ProtocolTCP)
 		} else if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
 			be.Endpoints = []model.Endpoint{{Address: ip.String(), Port: uint16(sp.Port)}}
 		} else {
 			b.objErr(ing, annotationPrefix+"service-upstream", fmt.Sprintf("Service %s/%s has no cluster IP; its endpoints are used", ing.Namespace, sb.Name))
-			b.index.record(be.Name, svc, sp, corev1.ProtocolTCP)
+			record(e, be.Name, sp, corev1.ProtocolTCP)
 		}
 		if svc.Spec.Type == corev1.ServiceTypeExternalName && isLoopback(svc.Spec.ExternalName) {
 			b.objErr(ing, field+".backend.service", fmt.Sprintf("Service %s/%s is an ExternalName pointing at loopback (%s), which is refused; the backend has no endpoints",
@@ -1023,7 +1029,8 @@ func validExternalName(name string) bool {
 // the Service's numeric target port instead (ingress-nginx #7390), and
 // nothing when the target port is a name. Slices are read in name order
 // (ingress-nginx's order is its cache's, which varies).
-func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) []model.Endpoint {
+func (b *builder) endpoints(e *serviceEntry, sp corev1.ServicePort, proto corev1.Protocol) []model.Endpoint {
+	svc := e.svc
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		if isLoopback(svc.Spec.ExternalName) || !validExternalName(svc.Spec.ExternalName) {
 			return nil
@@ -1038,7 +1045,7 @@ func (b *builder) endpoints(svc *corev1.Service, sp corev1.ServicePort, proto co
 		}
 		return []model.Endpoint{{Address: svc.Spec.ExternalName, Port: uint16(n)}}
 	}
-	ess := b.slices[svc.Namespace+"/"+svc.Name]
+	ess := e.slices
 	byName := func(x, y *discoveryv1.EndpointSlice) int { return strings.Compare(x.Name, y.Name) }
 	if !slices.IsSortedFunc(ess, byName) {
 		// Sorted on a copy: the caller's slice may be a lister's.
@@ -1440,7 +1447,8 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 			bad(key, fmt.Sprintf("%q: only PROXY may follow the port", val))
 			continue
 		}
-		svc := b.services[ns+"/"+name]
+		e := b.services[ns+"/"+name]
+		svc := e.service()
 		if svc == nil {
 			bad(key, fmt.Sprintf("Service %s/%s does not exist", ns, name))
 			continue
@@ -1460,7 +1468,7 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 		backend := proto + "-" + ns + "-" + name + "-" + parts[1]
 		if b.backends[backend] == nil {
 			be := &model.Backend{Name: backend, Port: model.ServicePort{Number: int32(listen)}, HasService: true}
-			b.fillEndpoints(be, svc, sp, l4Protocol(proto))
+			b.fillEndpoints(be, e, sp, l4Protocol(proto))
 			if svc.Spec.Type == corev1.ServiceTypeExternalName {
 				be.ExternalName = svc.Spec.ExternalName
 			}

@@ -76,12 +76,13 @@ func TestEndpoints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc, es := svcWithSlice("ns", "web", tt.eps...)
-			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
-			if diff := cmp.Diff(tt.want, b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)); diff != "" {
+			b := &builder{cfg: &model.Configuration{}}
+			e := &serviceEntry{svc: svc, slices: []*discoveryv1.EndpointSlice{es}}
+			if diff := cmp.Diff(tt.want, b.endpoints(e, svc.Spec.Ports[0], corev1.ProtocolTCP)); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
 			// A second use of the same Service reports nothing again.
-			b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
+			b.endpoints(e, svc.Spec.Ports[0], corev1.ProtocolTCP)
 			if len(b.cfg.Errors) != tt.bad {
 				t.Errorf("errors %v, want %d", b.cfg.Errors, tt.bad)
 			}
@@ -132,9 +133,9 @@ func TestEndpointPorts(t *testing.T) {
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{tt.sp}}}
 			es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"}, AddressType: discoveryv1.AddressTypeIPv4,
 				Ports: tt.ports, Endpoints: []discoveryv1.Endpoint{ep("9.0.0.1", nil, nil, nil)}}
-			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
+			b := &builder{cfg: &model.Configuration{}}
 			var got []string
-			for _, e := range b.endpoints(svc, tt.sp, tt.proto) {
+			for _, e := range b.endpoints(&serviceEntry{svc: svc, slices: []*discoveryv1.EndpointSlice{es}}, tt.sp, tt.proto) {
 				got = append(got, e.HostPort())
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
@@ -169,7 +170,7 @@ func TestExternalNamePorts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext"},
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: tt.ext, Ports: tt.ports}}
-			b := &builder{cfg: &model.Configuration{}, services: map[string]*corev1.Service{"ns/ext": svc}, backends: map[string]*model.Backend{}}
+			b := &builder{cfg: &model.Configuration{}, services: map[string]*serviceEntry{"ns/ext": {svc: svc}}, backends: map[string]*model.Backend{}}
 			ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ing"}}
 			be := b.backend(ing, &annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, "spec")
 			if diff := cmp.Diff(tt.want, be.Endpoints); diff != "" {
