@@ -998,8 +998,18 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 // endpoint gets it).
 func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1.ServicePort, bool) {
 	want := portString(p)
+	// spells reports whether want is n in decimal, formatted on the stack:
+	// TargetPort.String() allocated for every backend.
+	spells := func(n int32) bool {
+		var buf [12]byte
+		return string(strconv.AppendInt(buf[:0], int64(n), 10)) == want
+	}
 	for _, sp := range svc.Spec.Ports {
-		if strconv.Itoa(int(sp.Port)) == want || sp.TargetPort.String() == want || sp.Name == want {
+		target := sp.TargetPort.StrVal == want
+		if sp.TargetPort.Type == intstr.Int {
+			target = spells(sp.TargetPort.IntVal)
+		}
+		if spells(sp.Port) || target || sp.Name == want {
 			return sp, true
 		}
 	}

@@ -503,3 +503,37 @@ func TestBodySize(t *testing.T) {
 		}
 	}
 }
+
+// TestServicePort: the first Service port whose number, target port or
+// name spells the Ingress backend's port, as ingress-nginx finds it.
+func TestServicePort(t *testing.T) {
+	ports := []corev1.ServicePort{
+		{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+		{Name: "admin", Port: 9000, TargetPort: intstr.FromString("metrics")},
+		{Name: "8443", Port: 443, TargetPort: intstr.FromInt32(8443)},
+	}
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: ports}}
+	tests := []struct {
+		name string
+		port networkingv1.ServiceBackendPort
+		want string // the port's name; "" for none
+	}{
+		{"by number", networkingv1.ServiceBackendPort{Number: 80}, "http"},
+		{"by target number", networkingv1.ServiceBackendPort{Number: 8080}, "http"},
+		{"by name", networkingv1.ServiceBackendPort{Name: "admin"}, "admin"},
+		{"by target name", networkingv1.ServiceBackendPort{Name: "metrics"}, "admin"},
+		{"a name that is also a target number", networkingv1.ServiceBackendPort{Name: "8443"}, "8443"},
+		{"a name spelling a number", networkingv1.ServiceBackendPort{Name: "9000"}, "admin"},
+		{"leading zero: no port", networkingv1.ServiceBackendPort{Name: "080"}, ""},
+		{"unknown number", networkingv1.ServiceBackendPort{Number: 81}, ""},
+		{"unknown name", networkingv1.ServiceBackendPort{Name: "https"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp, ok := servicePort(svc, tt.port)
+			if got := sp.Name; ok != (tt.want != "") || got != tt.want {
+				t.Errorf("servicePort(%+v) = %q, %v; want %q", tt.port, got, ok, tt.want)
+			}
+		})
+	}
+}
