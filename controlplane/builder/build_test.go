@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -347,4 +348,30 @@ func FuzzL4Services(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestErrorOrder: every Ingress's annotation errors come first, then the
+// default certificate's, then the Ingresses' own (oldest first), whichever
+// pass finds them.
+func TestErrorOrder(t *testing.T) {
+	in := syntheticInput(2)
+	for i, ing := range in.Ingresses {
+		ing.Annotations[annotationPrefix+"load-balance"] = fmt.Sprintf("bogus%d", i)
+		ing.Spec.Rules[0].HTTP.Paths[1].Path = fmt.Sprintf("/bad path %d", i)
+	}
+	cfg := Build(in, Options{DefaultSSLCertificate: "ns/missing"})
+	var got []string
+	for _, e := range cfg.Errors {
+		got = append(got, e.Object.Name+" "+e.Field)
+	}
+	want := []string{
+		"ing0 " + annotationPrefix + "load-balance",
+		"ing1 " + annotationPrefix + "load-balance",
+		"missing --default-ssl-certificate",
+		"ing0 spec.rules[0].http.paths[1].path",
+		"ing1 spec.rules[0].http.paths[1].path",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
 }
