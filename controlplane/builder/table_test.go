@@ -172,7 +172,7 @@ func TestExternalNamePorts(t *testing.T) {
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: tt.ext, Ports: tt.ports}}
 			b := &builder{cfg: &model.Configuration{}, services: map[string]*serviceEntry{"ns/ext": {svc: svc}}, backends: map[string]*model.Backend{}}
 			ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ing"}}
-			be := b.backend(ing, &annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, "spec")
+			be := b.backend(ing, &annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, pathField{name: "spec"})
 			if diff := cmp.Diff(tt.want, be.Endpoints); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
