@@ -676,7 +676,7 @@ func (b *builder) ingress(ing *networkingv1.Ingress, a *annotations) {
 			b.objErr(ing, fmt.Sprintf("spec.rules[%d].host", ri), err.Error()+"; the rule is ignored")
 			continue
 		}
-		if b.servers[host] == nil && rootPath != nil {
+		if rootPath != nil && b.servers[host] == nil {
 			if loc, ok := b.location(ing, ref, a, host, *rootPath, defaultBackendField); ok {
 				b.server(host).Locations = append(b.server(host).Locations, loc)
 				if b.hostRoots == nil {
