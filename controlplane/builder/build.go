@@ -1558,22 +1558,28 @@ func (b *builder) finish() {
 	// Names are unique (the map's keys). The Configuration shares each
 	// Backend with the ones refreshed from it (EndpointIndex.Refresh), so
 	// none is written once finish returns.
-	backends := make([]*model.Backend, 0, len(b.backends))
+	// Both are sorted with their names beside the pointers: reading the
+	// name through the pointer in every comparison missed the cache
+	// (100k backends at 50k Ingresses).
+	backends := make([]named[*model.Backend], 0, len(b.backends))
 	for _, be := range b.backends {
-		backends = append(backends, be)
+		backends = append(backends, named[*model.Backend]{be.Name, be})
 	}
-	slices.SortFunc(backends, func(x, y *model.Backend) int { return strings.Compare(x.Name, y.Name) })
-	b.cfg.Backends = backends
-	servers := make([]*model.Server, 0, len(b.servers))
+	slices.SortFunc(backends, func(x, y named[*model.Backend]) int { return strings.Compare(x.name, y.name) })
+	b.cfg.Backends = make([]*model.Backend, len(backends))
+	for i, be := range backends {
+		b.cfg.Backends[i] = be.v
+	}
+	servers := make([]named[*model.Server], 0, len(b.servers))
 	for _, s := range b.servers {
 		for i := range s.Locations {
 			s.Locations[i].SetPathRegexp()
 		}
 		sortLocations(s.Locations)
-		servers = append(servers, s)
+		servers = append(servers, named[*model.Server]{s.Hostname, s})
 	}
-	slices.SortFunc(servers, func(x, y *model.Server) int {
-		hx, hy := x.Hostname, y.Hostname
+	slices.SortFunc(servers, func(x, y named[*model.Server]) int {
+		hx, hy := x.name, y.name
 		if (hx == model.CatchAllHost) != (hy == model.CatchAllHost) {
 			if hx == model.CatchAllHost {
 				return -1
@@ -1584,11 +1590,17 @@ func (b *builder) finish() {
 	})
 	b.cfg.Servers = make([]model.Server, len(servers))
 	for i, s := range servers {
-		b.cfg.Servers[i] = *s
+		b.cfg.Servers[i] = *s.v
 	}
 	if len(b.cfg.Certificates) == 0 {
 		b.cfg.Certificates = nil
 	}
+}
+
+// named is a value with its name, to sort by.
+type named[T any] struct {
+	name string
+	v    T
 }
 
 // wwwServers adds the redirect server of each host with
