@@ -515,7 +515,7 @@ func (b *builder) defaultServer() {
 	def := &model.Backend{Name: model.DefaultBackendName}
 	if ns, name, ok := strings.Cut(b.opt.DefaultBackendService, "/"); ok {
 		if e := b.services[ns+"/"+name]; e.service() != nil && len(e.svc.Spec.Ports) > 0 {
-			b.fillEndpoints(def, e, e.svc.Spec.Ports[0], corev1.ProtocolTCP)
+			b.fillEndpoints(def, e, &e.svc.Spec.Ports[0], corev1.ProtocolTCP)
 		}
 	}
 	if len(def.Endpoints) == 0 {
@@ -948,7 +948,7 @@ func (b *builder) customDefaultBackend(ing *networkingv1.Ingress, svcName string
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		be.ExternalName = svc.Spec.ExternalName
 	}
-	b.fillEndpoints(be, e, svc.Spec.Ports[0], corev1.ProtocolTCP)
+	b.fillEndpoints(be, e, &svc.Spec.Ports[0], corev1.ProtocolTCP)
 	b.backends[name] = be
 	return name
 }
@@ -1001,7 +1001,7 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 		if svc.Spec.Type == corev1.ServiceTypeExternalName {
 			be.ExternalName = svc.Spec.ExternalName
 		}
-		be.Endpoints = b.endpoints(e, sp, corev1.ProtocolTCP)
+		be.Endpoints = b.endpoints(e, *sp, corev1.ProtocolTCP)
 		// service-upstream: the Service's cluster IP and port as the one
 		// endpoint, as ingress-nginx; without a cluster IP it says so and
 		// keeps the endpoints, which then come from slices.
@@ -1030,7 +1030,7 @@ func (b *builder) backend(ing *networkingv1.Ingress, a *annotations, sb *network
 // spells the backend's port. An ExternalName Service needs no ports: a
 // numbered backend port is then its own target port (the ExternalName's
 // endpoint gets it).
-func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1.ServicePort, bool) {
+func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (*corev1.ServicePort, bool) {
 	want := portString(p)
 	// spells reports whether want is n in decimal, formatted on the stack:
 	// TargetPort.String() allocated for every backend.
@@ -1038,7 +1038,8 @@ func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1
 		var buf [12]byte
 		return string(strconv.AppendInt(buf[:0], int64(n), 10)) == want
 	}
-	for _, sp := range svc.Spec.Ports {
+	for i := range svc.Spec.Ports {
+		sp := &svc.Spec.Ports[i]
 		target := sp.TargetPort.StrVal == want
 		if sp.TargetPort.Type == intstr.Int {
 			target = spells(sp.TargetPort.IntVal)
@@ -1048,9 +1049,9 @@ func servicePort(svc *corev1.Service, p networkingv1.ServiceBackendPort) (corev1
 		}
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName && p.Name == "" && p.Number > 0 {
-		return corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: p.Number, TargetPort: intstr.FromInt32(p.Number)}, true
+		return &corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: p.Number, TargetPort: intstr.FromInt32(p.Number)}, true
 	}
-	return corev1.ServicePort{}, false
+	return nil, false
 }
 
 // validExternalName reports whether an ExternalName Service's name is an IP
@@ -1497,15 +1498,14 @@ func (b *builder) l4(cm *corev1.ConfigMap, proto string) []model.L4Service {
 			bad(key, fmt.Sprintf("Service %s/%s does not exist", ns, name))
 			continue
 		}
-		var sp corev1.ServicePort
-		found := false
-		for _, p := range svc.Spec.Ports {
+		var sp *corev1.ServicePort
+		for i, p := range svc.Spec.Ports {
 			if p.Name == parts[1] || strconv.Itoa(int(p.Port)) == parts[1] {
-				sp, found = p, true
+				sp = &svc.Spec.Ports[i]
 				break
 			}
 		}
-		if !found {
+		if sp == nil {
 			bad(key, fmt.Sprintf("Service %s/%s has no port %s", ns, name, parts[1]))
 			continue
 		}

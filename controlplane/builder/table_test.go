@@ -531,7 +531,11 @@ func TestServicePort(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sp, ok := servicePort(svc, tt.port)
-			if got := sp.Name; ok != (tt.want != "") || got != tt.want {
+			got := ""
+			if sp != nil {
+				got = sp.Name
+			}
+			if ok != (tt.want != "") || got != tt.want {
 				t.Errorf("servicePort(%+v) = %q, %v; want %q", tt.port, got, ok, tt.want)
 			}
 		})
