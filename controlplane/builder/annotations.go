@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -150,18 +150,36 @@ var (
 
 // parseAnnotations validates the annotations Switchyard understands.
 func parseAnnotations(raw map[string]string) (*annotations, []annotationError) {
-	// Allocated once and returned as it is: the closures below keep it on
-	// the heap anyway, and a value result was copied to a second heap
-	// object by BuildIndexed (~950 bytes per Ingress, 47 MB per build at
-	// 50k Ingresses).
-	a := &annotations{hashBySubsetSize: 3, canaryWeightTotal: 100}
+	a := new(annotations)
+	return a, a.parse(raw)
+}
+
+// parse sets a, which must be zero, from raw. A build parses every
+// Ingress into the same value in turn (BuildIndexed).
+func (a *annotations) parse(raw map[string]string) []annotationError {
+	a.hashBySubsetSize, a.canaryWeightTotal = 3, 100
 	var errs []annotationError
+	// ours are raw's annotations under the prefix, the prefix cut: when
+	// they are few (most Ingresses), get scans them instead of putting a
+	// key together and looking it up in raw, ~100 times per Ingress.
+	var oursBuf [8]struct{ name, value string }
+	ours := oursBuf[:0]
+	for k, v := range raw {
+		if name, ok := strings.CutPrefix(k, annotationPrefix); ok {
+			ours = append(ours, struct{ name, value string }{name, v})
+		}
+	}
 	get := func(name string) (string, bool) {
-		if len(raw) == 0 {
+		if len(ours) <= len(oursBuf) {
+			for _, kv := range ours {
+				if kv.name == name {
+					return kv.value, true
+				}
+			}
 			return "", false
 		}
 		// The key is put together on the stack: a concatenation would
-		// allocate on every one of the ~100 lookups per Ingress.
+		// allocate on every lookup.
 		var buf [96]byte
 		key := append(append(buf[:0], annotationPrefix...), name...)
 		v, ok := raw[string(key)]
@@ -228,7 +246,7 @@ func parseAnnotations(raw map[string]string) (*annotations, []annotationError) {
 		if !reHashBy.MatchString(v) {
 			bad("upstream-hash-by", "%q may only contain letters, digits and - _ $ { }", v)
 		} else {
-			a.hashBy = &v
+			a.hashBy = ptr(v)
 		}
 	}
 	a.hashBySubset = boolean("upstream-hash-by-subset")
@@ -380,7 +398,7 @@ func parseAnnotations(raw map[string]string) (*annotations, []annotationError) {
 	a.basicAuthAnn = parseBasicAuth(get, bad, warn)
 	a.mirror = parseMirror(get, bad, warn)
 	parseLocationAnnotations(a, get, bad, boolean, integer)
-	return a, errs
+	return errs
 }
 
 // deny makes the Ingress fail closed, keeping the first reason.
@@ -395,13 +413,14 @@ func (a *annotations) deny(name, reason string) {
 // access-control annotation that is refused or unsupported makes the
 // Ingress fail closed. Keys are visited in order so messages are stable.
 func (a *annotations) classify(raw map[string]string) []annotationError {
-	keys := make([]string, 0, len(raw))
+	var buf [8]string // on the stack for most Ingresses
+	keys := buf[:0]
 	for k := range raw {
 		if strings.HasPrefix(k, annotationPrefix) {
 			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	var errs []annotationError
 	for _, k := range keys {
 		name := strings.TrimPrefix(k, annotationPrefix)
@@ -464,7 +483,6 @@ var (
 	reURL       = regexp.MustCompile(`^https?://[A-Za-z0-9\-.]+(:[0-9]{1,5})?(/[A-Za-z0-9\-._~!&()*+,=:@/%?]*)?$`)
 	reOrigin    = regexp.MustCompile(`^(\*|https?://(\*\.)?[A-Za-z0-9\-.]+(:[0-9]{1,5})?)$`)
 	reTokenList = regexp.MustCompile(`^[A-Za-z0-9\-_]+(\s*,\s*[A-Za-z0-9\-_]+)*$`)
-	reSize      = regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`)
 	reLabel     = regexp.MustCompile(`^[a-z]([a-z0-9\-]{0,61}[a-z0-9])?$`)
 	// reObjectRef is "name" or "namespace/name".
 	reObjectRef        = regexp.MustCompile(`^([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?/)?[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$`)
@@ -487,7 +505,7 @@ func parseLocationAnnotations(a *annotations, get func(string) (string, bool), b
 	}
 	if v, ok := get("ssl-redirect"); ok {
 		if b, err := strconv.ParseBool(v); err == nil {
-			a.sslRedirect = &b
+			a.sslRedirect = ptr(b)
 		} else {
 			bad("ssl-redirect", "%q is not true or false", v)
 		}
@@ -666,7 +684,7 @@ func parseRateLimit(a *annotations, get func(string) (string, bool), bad func(st
 		dst  **int
 	}{{"limit-rate", &a.limitRate}, {"limit-rate-after", &a.limitRateAfter}} {
 		if n, ok := integer(k.name, 0, maxLimitRate); ok {
-			*k.dst = &n
+			*k.dst = ptr(n)
 		}
 	}
 	rps, _ := integer("limit-rps", 0, maxRateLimit)
@@ -707,6 +725,31 @@ func responseRate(rate, after int) *model.ResponseRate {
 	return &model.ResponseRate{KBPerSecond: rate, AfterKB: after}
 }
 
+// bodySize parses a proxy-body-size value: 1 to 12 digits and an
+// optional k, m or g (either case), in bytes. Written out rather than as
+// a regular expression, whose submatches allocated for every Ingress.
+func bodySize(v string) (int64, bool) {
+	shift := 0
+	if v != "" {
+		switch v[len(v)-1] {
+		case 'k', 'K':
+			shift = 10
+		case 'm', 'M':
+			shift = 20
+		case 'g', 'G':
+			shift = 30
+		}
+	}
+	if shift > 0 {
+		v = v[:len(v)-1]
+	}
+	if v == "" || len(v) > 12 || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n << shift, err == nil
+}
+
 // parseProxyAnnotations reads the proxy-* keys; the controller ConfigMap uses
 // the same names and grammar for its defaults.
 func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad func(string, string, ...any),
@@ -722,24 +765,16 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		{"proxy-next-upstream-timeout", &a.nextUpstreamTimeout, 0, 86400},
 	} {
 		if n, ok := integer(k.name, k.lo, k.hi); ok {
-			*k.dst = &n
+			// ptr(n), not &n: n's address would move it to the heap on
+			// every iteration, the annotation set or not.
+			*k.dst = ptr(n)
 		}
 	}
 	if v, ok := get("proxy-body-size"); ok {
-		m := reSize.FindStringSubmatch(v)
-		if m == nil {
+		if n, ok := bodySize(v); !ok {
 			bad("proxy-body-size", "%q is not a size (e.g. 8m, 512k, 0 for unlimited)", v)
 		} else {
-			n, _ := strconv.ParseInt(m[1], 10, 64)
-			switch strings.ToLower(m[2]) {
-			case "k":
-				n <<= 10
-			case "m":
-				n <<= 20
-			case "g":
-				n <<= 30
-			}
-			a.bodySize = &n
+			a.bodySize = ptr(n)
 		}
 	}
 	if v, ok := get("proxy-next-upstream"); ok {
@@ -760,13 +795,13 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		if n, err := nginxSize(v); err != nil || n < 1<<10 || n > 1<<20 {
 			bad("proxy-buffer-size", "%q is not a size from 1k to 1m", v)
 		} else {
-			a.bufferSize = &n
+			a.bufferSize = ptr(n)
 		}
 	}
 	// At least 2: nginx refuses proxy_buffers of one (its busy buffers
 	// must be smaller than all buffers but one).
 	if n, ok := integer("proxy-buffers-number", 2, 256); ok {
-		a.buffersNumber = &n
+		a.buffersNumber = ptr(n)
 	}
 	if v, ok := get("proxy-buffering"); ok {
 		switch v {
@@ -790,7 +825,7 @@ func parseProxyAnnotations(a *annotations, get func(string) (string, bool), bad 
 		if n, err := nginxSize(v); err != nil || n < 1<<10 || n > 64<<20 {
 			bad("client-body-buffer-size", "%q is not a size from 1k to 64m", v)
 		} else {
-			a.clientBodyBuffer = &n
+			a.clientBodyBuffer = ptr(n)
 		}
 	}
 	// ingress-nginx validates the annotation against "1.0" and "1.1",

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -347,4 +350,63 @@ func FuzzL4Services(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestErrorOrder: every Ingress's annotation errors come first, then the
+// default certificate's, then the Ingresses' own (oldest first), whichever
+// pass finds them.
+func TestErrorOrder(t *testing.T) {
+	in := syntheticInput(2)
+	for i, ing := range in.Ingresses {
+		ing.Annotations[annotationPrefix+"load-balance"] = fmt.Sprintf("bogus%d", i)
+		ing.Spec.Rules[0].HTTP.Paths[1].Path = fmt.Sprintf("/bad path %d", i)
+	}
+	cfg := Build(in, Options{DefaultSSLCertificate: "ns/missing"})
+	var got []string
+	for _, e := range cfg.Errors {
+		got = append(got, e.Object.Name+" "+e.Field)
+	}
+	want := []string{
+		"ing0 " + annotationPrefix + "load-balance",
+		"ing1 " + annotationPrefix + "load-balance",
+		"missing --default-ssl-certificate",
+		"ing0 spec.rules[0].http.paths[1].path",
+		"ing1 spec.rules[0].http.paths[1].path",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+}
+
+// TestHandWrittenGrammars: isPath and isHost accept exactly what the
+// regular expressions they replaced accept, on edge cases and on random
+// strings over the characters that matter.
+func TestHandWrittenGrammars(t *testing.T) {
+	rePath := regexp.MustCompile(`^/[A-Za-z0-9\-._~!&()*+,=:@/%]*$`)
+	reHost := regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?$`)
+	label63 := strings.Repeat("a", 63)
+	cases := []string{"", "/", "//", "/a", "a", "/a b", "/a;b", "/é", "/a\xff", "/$x", "/a\n", "/a%2F", "/~!&()*+,=:@",
+		"a", "a.b", "*.a", "*.", "*", "*.*.a", "a.*", ".a", "a.", "a..b", "-a", "a-", "a-b", "A.b", "a_b", "é.a",
+		label63, label63 + "a", label63 + "." + label63, "*." + label63, "a.-b", "a.b-", "0.0", "xn--bcher-kva.example"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "/aZ09-._~!&()*+,=:@%$; \n\xc3\xa9"
+	for range 20000 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		cases = append(cases, string(b))
+		for i := range b {
+			b[i] = "ab9-.*"[rng.IntN(6)]
+		}
+		cases = append(cases, string(b))
+	}
+	for _, s := range cases {
+		if got, want := isPath(s), rePath.MatchString(s); got != want {
+			t.Errorf("isPath(%q) = %v; the expression says %v", s, got, want)
+		}
+		if got, want := isHost(s), reHost.MatchString(s); got != want {
+			t.Errorf("isHost(%q) = %v; the expression says %v", s, got, want)
+		}
+	}
 }

@@ -16,35 +16,56 @@ import (
 // and gives the Configuration a full build would give, at the cost of the
 // backends involved instead of the whole cluster.
 type EndpointIndex struct {
-	byService map[string][]endpointSource // by namespace/name
+	// byService is the build's own map (builder.services): it also holds
+	// the Services and slices the build read, which the informer caches
+	// held then.
+	byService map[string]*serviceEntry // by namespace/name
+}
+
+// serviceEntry is what a build knows of one namespace/name: the Service
+// (nil when only EndpointSlices name it), its EndpointSlices, and the
+// backends whose endpoints were read from them. A backend finds all three
+// with one lookup.
+type serviceEntry struct {
+	// svc is the Service as the build saw it: a Service change makes the
+	// caller build again, so it is still current when Refresh runs.
+	svc     *corev1.Service
+	slices  []*discoveryv1.EndpointSlice
+	sources []endpointSource
+}
+
+// service is e's Service; nil for a nil e.
+func (e *serviceEntry) service() *corev1.Service {
+	if e == nil {
+		return nil
+	}
+	return e.svc
 }
 
 // endpointSource is how one backend's endpoints were read.
 type endpointSource struct {
 	backend string
-	// svc is the Service as the build saw it: a Service change makes the
-	// caller build again, so it is still current when Refresh runs.
-	svc   *corev1.Service
-	port  corev1.ServicePort
+	// port is an element of the Service's Spec.Ports (never written),
+	// not a copy: sources were ~a tenth of a build's bytes.
+	port  *corev1.ServicePort
 	proto corev1.Protocol
 }
 
-// fillEndpoints sets be's endpoints from the slices of svc's port sp, and
+// fillEndpoints sets be's endpoints from the slices of e's port sp, and
 // records where they came from.
-func (b *builder) fillEndpoints(be *model.Backend, svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) {
-	be.Endpoints = b.endpoints(svc, sp, proto)
-	b.index.record(be.Name, svc, sp, proto)
+func (b *builder) fillEndpoints(be *model.Backend, e *serviceEntry, sp *corev1.ServicePort, proto corev1.Protocol) {
+	be.Endpoints = b.endpoints(e, *sp, proto)
+	record(e, be.Name, sp, proto)
 }
 
-// record notes that backend's endpoints come from the slices of svc's port
-// sp; nothing outside BuildIndexed (x nil) or for an ExternalName, whose
-// endpoint does not come from slices.
-func (x *EndpointIndex) record(backend string, svc *corev1.Service, sp corev1.ServicePort, proto corev1.Protocol) {
-	if x == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+// record notes that backend's endpoints come from the slices of e's port
+// sp; nothing for an ExternalName, whose endpoint does not come from
+// slices.
+func record(e *serviceEntry, backend string, sp *corev1.ServicePort, proto corev1.Protocol) {
+	if e.svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return
 	}
-	key := svc.Namespace + "/" + svc.Name
-	x.byService[key] = append(x.byService[key], endpointSource{backend: backend, svc: svc, port: sp, proto: proto})
+	e.sources = append(e.sources, endpointSource{backend: backend, port: sp, proto: proto})
 }
 
 // Refresh returns prev, the Configuration built with this index, with the
@@ -72,14 +93,14 @@ func (x *EndpointIndex) RefreshChanged(prev *model.Configuration, changed []stri
 	}
 	var next []*model.Backend // prev's pointers, copied on the first change
 	for _, key := range changed {
-		srcs := x.byService[key]
-		if len(srcs) == 0 {
+		e := x.byService[key]
+		if e == nil || len(e.sources) == 0 {
 			continue
 		}
-		svc := srcs[0].svc
-		b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{key: slicesOf(svc.Namespace, svc.Name)}}
-		for _, src := range srcs {
-			eps := b.endpoints(src.svc, src.port, src.proto)
+		b := &builder{cfg: &model.Configuration{}}
+		now := &serviceEntry{svc: e.svc, slices: slicesOf(e.svc.Namespace, e.svc.Name)}
+		for _, src := range e.sources {
+			eps := b.endpoints(now, *src.port, src.proto)
 			if len(b.cfg.Errors) > 0 {
 				return nil, nil, false
 			}

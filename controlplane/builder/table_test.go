@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -41,6 +42,17 @@ func TestEndpoints(t *testing.T) {
 		}
 		return out
 	}
+	// Many endpoints, each given twice, the second time after more
+	// distinct ones than endpointSet scans.
+	var manyEps []discoveryv1.Endpoint
+	var manyAddrs []string
+	for i := range 2 * (linearScanMax + 4) {
+		addr := fmt.Sprintf("10.0.1.%d", i%(linearScanMax+4))
+		manyEps = append(manyEps, ep(addr, yes, nil, nil))
+		if i < linearScanMax+4 {
+			manyAddrs = append(manyAddrs, addr)
+		}
+	}
 	tests := []struct {
 		name string
 		eps  []discoveryv1.Endpoint
@@ -48,6 +60,7 @@ func TestEndpoints(t *testing.T) {
 		// bad is how many addresses are reported invalid.
 		bad int
 	}{
+		{"many duplicates removed", manyEps, e(manyAddrs...), 0},
 		{"ready, nil conditions count as ready", []discoveryv1.Endpoint{ep("10.0.0.1", yes, yes, no), ep("10.0.0.2", nil, nil, nil)}, e("10.0.0.1", "10.0.0.2"), 0},
 		{"not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, no, no), ep("10.0.0.2", yes, nil, nil)}, e("10.0.0.2"), 0},
 		{"terminating and not ready left out", []discoveryv1.Endpoint{ep("10.0.0.1", no, yes, yes), ep("10.0.0.2", yes, yes, no)}, e("10.0.0.2"), 0},
@@ -63,12 +76,13 @@ func TestEndpoints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc, es := svcWithSlice("ns", "web", tt.eps...)
-			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
-			if diff := cmp.Diff(tt.want, b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)); diff != "" {
+			b := &builder{cfg: &model.Configuration{}}
+			e := &serviceEntry{svc: svc, slices: []*discoveryv1.EndpointSlice{es}}
+			if diff := cmp.Diff(tt.want, b.endpoints(e, svc.Spec.Ports[0], corev1.ProtocolTCP)); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
 			// A second use of the same Service reports nothing again.
-			b.endpoints(svc, svc.Spec.Ports[0], corev1.ProtocolTCP)
+			b.endpoints(e, svc.Spec.Ports[0], corev1.ProtocolTCP)
 			if len(b.cfg.Errors) != tt.bad {
 				t.Errorf("errors %v, want %d", b.cfg.Errors, tt.bad)
 			}
@@ -119,9 +133,9 @@ func TestEndpointPorts(t *testing.T) {
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{tt.sp}}}
 			es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"}, AddressType: discoveryv1.AddressTypeIPv4,
 				Ports: tt.ports, Endpoints: []discoveryv1.Endpoint{ep("9.0.0.1", nil, nil, nil)}}
-			b := &builder{cfg: &model.Configuration{}, slices: map[string][]*discoveryv1.EndpointSlice{"ns/web": {es}}}
+			b := &builder{cfg: &model.Configuration{}}
 			var got []string
-			for _, e := range b.endpoints(svc, tt.sp, tt.proto) {
+			for _, e := range b.endpoints(&serviceEntry{svc: svc, slices: []*discoveryv1.EndpointSlice{es}}, tt.sp, tt.proto) {
 				got = append(got, e.HostPort())
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
@@ -156,9 +170,9 @@ func TestExternalNamePorts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext"},
 				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: tt.ext, Ports: tt.ports}}
-			b := &builder{cfg: &model.Configuration{}, services: map[string]*corev1.Service{"ns/ext": svc}, backends: map[string]*model.Backend{}}
+			b := &builder{cfg: &model.Configuration{}, services: map[string]*serviceEntry{"ns/ext": {svc: svc}}, backends: map[string]*model.Backend{}}
 			ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ing"}}
-			be := b.backend(ing, &annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, "spec")
+			be := b.backend(ing, &annotations{}, &networkingv1.IngressServiceBackend{Name: "ext", Port: tt.backend}, pathField{name: "spec"})
 			if diff := cmp.Diff(tt.want, be.Endpoints); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
@@ -408,5 +422,122 @@ func TestIngressDefaultBackend(t *testing.T) {
 		if be.Port.String() != wantPort {
 			t.Errorf("backend %s port %q; want %s", be.Name, be.Port.String(), wantPort)
 		}
+	}
+}
+
+// TestServiceUpstream: service-upstream gives the Service's cluster IP and
+// port as the one endpoint; without a cluster IP (or for an ExternalName)
+// it says so and the endpoints come from the slices (or the name).
+func TestServiceUpstream(t *testing.T) {
+	var fromSlices []model.Endpoint
+	for k := range 5 {
+		fromSlices = append(fromSlices, model.Endpoint{Address: fmt.Sprintf("10.0.0.%d", k+1), Port: 8080})
+	}
+	tests := []struct {
+		name         string
+		clusterIP    string
+		externalName string
+		want         []model.Endpoint
+		wantErr      bool
+	}{
+		{"cluster IP", "10.96.0.7", "", []model.Endpoint{{Address: "10.96.0.7", Port: 80}}, false},
+		{"no cluster IP: the slices", "", "", fromSlices, true},
+		{"headless: the slices", "None", "", fromSlices, true},
+		{"ExternalName: its name", "", "db.example.com", []model.Endpoint{{Address: "db.example.com", Port: 8080}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := syntheticInput(1)
+			in.Ingresses[0].Annotations[annotationPrefix+"service-upstream"] = "true"
+			in.Services[1].Spec.ClusterIP = "10.96.0.8" // the other path's
+			svc := in.Services[0]
+			svc.Spec.ClusterIP = tt.clusterIP
+			if tt.externalName != "" {
+				svc.Spec.Type, svc.Spec.ExternalName = corev1.ServiceTypeExternalName, tt.externalName
+			}
+			cfg := Build(in, Options{})
+			i := slices.IndexFunc(cfg.Backends, func(be *model.Backend) bool { return be.Name == "ns0-svc0-0-http" })
+			if i < 0 {
+				t.Fatalf("no backend ns0-svc0-0-http in %d backends", len(cfg.Backends))
+			}
+			if diff := cmp.Diff(tt.want, cfg.Backends[i].Endpoints); diff != "" {
+				t.Errorf("endpoints (-want +got):\n%s", diff)
+			}
+			var got []string
+			for _, e := range cfg.Errors {
+				got = append(got, e.Field)
+			}
+			want := []string(nil)
+			if tt.wantErr {
+				want = []string{annotationPrefix + "service-upstream"}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("error fields (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestBodySize: proxy-body-size's grammar, ^([0-9]{1,12})([kKmMgG]?)$.
+func TestBodySize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"8m", 8 << 20, true}, {"8M", 8 << 20, true}, {"512k", 512 << 10, true}, {"512K", 512 << 10, true},
+		{"1g", 1 << 30, true}, {"2G", 2 << 30, true}, {"100", 100, true}, {"007k", 7 << 10, true},
+		{"999999999999", 999999999999, true},
+		{"", 0, false}, {"m", 0, false}, {"1234567890123", 0, false}, {"8mm", 0, false}, {"8t", 0, false},
+		{" 8m", 0, false}, {"8m ", 0, false}, {"8m\n", 0, false}, {"-1", 0, false}, {"+1", 0, false}, {"1.5m", 0, false},
+		{"８m", 0, false},
+	}
+	grammar := regexp.MustCompile(`^([0-9]{1,12})([kKmMgG]?)$`) // what bodySize replaced
+	for _, tt := range tests {
+		if grammar.MatchString(tt.in) != tt.ok {
+			t.Errorf("row %q: ok %v disagrees with the grammar", tt.in, tt.ok)
+		}
+		got, ok := bodySize(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("bodySize(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestServicePort: the first Service port whose number, target port or
+// name spells the Ingress backend's port, as ingress-nginx finds it.
+func TestServicePort(t *testing.T) {
+	ports := []corev1.ServicePort{
+		{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+		{Name: "admin", Port: 9000, TargetPort: intstr.FromString("metrics")},
+		{Name: "8443", Port: 443, TargetPort: intstr.FromInt32(8443)},
+	}
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: ports}}
+	tests := []struct {
+		name string
+		port networkingv1.ServiceBackendPort
+		want string // the port's name; "" for none
+	}{
+		{"by number", networkingv1.ServiceBackendPort{Number: 80}, "http"},
+		{"by target number", networkingv1.ServiceBackendPort{Number: 8080}, "http"},
+		{"by name", networkingv1.ServiceBackendPort{Name: "admin"}, "admin"},
+		{"by target name", networkingv1.ServiceBackendPort{Name: "metrics"}, "admin"},
+		{"a name that is also a target number", networkingv1.ServiceBackendPort{Name: "8443"}, "8443"},
+		{"a name spelling a number", networkingv1.ServiceBackendPort{Name: "9000"}, "admin"},
+		{"leading zero: no port", networkingv1.ServiceBackendPort{Name: "080"}, ""},
+		{"unknown number", networkingv1.ServiceBackendPort{Number: 81}, ""},
+		{"unknown name", networkingv1.ServiceBackendPort{Name: "https"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp, ok := servicePort(svc, tt.port)
+			got := ""
+			if sp != nil {
+				got = sp.Name
+			}
+			if ok != (tt.want != "") || got != tt.want {
+				t.Errorf("servicePort(%+v) = %q, %v; want %q", tt.port, got, ok, tt.want)
+			}
+		})
 	}
 }
