@@ -139,23 +139,43 @@ func TestAgainstAPIServer(t *testing.T) {
 	// Scale the EndpointSlice: dynamic only, and refreshed without a
 	// build. Events of the objects' creation may still be arriving; a
 	// quiet spell first, so the scale is the only change of its sync.
-	quiet(updates, 300*time.Millisecond)
-	refreshed := ctrl.Refreshed()
-	slice, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, "echo-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Tests running beside this one on the shared API server write
+	// cluster-scoped objects (IngressClasses) this controller watches; one
+	// landing in the scale's sync makes it a full build. So the scale is
+	// tried up to three times (back down to one endpoint in between); a
+	// controller that never refreshes still fails.
+	scale := func(eps ...string) update {
+		t.Helper()
+		slice, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, "echo-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := true
+		slice.Endpoints = nil
+		for _, ip := range eps {
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+		}
+		if _, err := admin.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return next(t, updates, func(u update) bool { return len(endpointsOf(u.cfg, primary)) == len(eps) })
 	}
-	ready := true
-	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{"192.0.2.11"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
-	if _, err := admin.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	var u update
+	for attempt := 1; ; attempt++ {
+		quiet(updates, 300*time.Millisecond)
+		refreshed := ctrl.Refreshed()
+		u = scale("192.0.2.10", "192.0.2.11")
+		if ctrl.Refreshed() != refreshed {
+			break
+		}
+		if attempt == 3 {
+			t.Fatal("scaling an EndpointSlice made a full build 3 times; want the endpoints refreshed alone")
+		}
+		t.Logf("scale attempt %d was built in full (another event in its sync); again", attempt)
+		scale("192.0.2.10")
 	}
-	u := next(t, updates, func(u update) bool { return len(endpointsOf(u.cfg, primary)) == 2 })
 	if c := u.change; c.Reload || c.Certificates || !c.Dynamic || len(c.Backends) != 1 || u.cfg.Backends[c.Backends[0]].Name != primary {
 		t.Errorf("scaling change = %+v; want dynamic only, naming backend %s alone", c, primary)
-	}
-	if ctrl.Refreshed() == refreshed {
-		t.Error("scaling an EndpointSlice made a full build; want the endpoints refreshed alone")
 	}
 	if diff := cmp.Diff(expected(t, admin, builder.Options{WatchNamespace: ns}), u.cfg, ignoreVersion); diff != "" {
 		t.Errorf("scaled Configuration (-want +got):\n%s", diff)
