@@ -3,6 +3,7 @@ package k8s
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -69,7 +70,7 @@ func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
 			b.Fatalf("SWITCHYARD_EC_CHANGES=%q: want a positive integer", v)
 		}
 	}
-	planes := strings.Split(cmpOrStr(os.Getenv("SWITCHYARD_EC_PLANES"), "go,nginx"), ",")
+	planes := strings.Split(cmp.Or(os.Getenv("SWITCHYARD_EC_PLANES"), "go,nginx"), ",")
 	// $SWITCHYARD_EC_DATA keeps etcd's data (one directory per Ingress
 	// count): a later run reuses what an earlier one staged.
 	c := StartWith(b, Options{DataDir: os.Getenv("SWITCHYARD_EC_DATA")})
@@ -122,13 +123,6 @@ func BenchmarkEndpointChangeToFirstRequest(b *testing.B) {
 	}
 }
 
-func cmpOrStr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
-
 // createIngressClass creates deploy/base/ingressclass.yaml's IngressClass.
 func createIngressClass(ctx context.Context, b *testing.B, admin kubernetes.Interface) {
 	path := filepath.Join(RepoRoot(), "deploy", "base", "ingressclass.yaml")
@@ -162,13 +156,19 @@ func startMarkerBackends(b *testing.B) ([]string, int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = io.WriteString(w, ip)
-		}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		b.Cleanup(func() { _ = srv.Close() })
+		serveMarker(b, ln, ip)
 	}
 	return ips, port
+}
+
+// serveMarker answers every request on ln with body until the benchmark
+// ends.
+func serveMarker(b *testing.B, ln net.Listener, body string) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, body)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Close() })
 }
 
 // The measured Ingress: host ec.example to Service ec, whose slice "ec-1"

@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -63,11 +62,7 @@ func startStreamTargets(b *testing.B, ips []string, n int) []ecTarget {
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		body := net.JoinHostPort(ip, strconv.Itoa(port))
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = io.WriteString(w, body)
-		}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		b.Cleanup(func() { _ = srv.Close() })
+		serveMarker(b, ln, body)
 		out = append(out, ecTarget{ip: ip, port: int32(port), body: body})
 	}
 	return out
