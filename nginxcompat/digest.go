@@ -75,7 +75,7 @@ func (h *DigestHandler) Update(cfg *model.Configuration) {
 	m := map[string]*model.DigestAuth{}
 	for i := range cfg.Servers {
 		for j := range cfg.Servers[i].Locations {
-			if da := cfg.Servers[i].Locations[j].DigestAuth; da != nil && da.Credentials != nil {
+			if da := cfg.Servers[i].Locations[j].Settings().DigestAuth; da != nil && da.Credentials != nil {
 				m[DigestKey(da)] = da
 			}
 		}

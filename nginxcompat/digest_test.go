@@ -20,7 +20,7 @@ func TestDigestHandler(t *testing.T) {
 	}
 	da := &model.DigestAuth{Realm: "Staff only", Credentials: creds}
 	h := NewDigestHandler(digestauth.NewVerifier(digestauth.VerifierConfig{}))
-	h.Update(&model.Configuration{Servers: []model.Server{{Hostname: "a.test", Locations: []model.Location{{Path: "/", DigestAuth: da}}}}})
+	h.Update(&model.Configuration{Servers: []model.Server{{Hostname: "a.test", Locations: []model.Location{{Path: "/", LocationSettings: &model.LocationSettings{DigestAuth: da}}}}}})
 	ask := func(key, authorization string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/digest/"+key, nil)
 		r.Header.Set("X-Original-URI", "/p?q=1")

@@ -68,7 +68,8 @@ func FuzzRenderMirror(f *testing.F) {
 		cfg := &model.Configuration{Servers: []model.Server{
 			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
 			{Hostname: "m.test", Locations: []model.Location{{Path: "/", PathType: model.PathTypePrefix, Backend: "be",
-				Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}, Mirror: mi}}},
+				Ingress:          model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
+				LocationSettings: &model.LocationSettings{Mirror: mi}}}},
 		}}
 		r, err := Render(cfg, goldenRenderConfig)
 		if err != nil {

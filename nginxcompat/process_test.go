@@ -128,8 +128,7 @@ func TestControllerRealNginx(t *testing.T) {
 	ing := model.ObjectRef{Kind: "Ingress", Namespace: "default", Name: "web"}
 	cfg.Servers[1].Locations[0].Backend = be
 	cfg.Servers = append(cfg.Servers, model.Server{Hostname: "app.example.com", Locations: []model.Location{
-		{Path: "/rw(/|)(.*)", PathType: model.PathTypeImplementationSpecific, Regex: true, Ingress: ing, Backend: be,
-			Rewrite: model.Rewrite{Target: "/$2"}},
+		{Path: "/rw(/|)(.*)", PathType: model.PathTypeImplementationSpecific, Regex: true, Ingress: ing, Backend: be, LocationSettings: &model.LocationSettings{Rewrite: model.Rewrite{Target: "/$2"}}},
 		{Path: "/", PathType: model.PathTypePrefix, Ingress: ing, Backend: be},
 	}})
 

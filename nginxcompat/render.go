@@ -834,6 +834,12 @@ func rateLimitView(rl *model.RateLimit) (*rateLimitV, error) {
 var reRealm = regexp.MustCompile(`^[/\-._~a-zA-Z0-9: ]*$`)
 
 func locationView(l *model.Location, tls bool, g *globalView, rc RenderConfig, server string) (*locationV, error) {
+	if l.LocationSettings == nil {
+		// Written by hand, without settings: render the zero ones.
+		c := *l
+		c.LocationSettings = l.Settings()
+		l = &c
+	}
 	authDir, digestSocket := rc.AuthDir, rc.DigestSocket
 	p := l.Path
 	if p == "" {

@@ -15,7 +15,7 @@ func benchConfig(n int) *model.Configuration {
 		ing := model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: fmt.Sprintf("ing-%d", i)}
 		be := fmt.Sprintf("ns-svc-%d-80", i)
 		cfg.Servers = append(cfg.Servers, model.Server{Hostname: fmt.Sprintf("host-%d.example.com", i), Locations: []model.Location{
-			{Path: "/api", PathType: model.PathTypePrefix, Ingress: ing, Backend: be, AllowSourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+			{Path: "/api", PathType: model.PathTypePrefix, Ingress: ing, Backend: be, LocationSettings: &model.LocationSettings{AllowSourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
 			{Path: "/", PathType: model.PathTypePrefix, Ingress: ing, Backend: be},
 		}})
 	}

@@ -70,9 +70,12 @@ func FuzzRender(f *testing.F) {
 		loc := model.Location{
 			Path: path, PathType: model.PathTypePrefix, Regex: regex,
 			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
-			Backend: backend, Rewrite: model.Rewrite{Target: target, SSLRedirect: true},
-			UpstreamVhost: vhost, XForwardedPrefix: path,
-			CORS: model.CORS{Enabled: origin != "", AllowOrigin: strings.Split(origin, ",")},
+			Backend: backend,
+			LocationSettings: &model.LocationSettings{
+				Rewrite:       model.Rewrite{Target: target, SSLRedirect: true},
+				UpstreamVhost: vhost, XForwardedPrefix: path,
+				CORS: model.CORS{Enabled: origin != "", AllowOrigin: strings.Split(origin, ",")},
+			},
 		}
 		if p, err := netip.ParsePrefix(cidr); err == nil {
 			loc.AllowSourceRanges = []netip.Prefix{p}
@@ -299,8 +302,8 @@ func FuzzRenderRealIP(f *testing.F) {
 			ri.From = []netip.Prefix{{}}
 		}
 		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be",
-			Ingress:           model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
-			AllowSourceRanges: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+			Ingress:          model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
+			LocationSettings: &model.LocationSettings{AllowSourceRanges: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}}
 		cfg := &model.Configuration{Servers: []model.Server{
 			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
 			{Hostname: "h.example", Locations: []model.Location{loc}},
@@ -430,8 +433,9 @@ func FuzzRenderAuth(f *testing.F) {
 			ea.CacheKey = []model.CacheKeyPart{{Literal: header}, {Var: "cookie_" + header}}
 			ea.CacheValid = []model.CacheValid{{Codes: []int{200}, Seconds: 60}}
 		}
-		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be", ExternalAuth: ea,
-			Ingress: model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"}}
+		loc := model.Location{Path: "/p", PathType: model.PathTypePrefix, Backend: "be",
+			Ingress:          model.ObjectRef{Kind: "Ingress", Namespace: "ns", Name: "ing"},
+			LocationSettings: &model.LocationSettings{ExternalAuth: ea}}
 		cfg := &model.Configuration{Servers: []model.Server{
 			{Hostname: "_", Locations: []model.Location{{Path: "/", Backend: model.DefaultBackendName}}},
 			{Hostname: "h.example", Locations: []model.Location{loc}},

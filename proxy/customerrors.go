@@ -99,7 +99,8 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 	h.Set("X-Forwarded-For", er.remote)
 	// The named location proxies with proxy_pass http:// and the
 	// location's timeouts and tries.
-	el := model.Location{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}
+	els := model.LocationSettings{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}
+	el := model.Location{LocationSettings: &els}
 	t := &fastTry{p: p, out: outbound{req: req}, resp: resp, lim: &limitReader{left: -1}}
 	var a balancer.Attempt
 	pick, err := p.attempts(backend, &el, view, &a, o, replayOf(er.method, true), t)

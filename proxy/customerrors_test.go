@@ -60,9 +60,9 @@ func TestCustomHTTPErrors(t *testing.T) {
 	intercepting.CustomHTTPErrors = []int{404, 503}
 	intercepting.Ingress = model.ObjectRef{Kind: "Ingress", Namespace: "prod", Name: "shop"}
 	intercepting.Service, intercepting.ServicePort = "web", "80"
-	annotated := intercepting
+	annotated := intercepting.Clone()
 	annotated.CustomDefaultBackend = "custom-default-backend-prod-errors"
-	rewritten := intercepting
+	rewritten := intercepting.Clone()
 	rewritten.Path, rewritten.Regex, rewritten.PathType, rewritten.Rewrite.Target = "/rw(/|$)(.*)", true, model.PathTypeImplementationSpecific, "/status/$2"
 	rewritten.SetPathRegexp()
 	servers := []model.Server{

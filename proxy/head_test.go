@@ -19,6 +19,11 @@ import (
 // declines). Both are parsed back with net/http.
 func upstreamHeads(t *testing.T, raw string, f *clientFacts, loc *model.Location) (slow, fast *http.Request, ok bool) {
 	t.Helper()
+	if loc.LocationSettings == nil {
+		c := *loc
+		c.LocationSettings = loc.Settings() // as newTable gives routes
+		loc = &c
+	}
 	var req fasthttp.Request
 	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
 		return nil, nil, false // fasthttp refuses it before the handler
@@ -102,7 +107,7 @@ var headFacts = clientFacts{remote: netip.MustParseAddr("203.0.113.7"), host: []
 // what the edited fasthttp view did, for the fields ingress-nginx's
 // location sets, replaces and drops.
 func TestUpstreamHead(t *testing.T) {
-	vhost := model.Location{UpstreamVhost: "internal.svc", XForwardedPrefix: "/shop"}
+	vhost := model.Location{LocationSettings: &model.LocationSettings{UpstreamVhost: "internal.svc", XForwardedPrefix: "/shop"}}
 	for _, tc := range []struct {
 		name string
 		raw  string
@@ -136,7 +141,7 @@ func TestUpstreamHead(t *testing.T) {
 			continue
 		}
 		var id requestID
-		if _, ok := appendUpstreamHead(nil, &req.Header, []byte("/"), &headFacts, &model.Location{}, 0, &id, nil, new([]byte)); ok {
+		if _, ok := appendUpstreamHead(nil, &req.Header, []byte("/"), &headFacts, &model.Location{LocationSettings: &model.LocationSettings{}}, 0, &id, nil, new([]byte)); ok {
 			t.Errorf("appendUpstreamHead took %q; want it declined", raw)
 		}
 	}
@@ -175,7 +180,7 @@ func TestKindOf(t *testing.T) {
 			want[h] = fieldDrop
 		}
 	}
-	forwardedFields(&headFacts, &model.Location{XForwardedPrefix: "/p"}, nil, nil, func(name, _ []byte) {
+	forwardedFields(&headFacts, &model.Location{LocationSettings: &model.LocationSettings{XForwardedPrefix: "/p"}}, nil, nil, func(name, _ []byte) {
 		if _, ok := want[string(name)]; !ok {
 			want[string(name)] = fieldReplaced
 		}

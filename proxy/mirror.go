@@ -61,8 +61,8 @@ func newMirrorer(cfg *Config) *mirrorer {
 		n = defaultMirrorConcurrency
 	}
 	return &mirrorer{slots: make(chan struct{}, n), errLog: cfg.ErrorLog,
-		httpLoc:  model.Location{BackendProtocol: model.ProtocolHTTP},
-		httpsLoc: model.Location{BackendProtocol: model.ProtocolHTTPS}}
+		httpLoc:  model.Location{LocationSettings: &model.LocationSettings{BackendProtocol: model.ProtocolHTTP}},
+		httpsLoc: model.Location{LocationSettings: &model.LocationSettings{BackendProtocol: model.ProtocolHTTPS}}}
 }
 
 // register exports the counts as switchyard_mirror_requests_total.

@@ -69,8 +69,11 @@ func endpoints(addrs ...string) []model.Endpoint {
 	return out
 }
 
+// loc returns a Location with settings of its own; a copy of it shares
+// them (Clone gives a copy its own).
 func loc(path string, pt model.PathType, backend string) model.Location {
-	return model.Location{Path: path, PathType: pt, Backend: backend, Proxy: model.Proxy{NextUpstreamTries: 3, ReadTimeoutSeconds: 5, ConnectTimeoutSeconds: 1}}
+	return model.Location{Path: path, PathType: pt, Backend: backend,
+		LocationSettings: &model.LocationSettings{Proxy: model.Proxy{NextUpstreamTries: 3, ReadTimeoutSeconds: 5, ConnectTimeoutSeconds: 1}}}
 }
 
 // start runs a Proxy with cfg on loopback and returns its base URL.

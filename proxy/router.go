@@ -159,6 +159,9 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 			vh.failClosed = vh.clientAuth == nil
 		}
 		for _, loc := range s.Locations {
+			// A Location written by hand may have no settings: the
+			// route reads the zero ones.
+			loc.LocationSettings = loc.Settings()
 			r := &route{loc: loc}
 			r.limits, r.conns = limits.routeLimits(loc.RateLimit, zones)
 			for _, h := range loc.ProxySetHeaders {

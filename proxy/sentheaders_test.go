@@ -97,7 +97,7 @@ func TestForwardHeadersScanMatchesLookups(t *testing.T) {
 		nh.Add(string(k), string(v))
 	}
 	f := &clientFacts{host: []byte("a")}
-	loc := &model.Location{}
+	loc := &model.Location{LocationSettings: &model.LocationSettings{}}
 	var id requestID
 	forwardHeaders(&fh, f, loc, nil, &id)
 	forwardHeaders(netHeader(nh), f, loc, nil, &id)
@@ -122,7 +122,7 @@ func TestForwardHeadersRequestID(t *testing.T) {
 		if err := h.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))); err != nil {
 			t.Fatal(err)
 		}
-		forwardHeaders(&h, &clientFacts{host: []byte("a")}, &model.Location{}, nil, new(requestID))
+		forwardHeaders(&h, &clientFacts{host: []byte("a")}, &model.Location{LocationSettings: &model.LocationSettings{}}, nil, new(requestID))
 		id := string(h.Peek("X-Request-ID"))
 		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 			t.Fatalf("X-Request-ID %q; want 32 lower-case hex digits", id)
@@ -151,7 +151,7 @@ func TestForwardHeadersReplaceClientFields(t *testing.T) {
 	if err := h.Read(bufio.NewReader(strings.NewReader(head))); err != nil {
 		t.Fatal(err)
 	}
-	forwardHeaders(&h, &clientFacts{host: []byte("a"), remote: netip.MustParseAddr("127.0.0.9"), localPort: 80}, &model.Location{}, nil, new(requestID))
+	forwardHeaders(&h, &clientFacts{host: []byte("a"), remote: netip.MustParseAddr("127.0.0.9"), localPort: 80}, &model.Location{LocationSettings: &model.LocationSettings{}}, nil, new(requestID))
 	for name, want := range map[string]string{"X-Real-IP": "127.0.0.9", "X-Forwarded-Proto": "http", "X-Scheme": "http", "X-Forwarded-Host": "a", "X-Forwarded-Port": "80", "X-Forwarded-For": "127.0.0.9"} {
 		var n int
 		var got string

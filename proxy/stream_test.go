@@ -101,7 +101,7 @@ func TestGiBBodiesStream(t *testing.T) {
 	l := loc("/", model.PathTypePrefix, "big")
 	l.Proxy.BodySizeBytes = 0 // unlimited
 	l.Proxy.NoRequestBuffering = true
-	buffered := l
+	buffered := l.Clone()
 	buffered.Proxy.NoRequestBuffering = false
 	cfg := &model.Configuration{
 		Backends: []*model.Backend{{Name: "big", Endpoints: endpoints(be)}},

@@ -436,8 +436,8 @@ func snapshot(ctrl *controlplane.Controller, reg *balancer.Registry) statuspage.
 			out := statuspage.Server{Host: srv.Hostname, TLS: srv.TLS != nil}
 			for _, l := range srv.Locations {
 				p := statuspage.Path{Path: l.Path, PathType: string(l.PathType), Backend: l.Backend}
-				if l.Denied != nil {
-					p.Denied = l.Denied.Field
+				if d := l.Settings().Denied; d != nil {
+					p.Denied = d.Field
 				}
 				if l.Ingress.Name != "" {
 					// Named as the errors below, so the page lists the

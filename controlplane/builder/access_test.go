@@ -100,7 +100,7 @@ func TestSourceRangeAnnotations(t *testing.T) {
 	if diff := cmp.Diff([]netip.Prefix{p("10.1.0.0/16"), p("2001:db8::/32")}, a.denySourceRanges, cmp.Comparer(func(x, y netip.Prefix) bool { return x == y })); diff != "" {
 		t.Errorf("deny (-want +got):\n%s", diff)
 	}
-	loc := model.Location{AllowSourceRanges: a.allowSourceRanges, DenySourceRanges: a.denySourceRanges}
+	loc := model.Location{LocationSettings: &model.LocationSettings{AllowSourceRanges: a.allowSourceRanges, DenySourceRanges: a.denySourceRanges}}
 	for addr, want := range map[string]bool{
 		"10.0.0.1": true, "10.1.0.1": false, "192.168.1.7": true, "192.168.1.8": false,
 		"::ffff:10.0.0.1": true, "::ffff:10.1.0.1": false, "2001:db8::1": false, "127.0.0.1": false,
@@ -109,7 +109,7 @@ func TestSourceRangeAnnotations(t *testing.T) {
 			t.Errorf("SourceAllowed(%s) = %v; want %v", addr, got, want)
 		}
 	}
-	if !(&model.Location{DenySourceRanges: a.denySourceRanges}).SourceAllowed(netip.MustParseAddr("127.0.0.1")) {
+	if !(&model.Location{LocationSettings: &model.LocationSettings{DenySourceRanges: a.denySourceRanges}}).SourceAllowed(netip.MustParseAddr("127.0.0.1")) {
 		t.Error("a deny list alone must let other clients through")
 	}
 }

@@ -17,6 +17,11 @@ const annotationPrefix = "nginx.ingress.kubernetes.io/"
 // annotations holds the parsed, validated annotations of one Ingress. An
 // annotation whose value is invalid is left at its default and reported.
 type annotations struct {
+	// settings are the Ingress's LocationSettings, made from the fields
+	// below on first use (builder.settings): [0] for its paths, [1] for
+	// paths under a no-auth-locations prefix.
+	settings [2]*model.LocationSettings
+
 	loadBalance      string
 	hashBy           *string
 	hashBySubset     bool

@@ -53,7 +53,7 @@ func (r *Regexp) Equal(o *Regexp) bool { return r.String() == o.String() }
 // Regex path and for one with a rewrite-target; nil otherwise.
 func (l *Location) SetPathRegexp() {
 	l.PathRegexp = nil
-	if l.Regex || l.Rewrite.Target != "" {
+	if l.Regex || l.Settings().Rewrite.Target != "" {
 		l.PathRegexp = NewRegexp("(?i)" + l.Path)
 	}
 }

@@ -146,7 +146,9 @@ func runProxy(ctx context.Context, listen string, backends []string, host string
 		Backends: []*model.Backend{{Name: "bench", Endpoints: eps}},
 		Servers: []model.Server{{Hostname: host, Locations: []model.Location{{
 			Path: "/", PathType: model.PathTypePrefix, Backend: "bench",
-			Proxy: model.Proxy{NextUpstreamTries: 3, ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20},
+			LocationSettings: &model.LocationSettings{
+				Proxy: model.Proxy{NextUpstreamTries: 3, ConnectTimeoutSeconds: 5, SendTimeoutSeconds: 60, ReadTimeoutSeconds: 60, BodySizeBytes: 1 << 20},
+			},
 		}}}},
 	}
 	reg := balancer.NewRegistry(balancer.Config{})
