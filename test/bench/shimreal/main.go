@@ -61,6 +61,9 @@ type options struct {
 	cases                                                       []benchCase
 	keep                                                        bool
 	pprof                                                       string
+	// aa runs ingress-nginx's Lua in the shim's place too (an A/A run):
+	// what the ratios read when nothing differs.
+	aa bool
 }
 
 func main() {
@@ -79,6 +82,7 @@ func main() {
 	flag.StringVar(&conns, "connections", "8,64", "wrk connection counts")
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
+	flag.BoolVar(&o.aa, "aa", false, "A/A: run ingress-nginx's own Lua in the shim's place too, to measure what the ratios read when nothing differs (the table's \"shim\" columns are then a second real nginx)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
@@ -215,7 +219,7 @@ func run(o options) error {
 	for _, w := range o.workers {
 		fronts := map[string]*front{}
 		for _, v := range variants {
-			f, err := startFront(dir, v, w, src, side)
+			f, err := startFront(dir, v, v == variantShim && !o.aa, w, src, side)
 			if err != nil {
 				stopAll(fronts)
 				return fmt.Errorf("%s nginx, %d workers: %w", v, w, err)
@@ -317,6 +321,9 @@ func printHeader(o options, src sources) {
 	}
 	fmt.Printf("# real: ingress-nginx %s Lua at %s (balancer.lua sha256 %s)\n", src.ingressTag, src.ingressLua, sha(filepath.Join(src.ingressLua, "balancer.lua")))
 	fmt.Printf("# shim: %s (pick.lua sha256 %s), commit %s\n", o.shimLua, sha(filepath.Join(o.shimLua, "switchyard/pick.lua")), o.commit)
+	if o.aa {
+		fmt.Println("# A/A (-aa): the \"shim\" columns are a second nginx running ingress-nginx's own Lua, not the shim")
+	}
 	fmt.Println("# both: access_log off, no monitor.lua (metrics), no lua_ingress.lua; the shim with its defaults (request_metrics off)")
 }
 

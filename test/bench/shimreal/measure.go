@@ -42,7 +42,7 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 	}
 	frontPids, sidePids := []int{-f.cmd.Process.Pid}, []int{side.pid}
 	var frames0 map[string]float64
-	if f.variant == variantShim {
+	if f.shim {
 		frames0 = side.frames()
 	}
 	cpu0, side0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
@@ -54,7 +54,7 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 	reqs := s.rps * d.Seconds()
 	// USER_HZ is 100 on Linux: a tick is 10 ms.
 	s.nginxCPU = float64(cpu1-cpu0) * 1e4 / reqs
-	if f.variant == variantShim {
+	if f.shim {
 		s.sidecarCPU = float64(side1-side0) / 100
 		s.sidecarUS = float64(side1-side0) * 1e4 / reqs
 		if frames1 := side.frames(); frames0 != nil && frames1 != nil {

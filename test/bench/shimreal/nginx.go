@@ -139,6 +139,7 @@ func (s *sidecar) frames() map[string]float64 {
 // front is the nginx under test, one per variant and worker count.
 type front struct {
 	variant, dir, listen string
+	shim                 bool // runs the shim's Lua
 	statusPort           int
 	cmd                  *exec.Cmd
 	cookies              map[string]string            // case → the Cookie field wrk sends (sticky cases)
@@ -280,8 +281,11 @@ http {
 
 type tmplCase struct{ Path, Backend string }
 
-func startFront(dir, variant string, workers int, src sources, side *sidecar) (*front, error) {
-	f := &front{variant: variant, dir: filepath.Join(dir, fmt.Sprintf("front-%s-%d", variant, workers))}
+// startFront starts the nginx of one variant; shim says whether it runs
+// the shim's Lua over ingress-nginx's (false in the real slot, and in both
+// slots of an A/A run).
+func startFront(dir, variant string, shim bool, workers int, src sources, side *sidecar) (*front, error) {
+	f := &front{variant: variant, shim: shim, dir: filepath.Join(dir, fmt.Sprintf("front-%s-%d", variant, workers))}
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -299,7 +303,7 @@ func startFront(dir, variant string, workers int, src sources, side *sidecar) (*
 	}
 	var conf bytes.Buffer
 	if err := frontTmpl.Execute(&conf, map[string]any{
-		"Shim": variant == variantShim, "Workers": workers, "Dir": f.dir, "Listen": f.listen, "StatusPort": f.statusPort,
+		"Shim": shim, "Workers": workers, "Dir": f.dir, "Listen": f.listen, "StatusPort": f.statusPort,
 		"ShimLua": src.shimLua, "IngressLua": src.ingressLua, "Libs": src.libs, "CLib": src.clib,
 		"APISocket": side.apiSock, "PickSocket": side.pickSock, "Cases": cases,
 	}); err != nil {
