@@ -97,13 +97,9 @@ func (p *Proxy) customError(resp *fasthttp.Response, rt *route, code int, er *er
 	h.Set("X-Service-Port", loc.ServicePort)
 	h.Set("X-Request-ID", er.requestID)
 	h.Set("X-Forwarded-For", er.remote)
-	// The named location proxies with proxy_pass http:// and the
-	// location's timeouts and tries.
-	els := model.LocationSettings{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}
-	el := model.Location{LocationSettings: &els}
 	t := &fastTry{p: p, out: outbound{req: req}, resp: resp, lim: &limitReader{left: -1}}
 	var a balancer.Attempt
-	pick, err := p.attempts(backend, &el, view, &a, o, replayOf(er.method, true), t)
+	pick, err := p.attempts(backend, rt.errorLoc, view, &a, o, replayOf(er.method, true), t)
 	if err != nil {
 		if err == balancer.ErrUnknownBackend {
 			defaultBackendResponse(resp)

@@ -93,6 +93,10 @@ type route struct {
 	// series are the request metrics' series this location's requests
 	// used last (metrics.observe).
 	series routeSeries
+	// errorLoc is how a custom-http-errors answer is asked for: the named
+	// location proxies with proxy_pass http:// and this location's
+	// timeouts and tries. nil without custom-http-errors.
+	errorLoc *model.Location
 }
 
 // rewritten returns the upstream path for rewrite-target: as nginx's
@@ -163,6 +167,9 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 			// route reads the zero ones.
 			loc.LocationSettings = loc.Settings()
 			r := &route{loc: loc}
+			if len(loc.CustomHTTPErrors) > 0 {
+				r.errorLoc = &model.Location{LocationSettings: &model.LocationSettings{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}}
+			}
 			r.limits, r.conns = limits.routeLimits(loc.RateLimit, zones)
 			for _, h := range loc.ProxySetHeaders {
 				r.setFields = append(r.setFields, [2]string{h.Name, h.Value})
