@@ -37,7 +37,7 @@ local info_mod = require("switchyard.info")
 local routed = require("switchyard.routed")
 local get_slot, ask, new_id, log_once = conn.get_slot, conn.ask, conn.new_id, conn.log_once
 local get_info, fallback = info_mod.get, info_mod.fallback
-local ring_pick, request_table = tables.ring_pick, tables.request_table
+local ring_pick, request_table, shared_table = tables.ring_pick, tables.request_table, tables.shared_table
 local sticky_cookie, new_session, more_session = tables.sticky_cookie, tables.new_session, tables.more
 local take_leased, lease_next, take_leased_wait = lease.take, lease.next, lease.take_wait
 local take_premade, vars_absent = premade.take, premade.vars_absent
@@ -188,6 +188,27 @@ local function sticky_or_ring(s, info, name)
   return new_session(s, info, name)
 end
 
+-- down decides a request while Go is unreachable. The last table Go sent
+-- keeps deciding: the same peers as before Go went away, sticky cookies
+-- honoured, new sticky sessions made here on it (with their cookie). A
+-- worker whose table of the backend's info never came (its ask was on the
+-- wire when Go went) takes the one another worker left in the shared dict
+-- for the same generation; only a backend without a table is round robin
+-- over its last peer list.
+local function down(s, info, name)
+  log_once("fallback", "Go side unreachable; hash and sticky tables as last sent (new sticky sessions made on them), round robin over the last peer lists")
+  if info.route then
+    return routed_down(s, info, name)
+  end
+  if info.hashtable and not info.ring then
+    shared_table(info, name)
+  end
+  if info.ring and sticky_or_ring(s, info, name) then
+    return s
+  end
+  return fallback(s, info)
+end
+
 -- pick asks Go for the candidates of one request to backend name. It returns
 -- a result table (code, alt, backend, score, n, cands, cookies; pass it to
 -- release when the request is done), or nil when the backend is unknown or
@@ -204,17 +225,7 @@ function _M.pick(name)
   local s = get_slot()
   s.name, s.attempt = name, 0
   if not state.connected then
-    log_once("fallback", "Go side unreachable; hash and sticky tables as last sent (new sticky sessions made on them), round robin over the last peer lists")
-    if info.route then
-      return routed_down(s, info, name)
-    end
-    -- The last table Go sent keeps deciding: the same peers as before Go
-    -- went away, sticky cookies honoured, new sticky sessions made here
-    -- on it (with their cookie).
-    if info.ring and sticky_or_ring(s, info, name) then
-      return s
-    end
-    return fallback(s, info)
+    return down(s, info, name)
   end
   if info.leasable and take_leased(s, info, name) then
     return s
@@ -283,6 +294,10 @@ function _M.pick(name)
   for round = 1, 2 do
     local id = new_id()
     if not ask(s, id, pick_frame(id, ask_name, info, skip)) then
+      if not state.connected then
+        -- Go went away while this request waited for its answer.
+        return down(s, info, name)
+      end
       log_once("timeout", "no pick answer within ", _M.timeout * 1000, " ms; round robin over the last peer list")
       return fallback(s, info)
     end

@@ -246,6 +246,32 @@ function _M.shared_info(name)
   return info
 end
 
+-- shared_table loads info's table from the chunks another worker left in
+-- the shared dict, once per info, when they are of info's generation (a
+-- worker whose own ask for it was lost with the connection to Go).
+function _M.shared_table(info, name)
+  if info.tshared or not state.shared then
+    return
+  end
+  info.tshared = true
+  info.tloaded, info.tpending, info.tfailed = 0, false, false
+  local offset = 0
+  while true do
+    local chunk = state.shared:get("switchyard:table:" .. name .. ":" .. offset)
+    if not chunk then
+      break
+    end
+    local ok, err = pcall(load_table, info, name, chunk, true)
+    if not ok or err or info.ring or info.tfailed or info.tloaded == offset then
+      break
+    end
+    offset = info.tloaded
+  end
+  if info.ring then
+    log_once("state.shared", "Go side unreachable; the table of backend ", name, " taken from what another worker had")
+  end
+end
+
 -- ring_pick fills s from the backend's hash table (info.ring): the peer
 -- owning CRC32 of the key, for every attempt, as Go's chash picks it
 -- (TestHashTableEqualsPick in Go; TestShimTables through nginx).
