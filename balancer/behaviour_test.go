@@ -694,3 +694,62 @@ func TestConcurrentSyncAndPick(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// A flush of the shim's timed counts moves an ewma score under steady load as
+// its samples would one by one (within 1 %: they fall within 100 ms of a
+// 10 s decay), failures counting failurePenalty each; peak_ewma takes the
+// longest sample above its score; an unscored backend only counts. (After
+// an idle gap, one by one the first sample takes the gap's whole weight;
+// the flush gives it to the mean of its samples.)
+func TestCountTimedMovesScoreAsSamples(t *testing.T) {
+	now := 1700000000.0
+	clock := func() time.Time { return time.Unix(0, int64(now*1e9)) }
+	one, sum := NewRegistry(Config{Now: clock}), NewRegistry(Config{Now: clock})
+	for _, r := range []*Registry{one, sum} {
+		mustSync(t, r, Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps("10.0.0.1:80")},
+			Backend{Name: "p", LoadBalance: "peak_ewma", Endpoints: eps("10.0.0.1:80")},
+			Backend{Name: "rr", Endpoints: eps("10.0.0.1:80")})
+		r.Feedback("e", "10.0.0.1:80", DoneInfo{ResponseTime: 50 * time.Millisecond})
+		r.Feedback("p", "10.0.0.1:80", DoneInfo{ResponseTime: 50 * time.Millisecond})
+	}
+	for _, failures := range []int{0, 3} {
+		// Both from the same score; what is compared is how far the
+		// samples move it from its decay alone.
+		start := now
+		one.SetEWMA("e", "10.0.0.1:80", 0.05, now)
+		sum.SetEWMA("e", "10.0.0.1:80", 0.05, now)
+		var c TimedCounts
+		for i := range 200 {
+			now += 0.0005
+			rtt := time.Duration(1+i%20) * time.Millisecond
+			failed := i%67 == 66 && failures > 0
+			one.Feedback("e", "10.0.0.1:80", DoneInfo{ResponseTime: rtt, Failed: failed})
+			c.Completed++
+			if failed {
+				c.Failed++
+				continue
+			}
+			c.RTTSum += rtt
+			c.RTTMax = max(c.RTTMax, rtt)
+		}
+		sum.CountTimed("e", "10.0.0.1:80", c)
+		decayed := 0.05 * math.Exp(-(now-start)/decayTime)
+		want, _ := one.EWMA("e", "10.0.0.1:80")
+		got, _ := sum.EWMA("e", "10.0.0.1:80")
+		if math.Abs((got-decayed)-(want-decayed)) > 0.01*math.Abs(want-decayed) {
+			t.Errorf("%d failures: one flush moved the score by %v; its samples one by one by %v", c.Failed, got-decayed, want-decayed)
+		}
+		st := sum.Backends()[0].Endpoints[0]
+		if failures > 0 && st.Failures != c.Failed {
+			t.Errorf("failures %d; want %d", st.Failures, c.Failed)
+		}
+	}
+	sum.CountTimed("p", "10.0.0.1:80", TimedCounts{Completed: 3, RTTSum: 1200 * time.Millisecond, RTTMax: time.Second})
+	if got, _ := sum.EWMA("p", "10.0.0.1:80"); got != 1 {
+		t.Errorf("peak ewma = %v; want 1 (the longest sample, above the score, sets it)", got)
+	}
+	sum.CountTimed("rr", "10.0.0.1:80", TimedCounts{Completed: 5, Failed: 1, RTTSum: 4 * time.Second, RTTMax: time.Second})
+	if _, ok := sum.EWMA("rr", "10.0.0.1:80"); ok {
+		t.Error("round robin has a score after timed counts")
+	}
+}

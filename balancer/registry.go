@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -948,6 +949,24 @@ func (s *endpointState) update(rtt, now float64, peak bool) {
 	if !s.lock.CompareAndSwap(false, true) {
 		return
 	}
+	s.apply(rtt, rtt, now, peak)
+}
+
+// updateMany applies the samples of one flush, whose mean is mean and
+// largest max, as one sample (Registry.CountTimed). Unlike a single
+// sample's, it waits for a sample being applied: a flush stands for many
+// requests.
+func (s *endpointState) updateMany(mean, max, now float64, peak bool) {
+	for !s.lock.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	s.apply(mean, max, now, peak)
+}
+
+// apply moves the score by samples of mean mean and largest max (the same
+// for one sample): peak_ewma takes max when it is above the score. The
+// caller holds s.lock; apply releases it.
+func (s *endpointState) apply(rtt, max, now float64, peak bool) {
 	ewma := math.Float64frombits(s.ewma.Load())
 	last := math.Float64frombits(s.lastTouched.Load())
 	if !s.hasStat.Load() {
@@ -955,8 +974,8 @@ func (s *endpointState) update(rtt, now float64, peak bool) {
 	}
 	td := math.Max(0, now-last)
 	w := math.Exp(-td / decayTime)
-	if peak && rtt > ewma {
-		ewma = rtt
+	if peak && max > ewma {
+		ewma = max
 	} else {
 		ewma = ewma*w + rtt*(1-w)
 	}

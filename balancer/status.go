@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"sort"
+	"time"
 )
 
 // BackendStatus is a read-only view of one balancer for debug and status pages.
@@ -168,6 +169,47 @@ func (r *Registry) Count(backend, peer string, completed, failed uint64) {
 	}
 	b.peers[i].st.completed.Add(completed)
 	b.peers[i].st.failures.Add(failed)
+}
+
+// TimedCounts are one endpoint's attempts over a flush of the nginx shim, for
+// a backend Go scores (ewma, peak_ewma).
+type TimedCounts struct {
+	// Completed attempts, of which Failed failed.
+	Completed, Failed uint64
+	// RTTSum is connect plus response time (ewma.lua's rtt) summed over
+	// the Completed-Failed attempts that succeeded; RTTMax the longest.
+	RTTSum, RTTMax time.Duration
+}
+
+// CountTimed adds one endpoint's attempts of a flush, as Count does, and
+// moves its score by them: one sample, their mean, each failure counting
+// failurePenalty (as Feedback counts one). A flush lasts about 100 ms and
+// the score decays over 10 s, so applying its samples one by one would
+// weigh them within about 1 % of each other; the mean moves the score as
+// far. For peak_ewma, the longest attempt (or a failure) above the score
+// sets it, as it would have alone. Unknown backends or addresses are
+// ignored.
+func (r *Registry) CountTimed(backend, peer string, c TimedCounts) {
+	b := r.snap.Load().get(backend)
+	if b == nil {
+		return
+	}
+	i, ok := b.byAddr[peer]
+	if !ok {
+		return
+	}
+	st := b.peers[i].st
+	st.completed.Add(c.Completed)
+	st.failures.Add(c.Failed)
+	if !b.scored || c.Completed == 0 {
+		return
+	}
+	mean := (c.RTTSum.Seconds() + float64(c.Failed)*failurePenalty) / float64(c.Completed)
+	longest := c.RTTMax.Seconds()
+	if c.Failed > 0 {
+		longest = max(longest, failurePenalty)
+	}
+	st.updateMany(mean, longest, r.nowSeconds(), b.peak)
 }
 
 // Scored reports whether the backend's balancer learns from latencies (ewma,

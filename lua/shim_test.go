@@ -507,11 +507,13 @@ func TestShim(t *testing.T) {
 	t.Run("a slow endpoint loses traffic under ewma", func(t *testing.T) {
 		b3.delay.Store(int64(50 * time.Millisecond))
 		defer b3.delay.Store(0)
-		var slow, all atomic.Int64
+		var slow, all, sent atomic.Int64
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 		defer cancel()
 		start := time.Now()
+		doneBefore, countsBefore := e.frames(t, "feedback"), e.frames(t, "counts")
 		load(ctx, e, "/ewma/", 8, func(code int, who string) {
+			sent.Add(1)
 			if time.Since(start) > 2*time.Second { // after the scores have settled
 				all.Add(1)
 				if who == b3.addr {
@@ -521,6 +523,13 @@ func TestShim(t *testing.T) {
 		})
 		if all.Load() == 0 || float64(slow.Load())/float64(all.Load()) > 0.10 {
 			t.Errorf("ewma: the slow endpoint got %d of the last %d requests; want under 10%%", slow.Load(), all.Load())
+		}
+		// The timings went back summed per peer and flush, not a frame per
+		// request: at most a frame per peer per worker and flush (100 ms).
+		done, counts := e.frames(t, "feedback")-doneBefore, e.frames(t, "counts")-countsBefore
+		t.Logf("%d requests: %v per-request feedback frames, %v counts frames", sent.Load(), done, counts)
+		if done != 0 || counts == 0 || counts > 3*2*45 {
+			t.Errorf("%d ewma requests sent %v per-request feedback frames and %v counts frames; want none and 1..%d", sent.Load(), done, counts, 3*2*45)
 		}
 		_, _, resp := e.get(t, "/ewma/")
 		if s := resp.Header.Get("X-Ewma-Score"); s == "" || s == "-1" {

@@ -88,6 +88,13 @@ type Request struct {
 	Offset uint32
 	// Counts (Peer is set too):
 	Completed, FailedN uint32
+	// Counts, the optional timing section (Timed; all zero when the frame
+	// has none): of the Completed attempts, the Completed-FailedN that
+	// succeeded took RTTSumUS microseconds of connect plus response time
+	// in all, the longest RTTMaxUS.
+	Timed    bool
+	RTTSumUS uint64
+	RTTMaxUS uint32
 	// Requests: tab-separated labels, request count, summed duration and
 	// the duration histogram's per-bucket counts (not cumulative).
 	Labels   []byte
@@ -238,6 +245,11 @@ func DecodeRequest(frame []byte, q *Request) error {
 		q.Peer = r.bytes(int(r.u8()))
 		q.Completed = r.u32()
 		q.FailedN = r.u32()
+		q.Timed, q.RTTSumUS, q.RTTMaxUS = len(r.b) > 0, 0, 0
+		if q.Timed {
+			q.RTTSumUS = r.u64()
+			q.RTTMaxUS = r.u32()
+		}
 	case TypeRequests:
 		// The backend field is empty for this type; labels follow.
 		q.Labels = r.bytes(int(r.u16()))
@@ -271,8 +283,29 @@ func DecodeRequest(frame []byte, q *Request) error {
 	if len(r.b) != 0 {
 		return ErrTrail
 	}
-	if q.Type == TypeRequests {
+	switch q.Type {
+	case TypeRequests:
 		return checkRequests(q)
+	case TypeCounts:
+		return checkCounts(q)
+	}
+	return nil
+}
+
+// checkCounts rejects a counts frame whose numbers cannot all be true: no
+// more failures than attempts, and timings of the successful attempts
+// only, the longest no more than their sum and their sum no more than the
+// longest times their number.
+func checkCounts(q *Request) error {
+	if q.FailedN > q.Completed {
+		return fmt.Errorf("%w: %d failures of %d attempts", ErrInvalid, q.FailedN, q.Completed)
+	}
+	if !q.Timed {
+		return nil
+	}
+	ok := uint64(q.Completed - q.FailedN)
+	if uint64(q.RTTMaxUS) > q.RTTSumUS || q.RTTSumUS > ok*uint64(q.RTTMaxUS) {
+		return fmt.Errorf("%w: %d successful attempts taking %d µs, the longest %d µs", ErrInvalid, ok, q.RTTSumUS, q.RTTMaxUS)
 	}
 	return nil
 }
@@ -439,7 +472,14 @@ type BackendInfo struct {
 	Code     byte // CodeOK or CodeUnknownBackend
 	Gen      uint32
 	Leasable bool // picks need no request attributes: use TypeLease
-	Scored   bool // the balancer learns from latencies: send TypeDone per request
+	// Scored: the balancer learns from latencies: send the attempts'
+	// timings, in counts frames with a timing section when TimedCounts,
+	// else a TypeDone per request.
+	Scored bool
+	// TimedCounts: the server takes counts frames with a timing section.
+	// Every server of this version sets it; a shim sends an older one a
+	// TypeDone per request instead.
+	TimedCounts bool
 	// ConnectSamples: the server takes requests frames with a connect-time
 	// section. Every server of this version sets it; older ones do not,
 	// and a shim sends them the section-less form.
@@ -466,14 +506,32 @@ type BackendInfo struct {
 // premade draws; an older server answers it as an unknown backend.
 const HelloRoutes = "\x00routes"
 
-// AppendCounts appends an aggregated-completions frame.
+// AppendCounts appends an aggregated-completions frame without a timing
+// section (for backends Go does not score).
 func AppendCounts(dst []byte, backend, peer string, completed, failed uint32) []byte {
+	dst, start := appendCountsHead(dst, backend, peer, completed, failed)
+	return finish(dst, start)
+}
+
+// AppendTimedCounts appends an aggregated-completions frame with its timing
+// section (for backends Go scores): of the completed attempts, the
+// completed-failed that succeeded took rttSumUS microseconds of connect
+// plus response time in all, the longest rttMaxUS.
+func AppendTimedCounts(dst []byte, backend, peer string, completed, failed uint32, rttSumUS uint64, rttMaxUS uint32) []byte {
+	dst, start := appendCountsHead(dst, backend, peer, completed, failed)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(rttSumUS>>32))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(rttSumUS))
+	dst = binary.BigEndian.AppendUint32(dst, rttMaxUS)
+	return finish(dst, start)
+}
+
+func appendCountsHead(dst []byte, backend, peer string, completed, failed uint32) ([]byte, int) {
 	dst, start := appendHeader(dst, TypeCounts, 0)
 	dst = appendStr8(dst, backend)
 	dst = appendStr8(dst, peer)
 	dst = binary.BigEndian.AppendUint32(dst, completed)
 	dst = binary.BigEndian.AppendUint32(dst, failed)
-	return finish(dst, start)
+	return dst, start
 }
 
 // AppendRequests appends an aggregated request-metrics frame without a
@@ -583,7 +641,8 @@ const (
 	flagTables         = 8
 	flagHashTable      = 16
 	flagPremade        = 32
-	flagRoute          = 64 // a route section follows the peers
+	flagRoute          = 64  // a route section follows the peers
+	flagTimedCounts    = 128 // decodes counts frames with a timing section
 )
 
 // AppendVarsReply appends a backend-info reply frame: the variables a pick
@@ -599,7 +658,7 @@ func AppendInfoReply(dst []byte, id uint32, info BackendInfo) []byte {
 	dst, start := appendHeader(dst, TypeVarsReply, id)
 	dst = append(dst, info.Code)
 	dst = binary.BigEndian.AppendUint32(dst, info.Gen)
-	flags := byte(flagConnectSamples | flagTables)
+	flags := byte(flagConnectSamples | flagTables | flagTimedCounts)
 	for _, f := range []struct {
 		on  bool
 		bit byte
@@ -742,6 +801,7 @@ func DecodeVarsReply(frame []byte) (id uint32, info BackendInfo, err error) {
 	info.Leasable, info.Scored = flags&flagLeasable != 0, flags&flagScored != 0
 	info.ConnectSamples = flags&flagConnectSamples != 0
 	info.Tables = flags&flagTables != 0
+	info.TimedCounts = flags&flagTimedCounts != 0
 	info.HashTable, info.Premade = flags&flagHashTable != 0, flags&flagPremade != 0
 	nv := int(r.u8())
 	for i := 0; i < nv && !r.bad; i++ {

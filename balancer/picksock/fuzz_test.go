@@ -12,7 +12,9 @@ import (
 // whose fields all lie inside the input; a decoded pick, lease, counts or
 // requests frame re-encodes to the same bytes, and a requests frame's
 // connect times are consistent (no more samples than connect times, no
-// more connect times than requests, samples within their sum).
+// more connect times than requests, samples within their sum), and so are
+// a counts frame's (no more failures than attempts, timings of the
+// successful ones only).
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendPick(nil, 1, "default-web-80", "request_uri", "/a", "https", "on"))
 	f.Add(AppendDone(nil, "b", "127.0.0.2:80", 1, 2, 3, 502, true))
@@ -21,6 +23,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendRoute(nil, 11, "default-web-80", "http_x_canary", "yes", "request_uri", "/a"))
 	f.Add(AppendLease(nil, 4, "b", 64))
 	f.Add(AppendCounts(nil, "b", "127.0.0.2:80", 9, 1))
+	f.Add(AppendTimedCounts(nil, "b", "127.0.0.2:80", 9, 1, 1<<33+8, 1<<30))
 	f.Add(AppendRequests(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}))
 	f.Add(AppendRequestsConnect(nil, "h\t200\tGET\t/\tns\ting\tsvc\t", 3, 1<<33+5, []uint32{1, 2, 0}, ConnectTimes{3, 6, []uint32{1, 2, 3}}))
 	f.Add(AppendRequestsConnect(nil, "\t502\tGET\t/\tns\ting\tsvc\tcanary", 9, 9, []uint32{9}, ConnectTimes{5, 1 << 33, []uint32{7, 1 << 31}}))
@@ -68,7 +71,13 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatalf("requests re-encode differs:\n%x\n%x", re, b)
 			}
 		case TypeCounts:
+			if q.FailedN > q.Completed || q.Timed && (uint64(q.RTTMaxUS) > q.RTTSumUS || q.RTTSumUS > uint64(q.Completed-q.FailedN)*uint64(q.RTTMaxUS)) {
+				t.Fatalf("accepted counts %+v", q)
+			}
 			re := AppendCounts(nil, string(q.Backend), string(q.Peer), q.Completed, q.FailedN)
+			if q.Timed {
+				re = AppendTimedCounts(nil, string(q.Backend), string(q.Peer), q.Completed, q.FailedN, q.RTTSumUS, q.RTTMaxUS)
+			}
 			copy(re[6:10], b[6:10]) // feedback frames carry no id; any is accepted
 			if !bytes.Equal(re, b) {
 				t.Fatalf("counts re-encode differs:\n%x\n%x", re, b)
@@ -113,7 +122,7 @@ func FuzzDecodeVarsReply(f *testing.F) {
 			}
 		}
 		_, again, err := DecodeVarsReply(AppendInfoReply(nil, 1, info))
-		info.ConnectSamples, info.Tables = true, true
+		info.ConnectSamples, info.Tables, info.TimedCounts = true, true, true
 		if err != nil || !reflect.DeepEqual(again, info) {
 			t.Fatalf("info %+v after the wire: %+v %v", info, again, err)
 		}

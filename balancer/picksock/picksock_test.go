@@ -100,7 +100,7 @@ func TestVarsReplyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, ConnectSamples: true, Tables: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
+	want := BackendInfo{Code: CodeOK, Gen: 3, Leasable: true, ConnectSamples: true, Tables: true, TimedCounts: true, Vars: []string{"request_uri", "http_x_canary"}, Peers: []string{"10.0.0.1:80", "10.0.0.2:80"}}
 	if d := cmp.Diff(want, info); id != 9 || d != "" {
 		t.Fatalf("id %d %s", id, d)
 	}
@@ -418,12 +418,47 @@ func TestRequestsFrameRejected(t *testing.T) {
 	}
 }
 
+// A counts frame's timing section: decoded, and refused when its numbers
+// cannot all be true; a frame without one is not timed.
+func TestCountsTimed(t *testing.T) {
+	var q Request
+	if err := DecodeRequest(AppendTimedCounts(nil, "b", "10.0.0.1:80", 10, 2, 8000, 1500), &q); err != nil ||
+		!q.Timed || q.Completed != 10 || q.FailedN != 2 || q.RTTSumUS != 8000 || q.RTTMaxUS != 1500 || string(q.Peer) != "10.0.0.1:80" {
+		t.Fatalf("timed counts: %+v %v", q, err)
+	}
+	if err := DecodeRequest(AppendTimedCounts(nil, "b", "10.0.0.1:80", 3, 0, 1<<40, 1<<31), &q); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a sum above 3 × the longest: %v; want ErrInvalid", err)
+	}
+	if err := DecodeRequest(AppendCounts(nil, "b", "10.0.0.1:80", 4, 4), &q); err != nil || q.Timed {
+		t.Fatalf("untimed counts: %+v %v", q, err)
+	}
+	for name, f := range map[string][]byte{
+		"more failures than attempts":          AppendCounts(nil, "b", "p", 1, 2),
+		"the longest above the sum":            AppendTimedCounts(nil, "b", "p", 2, 0, 10, 11),
+		"the sum above the longest × the rest": AppendTimedCounts(nil, "b", "p", 3, 1, 301, 150),
+		"timings of failed attempts only":      AppendTimedCounts(nil, "b", "p", 2, 2, 5, 5),
+	} {
+		if err := DecodeRequest(f, &q); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v; want ErrInvalid", name, err)
+		}
+		if err := (&conn{s: NewServer(Config{Picker: newRegistry(t)})}).handle(f); err == nil {
+			t.Errorf("%s: handled; want an error (the connection closes)", name)
+		}
+	}
+	cut := AppendTimedCounts(nil, "b", "p", 2, 0, 10, 5)
+	cut = cut[:len(cut)-2]
+	binary.BigEndian.PutUint32(cut, uint32(len(cut)-4))
+	if err := DecodeRequest(cut, &q); !errors.Is(err, ErrShort) {
+		t.Errorf("a timing section cut short: %v; want ErrShort", err)
+	}
+}
+
 // Backend-info replies tell the shim it may send connect-time sections.
 func TestVarsReplyConnectSamples(t *testing.T) {
 	for _, leasable := range []bool{false, true} {
 		_, info, err := DecodeVarsReply(AppendVarsReply(nil, 1, CodeUnknownBackend, 2, leasable, false, nil, nil))
-		if err != nil || !info.ConnectSamples || info.Leasable != leasable || info.Scored {
-			t.Errorf("leasable=%v: %+v %v; want ConnectSamples", leasable, info, err)
+		if err != nil || !info.ConnectSamples || !info.TimedCounts || info.Leasable != leasable || info.Scored {
+			t.Errorf("leasable=%v: %+v %v; want ConnectSamples and TimedCounts", leasable, info, err)
 		}
 	}
 }

@@ -26,6 +26,7 @@ type Picker interface {
 	Leasable(backend string) bool
 	Scored(backend string) bool
 	Count(backend, peer string, completed, failed uint64)
+	CountTimed(backend, peer string, c balancer.TimedCounts)
 	HashTable(backend string) (balancer.HashTable, bool)
 	Premadeable(backend string) bool
 	RouteOwn(backend string, a *balancer.Attempt) (string, bool)
@@ -367,6 +368,13 @@ func (cs *conn) handle(frame []byte) error {
 			f(&cs.metrics)
 		}
 	case TypeCounts:
+		if q.Timed {
+			cs.s.cfg.Picker.CountTimed(unsafeString(q.Backend), unsafeString(q.Peer), balancer.TimedCounts{
+				Completed: uint64(q.Completed), Failed: uint64(q.FailedN),
+				RTTSum: time.Duration(q.RTTSumUS) * time.Microsecond, RTTMax: time.Duration(q.RTTMaxUS) * time.Microsecond,
+			})
+			break
+		}
 		cs.s.cfg.Picker.Count(unsafeString(q.Backend), unsafeString(q.Peer), uint64(q.Completed), uint64(q.FailedN))
 	}
 	return nil

@@ -156,7 +156,7 @@ local function dispatch(b)
     see_gen(s.gen)
   elseif typ == T.INFO_REPLY then
     local info = parse_info(b, 7)
-    state.connect_section = info.connect_section
+    state.connect_section, state.timed_counts = info.connect_section, info.timed_counts
     see_gen(info.gen)
     if s.hello then
       state.tables = info.tables
@@ -343,6 +343,7 @@ local function pump(premature)
       end
       backoff = 0.05
       state.connected, reader_failed, state.connect_section, state.tables = true, false, false, false
+      state.timed_counts = false
       -- Generations are per Go process: the hello's reply gives this one's.
       state.gen = nil
       -- Hello: a backend-info query for no backend, whose flags say

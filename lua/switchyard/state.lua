@@ -8,6 +8,10 @@ return {
   -- with a connect-time section (bit 2 of its backend-info flags); learned
   -- from the hello the pump sends on every new connection.
   connect_section = false,
+  -- timed_counts: the Go side of this connection takes counts frames with
+  -- a timing section (bit 7 of its backend-info flags), so scored
+  -- backends' feedback is summed too (switchyard.feedback).
+  timed_counts = false,
   -- tables: the Go side of this connection takes subscribe, table and
   -- premade frames (bit 3 of its backend-info flags), learned from the hello.
   tables = false,

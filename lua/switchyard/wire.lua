@@ -85,6 +85,7 @@ local function parse_info(b, i)
   info.tables = band(byte(b, i + 5), 8) == 8
   info.hashtable = band(byte(b, i + 5), 16) == 16
   info.premade = band(byte(b, i + 5), 32) == 32
+  info.timed_counts = band(byte(b, i + 5), 128) == 128
   i = i + 6
   local nv = byte(b, i)
   i = i + 1
