@@ -214,8 +214,10 @@ func run(o options) error {
 		caseNames(o.cases), o.workers, o.conns, o.rounds, o.duration, total.Round(time.Second))
 	fmt.Printf("# load before: %s\n\n", benchutil.Loadavg())
 	fmt.Println("# raw samples: case workers conns round variant rps p50_ms p99_ms nginx_cpu_us_per_req sidecar_cpu_s loadavg1")
+	fmt.Println("# after each cell, per variant: pooled case workers conns variant, then its rounds' latency histogram pooled (bucket:count; bucket b holds [1.01^b, 1.01^(b+1)) µs)")
 
 	results := map[cell]map[string][]sample{}
+	pooled := map[cell]map[string]hist{}
 	for _, w := range o.workers {
 		fronts := map[string]*front{}
 		for _, v := range variants {
@@ -250,6 +252,15 @@ func run(o options) error {
 						}
 					}
 				}
+				pooled[k] = map[string]hist{}
+				for _, v := range variants {
+					h := hist{}
+					for _, s := range results[k][v] {
+						h.add(s.hist)
+					}
+					pooled[k][v] = h
+					fmt.Printf("pooled %s %d %d %s %s\n", bc.name, w, c, v, h)
+				}
 			}
 		}
 		for _, v := range variants {
@@ -262,7 +273,7 @@ func run(o options) error {
 		}
 	}
 	fmt.Printf("\n# load after: %s\n\n", benchutil.Loadavg())
-	printTable(o, results)
+	printTable(o, results, pooled)
 	return nil
 }
 
@@ -327,10 +338,10 @@ func printHeader(o options, src sources) {
 	fmt.Println("# both: access_log off, no monitor.lua (metrics), no lua_ingress.lua; the shim with its defaults (request_metrics off)")
 }
 
-func printTable(o options, results map[cell]map[string][]sample) {
-	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median\n\n", o.rounds, o.duration)
-	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+func printTable(o options, results map[cell]map[string][]sample, pooled map[cell]map[string]hist) {
+	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s; pooled p99: the 99th percentile of all the requests of the %d rounds (wrk's latencies, 1 %% buckets), real / shim ms, and their ratio. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median\n\n", o.rounds, o.duration, o.rounds)
+	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | pooled p99 ms real / shim | shim ÷ real pooled p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, bc := range o.cases {
 		for _, w := range o.workers {
 			for _, c := range o.conns {
@@ -355,9 +366,14 @@ func printTable(o options, results map[cell]map[string][]sample) {
 					cpuR = append(cpuR, (sh[i].nginxCPU+sh[i].sidecarUS)/re[i].nginxCPU)
 				}
 				mr, ms := medianSample(re), medianSample(sh)
-				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s |\n",
+				pooledP99, pooledRatio := "–", "–"
+				if ph := pooled[cell{bc.name, w, c}]; ph != nil && ph[variantReal].count() > 0 && ph[variantShim].count() > 0 {
+					pr, ps := ph[variantReal].quantile(0.99), ph[variantShim].quantile(0.99)
+					pooledP99, pooledRatio = fmt.Sprintf("%.2f / %.2f", pr, ps), fmt.Sprintf("%.2f", ps/pr)
+				}
+				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %s | %s | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s |\n",
 					bc.name, w, c, mr.rps, ms.rps, median(rpsR), slices.Min(rpsR), slices.Max(rpsR),
-					mr.p99, ms.p99, median(p99R), slices.Min(p99R), slices.Max(p99R),
+					mr.p99, ms.p99, median(p99R), slices.Min(p99R), slices.Max(p99R), pooledP99, pooledRatio,
 					mr.nginxCPU, ms.nginxCPU, ms.sidecarUS, median(cpuR), slices.Min(cpuR), slices.Max(cpuR),
 					ms.sidecarCPU, ms.sidecarUS, askedCol)
 			}
@@ -376,8 +392,23 @@ func tableFrom(o options, path string) error {
 	seen := map[string]bool{}
 	var cases []benchCase
 	var workers, conns []int
+	pooled := map[cell]map[string]hist{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
+		if len(f) >= 5 && f[0] == "pooled" {
+			w, err1 := strconv.Atoi(f[2])
+			c, err2 := strconv.Atoi(f[3])
+			h, err3 := parseHist(f[5:])
+			if err := errors.Join(err1, err2, err3); err != nil {
+				return fmt.Errorf("%s: bad pooled line: %w", path, err)
+			}
+			k := cell{f[1], w, c}
+			if pooled[k] == nil {
+				pooled[k] = map[string]hist{}
+			}
+			pooled[k][f[4]] = h
+			continue
+		}
 		if len(f) < 11 || f[0] != "sample" {
 			continue
 		}
@@ -421,7 +452,7 @@ func tableFrom(o options, path string) error {
 	o.cases, o.workers, o.conns = cases, workers, conns
 	slices.Sort(o.workers)
 	slices.Sort(o.conns)
-	printTable(o, results)
+	printTable(o, results, pooled)
 	return nil
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +21,10 @@ import (
 type sample struct {
 	rps, p50, p99, nginxCPU, sidecarCPU, sidecarUS float64
 	frames                                         map[string]float64
+	// hist is the run's latency histogram (wrk.lua's done hook), pooled
+	// over the rounds of a cell for its p99 (nil in tables made with
+	// -table from raw output without "pooled" lines).
+	hist hist
 }
 
 // wrkArgs are the wrk command line for case c at conns connections.
@@ -37,7 +43,7 @@ func (f *front) wrkArgs(c benchCase, conns int, d time.Duration, script string, 
 // measure warms the front up for a second (connections, keepalive pools,
 // the shim's backend info and leases) and runs wrk once.
 func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, script string) (sample, error) {
-	if _, err := runWrk(f.wrkArgs(c, conns, time.Second, script, false)); err != nil {
+	if _, err := runWrk(f.wrkArgs(c, conns, time.Second, script, false), ""); err != nil {
 		return sample{}, fmt.Errorf("warm-up: %w", err)
 	}
 	frontPids, sidePids := []int{-f.cmd.Process.Pid}, []int{side.pid}
@@ -46,11 +52,16 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 		frames0 = side.frames()
 	}
 	cpu0, side0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
-	s, err := runWrk(f.wrkArgs(c, conns, d, script, true))
+	histFile := filepath.Join(f.dir, "wrk-hist.txt")
+	s, err := runWrk(f.wrkArgs(c, conns, d, script, true), histFile)
 	cpu1, side1 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
 	if err != nil {
 		return sample{}, err
 	}
+	if s.hist, err = readWrkHistFile(histFile); err != nil {
+		return sample{}, fmt.Errorf("wrk's latency histogram: %w", err)
+	}
+	_ = os.Remove(histFile)
 	reqs := s.rps * d.Seconds()
 	// USER_HZ is 100 on Linux: a tick is 10 ms.
 	s.nginxCPU = float64(cpu1-cpu0) * 1e4 / reqs
@@ -67,9 +78,12 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 	return s, nil
 }
 
-func runWrk(args []string) (sample, error) {
+// runWrk runs wrk; with histFile set, wrk.lua writes the run's latency
+// histogram there.
+func runWrk(args []string, histFile string) (sample, error) {
 	var stderr bytes.Buffer
 	cmd := exec.Command("wrk", args...)
+	cmd.Env = append(os.Environ(), "SHIMREAL_HIST="+histFile)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -47,3 +47,27 @@ function request()
   n = n + 1
   return reqs[n % #reqs + 1]
 end
+
+-- done writes the run's latency distribution, when SHIMREAL_HIST names a
+-- file, so shimreal can pool the rounds' requests into one p99 (hist.go):
+-- lines "microseconds requests", the latency at the middle of each slice
+-- of the requests and how many requests the slice holds; slices of 0.5 %
+-- up to the 98th percentile, of 0.01 % above it. (wrk 4.1's stats object
+-- cannot be indexed by value: Debian's build answers latency[i] with i
+-- itself, so percentile() is the way in.)
+function done(summary, latency, requests)
+  local path = os.getenv("SHIMREAL_HIST")
+  if not path or path == "" then
+    return
+  end
+  local n = summary.requests
+  local f = assert(io.open(path, "w"))
+  local function slice(from, to, step)
+    for lo = from, to - step / 2, step do
+      f:write(string.format("%d %.4f\n", latency:percentile(lo + step / 2), n * step / 100))
+    end
+  end
+  slice(0, 98, 0.5)
+  slice(98, 100, 0.01)
+  f:close()
+end
