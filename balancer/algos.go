@@ -179,8 +179,25 @@ func (ewmaPicker) pick(r *Registry, b *backend, _ Request, a *Attempt) (int, str
 	if n == 1 {
 		return 0, "", -1, nil
 	}
-	now := r.nowSeconds()
+	var sb *scoreBatch
+	if a.scoreOnce {
+		sb = a.scores
+	}
+	var now float64
+	if sb != nil {
+		if sb.b != b {
+			sb.reset(b, r.nowSeconds())
+		}
+		now = sb.now
+	} else {
+		now = r.nowSeconds()
+	}
 	cost := func(i int) float64 {
+		if sb != nil {
+			if c := sb.costs[i]; !math.IsNaN(c) {
+				return c
+			}
+		}
 		st := b.peers[i].st
 		s := st.score(now)
 		if b.peak {
@@ -188,9 +205,13 @@ func (ewmaPicker) pick(r *Registry, b *backend, _ Request, a *Attempt) (int, str
 			if s == 0 && pending > 0 {
 				// Finagle's cold-start rule: a peer with no latency yet
 				// but requests in flight is not free.
-				return peakPenalty + pending
+				s = peakPenalty + pending
+			} else {
+				s *= pending + 1
 			}
-			s *= pending + 1
+		}
+		if sb != nil {
+			sb.costs[i] = s
 		}
 		return s
 	}

@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -752,4 +753,68 @@ func TestCountTimedMovesScoreAsSamples(t *testing.T) {
 	if _, ok := sum.EWMA("rr", "10.0.0.1:80"); ok {
 		t.Error("round robin has a score after timed counts")
 	}
+}
+
+// ScoreOnce: a batch of ewma picks made at one instant reads each peer's
+// cost once and picks exactly as per-pick reads would at that instant;
+// scores that move during the batch do not change its picks until the next
+// batch; a configuration change in between reads the new backend's costs.
+func TestScoreOnce(t *testing.T) {
+	now := 1700000000.0
+	clock := func() time.Time { return time.Unix(0, int64(now*1e9)) }
+	peers := []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}
+	b := Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps(peers...)}
+	batch := func(r *Registry, a *Attempt, n int) []string {
+		var out []string
+		for range n {
+			a.Reset()
+			var dst [3]Pick
+			k, err := r.CandidatePicks("e", vars{}, a, dst[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range dst[:k] {
+				out = append(out, p.Peer)
+			}
+		}
+		return out
+	}
+	regs := [2]*Registry{}
+	for i := range regs {
+		regs[i] = NewRegistry(Config{Rand: seqRand(7), Now: clock})
+		mustSync(t, regs[i], b)
+		for j, p := range peers {
+			regs[i].Feedback("e", p, DoneInfo{ResponseTime: time.Duration(1+j) * time.Millisecond})
+		}
+	}
+	var perPick, once Attempt
+	once.ScoreOnce(true)
+	want, got := batch(regs[0], &perPick, 200), batch(regs[1], &once, 200)
+	if !slices.Equal(got, want) {
+		t.Fatalf("ScoreOnce picks differ from per-pick reads at the same instant:\n%v\n%v", got, want)
+	}
+	// The best peer falls behind during the batch: the batch keeps its
+	// costs; the next batch reads the new ones.
+	regs[1].SetEWMA("e", peers[0], 5, now)
+	if got := batch(regs[1], &once, 50); firstCounts(got)[peers[0]] < 20 {
+		t.Errorf("within the batch the best peer lost its place: first picks %v", firstCounts(got))
+	}
+	once.ScoreOnce(true)
+	if c := firstCounts(batch(regs[1], &once, 50)); c[peers[0]] != 0 {
+		t.Errorf("a new batch still prefers the peer now scored 5 s: first picks %v", c)
+	}
+	// A Sync makes a new backend: its costs are read afresh.
+	mustSync(t, regs[1], Backend{Name: "e", LoadBalance: "ewma", Endpoints: eps(peers[1:]...)})
+	if c := firstCounts(batch(regs[1], &once, 20)); c[peers[0]] != 0 || c[peers[1]]+c[peers[2]] != 20 {
+		t.Errorf("after a Sync the batch picked %v", c)
+	}
+}
+
+// firstCounts counts each peer as the first of a pick's three candidates.
+func firstCounts(cands []string) map[string]int {
+	c := map[string]int{}
+	for i := 0; i < len(cands); i += 3 {
+		c[cands[i]]++
+	}
+	return c
 }

@@ -1,6 +1,10 @@
 package balancer
 
-import "errors"
+import (
+	"errors"
+	"math"
+	"slices"
+)
 
 // Request is what a pick may read of one request: nginx variables by name,
 // exactly as ngx.var would return them: "host", "server_name", "https" ("on"
@@ -64,6 +68,48 @@ type Attempt struct {
 	rrBase uint64
 	// pick is the result of the last Pick that the snapshot does not hold.
 	pick Pick
+	// scores, while scoreOnce (ScoreOnce), holds the ewma and peak_ewma
+	// costs read so far, for every pick until ScoreOnce(false); kept
+	// allocated in between.
+	scores    *scoreBatch
+	scoreOnce bool
+}
+
+// scoreBatch is the peers' costs of backend b at the instant now, each read
+// once (NaN until then).
+type scoreBatch struct {
+	b     *backend
+	now   float64
+	costs []float64
+}
+
+// reset makes sb hold no cost of b's peers yet, at instant now.
+func (sb *scoreBatch) reset(b *backend, now float64) {
+	sb.b, sb.now = b, now
+	sb.costs = slices.Grow(sb.costs[:0], len(b.peers))[:len(b.peers)]
+	for i := range sb.costs {
+		sb.costs[i] = math.NaN()
+	}
+}
+
+// ScoreOnce(true) makes every ewma or peak_ewma pick through a, until
+// ScoreOnce(false), read each peer's cost once, at the instant of the first
+// such pick, and use it for the picks that follow: for a batch of picks made
+// ahead at one moment (the pick socket's premade frames, about a thousand
+// of them in a millisecond), whose costs then differ from costs read per
+// pick only by a millisecond of decay (10 s time constant) and, for
+// peak_ewma, by no in-flight count (picks made ahead take none). A
+// configuration change in between reads the new backend's costs afresh.
+// Reset keeps the setting and the costs.
+func (a *Attempt) ScoreOnce(on bool) {
+	a.scoreOnce = on
+	if !on {
+		return
+	}
+	if a.scores == nil {
+		a.scores = &scoreBatch{}
+	}
+	a.scores.b = nil
 }
 
 // Reset prepares a for a new request, keeping its scratch buffer.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -468,6 +469,36 @@ func BenchmarkPickFrame(b *testing.B) {
 	srv := NewServer(Config{Picker: reg})
 	cs := &conn{s: srv, out: make([]byte, 0, 64<<10)}
 	frame := AppendPick(nil, 1, "default-web-80", "request_uri", "/x", "https", "on")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := cs.handle(frame); err != nil {
+			b.Fatal(err)
+		}
+		cs.out = cs.out[:0]
+	}
+}
+
+// BenchmarkPremadeEWMA is the sidecar's work for one premade batch of an
+// ewma backend (what the shim asks for every ~40 ms under load): 760
+// picks of 3 candidates over 3 scored peers, as a 1-worker ewma run of
+// test/bench/shim-real.sh asks (docs/benchmarks.md).
+func BenchmarkPremadeEWMA(b *testing.B) {
+	bs, err := balancer.DecodeBackends([]byte(`[{"name":"e","port":80,"load-balance":"ewma","endpoints":[
+		{"address":"10.0.0.1","port":"80"},{"address":"10.0.0.2","port":"80"},{"address":"10.0.0.3","port":"80"}]}]`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := balancer.NewRegistry(balancer.Config{})
+	if err := reg.Sync(bs); err != nil {
+		b.Fatal(err)
+	}
+	for i, peer := range []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"} {
+		reg.Feedback("e", peer, balancer.DoneInfo{ResponseTime: time.Duration(300+100*i) * time.Microsecond})
+	}
+	srv := NewServer(Config{Picker: reg})
+	cs := &conn{s: srv, out: make([]byte, 0, 64<<10)}
+	frame := AppendPremade(nil, 1, "e", 760)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -559,6 +559,11 @@ func (cs *conn) premade(q *Request) {
 	count := min(int(q.Count), MaxPremade)
 	made := 0
 	sticky := true // until NewSessions says otherwise
+	// The batch's picks are made at one moment: each peer's ewma cost is
+	// read once for all of them (issue 16: the sidecar's premade batches of
+	// an ewma backend took ~1 ms each, on the cores nginx needs).
+	cs.att.ScoreOnce(true)
+	defer cs.att.ScoreOnce(false)
 	for made < count {
 		cs.att.Reset()
 		var ok bool
@@ -621,6 +626,10 @@ func (cs *conn) premadeRouted(dst []byte, start int, name string, gen uint32, co
 	var empty Request
 	k := cs.s.cfg.Candidates
 	made := 0
+	// As in premade: an ewma side's costs read once for the batch (they
+	// are read again when the draws alternate between two scored sides).
+	cs.att.ScoreOnce(true)
+	defer cs.att.ScoreOnce(false)
 	for made < count {
 		cs.att.Reset()
 		chosen, kind, ok := p.RouteAhead(name, &cs.att)
