@@ -894,16 +894,26 @@ func (r *Registry) Release(p *Pick) {
 // reports by address in batches): like Done, without the in-flight count.
 // Unknown backends or addresses are ignored.
 func (r *Registry) Feedback(backend, peer string, info DoneInfo) {
+	b, st := r.endpoint(backend, peer)
+	if st == nil {
+		return
+	}
+	st.completed.Add(1)
+	r.observe(st, b.scored, b.peak, info)
+}
+
+// endpoint returns the backend named backend and the state of its endpoint
+// at address peer, or nil state when either is unknown.
+func (r *Registry) endpoint(backend, peer string) (*backend, *endpointState) {
 	b := r.snap.Load().get(backend)
 	if b == nil {
-		return
+		return nil, nil
 	}
 	i, ok := b.byAddr[peer]
 	if !ok {
-		return
+		return nil, nil
 	}
-	b.peers[i].st.completed.Add(1)
-	r.observe(b.peers[i].st, b.scored, b.peak, info)
+	return b, b.peers[i].st
 }
 
 func (r *Registry) observe(st *endpointState, scored, peak bool, info DoneInfo) {

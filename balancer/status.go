@@ -159,16 +159,10 @@ func (r *Registry) Leasable(backend string) bool {
 // aggregate (the nginx shim sums them per flush for backends whose balancer
 // needs no latencies). Unknown backends or addresses are ignored.
 func (r *Registry) Count(backend, peer string, completed, failed uint64) {
-	b := r.snap.Load().get(backend)
-	if b == nil {
-		return
+	if _, st := r.endpoint(backend, peer); st != nil {
+		st.completed.Add(completed)
+		st.failures.Add(failed)
 	}
-	i, ok := b.byAddr[peer]
-	if !ok {
-		return
-	}
-	b.peers[i].st.completed.Add(completed)
-	b.peers[i].st.failures.Add(failed)
 }
 
 // TimedCounts are one endpoint's attempts over a flush of the nginx shim, for
@@ -190,15 +184,10 @@ type TimedCounts struct {
 // sets it, as it would have alone. Unknown backends or addresses are
 // ignored.
 func (r *Registry) CountTimed(backend, peer string, c TimedCounts) {
-	b := r.snap.Load().get(backend)
-	if b == nil {
+	b, st := r.endpoint(backend, peer)
+	if st == nil {
 		return
 	}
-	i, ok := b.byAddr[peer]
-	if !ok {
-		return
-	}
-	st := b.peers[i].st
 	st.completed.Add(c.Completed)
 	st.failures.Add(c.Failed)
 	if !b.scored || c.Completed == 0 {

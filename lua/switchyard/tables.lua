@@ -213,6 +213,24 @@ load_table = function(info, name, b, from_shared)
   return nil
 end
 
+-- load_shared_chunks loads info's table from the chunks in the shared dict,
+-- in order, until it is whole or a chunk is missing or does not fit (a
+-- chunk of another generation leaves info.tfailed set).
+local function load_shared_chunks(info, name)
+  local offset = 0
+  while true do
+    local chunk = state.shared:get("switchyard:table:" .. name .. ":" .. offset)
+    if not chunk then
+      return
+    end
+    local ok, err = pcall(load_table, info, name, chunk, true)
+    if not ok or err or info.ring or info.tfailed or info.tloaded == offset then
+      return
+    end
+    offset = info.tloaded
+  end
+end
+
 -- shared_info returns the backend info (and table) another worker got, from
 -- the shared dict, or nil; for a worker that has none while Go is away.
 function _M.shared_info(name)
@@ -226,18 +244,7 @@ function _M.shared_info(name)
   end
   state.infos[name] = info
   if info.hashtable then
-    local offset = 0
-    while true do
-      local chunk = state.shared:get("switchyard:table:" .. name .. ":" .. offset)
-      if not chunk then
-        break
-      end
-      local lok, err = pcall(load_table, info, name, chunk, true)
-      if not lok or err or info.ring or info.tloaded == offset then
-        break
-      end
-      offset = info.tloaded
-    end
+    load_shared_chunks(info, name)
     if not info.ring then
       info.tfailed = false
     end
@@ -255,18 +262,7 @@ function _M.shared_table(info, name)
   end
   info.tshared = true
   info.tloaded, info.tpending, info.tfailed = 0, false, false
-  local offset = 0
-  while true do
-    local chunk = state.shared:get("switchyard:table:" .. name .. ":" .. offset)
-    if not chunk then
-      break
-    end
-    local ok, err = pcall(load_table, info, name, chunk, true)
-    if not ok or err or info.ring or info.tfailed or info.tloaded == offset then
-      break
-    end
-    offset = info.tloaded
-  end
+  load_shared_chunks(info, name)
   if info.ring then
     log_once("state.shared", "Go side unreachable; the table of backend ", name, " taken from what another worker had")
   end
