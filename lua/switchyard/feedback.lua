@@ -6,7 +6,7 @@
 
 local ngx = ngx
 local wire = require("switchyard.wire")
-local char, find = string.char, string.find
+local char, find, gmatch = string.char, string.find, string.gmatch
 local floor, min = math.floor, math.min
 local tonumber, pairs = tonumber, pairs
 local ngx_var = ngx.var
@@ -101,6 +101,36 @@ local function count(backend, peer, failed, timed, rtt)
   counts_dirty = true
 end
 
+-- each_earlier calls f(x, y, peer) for each attempt of an $upstream_addr
+-- list but the last: nginx moved on from them, so they failed.
+local function each_earlier(addrs, f, x, y)
+  local n = 0
+  for a in gmatch(addrs, "[^%s,]+") do
+    if a ~= ":" then
+      n = n + 1
+    end
+  end
+  local k = 0
+  for a in gmatch(addrs, "[^%s,]+") do
+    if a ~= ":" then
+      k = k + 1
+      if k < n then
+        f(x, y, a)
+      end
+    end
+  end
+end
+
+-- count_failed counts a failed earlier attempt (each_earlier).
+local function count_failed(name, scored, peer)
+  count(name, peer, true, scored)
+end
+
+-- done_failed sends a failed earlier attempt's 0x02 frame (each_earlier).
+local function done_failed(backend, _, peer)
+  enqueue(frame(T.DONE, 0, backend .. str8(peer) .. "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1"))
+end
+
 -- done_frames sends a scored backend's request to a Go side that does not
 -- take timed counts: the last attempt's timings in a frame of its own, and
 -- a failure for each earlier attempt.
@@ -119,23 +149,7 @@ local function done_frames(name)
       u16(tonumber(ngx_var.upstream_status) or 0) .. ((header == nil or header == "-") and "\1" or "\0")))
     return
   end
-  local count = 0
-  for a in string.gmatch(addrs, "[^%s,]+") do
-    if a ~= ":" then
-      count = count + 1
-    end
-  end
-  if count > 1 then
-    local k = 0
-    for a in string.gmatch(addrs, "[^%s,]+") do
-      if a ~= ":" then
-        k = k + 1
-        if k < count then
-          enqueue(frame(T.DONE, 0, backend .. str8(a) .. "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1"))
-        end
-      end
-    end
-  end
+  each_earlier(addrs, done_failed, backend)
   local peer = last(addrs)
   local header = last(ngx_var.upstream_header_time)
   local failed = (header == nil or header == "-") and 1 or 0
@@ -213,20 +227,7 @@ function _M.feedback(s)
   end
   -- Earlier attempts failed (nginx moved on to the next peer).
   local lastpeer = last(addrs)
-  local n, k = 0, 0
-  for a in string.gmatch(addrs, "[^%s,]+") do
-    if a ~= ":" then
-      n = n + 1
-    end
-  end
-  for a in string.gmatch(addrs, "[^%s,]+") do
-    if a ~= ":" then
-      k = k + 1
-      if k < n then
-        count(name, a, true, scored)
-      end
-    end
-  end
+  each_earlier(addrs, count_failed, name, scored)
   local header = last(ngx_var.upstream_header_time)
   local failed = header == "-" or scored and header == nil
   if scored and not failed then
