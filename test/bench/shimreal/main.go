@@ -61,6 +61,8 @@ type options struct {
 	cases                                                       []benchCase
 	keep                                                        bool
 	pprof                                                       string
+	// sidecarProcs, when not 0, is the GOMAXPROCS the sidecar runs with.
+	sidecarProcs int
 	// aa runs ingress-nginx's Lua in the shim's place too (an A/A run):
 	// what the ratios read when nothing differs.
 	aa bool
@@ -84,6 +86,7 @@ func main() {
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
 	flag.BoolVar(&o.aa, "aa", false, "A/A: run ingress-nginx's own Lua in the shim's place too, to measure what the ratios read when nothing differs (the table's \"shim\" columns are then a second real nginx)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
+	flag.IntVar(&o.sidecarProcs, "sidecar-gomaxprocs", 0, "run the sidecar with this GOMAXPROCS (0: the Go runtime's default, the CPU count)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
@@ -197,7 +200,7 @@ func run(o options) error {
 		return err
 	}
 	defer bk.stop()
-	side, err := startSidecar(dir, bin, o.pprof)
+	side, err := startSidecar(dir, bin, o.pprof, o.sidecarProcs)
 	if err != nil {
 		return err
 	}
@@ -332,6 +335,9 @@ func printHeader(o options, src sources) {
 	}
 	fmt.Printf("# real: ingress-nginx %s Lua at %s (balancer.lua sha256 %s)\n", src.ingressTag, src.ingressLua, sha(filepath.Join(src.ingressLua, "balancer.lua")))
 	fmt.Printf("# shim: %s (pick.lua sha256 %s), commit %s\n", o.shimLua, sha(filepath.Join(o.shimLua, "switchyard/pick.lua")), o.commit)
+	if o.sidecarProcs > 0 {
+		fmt.Printf("# sidecar: GOMAXPROCS=%d\n", o.sidecarProcs)
+	}
 	if o.aa {
 		fmt.Println("# A/A (-aa): the \"shim\" columns are a second nginx running ingress-nginx's own Lua, not the shim")
 	}

@@ -69,7 +69,7 @@ type sidecar struct {
 	metrics           string // its /metrics (the pick socket's frame counts)
 }
 
-func startSidecar(dir, bin, pprof string) (*sidecar, error) {
+func startSidecar(dir, bin, pprof string, procs int) (*sidecar, error) {
 	s := &sidecar{apiSock: filepath.Join(dir, "configuration.sock"), pickSock: filepath.Join(dir, "pick.sock")}
 	port, err := benchutil.FreePort("127.0.0.1")
 	if err != nil {
@@ -80,6 +80,9 @@ func startSidecar(dir, bin, pprof string) (*sidecar, error) {
 		"--socket-gid", "65534", "--state-file", "", "--metrics-address", s.metrics)
 	if pprof != "" {
 		s.cmd.Args = append(s.cmd.Args, "--pprof-address", pprof)
+	}
+	if procs > 0 {
+		s.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(procs))
 	}
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, os.Stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
