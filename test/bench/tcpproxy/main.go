@@ -98,6 +98,7 @@ func main() {
 	flag.BoolVar(&o.peers, "peers", true, "measure HAProxy and nginx stream too")
 	flag.BoolVar(&o.pp, "proxy-protocol", true, "measure the PROXY protocol paths too")
 	flag.BoolVar(&o.epoll, "epoll", false, "also measure a bare forwarder on a raw epoll loop (one locked thread, no netpoller): the floor of an event-loop design")
+	flag.BoolVar(&o.epollRaw, "epoll-raw", false, "also measure the epoll forwarder with raw system calls only and edge-triggered sockets (the runtime never sees the thread block)")
 	flag.StringVar(&o.label, "label", "", "label of this run in the output")
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
@@ -135,6 +136,8 @@ func main() {
 		err = child(func(ctx context.Context) (string, error) { return serveForward(ctx, *target) }, "")
 	case "epoll-forward":
 		err = child(func(ctx context.Context) (string, error) { return serveEpollForward(ctx, *target) }, "")
+	case "epoll-raw-forward":
+		err = child(func(ctx context.Context) (string, error) { return serveEpollRawForward(ctx, *target) }, "")
 	case "summarize":
 		err = summarize(flag.Args())
 	default:
@@ -150,7 +153,7 @@ type options struct {
 	big                             int64
 	handshake                       string
 	procs                           int
-	pin, peers, pp, epoll           bool
+	pin, peers, pp, epoll, epollRaw bool
 	label, cpuprofile, jsonOut      string
 	variants                        []variant
 }
@@ -704,6 +707,16 @@ func run(o options) error {
 	}
 	if o.epoll {
 		if err := addGo("epoll forward", classTCP, implEpollFloor, "", nil, "epoll-forward", "-target", target); err != nil {
+			return err
+		}
+	}
+	if o.epollRaw {
+		if err := addGo("epoll raw forward", classTCP, implEpollFloor, "", nil, "epoll-raw-forward", "-target", target); err != nil {
+			return err
+		}
+		// The same loop blocking in a system call the runtime sees
+		// (entersyscall, sysmon): which of the two the gap is.
+		if err := addGo("epoll raw forward, Go's wait", classTCP, implEpollFloor, "", []string{"TCPB_EPOLL_WAIT=syscall"}, "epoll-raw-forward", "-target", target); err != nil {
 			return err
 		}
 	}
