@@ -10,3 +10,7 @@ import (
 func serveEpollForward(context.Context, string) (string, error) {
 	return "", errors.New("the epoll forwarder needs Linux")
 }
+
+func serveEpollRawForward(context.Context, string) (string, error) {
+	return "", errors.New("the epoll forwarder needs Linux")
+}
