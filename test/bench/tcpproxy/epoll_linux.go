@@ -26,24 +26,9 @@ func serveEpollForward(ctx context.Context, target string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("target: %w", err)
 	}
-	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	lfd, ep, addr, err := epollListener()
 	if err != nil {
-		return "", fmt.Errorf("socket: %w", err)
-	}
-	_ = unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return "", fmt.Errorf("bind: %w", err)
-	}
-	if err := unix.Listen(lfd, 1024); err != nil {
-		return "", fmt.Errorf("listen: %w", err)
-	}
-	sa, err := unix.Getsockname(lfd)
-	if err != nil {
-		return "", fmt.Errorf("getsockname: %w", err)
-	}
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return "", fmt.Errorf("epoll_create1: %w", err)
+		return "", err
 	}
 	l := &epLoop{ep: ep, lfd: lfd, to: &unix.SockaddrInet4{Addr: to.Addr().As4(), Port: int(to.Port())}}
 	if err := l.ctl(unix.EPOLL_CTL_ADD, lfd, unix.EPOLLIN); err != nil {
@@ -51,7 +36,32 @@ func serveEpollForward(ctx context.Context, target string) (string, error) {
 	}
 	go l.run()
 	context.AfterFunc(ctx, func() { _ = unix.Close(lfd) })
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port)), nil
+	return addr, nil
+}
+
+// epollListener is the forwarders' listening socket on 127.0.0.1 (non-
+// blocking, any port) and an epoll instance, with the address to dial.
+func epollListener() (lfd, ep int, addr string, err error) {
+	lfd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("socket: %w", err)
+	}
+	_ = unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return 0, 0, "", fmt.Errorf("bind: %w", err)
+	}
+	if err := unix.Listen(lfd, 1024); err != nil {
+		return 0, 0, "", fmt.Errorf("listen: %w", err)
+	}
+	sa, err := unix.Getsockname(lfd)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("getsockname: %w", err)
+	}
+	ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("epoll_create1: %w", err)
+	}
+	return lfd, ep, net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port)), nil
 }
 
 type epLoop struct {

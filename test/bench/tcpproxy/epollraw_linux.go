@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -28,24 +26,9 @@ func serveEpollRawForward(ctx context.Context, target string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("target: %w", err)
 	}
-	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	lfd, ep, addr, err := epollListener()
 	if err != nil {
-		return "", fmt.Errorf("socket: %w", err)
-	}
-	_ = unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return "", fmt.Errorf("bind: %w", err)
-	}
-	if err := unix.Listen(lfd, 1024); err != nil {
-		return "", fmt.Errorf("listen: %w", err)
-	}
-	sa, err := unix.Getsockname(lfd)
-	if err != nil {
-		return "", fmt.Errorf("getsockname: %w", err)
-	}
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return "", fmt.Errorf("epoll_create1: %w", err)
+		return "", err
 	}
 	l := &rawLoop{ep: ep, lfd: lfd, goWait: os.Getenv("TCPB_EPOLL_WAIT") == "syscall"}
 	l.to.Family = unix.AF_INET
@@ -57,7 +40,7 @@ func serveEpollRawForward(ctx context.Context, target string) (string, error) {
 	}
 	go l.run()
 	context.AfterFunc(ctx, func() { _ = unix.Close(lfd) })
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port)), nil
+	return addr, nil
 }
 
 type rawLoop struct {
