@@ -98,7 +98,7 @@ func main() {
 	flag.BoolVar(&o.peers, "peers", true, "measure HAProxy and nginx stream too")
 	flag.BoolVar(&o.pp, "proxy-protocol", true, "measure the PROXY protocol paths too")
 	flag.BoolVar(&o.epoll, "epoll", false, "also measure a bare forwarder on a raw epoll loop (one locked thread, no netpoller): the floor of an event-loop design")
-	flag.BoolVar(&o.epollRaw, "epoll-raw", false, "also measure the epoll forwarder with raw system calls only and edge-triggered sockets (the runtime never sees the thread block)")
+	flag.BoolVar(&o.epollRaw, "epoll-raw", false, "also measure an edge-triggered epoll forwarder on raw system calls only (the runtime never sees the thread block), and the same loop blocking in Go's epoll_wait")
 	flag.StringVar(&o.label, "label", "", "label of this run in the output")
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
