@@ -27,7 +27,13 @@ const payload = `[
 
 func newRegistry(t testing.TB) *balancer.Registry {
 	t.Helper()
-	bs, err := balancer.DecodeBackends([]byte(payload))
+	return registryOf(t, payload)
+}
+
+// registryOf is a Registry synced to a /configuration/backends payload.
+func registryOf(t testing.TB, backends string) *balancer.Registry {
+	t.Helper()
+	bs, err := balancer.DecodeBackends([]byte(backends))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,17 +471,23 @@ func TestVarsReplyConnectSamples(t *testing.T) {
 }
 
 func BenchmarkPickFrame(b *testing.B) {
-	reg := newRegistry(b)
-	srv := NewServer(Config{Picker: reg})
-	cs := &conn{s: srv, out: make([]byte, 0, 64<<10)}
-	frame := AppendPick(nil, 1, "default-web-80", "request_uri", "/x", "https", "on")
+	benchHandle(b, newConn(newRegistry(b)), AppendPick(nil, 1, "default-web-80", "request_uri", "/x", "https", "on"))
+}
+
+// newConn is a connection of a server over reg, with room for replies.
+func newConn(reg *balancer.Registry) *conn {
+	return &conn{s: NewServer(Config{Picker: reg}), out: make([]byte, 0, 64<<10)}
+}
+
+// benchHandle measures cs handling frame, its reply dropped each time.
+func benchHandle(b *testing.B, cs *conn, frame []byte) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		cs.out = cs.out[:0]
 		if err := cs.handle(frame); err != nil {
 			b.Fatal(err)
 		}
-		cs.out = cs.out[:0]
 	}
 }
 
@@ -484,29 +496,12 @@ func BenchmarkPickFrame(b *testing.B) {
 // picks of 3 candidates over 3 scored peers, as a 1-worker ewma run of
 // test/bench/shim-real.sh asks (docs/benchmarks.md).
 func BenchmarkPremadeEWMA(b *testing.B) {
-	bs, err := balancer.DecodeBackends([]byte(`[{"name":"e","port":80,"load-balance":"ewma","endpoints":[
-		{"address":"10.0.0.1","port":"80"},{"address":"10.0.0.2","port":"80"},{"address":"10.0.0.3","port":"80"}]}]`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(bs); err != nil {
-		b.Fatal(err)
-	}
+	reg := registryOf(b, `[{"name":"e","port":80,"load-balance":"ewma","endpoints":[
+		{"address":"10.0.0.1","port":"80"},{"address":"10.0.0.2","port":"80"},{"address":"10.0.0.3","port":"80"}]}]`)
 	for i, peer := range []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"} {
 		reg.Feedback("e", peer, balancer.DoneInfo{ResponseTime: time.Duration(300+100*i) * time.Microsecond})
 	}
-	srv := NewServer(Config{Picker: reg})
-	cs := &conn{s: srv, out: make([]byte, 0, 64<<10)}
-	frame := AppendPremade(nil, 1, "e", 760)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := cs.handle(frame); err != nil {
-			b.Fatal(err)
-		}
-		cs.out = cs.out[:0]
-	}
+	benchHandle(b, newConn(reg), AppendPremade(nil, 1, "e", 760))
 }
 
 // BenchmarkPremadeCanaryWeight is the sidecar's work for one premade batch
@@ -514,18 +509,9 @@ func BenchmarkPremadeEWMA(b *testing.B) {
 // leased), what a 1-worker canary_weight run of test/bench/shim-real.sh asks
 // for about 25 times a second: 1000 draws, each the choice only.
 func BenchmarkPremadeCanaryWeight(b *testing.B) {
-	bs, err := balancer.DecodeBackends([]byte(`[
+	cs := newConn(registryOf(b, `[
  {"name":"main","port":80,"alternativeBackends":["canary"],"endpoints":[{"address":"10.0.0.1","port":"80"},{"address":"10.0.0.2","port":"80"}]},
  {"name":"canary","port":80,"noServer":true,"trafficShapingPolicy":{"weight":30},"endpoints":[{"address":"10.0.1.1","port":"80"}]}]`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := balancer.NewRegistry(balancer.Config{})
-	if err := reg.Sync(bs); err != nil {
-		b.Fatal(err)
-	}
-	srv := NewServer(Config{Picker: reg})
-	cs := &conn{s: srv, out: make([]byte, 0, 64<<10)}
 	frame := AppendPremade(nil, 1, "main", 1000)
 	if err := cs.handle(frame); err != nil {
 		b.Fatal(err)
@@ -533,12 +519,5 @@ func BenchmarkPremadeCanaryWeight(b *testing.B) {
 	if len(cs.out) < 1000 {
 		b.Fatalf("reply of %d bytes for 1000 draws", len(cs.out))
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		cs.out = cs.out[:0]
-		if err := cs.handle(frame); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchHandle(b, cs, frame)
 }
