@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -54,6 +55,29 @@ func Read(r *bufio.Reader) (Header, error) {
 		return readV2(r)
 	}
 	return Header{}, ErrNoHeader
+}
+
+// ErrIncomplete means the bytes given to Parse start a header that they do
+// not hold all of: more bytes from the connection may complete it.
+var ErrIncomplete = errors.New("proxyproto: header incomplete")
+
+// Parse parses the header at the start of b, for callers that read the
+// connection themselves (tcpproxy's event loops) and so hold what arrived
+// so far in a buffer: n is the header's length in b. The rules are Read's;
+// a b too short to decide gives ErrIncomplete.
+func Parse(b []byte) (h Header, n int, err error) {
+	src := bytes.NewReader(b)
+	// Big enough for either version's fixed part; a longer version 2
+	// header (TLVs) is read through it.
+	br := bufio.NewReaderSize(src, max(len(b), 256))
+	h, err = Read(br)
+	if errors.Is(err, io.EOF) {
+		return Header{}, 0, ErrIncomplete
+	}
+	if err != nil {
+		return Header{}, 0, err
+	}
+	return h, len(b) - br.Buffered() - src.Len(), nil
 }
 
 func readV1(r *bufio.Reader) (Header, error) {

@@ -256,3 +256,41 @@ func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// FuzzParse checks Parse against Read: the same header and length for the
+// whole input, and for every shorter prefix of a header Read accepts,
+// ErrIncomplete (more bytes could complete it) and never another answer.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("PROXY TCP4 192.0.2.1 192.0.2.2 56324 443\r\n\x16\x03\x01"))
+	f.Add([]byte("PROXY UNKNOWN\r\n"))
+	f.Add(AppendV2(nil, netip.MustParseAddrPort("[2001:db8::1]:5"), netip.MustParseAddrPort("[2001:db8::9]:80")))
+	tlv := AppendV2(nil, netip.MustParseAddrPort("192.0.2.1:1"), netip.MustParseAddrPort("192.0.2.2:2"))
+	tlv[15] += 4
+	f.Add(append(tlv, 0x04, 0x00, 0x01, 0xff, 'G', 'E', 'T'))
+	f.Add([]byte("\x16\x03\x01\x00\x05hello"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := bufio.NewReader(bytes.NewReader(in))
+		want, werr := Read(r)
+		h, n, err := Parse(in)
+		if errors.Is(werr, io.EOF) {
+			if !errors.Is(err, ErrIncomplete) {
+				t.Fatalf("Read ran out of bytes (%v) but Parse says %+v, %v", werr, h, err)
+			}
+			return
+		}
+		if (err == nil) != (werr == nil) || errors.Is(err, ErrNoHeader) != errors.Is(werr, ErrNoHeader) || h != want {
+			t.Fatalf("Parse: %+v, %v; Read: %+v, %v", h, err, want, werr)
+		}
+		if err != nil {
+			return
+		}
+		if rest, _ := io.ReadAll(r); n != len(in)-len(rest) {
+			t.Fatalf("Parse says the header is %d bytes; Read consumed %d", n, len(in)-len(rest))
+		}
+		for i := range n {
+			if _, _, err := Parse(in[:i]); !errors.Is(err, ErrIncomplete) {
+				t.Fatalf("the first %d of the header's %d bytes: %v, want ErrIncomplete", i, n, err)
+			}
+		}
+	})
+}
