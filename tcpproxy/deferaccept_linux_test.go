@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 
@@ -11,10 +12,11 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
-// deferAcceptOn reads TCP_DEFER_ACCEPT back from a TCP listener.
-func deferAcceptOn(t *testing.T, ln net.Listener) bool {
+// deferAcceptOn reads TCP_DEFER_ACCEPT back from a duplicate of a TCP
+// listener's socket (the event loops close the listener they are given).
+func deferAcceptOn(t *testing.T, ln *os.File) bool {
 	t.Helper()
-	rc, err := ln.(*net.TCPListener).SyscallConn()
+	rc, err := ln.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func TestDeferAcceptFollowsPassthrough(t *testing.T) {
 		_, _ = io.WriteString(c, "backend")
 	})
 	fallback := listen(t, func(c net.Conn) { _ = c.Close() })
-	p, err := New(Config{Picker: registry(t, balancer.Backend{Name: "pass", Endpoints: []balancer.Endpoint{endpoint(backend)}}), HTTPSFallback: fallback})
+	p, err := newProxy(Config{Picker: registry(t, balancer.Backend{Name: "pass", Endpoints: []balancer.Endpoint{endpoint(backend)}}), HTTPSFallback: fallback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +48,11 @@ func TestDeferAcceptFollowsPassthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sock, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	done := make(chan struct{})
@@ -74,7 +81,7 @@ func TestDeferAcceptFollowsPassthrough(t *testing.T) {
 		{"passthrough host again", withHost, true},
 	} {
 		p.Update(tc.routes)
-		if got := deferAcceptOn(t, ln); got != tc.want {
+		if got := deferAcceptOn(t, sock); got != tc.want {
 			t.Errorf("%s: TCP_DEFER_ACCEPT on = %v; want %v", tc.name, got, tc.want)
 		}
 	}

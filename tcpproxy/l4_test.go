@@ -30,7 +30,7 @@ func TestPassthroughChashBySNI(t *testing.T) {
 	hashBy := "$ssl_preread_server_name"
 	reg := registry(t, balancer.Backend{Name: "hashed", Endpoints: []balancer.Endpoint{endpoint(a), endpoint(b)},
 		UpstreamHashBy: balancer.UpstreamHashByConfig{HashBy: &hashBy}})
-	p, err := New(Config{Picker: reg})
+	p, err := newProxy(Config{Picker: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestEndpointRemovalDrains(t *testing.T) {
 	if err := reg.Sync(backend("a", "b")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Picker: reg})
+	p, err := newProxy(Config{Picker: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,11 +48,11 @@ func TestMetrics(t *testing.T) {
 		balancer.Backend{Name: "tcp-ns-empty-7"},
 	)
 	prom := prometheus.NewRegistry()
-	p, err := New(Config{Picker: reg, Registerer: prom})
+	p, err := newProxy(Config{Picker: reg, Registerer: prom})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{Picker: reg, Registerer: prom}); err == nil {
+	if _, err := newProxy(Config{Picker: reg, Registerer: prom}); err == nil {
 		t.Error("registering the metrics twice on one Registerer: got no error")
 	}
 	var ports [3]int

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -87,6 +88,12 @@ type Config struct {
 	// Registerer receives the switchyard_tcpproxy_* metrics; nil means they
 	// are kept but not exported. Never the global registry by default.
 	Registerer prometheus.Registerer
+	// EventLoops, on Linux, serves TCP service ports and SNI listeners on
+	// this many event loops (loop_linux.go) instead of a goroutine per
+	// connection. Each running loop keeps a P of the runtime while it
+	// waits and raises GOMAXPROCS by one for it. Zero, or another system,
+	// means a goroutine per connection. UDP services are not affected.
+	EventLoops int
 }
 
 // Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.
@@ -99,10 +106,16 @@ type Proxy struct {
 	// atomic
 	routes atomic.Pointer[Routes]
 
-	mu        sync.Mutex // guards listeners, udp and sni
-	listeners map[int]net.Listener
-	udp       map[int]context.CancelFunc // stops a UDP service port
-	sni       map[net.Listener]struct{}  // ServeSNI's listeners, for setDeferAccept
+	// sniPolicy is what the SNI listeners do with PROXY headers.
+	sniPolicy atomic.Pointer[proxyproto.Policy]
+	loops     *loopGroup // nil: a goroutine per connection
+
+	mu        sync.Mutex // guards listeners, udp, sni, sniLoop and sniWrapped
+	listeners map[int]io.Closer
+	udp       map[int]context.CancelFunc    // stops a UDP service port
+	sni       map[net.Listener]struct{}     // ServeSNI's listeners, for setDeferAccept
+	sniLoop   map[*loopListener]struct{}    // the same, served by the event loops
+	sniPP     map[*proxyproto.Listener]bool // ServeSNI's PROXY header readers, for SetSNIProxyProtocol
 	conns     inflight
 }
 
@@ -127,9 +140,34 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, metrics: m, dialer: upstreamDialer(cfg.ConnectTimeout), listeners: map[int]net.Listener{}, udp: map[int]context.CancelFunc{}, sni: map[net.Listener]struct{}{}}
+	p := &Proxy{cfg: cfg, metrics: m, dialer: upstreamDialer(cfg.ConnectTimeout), listeners: map[int]io.Closer{}, udp: map[int]context.CancelFunc{},
+		sni: map[net.Listener]struct{}{}, sniLoop: map[*loopListener]struct{}{}, sniPP: map[*proxyproto.Listener]bool{}}
 	p.routes.Store(&Routes{Passthrough: map[string]string{}, TCP: map[int]model.L4Service{}, UDP: map[int]model.L4Service{}})
+	p.sniPolicy.Store(&proxyproto.Policy{})
+	if cfg.EventLoops > 0 {
+		if p.loops, err = newLoopGroup(p, cfg.EventLoops); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// SetSNIProxyProtocol sets what ServeSNI's listeners do with PROXY
+// headers (use-proxy-protocol on the SSL passthrough router), for the
+// connections they accept from now on. The zero Policy reads none.
+func (p *Proxy) SetSNIProxyProtocol(pol proxyproto.Policy) {
+	if pol.Timeout <= 0 {
+		pol.Timeout = 5 * time.Second
+	}
+	if pol.MaxPending <= 0 {
+		pol.MaxPending = 16384
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sniPolicy.Store(&pol)
+	for l := range p.sniPP {
+		l.SetPolicy(pol)
+	}
 }
 
 // upstreamDialer dials peers and the HTTPS fallback without TCP keep-alive,
@@ -155,6 +193,9 @@ func (p *Proxy) Update(r *Routes) {
 	for ln := range p.sni {
 		p.deferAccept(ln, r)
 	}
+	for ln := range p.sniLoop {
+		p.deferAcceptLoop(ln, r)
+	}
 }
 
 // awaitsHello reports whether SNI connections must wait for the
@@ -174,6 +215,15 @@ func (p *Proxy) deferAccept(ln net.Listener, r *Routes) {
 		return
 	}
 	setDeferAccept(ln, 0)
+}
+
+// deferAcceptLoop is deferAccept for a listener the event loops hold.
+func (p *Proxy) deferAcceptLoop(ln *loopListener, r *Routes) {
+	if p.awaitsHello(r) {
+		deferAcceptFD(ln.fd, p.cfg.HelloTimeout)
+		return
+	}
+	deferAcceptFD(ln.fd, 0)
 }
 
 // connView answers the nginx variables an L4 pick may read.
@@ -201,17 +251,47 @@ func (v *connView) Var(name string) ([]byte, bool) {
 // (passthrough hosts exist, or no fallback is set): the kernel then hands
 // over a connection once its first bytes are in, or, for a client that
 // sends nothing, after about HelloTimeout, which then applies again.
+//
+// PROXY headers are read per SetSNIProxyProtocol. With EventLoops, ln is
+// handed to the loops (and closed here; they hold a duplicate); it must
+// then be a *net.TCPListener.
 func (p *Proxy) ServeSNI(ctx context.Context, ln net.Listener) error {
+	if p.loops != nil {
+		return p.serveSNILoops(ctx, ln)
+	}
 	p.mu.Lock()
 	p.sni[ln] = struct{}{}
 	p.deferAccept(ln, p.routes.Load())
+	pl := proxyproto.NewListener(ln, *p.sniPolicy.Load())
+	p.sniPP[pl] = true
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
 		delete(p.sni, ln)
+		delete(p.sniPP, pl)
 		p.mu.Unlock()
 	}()
-	return p.serve(ctx, ln, p.handleSNI)
+	return p.serve(ctx, pl, p.handleSNI)
+}
+
+// serveSNILoops is ServeSNI on the event loops.
+func (p *Proxy) serveSNILoops(ctx context.Context, ln net.Listener) error {
+	p.mu.Lock()
+	ll, err := p.loops.listen(ln, true, 0)
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	p.sniLoop[ll] = struct{}{}
+	p.deferAcceptLoop(ll, p.routes.Load())
+	p.mu.Unlock()
+	<-ctx.Done()
+	p.mu.Lock()
+	delete(p.sniLoop, ll)
+	p.mu.Unlock()
+	_ = ll.Close()
+	<-ll.done
+	return nil
 }
 
 func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn)) error {
@@ -293,15 +373,24 @@ func (p *Proxy) toFallback(c net.Conn, br *bufio.Reader) {
 // ingress-nginx's stream "proxy_protocol on"). br, if not nil, holds bytes
 // already read from c; it is returned to the pool.
 func (p *Proxy) toBackend(c net.Conn, br *bufio.Reader, backend string, view *connView, sendProxy bool) {
-	var a balancer.Attempt
+	p.toBackendFrom(c, br, backend, view, sendProxy, nil, &balancer.Attempt{})
+}
+
+// toBackendFrom is toBackend starting from a peer an event loop picked
+// (first, with its attempt a; nil: none yet).
+func (p *Proxy) toBackendFrom(c net.Conn, br *bufio.Reader, backend string, view *connView, sendProxy bool, first *balancer.Pick, a *balancer.Attempt) {
 	reason := reasonConnect
 	for try := 0; try < p.cfg.Tries; try++ {
-		pick, err := p.cfg.Picker.Pick(backend, view, &a)
-		if err != nil {
-			if try == 0 {
-				reason = reasonNoPeer
+		pick := first
+		first = nil
+		if pick == nil {
+			var err error
+			if pick, err = p.cfg.Picker.Pick(backend, view, a); err != nil {
+				if try == 0 {
+					reason = reasonNoPeer
+				}
+				break
 			}
-			break
 		}
 		start := time.Now()
 		up, err := dial(&p.dialer, pick.Peer, p.cfg.ConnectTimeout)
@@ -356,6 +445,17 @@ func (p *Proxy) SyncTCP(ctx context.Context, addr string) error {
 		ln, err := tcpServiceListen.Listen(ctx, "tcp", net.JoinHostPort(addr, fmt.Sprint(port)))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tcp service port %d: %w", port, err))
+			continue
+		}
+		if p.loops != nil {
+			ll, err := p.loops.listen(ln, false, port)
+			if err != nil {
+				_ = ln.Close()
+				errs = append(errs, fmt.Errorf("tcp service port %d: %w", port, err))
+				continue
+			}
+			p.listeners[port] = ll
+			context.AfterFunc(ctx, func() { _ = ll.Close() })
 			continue
 		}
 		p.listeners[port] = ln

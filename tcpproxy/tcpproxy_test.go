@@ -100,7 +100,7 @@ func TestSNIPassthroughAndFallback(t *testing.T) {
 		_, _ = io.WriteString(c, "fallback from "+h.Source.Addr().String()+" first bytes "+strconv.Itoa(int(rest[0])))
 	})
 	reg := registry(t, balancer.Backend{Name: "pass", Endpoints: []balancer.Endpoint{endpoint(tlsBackend)}})
-	p, err := New(Config{Picker: reg, HTTPSFallback: fallback})
+	p, err := newProxy(Config{Picker: reg, HTTPSFallback: fallback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestTCPServices(t *testing.T) {
 		balancer.Backend{Name: "tcp-ns-echo-7", Endpoints: []balancer.Endpoint{endpoint(a), endpoint(b)}},
 		balancer.Backend{Name: "tcp-ns-retry-7", Endpoints: []balancer.Endpoint{endpoint(dead), endpoint(a)}, LoadBalance: "ewma"},
 	)
-	p, _ := New(Config{Picker: reg})
+	p, _ := newProxy(Config{Picker: reg})
 	ports := [3]int{}
 	for i := range ports {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -122,7 +122,7 @@ func TestSyncUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	prom := prometheus.NewRegistry()
-	p, err := New(Config{Picker: reg, Registerer: prom})
+	p, err := newProxy(Config{Picker: reg, Registerer: prom})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestUDPSessionIdleTimeout(t *testing.T) {
 	a := udpEcho(t, "127.0.0.2", "a")
 	reg := registry(t, balancer.Backend{Name: "udp-ns-dns-53", Endpoints: []balancer.Endpoint{endpoint(a)}})
 	prom := prometheus.NewRegistry()
-	p, err := New(Config{Picker: reg, Registerer: prom, IdleTimeout: 50 * time.Millisecond})
+	p, err := newProxy(Config{Picker: reg, Registerer: prom, IdleTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,9 @@ type Policy struct {
 	MaxPending int
 }
 
-func (p *Policy) trusts(a netip.Addr) bool {
+// Trusts reports whether a header from a may set the connection's source
+// address.
+func (p *Policy) Trusts(a netip.Addr) bool {
 	a = a.Unmap()
 	for _, r := range p.Trusted {
 		if r.Contains(a) {
@@ -196,7 +198,7 @@ func Handshake(c net.Conn, p *Policy) (net.Conn, error) {
 		putReader(br)
 	}
 	if !h.Local {
-		if ap := AddrPortOf(c.RemoteAddr()); ap.IsValid() && p.trusts(ap.Addr()) {
+		if ap := AddrPortOf(c.RemoteAddr()); ap.IsValid() && p.Trusts(ap.Addr()) {
 			pc.remote = pc.setAddr(0, h.Source)
 		}
 		pc.local = pc.setAddr(1, h.Destination)
