@@ -290,7 +290,6 @@ func (p *Proxy) serveSNILoops(ctx context.Context, ln net.Listener) error {
 	delete(p.sniLoop, ll)
 	p.mu.Unlock()
 	_ = ll.Close()
-	<-ll.done
 	return nil
 }
 
