@@ -141,7 +141,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough.
-	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registerer}
+	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registerer, EventLoops: opts.L4EventLoops}
 	switch {
 	case opts.EnableSSLPassthrough && nginxMode:
 		l4cfg.HTTPSFallback = passthroughFallback(opts)
@@ -159,7 +159,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	history := &statuspage.History{}
 	// use-proxy-protocol: the client listeners read PROXY headers.
-	pp := &proxyProtocolListeners{}
+	pp := &proxyProtocolListeners{router: l4.SetSNIProxyProtocol}
 	ctrl, err := controlplane.New(controlplane.Config{
 		Client: client,
 		Build: builder.Options{
@@ -284,9 +284,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			if err != nil {
 				return fmt.Errorf("listen for HTTPS (SNI router): %w", err)
 			}
-			// nginx reads the headers of its own listeners; this one is
-			// the SNI router's.
-			afterReady(httpsLn, l4.ServeSNI, &proxyProtocol{optional: true})
+			// nginx reads the headers of its own listeners; the SNI
+			// router reads its own (pp.router).
+			afterReady(httpsLn, l4.ServeSNI, nil)
 		}
 		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
 		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
@@ -303,8 +303,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	if opts.EnableSSLPassthrough {
 		// The HTTPS port routes by SNI; TLS that is not passed through goes
-		// to the Go proxy behind it (serveBehindSNI).
-		afterReady(httpsLn, l4.ServeSNI, &proxyProtocol{optional: true})
+		// to the Go proxy behind it (serveBehindSNI). The router reads
+		// PROXY headers itself (pp.router).
+		afterReady(httpsLn, l4.ServeSNI, nil)
 	} else {
 		afterReady(httpsLn, px.ServeTLS, &proxyProtocol{})
 	}

@@ -53,6 +53,10 @@ type proxyProtocolListeners struct {
 	// pending ones included.
 	maxPending int
 	ls         []proxyProtocolListener
+	// router receives the SSL passthrough router's policy (optional
+	// headers, routerTimeout): tcpproxy reads that listener's headers
+	// itself, on its event loops too.
+	router func(proxyproto.Policy)
 }
 
 type proxyProtocolListener struct {
@@ -72,6 +76,9 @@ func (p *proxyProtocolListeners) update(g *model.Global) {
 	p.maxPending = cmp.Or(g.MaxWorkerConnections, 16384)
 	for _, l := range p.ls {
 		l.l.SetPolicy(p.policy(l.optional))
+	}
+	if p.router != nil {
+		p.router(p.policy(true))
 	}
 }
 

@@ -204,7 +204,17 @@ func serveSwitchyard(ctx context.Context, mode, target, ppTarget string) (string
 	if err := reg.Sync([]balancer.Backend{{Name: "bench", Endpoints: []balancer.Endpoint{{Address: h, Port: balancer.PortString(p)}}}}); err != nil {
 		return "", fmt.Errorf("sync balancer: %w", err)
 	}
-	cfg := tcpproxy.Config{Picker: reg, Registerer: prometheus.NewRegistry()}
+	// The product's default (--l4-event-loops 1); TCPB_EVENT_LOOPS=0, e.g.
+	// in a -variant, measures the goroutine per connection.
+	loops := 1
+	if v := os.Getenv("TCPB_EVENT_LOOPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("TCPB_EVENT_LOOPS=%q: want a number of loops, 0 for none", v)
+		}
+		loops = n
+	}
+	cfg := tcpproxy.Config{Picker: reg, Registerer: prometheus.NewRegistry(), EventLoops: loops}
 	if mode == "sni-pp2" {
 		cfg.HTTPSFallback = ppTarget
 	}
