@@ -49,7 +49,8 @@ func BenchmarkReadClientHello(b *testing.B) {
 
 // BenchmarkTCPService1MiB downloads 1 MiB per connection from a loopback
 // server, directly and through a TCP service (the same code path as
-// passthrough after the hello), so the two sub-benchmarks give the ratio.
+// passthrough after the hello) with a goroutine per connection and on an
+// event loop, so the sub-benchmarks give the ratios.
 func BenchmarkTCPService1MiB(b *testing.B) {
 	payload := make([]byte, 1<<20)
 	srv, err := net.Listen("tcp", "127.0.0.2:0")
@@ -71,22 +72,26 @@ func BenchmarkTCPService1MiB(b *testing.B) {
 	if err := reg.Sync([]balancer.Backend{{Name: "b", Endpoints: []balancer.Endpoint{{Address: h, Port: balancer.PortString(port)}}}}); err != nil {
 		b.Fatal(err)
 	}
-	p, err := New(Config{Picker: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	svcPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	p.Update(RoutesFrom(&model.Configuration{TCPServices: []model.L4Service{{Port: svcPort, Backend: "b"}}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
-		b.Fatal(err)
+	service := func(loops int) string {
+		p, err := New(Config{Picker: reg, EventLoops: loops})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		svcPort := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		p.Update(RoutesFrom(&model.Configuration{TCPServices: []model.L4Service{{Port: svcPort, Backend: "b"}}}))
+		if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
+			b.Fatal(err)
+		}
+		return "127.0.0.1:" + strconv.Itoa(svcPort)
 	}
 	for _, tc := range []struct{ name, addr string }{
 		{"direct", srv.Addr().String()},
-		{"proxied", "127.0.0.1:" + strconv.Itoa(svcPort)},
+		{"proxied", service(0)},
+		{"proxied-event-loop", service(1)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(payload)))

@@ -1038,12 +1038,16 @@ func (l *loop) closeConn(c *lconn) {
 		return // closed already
 	}
 	l.unawait(c)
-	if c.state == stRelay {
+	switch {
+	case c.state == stRelay:
 		up := c.client.moved - int64(c.hdr)
 		if c.pick != nil {
 			l.p.cfg.Picker.Done(c.pick, balancer.DoneInfo{ConnectTime: c.connected - c.connStart, ResponseTime: l.now - c.connStart})
 		}
 		l.p.metrics.done(c.service, up, c.up.moved)
+	case c.pick != nil:
+		// Closed while connecting: the attempt did not succeed.
+		l.p.cfg.Picker.Done(c.pick, balancer.DoneInfo{ConnectTime: l.now - c.connStart, Failed: true})
 	}
 	l.forget(&c.client, false)
 	l.forget(&c.up, false)

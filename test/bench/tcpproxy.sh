@@ -16,7 +16,9 @@
 # Prints each run's tables, then the summary over runs: per class, metric
 # and mode, Switchyard ÷ the better of HAProxy and nginx, median [range].
 #
-# Usage: test/bench/tcpproxy.sh [rounds] [runs] [big-rounds]
+# Usage: test/bench/tcpproxy.sh [rounds] [runs] [big-rounds] [bench flags...]
+#   e.g. -variant 'switchyard passthrough, goroutines:TCPB_EVENT_LOOPS=0'
+#   adds the passthrough path with a goroutine per connection
 #   OUT=file.txt   also writes the whole output there, and the runs'
 #                  comparisons to file.json (for -role summarize)
 set -euo pipefail
@@ -24,6 +26,7 @@ cd "$(dirname "$0")/../.."
 rounds="${1:-300}"
 runs="${2:-3}"
 big="${3:-2}"
+extra=("${@:4}")
 if ! command -v haproxy >/dev/null || ! command -v nginx >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
 	echo "# installing haproxy nginx libnginx-mod-stream" >&2
 	# Keep the packages' services from starting: the bench runs its own.
@@ -49,8 +52,8 @@ go build -o "$bin" ./test/bench/tcpproxy
 	echo "# $(haproxy -v | head -1); $(nginx -v 2>&1)"
 	echo "# up: $(uptime)"
 	for i in $(seq "$runs"); do
-		taskset -c 0 "$bin" -pin -rounds "$rounds" -big-rounds "$big" -label "run $i" -json "$tmp/runs.json"
-		"$bin" -rounds "$rounds" -big-rounds "$big" -label "run $i" -json "$tmp/runs.json"
+		taskset -c 0 "$bin" -pin -rounds "$rounds" -big-rounds "$big" -label "run $i" -json "$tmp/runs.json" "${extra[@]}"
+		"$bin" -rounds "$rounds" -big-rounds "$big" -label "run $i" -json "$tmp/runs.json" "${extra[@]}"
 	done
 	echo
 	echo "# up: $(uptime)"
