@@ -187,6 +187,11 @@ type end struct {
 	buf      []byte
 	off, n   int
 	rd, wr   bool  // the last edge said readable / writable
+	// hup: an edge said the peer closed or the socket failed. Until then
+	// a read shorter than asked drains the socket (nginx's
+	// rev->available), so no read is made just to see EAGAIN: more bytes
+	// or the end would bring another edge.
+	hup bool
 	eof      bool  // read to the end; the other end's write side is shut
 	moved    int64 // bytes written to the other end
 	upstream bool
@@ -678,6 +683,9 @@ func (l *loop) readHead(c *lconn) {
 		case n == 0:
 			e.eof = true
 		default:
+			if n < len(e.buf)-e.n && !e.hup {
+				e.rd = false // drained
+			}
 			e.n += n
 		}
 	}
@@ -879,6 +887,9 @@ func (l *loop) ready(e *end, ev uint32) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		e.rd = true
 	}
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		e.hup = true
+	}
 	if ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		e.wr = true
 	}
@@ -958,6 +969,9 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 				l.closeConn(c)
 				return false
 			}
+			if w < src.n-src.off {
+				dst.wr = false // full: its EPOLLOUT edge brings us back
+			}
 			src.off += w
 			src.moved += int64(w)
 			moved += w
@@ -996,6 +1010,9 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 			return true
 		}
 		c.active = l.now
+		if n < len(l.scratch) && !src.hup {
+			src.rd = false // drained
+		}
 		// The scratch buffer becomes src's; if dst takes it all at once
 		// it goes straight back.
 		src.buf, src.off, src.n = l.scratch, 0, n
