@@ -181,17 +181,17 @@ type loopCmd struct {
 // end is one socket of a connection: the client's or the upstream's.
 // buf[off:n] holds what it read that the other end has not taken yet.
 type end struct {
-	fd       int
-	gen      uint32 // tells a reused descriptor's stale events apart
-	c        *lconn
-	buf      []byte
-	off, n   int
-	rd, wr   bool  // the last edge said readable / writable
+	fd     int
+	gen    uint32 // tells a reused descriptor's stale events apart
+	c      *lconn
+	buf    []byte
+	off, n int
+	rd, wr bool // the last edge said readable / writable
 	// hup: an edge said the peer closed or the socket failed. Until then
 	// a read shorter than asked drains the socket (nginx's
 	// rev->available), so no read is made just to see EAGAIN: more bytes
 	// or the end would bring another edge.
-	hup bool
+	hup      bool
 	eof      bool  // read to the end; the other end's write side is shut
 	moved    int64 // bytes written to the other end
 	upstream bool
