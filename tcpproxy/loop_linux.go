@@ -291,6 +291,8 @@ type loop struct {
 	spare     []*lconn
 	tick      time.Duration
 	nextSweep time.Duration
+	paused    []*loopListener // out of descriptors: not accepting until resumeAt
+	resumeAt  time.Duration
 	events    [epollBatch]unix.EpollEvent
 }
 
@@ -346,8 +348,12 @@ func (l *loop) run() {
 		switch {
 		case len(l.posted) > 0:
 			timeout = 0
-		case l.nlive > 0:
-			timeout = int(max((l.nextSweep-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
+		case l.nlive > 0 || len(l.paused) > 0:
+			next := l.nextSweep
+			if len(l.paused) > 0 && (l.nlive == 0 || l.resumeAt < next) {
+				next = l.resumeAt
+			}
+			timeout = int(max((next-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
 		}
 		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
 		if e == syscall.EINTR {
@@ -395,6 +401,9 @@ func (l *loop) run() {
 		}
 		if l.nlive > 0 && l.now >= l.nextSweep {
 			l.sweep()
+		}
+		if len(l.paused) > 0 && l.now >= l.resumeAt {
+			l.resume()
 		}
 		if l.listeners == 0 && l.nlive == 0 && l.stop() {
 			return
@@ -531,20 +540,50 @@ func (l *loop) getHead() []byte {
 	return make([]byte, headBufSize)
 }
 
-// accept takes every pending connection of ln.
+// accept takes one pending connection of ln. The listener is registered
+// level-triggered, so the next wait reports it again while more are
+// pending (nginx's multi_accept off): no accept is made only to see EAGAIN,
+// and other sockets' events are served in between.
 func (l *loop) accept(ln *loopListener) {
 	for {
 		r, _, e := syscall.RawSyscall6(syscall.SYS_ACCEPT4, uintptr(ln.fd), 0, 0, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
 		if e == syscall.EINTR || e == syscall.ECONNABORTED {
 			continue
 		}
-		if e != 0 {
-			// EAGAIN: taken by another loop or none left; EMFILE and
-			// the like: the next connection retries, as nginx does.
-			return
+		switch e {
+		case 0:
+			l.newConn(ln, int(r))
+		case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM:
+			// Out of descriptors or memory: the listener would stay
+			// readable and the loop spin on it; it is left alone for
+			// acceptPause, as nginx disables accept events.
+			l.pause(ln)
 		}
-		l.newConn(ln, int(r))
+		// EAGAIN: another loop took it.
+		return
 	}
+}
+
+// acceptPause is how long a loop out of descriptors stops accepting.
+const acceptPause = 100 * time.Millisecond
+
+// pause takes ln out of the loop until acceptPause has passed.
+func (l *loop) pause(ln *loopListener) {
+	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, ln.fd, nil)
+	l.paused = append(l.paused, ln)
+	l.resumeAt = l.now + acceptPause
+}
+
+// resume puts paused listeners back.
+func (l *loop) resume() {
+	for _, ln := range l.paused {
+		if ln.fd < len(l.slots) && l.slots[ln.fd].ln == ln {
+			ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLEXCLUSIVE, Fd: int32(ln.fd)}
+			_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, ln.fd, &ev)
+		}
+	}
+	clear(l.paused)
+	l.paused = l.paused[:0]
 }
 
 var one = int32(1)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -296,6 +297,7 @@ func (p *Proxy) serveSNILoops(ctx context.Context, ln net.Listener) error {
 func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn)) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
+	var pause time.Duration // grows while accept keeps failing for want of resources
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -306,8 +308,20 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle func(net.Conn
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if outOfResources(err) {
+				// Out of descriptors or memory: the connections wait in
+				// the backlog until some are free, as nginx waits.
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(pause):
+				case <-ctx.Done():
+					return nil
+				}
+				continue
+			}
 			return err
 		}
+		pause = 0
 		p.conns.add()
 		go func() {
 			defer p.conns.done()
@@ -534,6 +548,12 @@ func (f *inflight) wait() {
 		f.zero.Wait()
 	}
 	f.mu.Unlock()
+}
+
+// outOfResources reports whether err is accept's want of descriptors or
+// memory, which passes.
+func outOfResources(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 func remoteIP(c net.Conn) string {
