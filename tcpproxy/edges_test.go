@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -302,12 +303,17 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 			t.Fatal(err)
 		}
 		fds[i] = fd
-		defer syscall.Close(fd)
+	}
+	files := make([]*os.File, clients) // own the sockets from here on
+	for i, fd := range fds {
+		files[i] = os.NewFile(uintptr(fd), "client")
+		defer files[i].Close()
 	}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
+	runtime.GC() // earlier tests' descriptors closed by finalizers go now
 	open, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
@@ -320,12 +326,14 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 	// Whatever is spare under the lowered limit is taken, so the proxy
 	// has not one descriptor left.
 	var fillers []int
-	for {
-		fd, err := syscall.Dup(fds[0])
-		if err != nil {
-			break
+	fill := func() {
+		for {
+			fd, err := syscall.Dup(fds[0])
+			if err != nil {
+				return
+			}
+			fillers = append(fillers, fd)
 		}
-		fillers = append(fillers, fd)
 	}
 	restored := false
 	restore := func() {
@@ -340,7 +348,9 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 		}
 	}
 	defer restore()
+	fill()
 	for _, fd := range fds {
+		fill()
 		if err := syscall.Connect(fd, &syscall.SockaddrInet4{Addr: to.Addr().As4(), Port: int(to.Port())}); err != nil {
 			restore()
 			t.Fatal(err)
@@ -348,8 +358,8 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // the proxy meets EMFILE meanwhile
 	restore()
-	for i, fd := range fds {
-		c, err := net.FileConn(os.NewFile(uintptr(fd), "client"))
+	for i, f := range files {
+		c, err := net.FileConn(f)
 		if err != nil {
 			t.Fatal(err)
 		}
