@@ -373,3 +373,22 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A loop idle for longer than parkAfter waits the runtime's way; the next
+// connection is served as any other.
+func TestServesAfterIdle(t *testing.T) {
+	backend := listen(t, func(c net.Conn) {
+		defer c.Close()
+		got, _ := io.ReadAll(c)
+		_, _ = c.Write(got)
+	})
+	addr := tcpService(t, Config{}, model.L4Service{Backend: "idle-loop"}, backend)
+	for i := range 2 {
+		if got := exchange(t, addr, []byte("ping")); got != "ping" {
+			t.Fatalf("connection %d: answered %q", i, got)
+		}
+		if i == 0 {
+			time.Sleep(parkAfterForTest + 200*time.Millisecond)
+		}
+	}
+}

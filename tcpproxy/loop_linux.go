@@ -26,7 +26,8 @@ import (
 // registered once, edge-triggered; every system call of the loop, the wait
 // included, is a raw one, which the runtime does not see, so a wake-up is
 // the kernel's alone (no sysmon hand-off of the P, no second thread woken to
-// look for work). Issue 23 measured what that is worth: on two unpinned
+// look for work). A loop that had no event for parkAfter waits the
+// runtime's way until the next one. Issue 23 measured what that is worth: on two unpinned
 // CPUs a Go forwarder built so added 145–185 µs of connection setup where
 // nginx's stream module added 217–280 and Switchyard's goroutine per
 // connection 346–534 (docs/benchmarks/tcpproxy.md).
@@ -35,8 +36,9 @@ import (
 // GOMAXPROCS (and takes it back when it ends): the rest of the process
 // keeps the Ps it had. The runtime's preemption signal interrupts the wait
 // (EINTR), and the loop then yields, so the garbage collector's
-// stop-the-world is not held up by it. An idle loop costs that signal
-// about every 10 ms (sysmon preempts a P held that long).
+// stop-the-world is not held up by it. sysmon sends that signal about every
+// 10 ms to a P held that long, which is why an idle loop waits the
+// runtime's way (parkAfter).
 //
 // A connection the loop cannot finish alone (a ClientHello spread over
 // several records or an unusual server name, which crypto/tls must parse; a
@@ -63,6 +65,9 @@ const (
 	relayBudget = 1 << 20
 	// epollBatch is how many events one epoll_wait returns at most.
 	epollBatch = 128
+	// parkAfter is how long a loop goes without an event before it waits
+	// the runtime's way.
+	parkAfter = time.Second
 )
 
 // connection states.
@@ -303,6 +308,7 @@ type loop struct {
 	nextSweep time.Duration
 	paused    []*loopListener // out of descriptors: not accepting until resumeAt
 	resumeAt  time.Duration
+	lastEvent time.Duration // when epoll_wait last returned an event
 	events    [epollBatch]unix.EpollEvent
 }
 
@@ -365,7 +371,17 @@ func (l *loop) run() {
 			}
 			timeout = int(max((next-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
 		}
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
+		wait := syscall.RawSyscall6
+		if l.now-l.lastEvent > parkAfter {
+			// Idle for a while: wait in a system call the runtime sees,
+			// which hands the P back, so an idle loop takes no preemption
+			// signal every 10 ms (1.3 % of a CPU and ~320 context switches
+			// a second, measured). The first event after it pays the
+			// runtime's wake-up once.
+			wait = syscall.Syscall6
+		}
+		r, _, e := wait(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
+		l.now = time.Since(l.base)
 		if e == syscall.EINTR {
 			// A signal, the runtime's preemption among them: let the
 			// runtime act on it before waiting again.
@@ -375,7 +391,9 @@ func (l *loop) run() {
 		if e != 0 {
 			panic(fmt.Sprintf("tcpproxy: epoll_wait: %v", e)) // only a bug makes the arguments bad
 		}
-		l.now = time.Since(l.base)
+		if r > 0 {
+			l.lastEvent = l.now
+		}
 		for i := range int(r) {
 			ev := &l.events[i]
 			fd := int(ev.Fd)

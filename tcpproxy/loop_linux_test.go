@@ -39,3 +39,5 @@ func TestLoopKeepsLeftovers(t *testing.T) {
 		t.Errorf("after both were written: held %d, %d read and %d head buffers free; want 0, 2, 1", l.held, len(l.bufs), len(l.heads))
 	}
 }
+
+const parkAfterForTest = parkAfter

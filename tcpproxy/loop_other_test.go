@@ -1,0 +1,7 @@
+//go:build !linux
+
+package tcpproxy
+
+import "time"
+
+const parkAfterForTest = time.Second
