@@ -70,7 +70,7 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 		if !restored {
 			restored = true
 			for _, fd := range fillers {
-				syscall.Close(fd)
+				_ = syscall.Close(fd)
 			}
 			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 				t.Fatal(err)
