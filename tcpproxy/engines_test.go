@@ -8,8 +8,9 @@ import (
 )
 
 // testEventLoops is Config.EventLoops for the proxies the tests make with
-// newProxy: TestMain runs every test once with a goroutine per connection
-// and once more on an event loop.
+// newProxy: TestMain runs every test with a goroutine per connection, then
+// on one event loop (the product's default), then on two sharing each
+// listener.
 var testEventLoops int
 
 func TestMain(m *testing.M) {
@@ -18,9 +19,13 @@ func TestMain(m *testing.M) {
 	if code != 0 || flag.Lookup("test.bench").Value.String() != "" {
 		os.Exit(code) // the benchmarks name their engine themselves
 	}
-	fmt.Println("tcpproxy: the same tests again on an event loop (Config.EventLoops = 1)")
-	testEventLoops = 1
-	os.Exit(m.Run())
+	for _, loops := range []int{1, 2} {
+		fmt.Printf("tcpproxy: the same tests again on event loops (Config.EventLoops = %d)\n", loops)
+		testEventLoops = loops
+		if code := m.Run(); code != 0 {
+			os.Exit(code)
+		}
+	}
 }
 
 // newProxy is New with the engine of the current pass.

@@ -56,6 +56,11 @@ func listenOn(t *testing.T, ip string, handle func(net.Conn)) string {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
+				if outOfResources(err) {
+					// TestAcceptOutOfDescriptors: the backend waits too.
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
 				return
 			}
 			go handle(c)

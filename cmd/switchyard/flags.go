@@ -198,7 +198,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.NginxBinary, "nginx-binary", "/usr/sbin/nginx", "nginx executable (--data-plane=nginx)")
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
-	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "1: an event loop on a thread of its own serves TCP services and the SSL passthrough router (Linux); 0 serves each connection on its own goroutines")
+	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "event loops (each on a thread of its own) serving TCP services and the SSL passthrough router on Linux; 0 serves each connection on its own goroutines")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
 
@@ -346,10 +346,8 @@ func (o *controllerOptions) validate() error {
 	if o.ListenAddress != "" && net.ParseIP(o.ListenAddress) == nil {
 		errs = append(errs, fmt.Errorf("--listen-address: %q is not an IP address", o.ListenAddress))
 	}
-	if o.L4EventLoops < 0 || o.L4EventLoops > 1 {
-		// Two loops sharing a listener failed a test under descriptor
-		// exhaustion (docs/benchmarks/tcpproxy.md): one until that is found.
-		errs = append(errs, fmt.Errorf("--l4-event-loops: %d is not 0 or 1 (more loops are not supported yet)", o.L4EventLoops))
+	if o.L4EventLoops < 0 || o.L4EventLoops > 64 {
+		errs = append(errs, fmt.Errorf("--l4-event-loops: %d is not between 0 and 64", o.L4EventLoops))
 	}
 	if o.SyncRateLimit < 0 {
 		errs = append(errs, fmt.Errorf("--sync-rate-limit: %v is negative", o.SyncRateLimit))

@@ -159,7 +159,7 @@ var controllerFlagTable = map[string]flagRow{
 	"nginx-dir":         {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
 	"lua-dir":           {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
 	"pick-timeout":      {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
-	"l4-event-loops":    {groupDataPlane, flagSwitchyardOnly, "default 1: TCP services and the SSL passthrough router run on an epoll event loop on a thread of its own (Linux; GOMAXPROCS grows by one), as an nginx stream worker; 0 gives every connection its own goroutines. Either way the same behaviour (docs/benchmarks/tcpproxy.md). More than one loop is refused for now"},
+	"l4-event-loops":    {groupDataPlane, flagSwitchyardOnly, "default 1: TCP services and the SSL passthrough router run on this many epoll event loops, each on a thread of its own (Linux; GOMAXPROCS grows by one per loop), as nginx's stream workers; 0 gives every connection its own goroutines. Either way the same behaviour; the benchmarks measured one loop (docs/benchmarks/tcpproxy.md)"},
 	"nginx-status-port": {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
 
 	"v":                                {groupLogging, flagImplemented, "also `-v N`"},
