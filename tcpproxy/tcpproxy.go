@@ -111,7 +111,7 @@ type Proxy struct {
 	sniPolicy atomic.Pointer[proxyproto.Policy]
 	loops     *loopGroup // nil: a goroutine per connection
 
-	mu        sync.Mutex // guards listeners, udp, sni, sniLoop and sniWrapped
+	mu        sync.Mutex // guards listeners, udp, sni, sniLoop and sniPP
 	listeners map[int]io.Closer
 	udp       map[int]context.CancelFunc    // stops a UDP service port
 	sni       map[net.Listener]struct{}     // ServeSNI's listeners, for setDeferAccept

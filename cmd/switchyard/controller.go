@@ -256,19 +256,18 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// served: before it the Go plane answered 404 for every host (test/chaos
 	// counted 41 per restart), and the SNI router had no nginx behind it.
 	// They wait in the listen backlog meanwhile.
-	// proxyProtocol says which listeners read PROXY headers under
-	// use-proxy-protocol: the data planes' own (optional false), or the
-	// SNI router's (optional true); nil: none.
-	type proxyProtocol struct{ optional bool }
-	afterReady := func(ln net.Listener, serve func(context.Context, net.Listener) error, ppol *proxyProtocol) {
+	// readsProxy: the listener reads PROXY headers under
+	// use-proxy-protocol (the data planes' own; the SNI router reads its
+	// own, pp.router).
+	afterReady := func(ln net.Listener, serve func(context.Context, net.Listener) error, readsProxy bool) {
 		go func() {
 			select {
 			case <-ctrl.Ready():
-				if ppol != nil {
+				if readsProxy {
 					// Wrapped only now, so no connection is taken
 					// before the first configuration says whether it
 					// opens with a header.
-					ln = pp.wrap(ln, ppol.optional)
+					ln = pp.wrap(ln)
 				}
 				errc <- serve(ctx, ln)
 			case <-ctx.Done():
@@ -286,7 +285,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			}
 			// nginx reads the headers of its own listeners; the SNI
 			// router reads its own (pp.router).
-			afterReady(httpsLn, l4.ServeSNI, nil)
+			afterReady(httpsLn, l4.ServeSNI, false)
 		}
 		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
 		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
@@ -305,11 +304,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		// The HTTPS port routes by SNI; TLS that is not passed through goes
 		// to the Go proxy behind it (serveBehindSNI). The router reads
 		// PROXY headers itself (pp.router).
-		afterReady(httpsLn, l4.ServeSNI, nil)
+		afterReady(httpsLn, l4.ServeSNI, false)
 	} else {
-		afterReady(httpsLn, px.ServeTLS, &proxyProtocol{})
+		afterReady(httpsLn, px.ServeTLS, true)
 	}
-	afterReady(httpLn, px.Serve, &proxyProtocol{})
+	afterReady(httpLn, px.Serve, true)
 	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
 	return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
 }

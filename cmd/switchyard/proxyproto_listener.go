@@ -52,18 +52,11 @@ type proxyProtocolListeners struct {
 	// max-worker-connections (16384), nginx's bound on connections,
 	// pending ones included.
 	maxPending int
-	ls         []proxyProtocolListener
+	ls         []*proxyproto.Listener // the data planes' own
 	// router receives the SSL passthrough router's policy (optional
 	// headers, routerTimeout): tcpproxy reads that listener's headers
 	// itself, on its event loops too.
 	router func(proxyproto.Policy)
-}
-
-type proxyProtocolListener struct {
-	l *proxyproto.Listener
-	// optional: the SNI router's, which takes connections without a
-	// header too, as ingress-nginx's, and waits routerTimeout for one.
-	optional bool
 }
 
 // update applies g's settings to every listener.
@@ -75,7 +68,7 @@ func (p *proxyProtocolListeners) update(g *model.Global) {
 	p.routerTimeout = cmp.Or(g.ProxyProtocolHeaderTimeout, 5*time.Second)
 	p.maxPending = cmp.Or(g.MaxWorkerConnections, 16384)
 	for _, l := range p.ls {
-		l.l.SetPolicy(p.policy(l.optional))
+		l.SetPolicy(p.policy(false))
 	}
 	if p.router != nil {
 		p.router(p.policy(true))
@@ -95,10 +88,10 @@ func (p *proxyProtocolListeners) policy(optional bool) proxyproto.Policy {
 }
 
 // wrap returns ln reading PROXY headers per the current configuration.
-func (p *proxyProtocolListeners) wrap(ln net.Listener, optional bool) net.Listener {
+func (p *proxyProtocolListeners) wrap(ln net.Listener) net.Listener {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l := proxyproto.NewListener(ln, p.policy(optional))
-	p.ls = append(p.ls, proxyProtocolListener{l: l, optional: optional})
+	l := proxyproto.NewListener(ln, p.policy(false))
+	p.ls = append(p.ls, l)
 	return l
 }
