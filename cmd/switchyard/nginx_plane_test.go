@@ -390,9 +390,19 @@ func TestControllerKill9TakesNginxAlong(t *testing.T) {
 	manifests := quickstartDir(t, p1, p2)
 	httpPort, statusPort := freePort(t), freePort(t)
 	ngx := nginxPlaneArgs(t)
+	// nginx is started through a script that waits while the file hold
+	// exists, then execs nginx (same pid, same title): the test keeps a
+	// restart from coming up, so the window in which /readyz must answer
+	// 503 does not depend on how fast this machine restarts nginx.
+	bin := t.TempDir()
+	hold := filepath.Join(bin, "hold")
+	wrapper := fmt.Sprintf("#!/bin/sh\nwhile [ -e %s ]; do sleep 0.05; done\nexec /usr/sbin/nginx \"$@\"\n", hold)
+	if err := os.WriteFile(filepath.Join(bin, "nginx"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	args := append([]string{"--manifests", manifests, "--http-port", strconv.Itoa(httpPort),
 		"--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(statusPort),
-		"--listen-address", "127.0.0.1"}, ngx...)
+		"--listen-address", "127.0.0.1", "--nginx-binary", filepath.Join(bin, "nginx")}, ngx...)
 	dir := ""
 	for i := range ngx {
 		if ngx[i] == "--nginx-dir" {
@@ -464,10 +474,14 @@ func TestControllerKill9TakesNginxAlong(t *testing.T) {
 	harness.WaitFor(t, defaultTestTimeout, "/readyz 200 after the restart", second, harness.HTTPReady(readyz, 200, nil, nil))
 	harness.WaitFor(t, 5*time.Second, "the new Ingress", second, serves("fresh.localhost", "backend-1"))
 
-	// kill -9 of the nginx master: /readyz says so until nginx serves again.
+	// kill -9 of the nginx master: /readyz says so until nginx serves
+	// again. The restart is held until the test has seen that.
 	master2 := readPID(t, filepath.Join(dir, "nginx.pid"))
 	if master2 == master {
 		t.Fatalf("the restarted controller's nginx has the old pid %d", master)
+	}
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if err := syscall.Kill(master2, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -477,13 +491,20 @@ func TestControllerKill9TakesNginxAlong(t *testing.T) {
 	for saw503 == "" {
 		if code, body := get(readyz, ""); code == http.StatusServiceUnavailable {
 			saw503 = body
-		} else if time.Since(killed) > time.Second {
-			t.Fatalf("/readyz 1 s after kill -9 of nginx: %d %q; want 503", code, body)
+		} else if time.Since(killed) > 10*time.Second {
+			t.Fatalf("/readyz 10 s after kill -9 of nginx (restart held): %d %q; want 503", code, body)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("/readyz %v after kill -9 of nginx: 503 %q", time.Since(killed), saw503)
 	if !strings.Contains(saw503, "nginx") {
 		t.Errorf("/readyz 503 body %q does not say what is wrong with nginx", saw503)
+	}
+	if code, body := get(readyz, ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while the restart is held: %d %q; want 503", code, body)
+	}
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
 	}
 	harness.WaitFor(t, 5*time.Second, "/readyz 200 after nginx restarted", second, harness.HTTPReady(readyz, 200, nil, nil))
 	harness.WaitFor(t, 5*time.Second, "the new Ingress after nginx restarted", second, serves("fresh.localhost", "backend-1"))
