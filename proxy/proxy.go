@@ -894,6 +894,9 @@ func (p *Proxy) spoolBody(ctx *fasthttp.RequestCtx, loc *model.Location, body io
 		return false
 	case errors.Is(err, errSpoolFile):
 		logUpstream(p.cfg.ErrorLog, "client", err)
+		// The client may still be sending: drain as refuseBody does, so
+		// it reads the 500 instead of a connection reset.
+		_, _ = io.CopyN(io.Discard, lim, lingerBytes)
 		ctx.Error(statusText(fasthttp.StatusInternalServerError), fasthttp.StatusInternalServerError)
 		ctx.SetConnectionClose()
 		return false

@@ -214,18 +214,33 @@ func TestSpoolFileFailure(t *testing.T) {
 	var logged atomic.Int32
 	p, _ := newProxy(t, cfg, Config{BodyTempDir: filepath.Join(blocker, "sub"), ErrorLog: func(string) { logged.Add(1) }})
 	addr := serve(t, p.Serve)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/x", strings.NewReader(strings.Repeat("x", 300<<10)))
-	req.Host = "full.example.com"
-	resp, err := http.DefaultClient.Do(req)
+	// The client sends the first 128 KiB of its body, pauses (the file
+	// has failed by then), and sends the rest before it reads: the proxy
+	// must read and drop the rest before it closes, or the client's second
+	// write meets a reset instead of the 500 being read.
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: full.example.com\r\nContent-Length: %d\r\n\r\n%s", 300<<10, strings.Repeat("x", 128<<10)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := c.Write([]byte(strings.Repeat("x", 172<<10))); err != nil {
+		t.Fatalf("send the rest of the body: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("read the answer: %v", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 500 || heads.Load() != 0 {
 		t.Fatalf("got %d with %d requests upstream, want 500 and none", resp.StatusCode, heads.Load())
 	}
 	// Small bodies need no file and still pass.
-	req, _ = http.NewRequest(http.MethodPost, "http://"+addr+"/x", strings.NewReader("small"))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/x", strings.NewReader("small"))
 	req.Host = "full.example.com"
 	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
