@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,18 +15,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard-proxy/switchyard/test/harness"
 )
 
 const defaultTestTimeout = 30 * time.Second
 
+// freePort is harness.FreePort on 127.0.0.1.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return harness.FreePort(t, "127.0.0.1")
 }
 
 // quickstartDir copies deploy/quickstart with the backends moved to the given

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -113,9 +114,11 @@ func HTTPReady(url string, want int, tlsConfig *tls.Config, header http.Header) 
 }
 
 // FreePort returns a TCP port the kernel just handed out on ip (listen on
-// ip:0, then close). Another process could take it before the caller binds;
-// with per-test addresses inside the namespace that does not happen in
-// practice.
+// ip:0, then close), never one it returned before in this process: the
+// kernel may hand out a port it just handed out, and a test that takes two
+// ports (say an HTTP port and nginx's status port) would then get the same
+// one twice. Another process could take it before the caller binds; with
+// per-test addresses inside the namespace that does not happen in practice.
 func FreePort(t testing.TB, ip string) int {
 	t.Helper()
 	p, err := FreePortErr(ip)
@@ -125,14 +128,32 @@ func FreePort(t testing.TB, ip string) int {
 	return p
 }
 
+// handedOut holds the ports FreePortErr has returned.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // FreePortErr is FreePort without a test.
 func FreePortErr(ip string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("find a free port on %s: %w", ip, err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("find a free port on %s: %w", ip, err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("find a free port on %s: 100 tries gave ports handed out before", ip)
 }
 
 // FreeAddr returns ip:port with a free port.
