@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Switchyard's L4 paths (package tcpproxy: SNI passthrough, TCP service,
-# both with PROXY protocol) against HAProxy (mode tcp, req.ssl_sni) and
+# Switchyard's L4 paths (`switchyard controller` itself, the product
+# binary, and package tcpproxy alone: SNI passthrough, TCP service, both
+# with PROXY protocol) against HAProxy (mode tcp, req.ssl_sni) and
 # nginx's stream module (ssl_preread), a direct connection and a bare
 # io.Copy forwarder (the floor of any process hop), in the same interleaved
 # rounds on the same backend (issue 23; issue 7 before it): connection setup
@@ -47,6 +48,10 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 bin="$tmp/tcpproxy-bench"
 go build -o "$bin" ./test/bench/tcpproxy
+# The product binary: its paths are measured beside the bench's own
+# tcpproxy children.
+go build -o "$tmp/switchyard" ./cmd/switchyard
+extra=(-switchyard "$tmp/switchyard" "${extra[@]}")
 {
 	echo "# $(date -u +%FT%TZ) $(nproc) cores, $(go version | cut -d' ' -f3), $(git rev-parse --short HEAD), $rounds rounds + $big × 1 GiB per path per run, $runs runs"
 	echo "# $(haproxy -v | head -1); $(nginx -v 2>&1)"

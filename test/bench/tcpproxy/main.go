@@ -8,9 +8,12 @@
 //
 // Method:
 //   - client (this process), backend, and every proxy are separate processes
-//     (Switchyard's and the forwarder are this binary re-executed with
-//     -role; HAProxy and nginx are the Debian packages' binaries with a
-//     generated configuration), one proxy process per path, so every path
+//     (Switchyard's tcpproxy paths and the forwarder are this binary
+//     re-executed with -role; with -switchyard, `switchyard controller`
+//     itself, the product binary in manifests mode, serves one more path per
+//     class from a process of its own; HAProxy and nginx are the Debian
+//     packages' binaries with a generated configuration), one proxy process
+//     per path, so every path
 //     has the same client and backend and differs only by the hop in
 //     between, and each proxy's CPU time is its own;
 //   - each round takes one sample of every path in a fresh random order, so
@@ -100,6 +103,7 @@ func main() {
 	flag.BoolVar(&o.epoll, "epoll", false, "also measure a bare forwarder on a raw epoll loop (one locked thread, no netpoller): the floor of an event-loop design")
 	flag.BoolVar(&o.epollRaw, "epoll-raw", false, "also measure an edge-triggered epoll forwarder on raw system calls only (the runtime never sees the thread block), and the same loop blocking in Go's epoll_wait")
 	flag.StringVar(&o.label, "label", "", "label of this run in the output")
+	flag.StringVar(&o.product, "switchyard", "", "also measure `switchyard controller` itself (this switchyard binary in manifests mode, one process per path): passthrough, tcp, and with -pp tcp+PROXY v1")
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
 		"another build of this tool to run it from, e.g. one made before a change (repeatable)", func(v string) error {
@@ -156,6 +160,7 @@ type options struct {
 	pin, peers, pp, epoll, epollRaw bool
 	label, cpuprofile, jsonOut      string
 	variants                        []variant
+	product                         string // switchyard binary for the product's paths; "": none
 }
 
 // variant is a Switchyard passthrough child started with extra environment
@@ -744,6 +749,25 @@ func run(o options) error {
 			return err
 		}
 	}
+	conf := &tls.Config{ServerName: sni, RootCAs: pool}
+	if o.handshake == "short" {
+		conf.CurvePreferences = []tls.CurveID{tls.X25519}
+		conf.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		conf.MinVersion = tls.VersionTLS13
+	}
+	if o.product != "" {
+		classes := []string{classSNI, classTCP}
+		if o.pp {
+			classes = append(classes, classTCPPP)
+		}
+		for _, class := range classes {
+			p, err := startProduct(o.pin, o.product, dir, class, target, ppTarget, proxyProcs, conf, o.size)
+			if err != nil {
+				return err
+			}
+			paths = append(paths, p)
+		}
+	}
 	for _, v := range o.variants {
 		if err := addGo(v.name, "variant", implSwitchyard, v.bin, v.env, "proxy", "-mode", "sni", "-target", target); err != nil {
 			return err
@@ -765,12 +789,6 @@ func run(o options) error {
 		}
 	}
 
-	conf := &tls.Config{ServerName: sni, RootCAs: pool}
-	if o.handshake == "short" {
-		conf.CurvePreferences = []tls.CurveID{tls.X25519}
-		conf.ClientSessionCache = tls.NewLRUClientSessionCache(4)
-		conf.MinVersion = tls.VersionTLS13
-	}
 	order := slices.Clone(paths)
 	resumed := 0
 	cpu0 := cpus(paths)
@@ -883,6 +901,7 @@ type figures struct {
 // over the better of HAProxy's and nginx's.
 type comparison struct {
 	Label, Mode, Class, Metric string
+	Path                       string // the Switchyard path; "" in files of older runs: the class's only one
 	Switchyard, HAProxy, Nginx float64
 	Ratio                      float64 // Switchyard ÷ the better peer
 	LowerIsBetter              bool
@@ -936,51 +955,51 @@ func report(o options, paths []*path, load0, load1 string) error {
 	}
 	var comps []comparison
 	for _, class := range []string{classSNI, classTCP, classSNIPP, classTCPPP} {
-		var sy, ha, ng figures
-		found := 0
+		var sys []figures
+		var ha, ng figures
+		peers := 0
 		for _, p := range paths {
 			if p.class != class {
 				continue
 			}
 			switch p.impl {
-			case implSwitchyard:
-				sy = fig[p.name]
+			case implSwitchyard, implProduct:
+				sys = append(sys, fig[p.name])
 			case implHAProxy:
-				ha = fig[p.name]
+				ha, peers = fig[p.name], peers+1
 			case implNginx:
-				ng = fig[p.name]
-			default:
-				continue
+				ng, peers = fig[p.name], peers+1
 			}
-			found++
 		}
-		if found != 3 {
+		if peers != 2 {
 			continue
 		}
-		add := func(metric string, lower bool, get func(figures) float64) {
-			c := comparison{Label: o.label, Mode: mode, Class: class, Metric: metric, LowerIsBetter: lower,
-				Switchyard: get(sy), HAProxy: get(ha), Nginx: get(ng)}
-			best := max(c.HAProxy, c.Nginx)
-			if lower {
-				best = min(c.HAProxy, c.Nginx)
+		for _, sy := range sys {
+			add := func(metric string, lower bool, get func(figures) float64) {
+				c := comparison{Label: o.label, Mode: mode, Class: class, Path: sy.Name, Metric: metric, LowerIsBetter: lower,
+					Switchyard: get(sy), HAProxy: get(ha), Nginx: get(ng)}
+				best := max(c.HAProxy, c.Nginx)
+				if lower {
+					best = min(c.HAProxy, c.Nginx)
+				}
+				c.Ratio = c.Switchyard / best
+				comps = append(comps, c)
 			}
-			c.Ratio = c.Switchyard / best
-			comps = append(comps, c)
+			add("setup added p50 (µs)", true, func(f figures) float64 { return f.SetupP50 })
+			add("setup added p99 (µs)", true, func(f figures) float64 { return f.SetupP99 })
+			add("RTT added p50 (µs)", true, func(f figures) float64 { return f.RTT })
+			add("1 MiB throughput (MiB/s)", false, func(f figures) float64 { return f.MiBps })
+			if o.bigRounds > 0 {
+				add("1 GiB throughput (MiB/s)", false, func(f figures) float64 { return f.BigMiBps })
+				add("CPU per GiB (ms)", true, func(f figures) float64 { return f.CPUGiB })
+			}
+			add("CPU per connection (µs)", true, func(f figures) float64 { return f.CPUConn })
 		}
-		add("setup added p50 (µs)", true, func(f figures) float64 { return f.SetupP50 })
-		add("setup added p99 (µs)", true, func(f figures) float64 { return f.SetupP99 })
-		add("RTT added p50 (µs)", true, func(f figures) float64 { return f.RTT })
-		add("1 MiB throughput (MiB/s)", false, func(f figures) float64 { return f.MiBps })
-		if o.bigRounds > 0 {
-			add("1 GiB throughput (MiB/s)", false, func(f figures) float64 { return f.BigMiBps })
-			add("CPU per GiB (ms)", true, func(f figures) float64 { return f.CPUGiB })
-		}
-		add("CPU per connection (µs)", true, func(f figures) float64 { return f.CPUConn })
 	}
-	fmt.Println("\n| class | metric | switchyard | haproxy | nginx | switchyard ÷ better peer |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("\n| class | switchyard path | metric | switchyard | haproxy | nginx | switchyard ÷ better peer |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, c := range comps {
-		fmt.Printf("| %s | %s | %.0f | %.0f | %.0f | %.2f |\n", c.Class, c.Metric, c.Switchyard, c.HAProxy, c.Nginx, c.Ratio)
+		fmt.Printf("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f |\n", c.Class, c.Path, c.Metric, c.Switchyard, c.HAProxy, c.Nginx, c.Ratio)
 	}
 	if o.jsonOut == "" {
 		return nil
@@ -1002,7 +1021,7 @@ func report(o options, paths []*path, load0, load1 string) error {
 // summarize prints, per mode, class and metric, the median and range over
 // runs of Switchyard ÷ the better peer, and the medians of each figure.
 func summarize(files []string) error {
-	type key struct{ mode, class, metric string }
+	type key struct{ mode, class, path, metric string }
 	var keys []key
 	all := map[key][]comparison{}
 	for _, name := range files {
@@ -1019,7 +1038,10 @@ func summarize(files []string) error {
 				_ = f.Close()
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			k := key{c.Mode, c.Class, c.Metric}
+			if c.Path == "" {
+				c.Path = "switchyard " + c.Class
+			}
+			k := key{c.Mode, c.Class, c.Path, c.Metric}
 			if _, ok := all[k]; !ok {
 				keys = append(keys, k)
 			}
@@ -1040,8 +1062,8 @@ func summarize(files []string) error {
 		}
 		return m, v[0], v[n-1]
 	}
-	fmt.Println("| mode | class | metric | runs | switchyard ÷ better peer: median [range] | holds (≤ 1.0 / ≥ 1.0) | switchyard | haproxy | nginx (medians) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | class | switchyard path | metric | runs | switchyard ÷ better peer: median [range] | holds (≤ 1.0 / ≥ 1.0) | switchyard | haproxy | nginx (medians) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range keys {
 		cs := all[k]
 		m, lo, hi := med(cs, func(c comparison) float64 { return c.Ratio })
@@ -1052,8 +1074,8 @@ func summarize(files []string) error {
 		if cs[0].LowerIsBetter {
 			holds = m <= 1
 		}
-		fmt.Printf("| %s | %s | %s | %d | %.2f [%.2f–%.2f] | %s | %.0f | %.0f | %.0f |\n",
-			k.mode, k.class, k.metric, len(cs), m, lo, hi, map[bool]string{true: "yes", false: "no"}[holds], s, h, n)
+		fmt.Printf("| %s | %s | %s | %s | %d | %.2f [%.2f–%.2f] | %s | %.0f | %.0f | %.0f |\n",
+			k.mode, k.class, k.path, k.metric, len(cs), m, lo, hi, map[bool]string{true: "yes", false: "no"}[holds], s, h, n)
 	}
 	return nil
 }
