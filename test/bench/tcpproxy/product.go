@@ -109,9 +109,7 @@ data:
 	}
 	ready := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
 	deadline := time.Now().Add(15 * time.Second)
-	var last error
 	for {
-		last = nil
 		resp, err := http.Get(ready)
 		if err == nil {
 			_ = resp.Body.Close()
@@ -122,13 +120,13 @@ data:
 		if err == nil {
 			_, _, err = sample(addr, conf, 'd', int64(size))
 		}
-		if last = err; last == nil {
+		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
 			p.stop()
 			out, _ := os.ReadFile(filepath.Join(pdir, "output"))
-			return nil, fmt.Errorf("%s does not serve after 15 s: %v\n%s", name, last, tail(out, 2000))
+			return nil, fmt.Errorf("%s does not serve after 15 s: %v\n%s", name, err, tail(out, 2000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
