@@ -117,36 +117,16 @@ func proxies(addr string) func(ctx context.Context) (bool, error) {
 func writeManifests(t *testing.T, dir string, bs []*backend, extra string) {
 	t.Helper()
 	var ips []string
-	_, port, _ := net.SplitHostPort(bs[0].addr)
+	_, p, _ := net.SplitHostPort(bs[0].addr)
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("backend port %q: %v", p, err)
+	}
 	for _, b := range bs {
 		h, _, _ := net.SplitHostPort(b.addr)
-		ips = append(ips, strconv.Quote(h))
+		ips = append(ips, h)
 	}
-	yaml := fmt.Sprintf(`apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: chaos, namespace: demo}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: %[1]s}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: chaos-1
-  namespace: demo
-  labels: {kubernetes.io/service-name: chaos}
-addressType: IPv4
-ports:
-- {name: http, port: %[1]s, protocol: TCP}
-endpoints:
-- addresses: [%[2]s]
-  conditions: {ready: true}
----
+	yaml := harness.LocalServiceYAML("demo", "chaos", port, ips...) + `---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: chaos, namespace: demo}
@@ -157,7 +137,7 @@ spec:
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: chaos, port: {name: http}}}}
-`, port, strings.Join(ips, ", ")) + extra
+` + extra
 	if err := os.WriteFile(filepath.Join(dir, "chaos.yaml"), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -41,38 +41,14 @@ const manifestsDir = "/run/switchyard-test/manifests"
 // (--ingress-class switchyard, --controller-class
 // switchyard.dev/ingress-controller; deploy/quickstart).
 func manifestsYAML(ip string, port int, certPEM, keyPEM []byte) string {
-	return fmt.Sprintf(`apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: backend, namespace: image}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: %[2]d}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: backend-1
-  namespace: image
-  labels: {kubernetes.io/service-name: backend}
-addressType: IPv4
-ports:
-- {name: http, port: %[2]d, protocol: TCP}
-endpoints:
-- addresses: [%[1]q]
-  conditions: {ready: true}
----
+	return harness.LocalServiceYAML("image", "backend", port, ip) + fmt.Sprintf(`---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: backend, namespace: image}
 spec:
   ingressClassName: switchyard
   rules:
-  - host: %[3]s
+  - host: %[1]s
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: backend, port: {name: http}}}}
@@ -83,9 +59,9 @@ metadata: {name: backend-tls, namespace: image}
 spec:
   ingressClassName: switchyard
   tls:
-  - {hosts: [%[4]s], secretName: backend-tls}
+  - {hosts: [%[2]s], secretName: backend-tls}
   rules:
-  - host: %[4]s
+  - host: %[2]s
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: backend, port: {name: http}}}}
@@ -95,9 +71,9 @@ kind: Secret
 metadata: {name: backend-tls, namespace: image}
 type: kubernetes.io/tls
 data:
-  tls.crt: %[5]s
-  tls.key: %[6]s
-`, ip, port, testHost, tlsHost, base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
+  tls.crt: %[3]s
+  tls.key: %[4]s
+`, testHost, tlsHost, base64.StdEncoding.EncodeToString(certPEM), base64.StdEncoding.EncodeToString(keyPEM))
 }
 
 // mountRuntimeFS mounts what a container runtime gives every container

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchyard-proxy/switchyard/test/harness"
 )
 
 // implProduct is `switchyard controller` itself: the product binary in
@@ -28,7 +30,8 @@ var productNames = map[string]string{
 // with nginx.ingress.kubernetes.io/ssl-passthrough for the bench's host
 // (--enable-ssl-passthrough; the path is the HTTPS port), or a tcp-services
 // entry (with ::PROXY, the encode field, for tcp+PROXY). The backend is
-// target (ppTarget for tcp+PROXY) as a Service with an EndpointSlice. It
+// target (ppTarget for tcp+PROXY) behind Service bench/tls, port 80
+// (harness.LocalServiceYAML). It
 // waits until /readyz answers 200 and a TLS handshake through the path
 // reaches the backend.
 func startProduct(pin bool, bin, dir, class, target, ppTarget string, procs int, conf *tls.Config, size int) (*path, error) {
@@ -49,13 +52,17 @@ func startProduct(pin bool, bin, dir, class, target, ppTarget string, procs int,
 	if class == classTCPPP {
 		up = ppTarget
 	}
-	host, port, err := net.SplitHostPort(up)
+	host, portText, err := net.SplitHostPort(up)
+	if err != nil {
+		return nil, fmt.Errorf("backend %q: %w", up, err)
+	}
+	port, err := strconv.Atoi(portText)
 	if err != nil {
 		return nil, fmt.Errorf("backend %q: %w", up, err)
 	}
 	args := []string{"controller", "--manifests", manifests, "--listen-address", "127.0.0.1",
 		"--http-port", strconv.Itoa(ports[0]), "--https-port", strconv.Itoa(ports[1]), "--status-port", strconv.Itoa(ports[2])}
-	yaml := productBackendYAML(host, port)
+	yaml := harness.LocalServiceYAML("bench", "tls", port, host)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 	switch class {
 	case classSNI:
@@ -73,7 +80,7 @@ spec:
   - host: %s
     http:
       paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: tls, port: {number: 443}}}}
+      - {path: /, pathType: Prefix, backend: {service: {name: tls, port: {number: 80}}}}
 `, sni)
 	case classTCP, classTCPPP:
 		encode := ""
@@ -86,7 +93,7 @@ apiVersion: v1
 kind: ConfigMap
 metadata: {name: tcp-services, namespace: bench}
 data:
-  "%d": bench/tls:443%s
+  "%d": bench/tls:80%s
 `, ports[3], encode)
 		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[3]))
 	default:
@@ -131,36 +138,6 @@ data:
 		time.Sleep(50 * time.Millisecond)
 	}
 	return &path{name: name, class: class, impl: implProduct, proc: p, addr: addr}, nil
-}
-
-// productBackendYAML is the namespace, IngressClass, and Service tls (port
-// 443) whose only endpoint is host:port.
-func productBackendYAML(host, port string) string {
-	return fmt.Sprintf(`apiVersion: networking.k8s.io/v1
-kind: IngressClass
-metadata: {name: switchyard}
-spec: {controller: switchyard.dev/ingress-controller}
----
-apiVersion: v1
-kind: Service
-metadata: {name: tls, namespace: bench}
-spec:
-  ports:
-  - {name: tls, port: 443, targetPort: %[2]s}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: tls-1
-  namespace: bench
-  labels: {kubernetes.io/service-name: tls}
-addressType: IPv4
-ports:
-- {name: tls, port: %[2]s, protocol: TCP}
-endpoints:
-- addresses: ["%[1]s"]
-  conditions: {ready: true}
-`, host, port)
 }
 
 // tail is the last n bytes of b.
