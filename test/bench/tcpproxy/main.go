@@ -95,6 +95,7 @@ func main() {
 	flag.IntVar(&o.size, "size", 1<<20, "bytes per transfer of the connection rounds")
 	flag.Int64Var(&o.big, "big", 1<<30, "bytes per transfer of the big rounds")
 	flag.IntVar(&o.bigRounds, "big-rounds", 2, "interleaved big transfers per path; 0 skips them")
+	flag.IntVar(&o.parallel, "parallel", 1, "connections of a big transfer, at once: each moves -big ÷ this many bytes (concurrent load on each proxy)")
 	flag.StringVar(&o.handshake, "handshake", "short", "short (TLS 1.3 resumption, X25519) or full (Go defaults, verified certificate)")
 	flag.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of client and backend; 0 is Go's default")
 	flag.BoolVar(&o.pin, "pin", false, "run every proxy under taskset -c 1 with one thread of work (run this process under taskset -c 0)")
@@ -127,6 +128,9 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "proxy: write a CPU profile here; bench: pass it on to the Switchyard passthrough proxy")
 	flag.Parse()
 	o.cpuprofile = *cpuprofile
+	if o.parallel < 1 {
+		log.Fatalf("-parallel %d: want at least 1", o.parallel)
+	}
 	if o.handshake != "short" && o.handshake != "full" {
 		log.Fatalf("-handshake %q: want short or full", o.handshake)
 	}
@@ -154,6 +158,7 @@ func main() {
 
 type options struct {
 	rounds, warmup, size, bigRounds int
+	parallel                        int
 	big                             int64
 	handshake                       string
 	procs                           int
@@ -689,7 +694,7 @@ func run(o options) error {
 		return err
 	}
 	load0 := loadavg()
-	backend, err := start(false, "", "backend", o.procs, nil, "-dir", dir, "-size", strconv.Itoa(o.size), "-big", strconv.FormatInt(o.big, 10))
+	backend, err := start(false, "", "backend", o.procs, nil, "-dir", dir, "-size", strconv.Itoa(o.size), "-big", strconv.FormatInt(o.big/int64(o.parallel), 10))
 	if err != nil {
 		return err
 	}
@@ -813,11 +818,11 @@ func run(o options) error {
 	for i := 0; i < o.bigRounds; i++ {
 		mrand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, p := range order {
-			t, _, err := sample(p.addr, conf, 'g', o.big)
+			xfer, err := bigTransfer(p.addr, conf, o.big, o.parallel)
 			if err != nil {
 				return fmt.Errorf("%s: big transfer: %w", p.name, err)
 			}
-			p.big = append(p.big, t.xfer)
+			p.big = append(p.big, xfer)
 		}
 	}
 	cpu2 := cpus(paths)
@@ -920,8 +925,8 @@ func report(o options, paths []*path, load0, load1 string) error {
 	if o.bigRounds > 0 {
 		bigD = quantileOf(paths[0].big, .5)
 	}
-	fmt.Printf("\n### %s, %s: %d rounds (+%d warm-up), %d × %d MiB, %s handshake, load %s → %s\n\n",
-		o.label, mode, o.rounds, o.warmup, o.bigRounds, o.big>>20, o.handshake, load0, load1)
+	fmt.Printf("\n### %s, %s: %d rounds (+%d warm-up), %d × %d MiB over %d connection(s) at once, %s handshake, load %s → %s\n\n",
+		o.label, mode, o.rounds, o.warmup, o.bigRounds, o.big>>20, o.parallel, o.handshake, load0, load1)
 	fmt.Printf("direct: setup p50 %d µs, p99 %d µs (connect p50 %d µs), 1-byte RTT p50 %d µs, %d MiB p50 %d µs, %d MiB p50 %.0f ms\n\n",
 		sd50.Microseconds(), sd99.Microseconds(), quantile(d, .5, connectOf).Microseconds(), rd.Microseconds(),
 		o.size>>20, xd.Microseconds(), o.big>>20, float64(bigD)/float64(time.Millisecond))
@@ -1016,6 +1021,31 @@ func report(o options, paths []*path, load0, load1 string) error {
 		}
 	}
 	return f.Close()
+}
+
+// bigTransfer moves total bytes from the backend over n connections at
+// once and returns the time from the first request byte to the last byte
+// of the last connection.
+func bigTransfer(addr string, conf *tls.Config, total int64, n int) (time.Duration, error) {
+	if n <= 1 {
+		t, _, err := sample(addr, conf, 'g', total)
+		return t.xfer, err
+	}
+	start := time.Now()
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, _, err := sample(addr, conf, 'g', total/int64(n))
+			errs <- err
+		}()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return time.Since(start), first
 }
 
 // summarize prints, per mode, class and metric, the median and range over
