@@ -82,40 +82,20 @@ func localBackendYAML(name, host string, port int, annotations, tls string) stri
 	if tls != "" {
 		spec = "\n  tls: " + tls
 	}
-	return fmt.Sprintf(`---
-apiVersion: v1
-kind: Service
-metadata: {name: %[1]s, namespace: demo}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: %[3]d}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: %[1]s-1
-  namespace: demo
-  labels: {kubernetes.io/service-name: %[1]s}
-addressType: IPv4
-ports:
-- {name: http, port: %[3]d, protocol: TCP}
-endpoints:
-- addresses: ["127.0.0.1"]
-  conditions: {ready: true}
----
+	return "---\n" + harness.ServiceYAML("demo", name, port, "127.0.0.1") + fmt.Sprintf(`---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: %[1]s
-  namespace: demo%[4]s
+  namespace: demo%[3]s
 spec:
-  ingressClassName: switchyard%[5]s
+  ingressClassName: switchyard%[4]s
   rules:
   - host: %[2]s
     http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: %[1]s, port: {name: http}}}}
-`, name, host, port, meta, spec)
+`, name, host, meta, spec)
 }
 
 // startController runs serveController with args until the end of the test

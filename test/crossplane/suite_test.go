@@ -381,33 +381,16 @@ func (e *env) manifests(t *testing.T, dir string, rows []Row, extra map[string]s
 				"  labels: {kubernetes.io/service-name: %[1]s}\naddressType: IPv4\nports:\n- {name: http, port: %[4]s, protocol: TCP}\n"+
 				"endpoints:\n- addresses: [%[3]q]\n  conditions: {ready: true}\n", svc, ns, addr, p)
 		},
-		"service": func(n, svc, ns string) string {
+		"service": func(n, svc, ns string) (string, error) {
 			h, p, _ := net.SplitHostPort(e.backends[n])
-			return fmt.Sprintf(`---
-apiVersion: v1
-kind: Service
-metadata: {name: %[1]s, namespace: %[2]s}
-spec:
-  ports:
-  - {name: http, port: 80, targetPort: %[4]s}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: %[1]s-1
-  namespace: %[2]s
-  labels: {kubernetes.io/service-name: %[1]s}
-addressType: IPv4
-ports:
-- {name: http, port: %[4]s, protocol: TCP}
-endpoints:
-- addresses: ["%[3]s"]
-  conditions: {ready: true}
-`, svc, ns, h, p)
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				return "", fmt.Errorf("backend %s: port %q: %w", n, p, err)
+			}
+			return "---\n" + harness.ServiceYAML(ns, svc, port, h), nil
 		},
 	}
-	class := "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: switchyard}\nspec: {controller: switchyard.dev/ingress-controller}\n"
-	if err := os.WriteFile(filepath.Join(dir, "00-class.yaml"), []byte(class), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "00-class.yaml"), []byte(harness.IngressClassYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cm := controllerConfigMap
