@@ -159,7 +159,7 @@ var controllerFlagTable = map[string]flagRow{
 	"nginx-dir":         {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
 	"lua-dir":           {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
 	"pick-timeout":      {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
-	"l4-event-loops":    {groupDataPlane, flagSwitchyardOnly, "default 1: TCP services and the SSL passthrough router run on this many epoll event loops, each on a thread of its own (Linux; GOMAXPROCS grows by one per loop), as nginx's stream workers; 0 gives every connection its own goroutines. Either way the same behaviour; the benchmarks measured one loop (docs/benchmarks/tcpproxy.md)"},
+	"l4-event-loops":    {groupDataPlane, flagSwitchyardOnly, "default 1: TCP services and the SSL passthrough router run on this many epoll event loops, each on a thread of its own (Linux; GOMAXPROCS grows by one per loop), as nginx's stream workers; 0 gives every connection its own goroutines. Either way the same behaviour. On 2 vCPUs one loop kept up with nginx stream's two workers at eight concurrent downloads, and two loops cost what one does (docs/benchmarks/tcpproxy.md). A loop uses at most one core, so a node with more cores and heavy L4 traffic may want more"},
 	"nginx-status-port": {groupDataPlane, flagSwitchyardOnly, "with `--data-plane=nginx`"},
 
 	"v":                                {groupLogging, flagImplemented, "also `-v N`"},
