@@ -104,7 +104,7 @@ func main() {
 	flag.BoolVar(&o.epoll, "epoll", false, "also measure a bare forwarder on a raw epoll loop (one locked thread, no netpoller): the floor of an event-loop design")
 	flag.BoolVar(&o.epollRaw, "epoll-raw", false, "also measure an edge-triggered epoll forwarder on raw system calls only (the runtime never sees the thread block), and the same loop blocking in Go's epoll_wait")
 	flag.StringVar(&o.label, "label", "", "label of this run in the output")
-	flag.StringVar(&o.product, "switchyard", "", "also measure `switchyard controller` itself (this switchyard binary in manifests mode, one process per path): passthrough, tcp, and with -pp tcp+PROXY v1")
+	flag.StringVar(&o.product, "switchyard", "", "also measure `switchyard controller` itself (this switchyard binary in manifests mode, one process per path): passthrough, tcp, and with -proxy-protocol tcp+PROXY v1")
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
 		"another build of this tool to run it from, e.g. one made before a change (repeatable)", func(v string) error {
