@@ -299,3 +299,38 @@ func TestServesAfterIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedTCPServiceFreesItsPort: once SyncTCP has removed a TCP
+// service, its port is closed, so it can be bound again at once (the
+// loops close their copy of the socket before SyncTCP returns).
+func TestRemovedTCPServiceFreesItsPort(t *testing.T) {
+	backend := listen(t, func(c net.Conn) { _ = c.Close() })
+	reg := registry(t, balancer.Backend{Name: "svc", Endpoints: []balancer.Endpoint{endpoint(backend)}})
+	p, err := newProxy(Config{Picker: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	for i := range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		p.Update(RoutesFrom(&model.Configuration{TCPServices: []model.L4Service{{Port: port, Backend: "svc"}}}))
+		if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+		p.Update(RoutesFrom(&model.Configuration{}))
+		if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+		again, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			t.Fatalf("round %d: port %d right after its service was removed: %v", i, port, err)
+		}
+		_ = again.Close()
+	}
+}

@@ -150,15 +150,18 @@ func (g *loopGroup) listen(ln net.Listener, sni bool, port int) (*loopListener, 
 	return l, nil
 }
 
-// Close makes every loop let go of l; it returns at once, and l.done
-// closes once the socket is closed.
+// Close makes every loop let go of l and returns once the last one has
+// closed the socket, as net.Listener's Close does: a removed TCP service
+// refuses new connections when SyncTCP returns, and its port can be bound
+// again at once.
 func (l *loopListener) Close() error {
 	g := l.g
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, lp := range g.loops {
 		lp.post(loopCmd{remove: l})
 	}
+	g.mu.Unlock()
+	<-l.done
 	return nil
 }
 
