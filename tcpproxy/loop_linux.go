@@ -374,6 +374,13 @@ func (l *loop) run() {
 			}
 			timeout = int(max((next-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
 		}
+		if timeout != 0 && l.now-l.lastEvent < l.p.cfg.BusyPoll {
+			// An event a moment ago: look again without sleeping, so
+			// the next one finds the thread running instead of a CPU
+			// to wake (BusyPoll). Others runnable on this CPU go first.
+			timeout = 0
+			_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		}
 		wait := syscall.RawSyscall6
 		if l.now-l.lastEvent > parkAfter {
 			// Idle for a while: wait in a system call the runtime sees,

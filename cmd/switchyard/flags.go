@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/switchyard-proxy/switchyard/tcpproxy"
 	"k8s.io/klog/v2"
 )
 
@@ -67,6 +68,7 @@ type controllerOptions struct {
 	SSLPassthroughProxyPort  int
 	PickTimeout              time.Duration
 	L4EventLoops             int
+	L4BusyPoll               time.Duration
 	ListenAddress            string
 	Verbosity                int
 	Version                  bool
@@ -199,6 +201,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "event loops (each on a thread of its own) serving TCP services and the SSL passthrough router on Linux; 0 serves each connection on its own goroutines")
+	fs.DurationVar(&opts.L4BusyPoll, "l4-busy-poll", tcpproxy.DefaultBusyPoll, "how long an L4 event loop keeps looking for the next event without sleeping after one arrived (yielding its CPU to anything runnable there); 0 sleeps at once")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
 
@@ -348,6 +351,9 @@ func (o *controllerOptions) validate() error {
 	}
 	if o.L4EventLoops < 0 || o.L4EventLoops > 64 {
 		errs = append(errs, fmt.Errorf("--l4-event-loops: %d is not between 0 and 64", o.L4EventLoops))
+	}
+	if o.L4BusyPoll < 0 || o.L4BusyPoll > time.Millisecond {
+		errs = append(errs, fmt.Errorf("--l4-busy-poll: %v is not between 0 and 1ms", o.L4BusyPoll))
 	}
 	if o.SyncRateLimit < 0 {
 		errs = append(errs, fmt.Errorf("--sync-rate-limit: %v is negative", o.SyncRateLimit))

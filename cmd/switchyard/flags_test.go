@@ -28,6 +28,9 @@ func TestParseControllerFlags(t *testing.T) {
 		{name: "bad data plane", args: []string{"--data-plane=envoy"}, wantErr: "-data-plane"},
 		{name: "bad status address", args: []string{"--status-address=localhost"}, wantErr: "-status-address"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: `unexpected argument "extra"`},
+		{name: "busy poll", args: []string{"--l4-busy-poll=0", "--l4-busy-poll=50us"}},
+		{name: "busy poll negative", args: []string{"--l4-busy-poll=-1us"}, wantErr: "--l4-busy-poll: -1µs is not between 0 and 1ms"},
+		{name: "busy poll too long", args: []string{"--l4-busy-poll=2ms"}, wantErr: "--l4-busy-poll: 2ms is not between 0 and 1ms"},
 		{name: "manifests and kubeconfig", args: []string{"--manifests=d", "--kubeconfig=k"}, wantErr: "exclude"},
 	}
 	for _, tt := range tests {
