@@ -12,7 +12,8 @@
 # docs/benchmarks/tcpproxy.md.
 #
 # Installs haproxy, nginx and libnginx-mod-stream with apt-get when they are
-# missing (root), and fails if it cannot.
+# missing (root), and fails if it cannot. Needs a C compiler (cc) for
+# test/bench/cforward.
 #
 # Prints each run's tables, then the summary over runs: per class, metric
 # and mode, Switchyard ÷ the better of HAProxy and nginx, median [range].
@@ -52,6 +53,10 @@ go build -o "$bin" ./test/bench/tcpproxy
 # tcpproxy children.
 go build -o "$tmp/switchyard" ./cmd/switchyard
 extra=(-switchyard "$tmp/switchyard" "${extra[@]}")
+# The bench's raw epoll forwarder in C (test/bench/cforward): a relay
+# without a Go runtime, beside the Go one.
+cc -O2 -Wall -o "$tmp/cforward" test/bench/cforward/forward.c
+extra=(-cforward "$tmp/cforward" "${extra[@]}")
 {
 	echo "# $(date -u +%FT%TZ) $(nproc) cores, $(go version | cut -d' ' -f3), $(git rev-parse --short HEAD), $rounds rounds + $big × 1 GiB per path per run, $runs runs"
 	echo "# $(haproxy -v | head -1); $(nginx -v 2>&1)"

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -70,11 +71,15 @@ func rawCall(trap, a1, a2, a3 uintptr) (int, syscall.Errno) {
 }
 
 func (l *rawLoop) run() {
-	runtime.LockOSThread()
+	if os.Getenv("TCPB_RAW_NOLOCK") == "" {
+		runtime.LockOSThread()
+	}
 	events := make([]unix.EpollEvent, 128)
+	spin, _ := time.ParseDuration(os.Getenv("TCPB_RAW_SPIN"))
+	var lastEvent time.Time
 	for {
 		timeout := ^uintptr(0) // -1: block in the kernel
-		if l.goWait {
+		if l.goWait || (spin > 0 && time.Since(lastEvent) < spin) {
 			timeout = 0
 		}
 		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), timeout, 0, 0)
@@ -93,6 +98,9 @@ func (l *rawLoop) run() {
 		}
 		if e != 0 {
 			return
+		}
+		if r > 0 && spin > 0 {
+			lastEvent = time.Now()
 		}
 		for _, ev := range events[:int(r)] {
 			fd := int(ev.Fd)

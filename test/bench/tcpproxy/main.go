@@ -103,6 +103,7 @@ func main() {
 	flag.BoolVar(&o.pp, "proxy-protocol", true, "measure the PROXY protocol paths too")
 	flag.BoolVar(&o.epoll, "epoll", false, "also measure a bare forwarder on a raw epoll loop (one locked thread, no netpoller): the floor of an event-loop design")
 	flag.BoolVar(&o.epollRaw, "epoll-raw", false, "also measure an edge-triggered epoll forwarder on raw system calls only (the runtime never sees the thread block), and the same loop blocking in Go's epoll_wait")
+	flag.StringVar(&o.cforward, "cforward", "", "also measure this build of test/bench/cforward (the raw epoll forwarder in C: what a relay costs without a Go runtime)")
 	flag.StringVar(&o.label, "label", "", "label of this run in the output")
 	flag.StringVar(&o.product, "switchyard", "", "also measure `switchyard controller` itself (this switchyard binary in manifests mode, one process per path): passthrough, tcp, and with -proxy-protocol tcp+PROXY v1")
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
@@ -118,6 +119,17 @@ func main() {
 			}
 		}
 		o.variants = append(o.variants, vr)
+		return nil
+	})
+	flag.Func("epoll-raw-variant", "name:K=V,...: one more epoll raw forwarder row with this environment (TCPB_RAW_NOLOCK=1: no LockOSThread; GODEBUG=...), to find what a Go process adds to the relay (repeatable)", func(v string) error {
+		name, spec, _ := strings.Cut(v, ":")
+		vr := variant{name: name}
+		for _, e := range strings.Split(spec, ",") {
+			if e != "" {
+				vr.env = append(vr.env, e)
+			}
+		}
+		o.rawVariants = append(o.rawVariants, vr)
 		return nil
 	})
 	role := flag.String("role", "bench", "bench, summarize (of -json files), or a child: backend, proxy, forward")
@@ -166,6 +178,8 @@ type options struct {
 	label, cpuprofile, jsonOut      string
 	variants                        []variant
 	product                         string // switchyard binary for the product's paths; "": none
+	cforward                        string // test/bench/cforward binary; "": none
+	rawVariants                     []variant
 }
 
 // variant is a Switchyard passthrough child started with extra environment
@@ -224,7 +238,15 @@ func serveSwitchyard(ctx context.Context, mode, target, ppTarget string) (string
 		}
 		loops = n
 	}
-	cfg := tcpproxy.Config{Picker: reg, Registerer: prometheus.NewRegistry(), EventLoops: loops}
+	busyPoll := tcpproxy.DefaultBusyPoll // the product's default
+	if v := os.Getenv("TCPB_BUSY_POLL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return "", fmt.Errorf("TCPB_BUSY_POLL=%q: want a duration", v)
+		}
+		busyPoll = d
+	}
+	cfg := tcpproxy.Config{Picker: reg, Registerer: prometheus.NewRegistry(), EventLoops: loops, BusyPoll: busyPoll}
 	if mode == "sni-pp2" {
 		cfg.HTTPSFallback = ppTarget
 	}
@@ -737,6 +759,18 @@ func run(o options) error {
 		// The same loop blocking in a system call the runtime sees
 		// (entersyscall, sysmon): which of the two the gap is.
 		if err := addGo("epoll raw forward, Go's wait", classTCP, implEpollFloor, "", []string{"TCPB_EPOLL_WAIT=syscall"}, "epoll-raw-forward", "-target", target); err != nil {
+			return err
+		}
+	}
+	for _, v := range o.rawVariants {
+		if err := addGo(v.name, classTCP, implEpollFloor, "", v.env, "epoll-raw-forward", "-target", target); err != nil {
+			return err
+		}
+	}
+	if o.cforward != "" {
+		// The Go raw forwarder's relay in C: which of the two a gap to
+		// nginx and HAProxy is, the relay's or the Go runtime's.
+		if err := addGo("C epoll forward", classTCP, implEpollFloor, o.cforward, nil, "cforward", "-target", target); err != nil {
 			return err
 		}
 	}
