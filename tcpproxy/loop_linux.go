@@ -68,6 +68,12 @@ const (
 	// parkAfter is how long a loop goes without an event before it waits
 	// the runtime's way.
 	parkAfter = time.Second
+	// busyPollWindow and defaultPollBudget bound Config.BusyPoll: a loop
+	// polls for at most the budget in each window, a tenth of a core
+	// however the events fall (a transfer whose chunks come just under
+	// BusyPoll apart would otherwise keep it polling all the time).
+	busyPollWindow    = 100 * time.Millisecond
+	defaultPollBudget = busyPollWindow / 10
 )
 
 // connection states.
@@ -312,7 +318,10 @@ type loop struct {
 	paused    []*loopListener // out of descriptors: not accepting until resumeAt
 	resumeAt  time.Duration
 	lastEvent time.Duration // when epoll_wait last returned an event
-	events    [epollBatch]unix.EpollEvent
+	// polled is the time spent polling (Config.BusyPoll) in the
+	// busyPollWindow that ends at pollWindowEnd.
+	polled, pollWindowEnd time.Duration
+	events                [epollBatch]unix.EpollEvent
 }
 
 func newLoop(g *loopGroup) (*loop, error) {
@@ -374,11 +383,13 @@ func (l *loop) run() {
 			}
 			timeout = int(max((next-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
 		}
-		if timeout != 0 && l.now-l.lastEvent < l.p.cfg.BusyPoll {
+		var pollStart time.Duration
+		if timeout != 0 && l.now-l.lastEvent < l.p.cfg.BusyPoll && l.mayPoll() {
 			// An event a moment ago: look again without sleeping, so
 			// the next one finds the thread running instead of a CPU
 			// to wake (BusyPoll). Others runnable on this CPU go first.
 			timeout = 0
+			pollStart = time.Since(l.base)
 			_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		}
 		wait := syscall.RawSyscall6
@@ -392,6 +403,9 @@ func (l *loop) run() {
 		}
 		r, _, e := wait(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
 		l.now = time.Since(l.base)
+		if pollStart != 0 {
+			l.polled += l.now - pollStart
+		}
 		if e == syscall.EINTR {
 			// A signal, the runtime's preemption among them: let the
 			// runtime act on it before waiting again.
@@ -447,6 +461,20 @@ func (l *loop) run() {
 			return
 		}
 	}
+}
+
+// mayPoll reports whether the loop has polling time left in the current
+// busyPollWindow.
+func (l *loop) mayPoll() bool {
+	if l.now >= l.pollWindowEnd {
+		l.pollWindowEnd = l.now + busyPollWindow
+		l.polled = 0
+	}
+	budget := l.p.cfg.pollBudget
+	if budget == 0 {
+		budget = defaultPollBudget
+	}
+	return l.polled < budget
 }
 
 // commands runs what other goroutines posted; false when the loop ended.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"io"
 	"net"
-	"syscall"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,22 +50,49 @@ func TestLoopKeepsLeftovers(t *testing.T) {
 
 const parkAfterForTest = parkAfter
 
-// cpuTime is the CPU time this process has used.
-func cpuTime(t *testing.T) time.Duration {
+// threadCPU is the CPU time each thread of this process has had, by
+// thread id (/proc/self/task/*/schedstat, in nanoseconds).
+func threadCPU(t *testing.T) map[string]time.Duration {
 	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	cpu := make(map[string]time.Duration, len(ents))
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			t.Fatalf("schedstat of thread %s: %q", e.Name(), b)
+		}
+		cpu[e.Name()] = time.Duration(ns)
+	}
+	return cpu
+}
+
+// busiestThread is the most CPU time one thread had between two
+// threadCPU readings: the loop's, when it polls.
+func busiestThread(before, after map[string]time.Duration) time.Duration {
+	var most time.Duration
+	for tid, a := range after {
+		most = max(most, a-before[tid])
+	}
+	return most
 }
 
 // After an event a loop with BusyPoll keeps looking for the next one
-// without sleeping, for BusyPoll and no longer; without it the loop
-// sleeps at once. Seen in the CPU time the otherwise idle process uses
-// while nothing happens: a polling loop burns it (it only yields to
-// whatever else is runnable), a sleeping one does not. The thresholds are
-// a tenth of the window either way, far from both.
+// without sleeping, for BusyPoll and no longer, and for at most its budget
+// in each busyPollWindow; without BusyPoll it sleeps at once. Seen in the
+// CPU time of the busiest thread while nothing happens: a polling loop's
+// thread runs (yielding only to whatever else is runnable), a sleeping
+// one does not.
 func TestLoopBusyPoll(t *testing.T) {
 	backend := listen(t, func(c net.Conn) {
 		defer c.Close()
@@ -74,32 +103,34 @@ func TestLoopBusyPoll(t *testing.T) {
 	tests := []struct {
 		name     string
 		busyPoll time.Duration
-		// polling: whether the loop should be polling during the window
-		// that starts right after the exchange, and then during the
-		// window after that.
-		polling, thenPolling bool
+		budget   time.Duration // Config.pollBudget
+		// atLeast and atMost bound the busiest thread's share of the
+		// window that starts right after the exchange (which lasts
+		// busyPoll when that is longer) and of the window after it.
+		atLeast, atMost [2]float64
 	}{
-		{"none", 0, false, false},
-		{"longer than the window", 2 * window, true, false},
+		{"none", 0, 0, [2]float64{0, 0}, [2]float64{0.05, 0.05}},
+		{"polling for longer than the window, no budget", 2 * window, busyPollWindow, [2]float64{0.1, 0}, [2]float64{1, 0.05}},
+		{"polling within the default budget", 2 * window, 0, [2]float64{0, 0}, [2]float64{0.15, 0.05}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr := tcpService(t, Config{EventLoops: 1, BusyPoll: tt.busyPoll}, model.L4Service{Backend: "busy-poll"}, backend)
+			addr := tcpService(t, Config{EventLoops: 1, BusyPoll: tt.busyPoll, pollBudget: tt.budget}, model.L4Service{Backend: "busy-poll"}, backend)
 			if got := exchange(t, addr, []byte("ping")); got != "ping" {
 				t.Fatalf("answered %q", got)
 			}
-			for i, want := range []bool{tt.polling, tt.thenPolling} {
-				start := cpuTime(t)
+			for i := range 2 {
+				before, start := threadCPU(t), time.Now()
 				time.Sleep(window)
 				if i == 0 && tt.busyPoll > window {
 					time.Sleep(tt.busyPoll - window) // let the poll run out before the second window
 				}
-				used := cpuTime(t) - start
-				switch {
-				case want && used < window/10:
-					t.Errorf("window %d: the process used %v of CPU; want the loop polling (at least %v)", i+1, used, window/10)
-				case !want && used > window/10:
-					t.Errorf("window %d: the process used %v of CPU; want the loop asleep (at most %v)", i+1, used, window/10)
+				elapsed := time.Since(start)
+				share := float64(busiestThread(before, threadCPU(t))) / float64(elapsed)
+				t.Logf("window %d: busiest thread %.1f %%", i+1, 100*share)
+				if share < tt.atLeast[i] || share > tt.atMost[i] {
+					t.Errorf("window %d: the busiest thread ran %.0f %% of %v; want %.0f–%.0f %%",
+						i+1, 100*share, elapsed.Round(time.Millisecond), 100*tt.atLeast[i], 100*tt.atMost[i])
 				}
 			}
 		})

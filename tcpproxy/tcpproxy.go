@@ -101,9 +101,14 @@ type Config struct {
 	// interrupt to its CPU, which on a virtual machine whose idle CPUs
 	// halt is an exit to the hypervisor on both sides; during a transfer
 	// the next event is usually microseconds away, and a loop that is
-	// still looking takes it without that cost. Zero never polls;
-	// DefaultBusyPoll is what the controller runs with.
+	// still looking takes it without that cost. A loop polls for at most
+	// a tenth of each 100 ms, so it costs at most a tenth of a core
+	// however the events fall. Zero never polls; DefaultBusyPoll is what
+	// the controller runs with.
 	BusyPoll time.Duration
+
+	// pollBudget replaces that tenth in tests; zero means the default.
+	pollBudget time.Duration
 }
 
 // DefaultBusyPoll is the controller's --l4-busy-poll: on two vCPUs of a
