@@ -158,6 +158,13 @@ func TestUndecidedHelloStillRouted(t *testing.T) {
 // tcpService serves one TCP service to backend addrs until the test ends.
 func tcpService(t *testing.T, cfg Config, svc model.L4Service, addrs ...string) string {
 	t.Helper()
+	_, addr := tcpServiceProxy(t, cfg, svc, addrs...)
+	return addr
+}
+
+// tcpServiceProxy is tcpService that also returns the Proxy.
+func tcpServiceProxy(t *testing.T, cfg Config, svc model.L4Service, addrs ...string) (*Proxy, string) {
+	t.Helper()
 	var eps []balancer.Endpoint
 	for _, a := range addrs {
 		eps = append(eps, endpoint(a))
@@ -179,7 +186,7 @@ func tcpService(t *testing.T, cfg Config, svc model.L4Service, addrs ...string) 
 	if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
 		t.Fatal(err)
 	}
-	return "127.0.0.1:" + strconv.Itoa(svc.Port)
+	return p, "127.0.0.1:" + strconv.Itoa(svc.Port)
 }
 
 // Each direction ends on its own: the client's end of stream reaches the

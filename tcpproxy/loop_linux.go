@@ -318,6 +318,7 @@ type loop struct {
 	paused    []*loopListener // out of descriptors: not accepting until resumeAt
 	resumeAt  time.Duration
 	lastEvent time.Duration // when epoll_wait last returned an event
+	tid       atomic.Int32  // the loop's thread, once it runs
 	// polled is the time spent polling (Config.BusyPoll) in the
 	// busyPollWindow that ends at pollWindowEnd.
 	polled, pollWindowEnd time.Duration
@@ -371,6 +372,7 @@ func rawClose(fd int) { _, _ = rawCall(syscall.SYS_CLOSE, uintptr(fd), 0, 0) }
 func (l *loop) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	l.tid.Store(int32(unix.Gettid()))
 	for {
 		timeout := -1
 		switch {
