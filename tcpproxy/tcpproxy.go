@@ -112,9 +112,9 @@ type Config struct {
 }
 
 // DefaultBusyPoll is the controller's --l4-busy-poll: on two vCPUs of a
-// VM whose idle CPUs halt, 20 µs moved 1 MiB 5–6 % faster with the loop on
-// a CPU of its own and cost no throughput with the loop sharing both, for
-// about a fifth more CPU per connection (docs/benchmarks/tcpproxy.md).
+// VM whose idle CPUs halt, 20 µs moved 1 MiB 5–15 % faster with the loop
+// on a CPU of its own and changed nothing with the loop sharing both, for
+// 5–19 % more CPU per connection (docs/benchmarks/tcpproxy.md).
 const DefaultBusyPoll = 20 * time.Microsecond
 
 // Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.

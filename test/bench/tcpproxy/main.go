@@ -4,7 +4,10 @@
 // nginx's stream module (ssl_preread), and against a direct connection to
 // the same TLS backend, all in the same run (issues 7 and 23). A plain
 // accept-dial-io.Copy forwarder is measured alongside as the floor of any
-// extra process hop. test/bench/tcpproxy.sh runs it and prints the tables.
+// extra process hop; -epoll-raw and -cforward add a bare event-loop relay,
+// in Go on raw system calls and the same in C (test/bench/cforward), the
+// floor of an event-loop design with and without a Go runtime.
+// test/bench/tcpproxy.sh runs it and prints the tables.
 //
 // Method:
 //   - client (this process), backend, and every proxy are separate processes
