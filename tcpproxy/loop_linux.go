@@ -329,6 +329,7 @@ type loop struct {
 	// polled is the time spent polling (Config.BusyPoll) in the
 	// busyPollWindow that ends at pollWindowEnd.
 	polled, pollWindowEnd time.Duration
+	emptyPoll             bool // the last epoll_wait was a look that found nothing
 	events                [epollBatch]unix.EpollEvent
 }
 
@@ -392,7 +393,7 @@ func (l *loop) run() {
 			}
 			timeout = int(max((next-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
 		}
-		var pollStart time.Duration
+		prevNow, pollStart := l.now, time.Duration(0)
 		if timeout != 0 && l.now-l.lastEvent < l.p.cfg.BusyPoll && l.mayPoll() {
 			// An event a moment ago: look again without sleeping, so
 			// the next one finds the thread running instead of a CPU
@@ -413,8 +414,15 @@ func (l *loop) run() {
 		r, _, e := wait(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
 		l.now = time.Since(l.base)
 		if pollStart != 0 {
-			l.polled += l.now - pollStart
+			// A look that follows an empty look is charged from the end
+			// of that one, the loop's own bookkeeping in between included.
+			from := pollStart
+			if l.emptyPoll {
+				from = prevNow
+			}
+			l.polled += l.now - from
 		}
+		l.emptyPoll = pollStart != 0 && r == 0 && e == 0
 		if e == syscall.EINTR {
 			// A signal, the runtime's preemption among them: let the
 			// runtime act on it before waiting again.

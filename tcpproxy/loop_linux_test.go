@@ -103,7 +103,7 @@ func TestLoopBusyPoll(t *testing.T) {
 	}{
 		{"none", 0, 0, [2]float64{0, 0}, [2]float64{0.05, 0.05}},
 		{"polling for longer than the window, no budget", 2 * window, busyPollWindow, [2]float64{0.1, 0}, [2]float64{1, 0.05}},
-		{"polling within the default budget", 2 * window, 0, [2]float64{0.02, 0}, [2]float64{0.15, 0.05}},
+		{"polling within the default budget", 2 * window, 0, [2]float64{0, 0}, [2]float64{0.15, 0.05}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
