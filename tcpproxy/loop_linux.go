@@ -70,6 +70,9 @@ const (
 	// relayBudget bounds what one direction moves per wake-up before the
 	// loop turns to other connections.
 	relayBudget = 1 << 20
+	// notSentLowatBytes is each relayed socket's TCP_NOTSENT_LOWAT
+	// (setSockOpts).
+	notSentLowatBytes = 32 << 10
 	// epollBatch is how many events one epoll_wait returns at most.
 	epollBatch = 128
 	// parkAfter is how long a loop goes without an event before it waits
@@ -695,10 +698,20 @@ func (l *loop) resume() {
 	l.paused = l.paused[:0]
 }
 
-var one = int32(1)
+var (
+	one          = int32(1)
+	notSentLowat = int32(notSentLowatBytes)
+)
 
-func setNoDelay(fd int) {
+// setSockOpts sets what a loop wants of each socket of a relayed pair:
+// TCP_NODELAY, and TCP_NOTSENT_LOWAT so that a write leaves at most
+// notSentLowatBytes in the kernel that it cannot send yet. The rest stays
+// in the loop's buffer until the socket's EPOLLOUT, and goes out from the
+// loop's own thread, not from the receive path of the peer's
+// acknowledgements on whatever CPU that peer runs.
+func setSockOpts(fd int) {
 	_, _, _ = syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, uintptr(unsafe.Pointer(&one)), 4, 0)
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, uintptr(unsafe.Pointer(&notSentLowat)), 4, 0)
 }
 
 func (l *loop) newConn(ln *loopListener, fd int) {
@@ -716,7 +729,7 @@ func (l *loop) newConn(ln *loopListener, fd int) {
 	c.start, c.active = l.now, l.now
 	l.p.conns.add()
 	l.link(c)
-	setNoDelay(fd)
+	setSockOpts(fd)
 	if !l.register(&c.client) {
 		l.closeConn(c)
 		return
@@ -1003,7 +1016,7 @@ func (l *loop) startConnect(c *lconn, sa rawAddr) bool {
 	if errno != 0 {
 		return l.connectFailed(c)
 	}
-	setNoDelay(fd)
+	setSockOpts(fd)
 	c.up.fd = fd
 	c.up.rd, c.up.wr, c.up.eof = false, false, false
 	c.connStart = l.now

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"golang.org/x/sys/unix"
 )
 
 // What a direction keeps for a peer that would not take it all: a head
@@ -127,4 +128,79 @@ func TestLoopBusyPoll(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Both sockets a loop relays between carry TCP_NOTSENT_LOWAT (setSockOpts):
+// found among the process's descriptors by their addresses while the
+// connection is open, beside the test's own client socket, which does not.
+func TestLoopSocketsNotSentLowat(t *testing.T) {
+	got := make(chan struct{})
+	backend := listen(t, func(c net.Conn) {
+		defer c.Close()
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(c, b); err == nil {
+			close(got)
+		}
+		_, _ = io.Copy(io.Discard, c)
+	})
+	addr := tcpService(t, Config{EventLoops: 1}, model.L4Service{Backend: "lowat"}, backend)
+	client, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend never got the byte")
+	}
+	// The sockets by role: the proxy's end of the client's connection
+	// (peer: the client), its upstream socket (peer: the backend, from a
+	// port other than the proxy's listener), the client's own.
+	clientAddr, serviceAddr := client.LocalAddr().String(), client.RemoteAddr().String()
+	lowat := map[string]int{}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		local, err1 := unix.Getsockname(fd)
+		peer, err2 := unix.Getpeername(fd)
+		if err1 != nil || err2 != nil {
+			continue // not a connected socket
+		}
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT)
+		if err != nil {
+			continue
+		}
+		switch l, p := sockaddrString(local), sockaddrString(peer); {
+		case p == clientAddr && l == serviceAddr:
+			lowat["proxy's client socket"] = v
+		case p == backend:
+			lowat["proxy's upstream socket"] = v
+		case l == clientAddr && p == serviceAddr:
+			lowat["test client's socket"] = v
+		}
+	}
+	want := map[string]int{"proxy's client socket": notSentLowatBytes, "proxy's upstream socket": notSentLowatBytes, "test client's socket": 0}
+	for role, w := range want {
+		if v, ok := lowat[role]; !ok || v != w {
+			t.Errorf("%s: TCP_NOTSENT_LOWAT %d (found %v); want %d", role, v, ok, w)
+		}
+	}
+}
+
+// sockaddrString is an IPv4 socket address as net.Addr.String has it.
+func sockaddrString(sa unix.Sockaddr) string {
+	if a, ok := sa.(*unix.SockaddrInet4); ok {
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	}
+	return ""
 }
