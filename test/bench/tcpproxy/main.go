@@ -112,27 +112,11 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
 		"another build of this tool to run it from, e.g. one made before a change (repeatable)", func(v string) error {
-		name, spec, _ := strings.Cut(v, ":")
-		vr := variant{name: name}
-		for _, e := range strings.Split(spec, ",") {
-			if strings.Contains(e, "=") {
-				vr.env = append(vr.env, e)
-			} else if e != "" {
-				vr.bin = e
-			}
-		}
-		o.variants = append(o.variants, vr)
+		o.variants = append(o.variants, parseVariant(v))
 		return nil
 	})
-	flag.Func("epoll-raw-variant", "name:K=V,...: one more epoll raw forwarder row with this environment (TCPB_RAW_NOLOCK=1: no LockOSThread; GODEBUG=...), to find what a Go process adds to the relay (repeatable)", func(v string) error {
-		name, spec, _ := strings.Cut(v, ":")
-		vr := variant{name: name}
-		for _, e := range strings.Split(spec, ",") {
-			if e != "" {
-				vr.env = append(vr.env, e)
-			}
-		}
-		o.rawVariants = append(o.rawVariants, vr)
+	flag.Func("epoll-raw-variant", "name:K=V,...: one more epoll raw forwarder row, as -variant (TCPB_RAW_NOLOCK=1: no LockOSThread; TCPB_RAW_SPIN=20us: poll that long before blocking), to find what a Go process adds to the relay (repeatable)", func(v string) error {
+		o.rawVariants = append(o.rawVariants, parseVariant(v))
 		return nil
 	})
 	role := flag.String("role", "bench", "bench, summarize (of -json files), or a child: backend, proxy, forward")
@@ -183,6 +167,20 @@ type options struct {
 	product                         string // switchyard binary for the product's paths; "": none
 	cforward                        string // test/bench/cforward binary; "": none
 	rawVariants                     []variant
+}
+
+// parseVariant reads -variant's name:K=V,...,BUILD.
+func parseVariant(v string) variant {
+	name, spec, _ := strings.Cut(v, ":")
+	vr := variant{name: name}
+	for _, e := range strings.Split(spec, ",") {
+		if strings.Contains(e, "=") {
+			vr.env = append(vr.env, e)
+		} else if e != "" {
+			vr.bin = e
+		}
+	}
+	return vr
 }
 
 // variant is a Switchyard passthrough child started with extra environment
@@ -766,7 +764,7 @@ func run(o options) error {
 		}
 	}
 	for _, v := range o.rawVariants {
-		if err := addGo(v.name, classTCP, implEpollFloor, "", v.env, "epoll-raw-forward", "-target", target); err != nil {
+		if err := addGo(v.name, classTCP, implEpollFloor, v.bin, v.env, "epoll-raw-forward", "-target", target); err != nil {
 			return err
 		}
 	}
