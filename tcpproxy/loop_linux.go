@@ -1,6 +1,7 @@
 package tcpproxy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -40,12 +41,19 @@ import (
 // 10 ms to a P held that long, which is why an idle loop waits the
 // runtime's way (parkAfter).
 //
-// After an event a loop keeps looking for the next one for Config.BusyPoll
-// before it sleeps (epoll_wait with a zero timeout, sched_yield between looks),
+// After an event a loop keeps looking for the next one for a while before
+// it sleeps (epoll_wait with a zero timeout, sched_yield between looks),
 // within a budget of busyPollWindow/10 per busyPollWindow: on a virtual
 // machine whose idle CPUs halt, a sleeping loop is woken by an interrupt
-// to a halted CPU once per chunk of a transfer, and issue 23 measured that
-// wake-up as what kept the pinned loop behind nginx stream and HAProxy.
+// to a halted CPU once per chunk of a transfer or leg of a handshake, and
+// issue 23 measured that wake-up as what kept the pinned loop behind nginx
+// stream and HAProxy. How long it looks adapts as the kernel's guest halt
+// polling does (nextPollWindow): from minPollWindow it doubles, up to
+// Config.BusyPoll, each time an event came after the loop fell asleep but
+// within BusyPoll of the one before, and loses a quarter each time one came
+// later than that, so a loop whose events come in bursts looks long enough
+// to catch a backend's answer and one whose events are far apart hardly
+// looks at all.
 //
 // A connection the loop cannot finish alone (a ClientHello spread over
 // several records or an unusual server name, which crypto/tls must parse; a
@@ -84,7 +92,28 @@ const (
 	// BusyPoll apart would otherwise keep it polling all the time).
 	busyPollWindow    = 100 * time.Millisecond
 	defaultPollBudget = busyPollWindow / 10
+	// minPollWindow is where a loop's polling window starts and the least
+	// it shrinks to (nextPollWindow); Config.BusyPoll below it is used as
+	// it is.
+	minPollWindow = 20 * time.Microsecond
 )
+
+// nextPollWindow is a loop's polling window after an event that found it
+// asleep, gap after the event before it: one a window up to most would
+// have caught doubles the window (at most most); one it would not have
+// takes a quarter off (at least least); anything else leaves it. The
+// kernel's guest halt polling halves instead; but the first event of a
+// burst (a connection, a request) always comes after a long gap, and
+// halving there lost the next, the backend's answer, in half the bursts.
+func nextPollWindow(win, gap, least, most time.Duration) time.Duration {
+	switch {
+	case gap > most:
+		return max(win-win/4, least)
+	case gap > win:
+		return min(2*win, most)
+	}
+	return win
+}
 
 // connection states.
 const (
@@ -328,7 +357,12 @@ type loop struct {
 	paused    []*loopListener // out of descriptors: not accepting until resumeAt
 	resumeAt  time.Duration
 	lastEvent time.Duration // when epoll_wait last returned an event
-	tid       atomic.Int32  // the loop's thread, once it runs
+	// pollWin is how long the loop looks for the next event after one
+	// (nextPollWindow), between pollLeast and Config.BusyPoll; window
+	// mirrors it for tests.
+	pollWin, pollLeast time.Duration
+	window             atomic.Int64
+	tid                atomic.Int32 // the loop's thread, once it runs
 	// polled is the time spent polling (Config.BusyPoll) in the
 	// busyPollWindow that ends at pollWindowEnd.
 	polled, pollWindowEnd time.Duration
@@ -356,6 +390,9 @@ func newLoop(g *loopGroup) (*loop, error) {
 	// Timeouts are checked every tick: a sixteenth of the shortest, within
 	// [1 ms, 250 ms].
 	lp.tick = min(max(min(cfg.IdleTimeout, cfg.HelloTimeout, cfg.ConnectTimeout)/16, time.Millisecond), 250*time.Millisecond)
+	lp.pollLeast = cmp.Or(cfg.pollLeast, minPollWindow)
+	lp.pollWin = min(lp.pollLeast, cfg.BusyPoll)
+	lp.window.Store(int64(lp.pollWin))
 	return lp, nil
 }
 
@@ -397,11 +434,12 @@ func (l *loop) run() {
 			timeout = int(max((next-time.Since(l.base)+time.Millisecond-1)/time.Millisecond, 0))
 		}
 		prevNow, pollStart := l.now, time.Duration(0)
-		if timeout != 0 && l.now-l.lastEvent < l.p.cfg.BusyPoll && l.mayPoll() {
+		slept := timeout != 0
+		if slept && l.now-l.lastEvent < l.pollWin && l.mayPoll() {
 			// An event a moment ago: look again without sleeping, so
 			// the next one finds the thread running instead of a CPU
 			// to wake (BusyPoll). Others runnable on this CPU go first.
-			timeout = 0
+			timeout, slept = 0, false
 			pollStart = time.Since(l.base)
 			_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		}
@@ -436,6 +474,12 @@ func (l *loop) run() {
 			panic(fmt.Sprintf("tcpproxy: epoll_wait: %v", e)) // only a bug makes the arguments bad
 		}
 		if r > 0 {
+			if slept && l.p.cfg.BusyPoll > l.pollLeast {
+				if w := nextPollWindow(l.pollWin, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll); w != l.pollWin {
+					l.pollWin = w
+					l.window.Store(int64(w))
+				}
+			}
 			l.lastEvent = l.now
 		}
 		for i := range int(r) {

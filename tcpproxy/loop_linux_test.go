@@ -108,7 +108,10 @@ func TestLoopBusyPoll(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, addr := tcpServiceProxy(t, Config{EventLoops: 1, BusyPoll: tt.busyPoll, pollBudget: tt.budget}, model.L4Service{Backend: "busy-poll"}, backend)
+			// The window starts at BusyPoll: what is seen is the poll
+			// and its budget, not how the window adapts.
+			cfg := Config{EventLoops: 1, BusyPoll: tt.busyPoll, pollBudget: tt.budget, pollLeast: tt.busyPoll}
+			p, addr := tcpServiceProxy(t, cfg, model.L4Service{Backend: "busy-poll"}, backend)
 			if got := exchange(t, addr, []byte("ping")); got != "ping" {
 				t.Fatalf("answered %q", got)
 			}
@@ -127,6 +130,84 @@ func TestLoopBusyPoll(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestNextPollWindow(t *testing.T) {
+	const least, most = 20 * time.Microsecond, 500 * time.Microsecond
+	tests := []struct {
+		name          string
+		win, gap, out time.Duration
+	}{
+		{"a gap a longer window would have caught doubles it", least, 100 * time.Microsecond, 2 * least},
+		{"up to the most", 400 * time.Microsecond, 450 * time.Microsecond, most},
+		{"a gap of the most exactly still grows it", 300 * time.Microsecond, most, most},
+		{"a gap past the most takes a quarter off", 400 * time.Microsecond, most + 1, 300 * time.Microsecond},
+		{"down to the least", 25 * time.Microsecond, time.Second, least},
+		{"a gap within the window (the budget ran out) leaves it", 200 * time.Microsecond, 150 * time.Microsecond, 200 * time.Microsecond},
+		{"at the most a gap it would have caught leaves it", most, 450 * time.Microsecond, most},
+	}
+	for _, tt := range tests {
+		if got := nextPollWindow(tt.win, tt.gap, least, most); got != tt.out {
+			t.Errorf("%s: nextPollWindow(%v, %v) = %v, want %v", tt.name, tt.win, tt.gap, got, tt.out)
+		}
+	}
+}
+
+// A loop's polling window grows while the events of a connection come a
+// little after the window ran out, and shrinks once they come further apart
+// than BusyPoll, down to about what catches the backend's answer to each
+// of them. The events are a client's pings, each answered by the backend.
+func TestLoopPollWindowAdapts(t *testing.T) {
+	backend := listen(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	})
+	const least, most = 50 * time.Microsecond, 50 * time.Millisecond
+	p, addr := tcpServiceProxy(t, Config{EventLoops: 1, BusyPoll: most, pollLeast: least}, model.L4Service{Backend: "adapt"}, backend)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	window := func() time.Duration {
+		p.loops.mu.Lock()
+		defer p.loops.mu.Unlock()
+		return time.Duration(p.loops.loops[0].window.Load())
+	}
+	ping := func(gap time.Duration) {
+		time.Sleep(gap)
+		b := []byte{'p'}
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The listener's arrival a moment after the loop started may have
+	// grown it once already.
+	if w := window(); w > 2*least {
+		t.Fatalf("the window starts at %v, want at most %v", w, 2*least)
+	}
+	// 10 ms apart: past any window below it, within most.
+	for range 20 {
+		ping(10 * time.Millisecond)
+	}
+	grown := window()
+	t.Logf("pings 10ms apart: the window is %v", grown)
+	if grown < 10*time.Millisecond {
+		t.Errorf("with pings 10ms apart the window is %v, want at least 10ms", grown)
+	}
+	// 120 ms apart: past most every time; each such ping takes a quarter
+	// off, each answer the shrunk window misses doubles it.
+	for range 16 {
+		ping(120 * time.Millisecond)
+	}
+	w := window()
+	t.Logf("pings 120ms apart: the window is %v", w)
+	if w > 2*time.Millisecond {
+		t.Errorf("with pings 120ms apart the window is %v, want at most 2ms", w)
 	}
 }
 

@@ -95,27 +95,32 @@ type Config struct {
 	// waits and raises GOMAXPROCS by one for it. Zero, or another system,
 	// means a goroutine per connection. UDP services are not affected.
 	EventLoops int
-	// BusyPoll is how long an event loop keeps looking for the next event
-	// without sleeping after one arrived, yielding its CPU to anything
-	// else runnable there meanwhile. A sleeping loop is woken by an
-	// interrupt to its CPU, which on a virtual machine whose idle CPUs
-	// halt is an exit to the hypervisor on both sides; during a transfer
-	// the next event is usually microseconds away, and a loop that is
-	// still looking takes it without that cost. A loop polls for at most
-	// a tenth of each 100 ms, so it costs at most a tenth of a core
-	// however the events fall. Zero never polls; DefaultBusyPoll is what
-	// the controller runs with.
+	// BusyPoll is the longest an event loop keeps looking for the next
+	// event without sleeping after one arrived, yielding its CPU to
+	// anything else runnable there meanwhile. A sleeping loop is woken by
+	// an interrupt to its CPU, which on a virtual machine whose idle CPUs
+	// halt is an exit to the hypervisor on both sides; during a transfer or
+	// a handshake the next event is usually microseconds to a few hundred
+	// microseconds away, and a loop that is still looking takes it without
+	// that cost. How long a loop looks adapts between 20 µs and BusyPoll:
+	// longer while events come soon after it fell asleep, shorter while
+	// they come later than BusyPoll. A loop polls for at most a tenth of
+	// each 100 ms, so it costs at most a tenth of a core however the
+	// events fall. Zero never polls; DefaultBusyPoll is what the
+	// controller runs with.
 	BusyPoll time.Duration
 
 	// pollBudget replaces that tenth in tests; zero means the default.
 	pollBudget time.Duration
+	// pollLeast replaces minPollWindow in tests; zero means the default.
+	pollLeast time.Duration
 }
 
-// DefaultBusyPoll is the controller's --l4-busy-poll: on two vCPUs of a
-// VM whose idle CPUs halt, 20 µs moved 1 MiB 5–15 % faster with the loop
-// on a CPU of its own and changed nothing with the loop sharing both, for
-// 5–19 % more CPU per connection (docs/benchmarks/tcpproxy.md).
-const DefaultBusyPoll = 20 * time.Microsecond
+// DefaultBusyPoll is the controller's --l4-busy-poll. On two vCPUs of a VM
+// whose idle CPUs halt, the loop on a CPU of its own, a fixed 20 µs moved
+// 1 MiB 5–15 % faster; the adaptive window up to 500 µs also takes a
+// wake-up out of the added connection setup (docs/benchmarks/tcpproxy.md).
+const DefaultBusyPoll = 500 * time.Microsecond
 
 // Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.
 type Proxy struct {

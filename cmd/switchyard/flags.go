@@ -201,7 +201,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.NginxDir, "nginx-dir", "/var/lib/switchyard/nginx", "directory for nginx.conf, certificates, temp files and the pick socket (--data-plane=nginx); must be absolute")
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "event loops (each on a thread of its own) serving TCP services and the SSL passthrough router on Linux; 0 serves each connection on its own goroutines")
-	fs.DurationVar(&opts.L4BusyPoll, "l4-busy-poll", tcpproxy.DefaultBusyPoll, "how long an L4 event loop keeps looking for the next event without sleeping after one arrived (yielding its CPU to anything runnable there; at most 10 ms of polling in each 100 ms); 0 sleeps at once")
+	fs.DurationVar(&opts.L4BusyPoll, "l4-busy-poll", tcpproxy.DefaultBusyPoll, "the longest an L4 event loop keeps looking for the next event without sleeping after one arrived, adapting from 20µs up to it (yielding its CPU to anything runnable there; at most 10 ms of polling in each 100 ms); 0 sleeps at once")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
 
