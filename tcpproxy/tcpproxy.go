@@ -116,11 +116,15 @@ type Config struct {
 	pollLeast time.Duration
 }
 
-// DefaultBusyPoll is the controller's --l4-busy-poll. On two vCPUs of a VM
-// whose idle CPUs halt, the loop on a CPU of its own, a fixed 20 µs moved
-// 1 MiB 5–15 % faster; the adaptive window up to 500 µs also takes a
-// wake-up out of the added connection setup (docs/benchmarks/tcpproxy.md).
-const DefaultBusyPoll = 500 * time.Microsecond
+// DefaultBusyPoll is the controller's --l4-busy-poll: a fixed 20 µs (the
+// window starts there and has no room to grow). On two vCPUs of a VM whose
+// idle CPUs halt, the loop on a CPU of its own, it moved 1 MiB 5–15 %
+// faster than no polling; letting the window adapt up to 500 µs took the
+// added 1-byte round trip from about the peers' to a third of it, but cost
+// half again the CPU per connection, up to a tenth more per GiB, and
+// connection setup on shared CPUs, so it is the operator's choice
+// (docs/benchmarks/tcpproxy.md).
+const DefaultBusyPoll = 20 * time.Microsecond
 
 // Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.
 type Proxy struct {
