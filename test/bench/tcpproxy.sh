@@ -20,7 +20,8 @@
 #
 # Usage: test/bench/tcpproxy.sh [rounds] [runs] [big-rounds] [bench flags...]
 #   e.g. -variant 'switchyard passthrough, goroutines:TCPB_EVENT_LOOPS=0'
-#   adds the passthrough path with a goroutine per connection
+#   adds the passthrough path with a goroutine per connection; -variant-tcp
+#   does the same for a TCP service path
 #   OUT=file.txt   also writes the whole output there, and the runs'
 #                  comparisons to file.json (for -role summarize)
 set -euo pipefail

@@ -115,6 +115,10 @@ func main() {
 		o.variants = append(o.variants, parseVariant(v))
 		return nil
 	})
+	flag.Func("variant-tcp", "name:K=V,...: as -variant, one more Switchyard TCP service path (repeatable)", func(v string) error {
+		o.tcpVariants = append(o.tcpVariants, parseVariant(v))
+		return nil
+	})
 	flag.Func("epoll-raw-variant", "name:K=V,...: one more epoll raw forwarder row, as -variant (TCPB_RAW_NOLOCK=1: no LockOSThread; TCPB_RAW_SPIN=20us: poll that long before blocking), to find what a Go process adds to the relay (repeatable)", func(v string) error {
 		o.rawVariants = append(o.rawVariants, parseVariant(v))
 		return nil
@@ -164,8 +168,9 @@ type options struct {
 	pin, peers, pp, epoll, epollRaw bool
 	label, cpuprofile, jsonOut      string
 	variants                        []variant
-	product                         string // switchyard binary for the product's paths; "": none
-	cforward                        string // test/bench/cforward binary; "": none
+	tcpVariants                     []variant // -variant-tcp: as variants, TCP service paths
+	product                         string    // switchyard binary for the product's paths; "": none
+	cforward                        string    // test/bench/cforward binary; "": none
 	rawVariants                     []variant
 }
 
@@ -810,6 +815,11 @@ func run(o options) error {
 	}
 	for _, v := range o.variants {
 		if err := addGo(v.name, "variant", implSwitchyard, v.bin, v.env, "proxy", "-mode", "sni", "-target", target); err != nil {
+			return err
+		}
+	}
+	for _, v := range o.tcpVariants {
+		if err := addGo(v.name, "variant", implSwitchyard, v.bin, v.env, "proxy", "-mode", "tcp", "-target", target); err != nil {
 			return err
 		}
 	}
