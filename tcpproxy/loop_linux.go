@@ -358,11 +358,11 @@ type loop struct {
 	resumeAt  time.Duration
 	lastEvent time.Duration // when epoll_wait last returned an event
 	// pollWin is how long the loop looks for the next event after one
-	// (nextPollWindow), between pollLeast and Config.BusyPoll; window
-	// mirrors it for tests.
-	pollWin, pollLeast time.Duration
-	window             atomic.Int64
-	tid                atomic.Int32 // the loop's thread, once it runs
+	// (nextPollWindow), between pollLeast and Config.BusyPoll; only the
+	// loop writes it (atomic for tests that read it).
+	pollWin   atomic.Int64
+	pollLeast time.Duration
+	tid       atomic.Int32 // the loop's thread, once it runs
 	// polled is the time spent polling (Config.BusyPoll) in the
 	// busyPollWindow that ends at pollWindowEnd.
 	polled, pollWindowEnd time.Duration
@@ -391,8 +391,7 @@ func newLoop(g *loopGroup) (*loop, error) {
 	// [1 ms, 250 ms].
 	lp.tick = min(max(min(cfg.IdleTimeout, cfg.HelloTimeout, cfg.ConnectTimeout)/16, time.Millisecond), 250*time.Millisecond)
 	lp.pollLeast = cmp.Or(cfg.pollLeast, minPollWindow)
-	lp.pollWin = min(lp.pollLeast, cfg.BusyPoll)
-	lp.window.Store(int64(lp.pollWin))
+	lp.pollWin.Store(int64(min(lp.pollLeast, cfg.BusyPoll)))
 	return lp, nil
 }
 
@@ -435,7 +434,7 @@ func (l *loop) run() {
 		}
 		prevNow, pollStart := l.now, time.Duration(0)
 		slept := timeout != 0
-		if slept && l.now-l.lastEvent < l.pollWin && l.mayPoll() {
+		if slept && l.now-l.lastEvent < time.Duration(l.pollWin.Load()) && l.mayPoll() {
 			// An event a moment ago: look again without sleeping, so
 			// the next one finds the thread running instead of a CPU
 			// to wake (BusyPoll). Others runnable on this CPU go first.
@@ -475,10 +474,8 @@ func (l *loop) run() {
 		}
 		if r > 0 {
 			if slept && l.p.cfg.BusyPoll > l.pollLeast {
-				if w := nextPollWindow(l.pollWin, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll); w != l.pollWin {
-					l.pollWin = w
-					l.window.Store(int64(w))
-				}
+				win := time.Duration(l.pollWin.Load())
+				l.pollWin.Store(int64(nextPollWindow(win, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll)))
 			}
 			l.lastEvent = l.now
 		}

@@ -184,7 +184,7 @@ func TestLoopPollWindowAdapts(t *testing.T) {
 	window := func() time.Duration {
 		p.loops.mu.Lock()
 		defer p.loops.mu.Unlock()
-		return time.Duration(p.loops.loops[0].window.Load())
+		return time.Duration(p.loops.loops[0].pollWin.Load())
 	}
 	ping := func(gap time.Duration) {
 		time.Sleep(gap)
