@@ -112,11 +112,15 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "append this run's comparisons to this file (JSON lines) for -role summarize")
 	flag.Func("variant", "name:K=V,...: one more Switchyard passthrough path, a proxy child with this environment; an element without '=' is "+
 		"another build of this tool to run it from, e.g. one made before a change (repeatable)", func(v string) error {
-		o.variants = append(o.variants, parseVariant(v))
+		vr := parseVariant(v)
+		vr.mode = "sni"
+		o.variants = append(o.variants, vr)
 		return nil
 	})
 	flag.Func("variant-tcp", "name:K=V,...: as -variant, one more Switchyard TCP service path (repeatable)", func(v string) error {
-		o.tcpVariants = append(o.tcpVariants, parseVariant(v))
+		vr := parseVariant(v)
+		vr.mode = "tcp"
+		o.variants = append(o.variants, vr)
 		return nil
 	})
 	flag.Func("epoll-raw-variant", "name:K=V,...: one more epoll raw forwarder row, as -variant (TCPB_RAW_NOLOCK=1: no LockOSThread; TCPB_RAW_SPIN=20us: poll that long before blocking), to find what a Go process adds to the relay (repeatable)", func(v string) error {
@@ -167,8 +171,7 @@ type options struct {
 	procs                           int
 	pin, peers, pp, epoll, epollRaw bool
 	label, cpuprofile, jsonOut      string
-	variants                        []variant
-	tcpVariants                     []variant // -variant-tcp: as variants, TCP service paths
+	variants                        []variant // -variant and -variant-tcp
 	product                         string    // switchyard binary for the product's paths; "": none
 	cforward                        string    // test/bench/cforward binary; "": none
 	rawVariants                     []variant
@@ -194,6 +197,7 @@ type variant struct {
 	name string
 	env  []string
 	bin  string // "" is this binary
+	mode string // -variant's proxy child: sni or tcp (-mode)
 }
 
 // child serves until stdin closes (the parent is done) or SIGTERM; serve
@@ -814,12 +818,7 @@ func run(o options) error {
 		}
 	}
 	for _, v := range o.variants {
-		if err := addGo(v.name, "variant", implSwitchyard, v.bin, v.env, "proxy", "-mode", "sni", "-target", target); err != nil {
-			return err
-		}
-	}
-	for _, v := range o.tcpVariants {
-		if err := addGo(v.name, "variant", implSwitchyard, v.bin, v.env, "proxy", "-mode", "tcp", "-target", target); err != nil {
+		if err := addGo(v.name, "variant", implSwitchyard, v.bin, v.env, "proxy", "-mode", v.mode, "-target", target); err != nil {
 			return err
 		}
 	}
