@@ -10,6 +10,10 @@
 # the CPU per request ratio is the figure that holds.
 #
 #   test/bench/product-ab.sh REV_A REV_B [SECONDS] [ROUNDS] [CONNS]
+#   H2=STREAMS test/bench/product-ab.sh REV_A REV_B [SECONDS] [ROUNDS] [CONNS]
+#
+# With H2 set the load is h2load over HTTPS with HTTP/2 to the client,
+# CONNS connections of STREAMS concurrent streams (product.sh's h2 section).
 #
 # Ports 18480-18496, apart from product.sh's.
 set -euo pipefail
@@ -41,12 +45,19 @@ go build -o "$tmp/pbench" ./test/bench/proxy
 port=18481
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
-bench_app_ingress "$tmp/manifests/bench.yaml" app bench.local '{}'
+h2="${H2:-}"
+cm=()
+if [ -n "$h2" ]; then
+	bench_app_tls "$tmp/manifests/bench.yaml" "$tmp"
+	cm=(--configmap bench/h2)
+else
+	bench_app_ingress "$tmp/manifests/bench.yaml" app bench.local '{}'
+fi
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
 pids+=($!)
 declare -A pid http status
 start() { # start NAME HTTP STATUS PROFILER
-	GOMAXPROCS=1 taskset -c 1 "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" \
+	GOMAXPROCS=1 taskset -c 1 "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" \
 		--http-port "$2" --https-port $(($2 + 1)) --status-port "$3" --listen-address 127.0.0.1 \
 		--profiler-port "$4" >"$tmp/$1.access.log" 2>"$tmp/$1.stderr" &
 	pid[$1]=$!
@@ -54,7 +65,14 @@ start() { # start NAME HTTP STATUS PROFILER
 	http[$1]=$2
 	status[$1]=$3
 	bench_wait_200 "$2" bench.local || true
-	taskset -c 0 wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:$2/" >/dev/null
+	load "$1" 1 >/dev/null
+}
+load() { # load NAME SECONDS: prints the requests per second
+	if [ -n "$h2" ]; then
+		bench_h2load $((${http[$1]} + 1)) "$conns" "$h2" "$2" taskset -c 0
+	else
+		taskset -c 0 wrk -t2 -c"$conns" -d"${2}s" -H 'Host: bench.local' "http://127.0.0.1:${http[$1]}/" | awk '/Requests\/sec/ { print $2 }'
+	fi
 }
 start a 18480 18484 18485
 start b 18490 18494 18495
@@ -64,11 +82,11 @@ hz=$(getconf CLK_TCK)
 run() { # run NAME: "rps cpu_us_per_req"
 	local r0 t0 r1 t1 rps
 	r0=$(reqs "$1") t0=$(ticks "$1")
-	rps=$(taskset -c 0 wrk -t2 -c"$conns" -d"${secs}s" -H 'Host: bench.local' "http://127.0.0.1:${http[$1]}/" | awk '/Requests\/sec/ { print $2 }')
+	rps=$(load "$1" "$secs")
 	r1=$(reqs "$1") t1=$(ticks "$1")
 	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
 }
-echo "# $(date -u +%FT%TZ) A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | A rps | B rps | A CPU us/req | B CPU us/req | rps B/A | CPU/req B/A |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do

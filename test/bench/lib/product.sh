@@ -71,3 +71,61 @@ bench_wait_200() {
 	done
 	return 1
 }
+
+# bench_app_tls FILE DIR: appends to FILE what product.sh's h2 section
+# serves: the Secret bench/bench-tls (a self-signed RSA 2048 certificate
+# for bench.local, written to DIR/tls.crt and DIR/tls.key by openssl), the
+# ConfigMap bench/h2 raising keep-alive-requests to 1000000 (h2load does
+# not reconnect after the GOAWAY at 1000) and the Ingress bench/app for
+# bench.local with spec.tls and no redirect to HTTPS. Pass the product
+# `--configmap bench/h2`.
+bench_app_tls() {
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench.local -addext subjectAltName=DNS:bench.local \
+		-keyout "$2/tls.key" -out "$2/tls.crt" 2>/dev/null
+	cat >>"$1" <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bench-tls, namespace: bench}
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 "$2/tls.crt")
+  tls.key: $(base64 -w0 "$2/tls.key")
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: h2, namespace: bench}
+data: {keep-alive-requests: "1000000"}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: bench
+  annotations: {nginx.ingress.kubernetes.io/ssl-redirect: "false"}
+spec:
+  ingressClassName: switchyard
+  tls:
+  - {hosts: [bench.local], secretName: bench-tls}
+  rules:
+  - host: bench.local
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
+YAML
+}
+
+# bench_h2load HTTPS_PORT CONNS STREAMS SECONDS [PREFIX...]: h2load over
+# HTTPS with HTTP/2 to 127.0.0.1:HTTPS_PORT (bench.local), CONNS
+# connections of STREAMS concurrent streams, run under PREFIX (taskset);
+# prints its requests per second, or fails when a request failed.
+bench_h2load() {
+	local port="$1" conns="$2" streams="$3" secs="$4" out
+	shift 4
+	out=$("$@" h2load -t1 -c"$conns" -m"$streams" -D"$secs" --connect-to="127.0.0.1:$port" https://bench.local/)
+	if ! grep -q '^requests: .* 0 failed, 0 errored, 0 timeout' <<<"$out"; then
+		grep -E '^(requests|status codes):' <<<"$out" >&2
+		return 1
+	fi
+	awk '/^finished in/ { sub(/,$/, "", $4); print $4 }' <<<"$out"
+}
