@@ -494,9 +494,8 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		}
 		o.setAuth(pass)
 	}
-	// The view keeps the client's fields as sent (nginx's $http_*);
-	// forwardHeaders edits r.Header for the upstream below.
-	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header.Clone()}
+	// The view reads the client's fields as sent (nginx's $http_*).
+	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header}
 	if loc.CORS.Enabled && r.Method == http.MethodOptions && corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), true) {
 		w.Header().Set("Content-Type", corsPreflightType)
 		w.Header().Set("Content-Length", "0")
@@ -504,9 +503,6 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	er := &errorRequest{method: r.Method, host: r.Host, accept: r.Header.Get("Accept"), requestURI: r.RequestURI}
-	forwardHeaders(netHeader(r.Header), &f, loc, nil, &o.id)
-	o.auth.apply(netHeader(r.Header))
-	er.requestID, er.remote = r.Header.Get("X-Request-ID"), r.Header.Get("X-Real-IP")
 	if rt.rewrite != nil {
 		if p, ok := rt.rewritten(upath); ok {
 			r.URL.Path, r.URL.RawPath = string(p), ""
@@ -517,10 +513,15 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		outHost = loc.UpstreamVhost
 	}
 	if h2Upstream(loc.BackendProtocol) {
+		// r.Header becomes the upstream's; the view keeps the client's.
+		view.hdr = r.Header.Clone()
+		forwardHeaders(netHeader(r.Header), &f, loc, nil, &o.id)
+		o.auth.apply(netHeader(r.Header))
+		er.requestID, er.remote = r.Header.Get("X-Request-ID"), r.Header.Get("X-Real-IP")
 		p.h2ToH2(w, r, rt, view, er, outHost, o)
 		return
 	}
-	p.h2ToFast(w, r, rt, view, er, outHost, o)
+	p.h2ToFast(w, r, rt, &f, view, er, outHost, o)
 }
 
 // headerBytes is the size of h written as HTTP/1.1 fields ("k: v\r\n"),
@@ -550,9 +551,13 @@ func cleanPath(p string) string {
 }
 
 // h2ToFast proxies an HTTP/2 request to an HTTP/1.1 upstream through the
-// same fasthttp keep-alive pools as the HTTP/1.1 front end.
-func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.Request, er *errorRequest, outHost string, o *outcome) {
+// same fasthttp keep-alive pools as the HTTP/1.1 front end. The upstream's
+// fields are a copy of the client's, edited as the HTTP/1.1 front end
+// edits its copy (prepareHeader); r.Header stays as the client sent it.
+func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, f *clientFacts, view balancer.Request, er *errorRequest, outHost string, o *outcome) {
 	loc := &rt.loc
+	st := statePool.Get().(*reqState)
+	defer st.release()
 	out := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(out)
 	resp := fasthttp.AcquireResponse()
@@ -570,14 +575,15 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 	}
 	out.Header.SetHost(outHost)
 	out.UseHostHeader = true
+	st.buf = prepareHeader(&out.Header, f, loc, st.buf, o)
 	if loc.Proxy.HTTP10 {
 		out.Header.SetProtocol(upstreamProtocol(loc))
 	}
-	lim := &limitReader{left: -1}
+	lim := &st.lim
+	*lim = limitReader{left: -1}
 	cl := r.ContentLength
 	buffered := true
-	var spool bodySpool
-	defer spool.release()
+	spool := &st.spool
 	var mirrorBody []byte
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || cl == 0:
@@ -632,18 +638,19 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, view balancer.
 		p.mirror(loc, h2MirrorRequest(r, client, mirrorBody, !buffered || spool.file != nil))
 	}
 	rp := replayOf(r.Method, buffered)
-	t := &fastTry{p: p, out: outbound{req: out}, resp: resp, lim: lim, replay: rp}
+	t := &st.try
+	*t = fastTry{p: p, out: outbound{req: out}, resp: resp, lim: lim, replay: rp}
 	if spool.file != nil {
-		t.out.spool = &spool
+		t.out.spool = spool
 	}
-	var a balancer.Attempt
-	pick, err := p.attempts(loc.Backend, loc, view, &a, o, rp, t)
+	pick, err := p.attempts(loc.Backend, loc, view, &st.attempt, o, rp, t)
 	if err != nil {
 		w.answer(verdict{status: failureStatus(err)})
 		return
 	}
 	o.upstreamLength = resp.Header.ContentLength()
 	if code := resp.StatusCode(); rt.intercepts(code) {
+		er.requestID, er.remote = string(out.Header.Peek("X-Request-Id")), string(out.Header.Peek("X-Real-Ip"))
 		resp.Reset()
 		p.customError(resp, rt, code, er, view, o)
 		copyFastResponse(w, resp, "")
