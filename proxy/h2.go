@@ -673,14 +673,7 @@ func (p *Proxy) h2ToFast(w *h2Writer, r *http.Request, rt *route, f *clientFacts
 // then its trailers.
 func copyFastResponse(w *h2Writer, resp *fasthttp.Response, setCookie string) {
 	h := w.Header()
-	conn := resp.Header.Peek("Connection")
-	for k, v := range resp.Header.All() {
-		name := http.CanonicalHeaderKey(string(k))
-		if isHopHeader(name) || nginxHides(name) || (len(conn) > 0 && tokenListHas(conn, name)) {
-			continue
-		}
-		h.Add(name, string(v))
-	}
+	addFastFields(h, &resp.Header)
 	if len(resp.Header.ContentType()) == 0 {
 		h["Content-Type"] = nil // none sent: net/http must not sniff one
 	}
@@ -701,6 +694,86 @@ func copyFastResponse(w *h2Writer, resp *fasthttp.Response, setCookie string) {
 		h.Set(http.TrailerPrefix+string(k), string(resp.Header.PeekBytes(k)))
 	}
 }
+
+// addFastFields adds the end-to-end fields of an upstream response to h
+// under net/http's canonical names: not the hop-by-hop ones, nor those
+// the Connection field names, nor those nginx's proxy module hides. The
+// values share one string and one slice, and common names are interned,
+// so a response costs two allocations (plus the map's growth) rather than
+// three per field.
+func addFastFields(h http.Header, rh *fasthttp.ResponseHeader) {
+	conn := rh.Peek("Connection")
+	dropped := func(k []byte) bool {
+		return dropsResponseField(k, false) || (len(conn) > 0 && tokenListHas(conn, string(k)))
+	}
+	n, size := 0, 0
+	for k, v := range rh.All() {
+		if !dropped(k) {
+			n, size = n+1, size+len(v)
+		}
+	}
+	if n == 0 {
+		return
+	}
+	var all strings.Builder
+	all.Grow(size)
+	for k, v := range rh.All() {
+		if !dropped(k) {
+			all.Write(v)
+		}
+	}
+	values, joined := make([]string, n), all.String()
+	i := 0
+	for k, v := range rh.All() {
+		if dropped(k) {
+			continue
+		}
+		values[i], joined = joined[:len(v)], joined[len(v):]
+		name := canonicalName(k)
+		if prior, ok := h[name]; ok {
+			h[name] = append(prior, values[i])
+		} else {
+			h[name] = values[i : i+1 : i+1]
+		}
+		i++
+	}
+}
+
+// canonicalName is http.CanonicalHeaderKey(string(k)), without an
+// allocation for the names in commonFieldNames.
+func canonicalName(k []byte) string {
+	var lower [32]byte
+	if len(k) <= len(lower) {
+		for i, c := range k {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			lower[i] = c
+		}
+		if name, ok := commonFieldNames[string(lower[:len(k)])]; ok {
+			return name
+		}
+	}
+	return http.CanonicalHeaderKey(string(k))
+}
+
+// commonFieldNames maps the lower-case form of response fields most
+// upstreams send to net/http's canonical form.
+var commonFieldNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, n := range []string{
+		"Accept-Ranges", "Access-Control-Allow-Credentials", "Access-Control-Allow-Headers",
+		"Access-Control-Allow-Methods", "Access-Control-Allow-Origin", "Access-Control-Expose-Headers",
+		"Age", "Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Length", "Content-Range", "Content-Security-Policy", "Content-Type", "Etag",
+		"Expires", "Grpc-Message", "Grpc-Status", "Last-Modified", "Link", "Location", "Pragma",
+		"Referrer-Policy", "Retry-After", "Set-Cookie", "Strict-Transport-Security", "Vary",
+		"Www-Authenticate", "X-Content-Type-Options", "X-Frame-Options", "X-Request-Id", "X-Xss-Protection",
+	} {
+		m[strings.ToLower(n)] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
 
 // copyFlush copies an upstream body to the client, flushing after every
 // read so streamed responses (SSE, gRPC) are not held back.
