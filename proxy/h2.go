@@ -351,24 +351,48 @@ func (w *h2Writer) answer(v verdict) {
 	_, _ = io.WriteString(w, statusText(v.status))
 }
 
+// h2State is what one HTTP/2 request would otherwise allocate: its
+// outcome, the response writer's wrapper, the client's facts and the
+// balancer's view. Pooled; nothing in it outlives the handler.
+type h2State struct {
+	o    outcome
+	w    h2Writer
+	f    clientFacts
+	view h2View
+}
+
+var h2StatePool = sync.Pool{New: func() any { return new(h2State) }}
+
 // serveH2 handles one HTTP/2 request and records its metrics.
 func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
-	var o outcome
+	st := h2StatePool.Get().(*h2State)
+	defer func() {
+		*st = h2State{}
+		h2StatePool.Put(st)
+	}()
+	o, w := &st.o, &st.w
 	start := time.Now()
 	if h2LastRequest(r.Context(), p.conns.Load()) {
 		rw.Header().Set("Connection", "close")
 	}
-	w := &h2Writer{w: rw}
+	w.w = rw
 	// limit-connections counts the stream until its handler is done
 	// (the body is written inside it), also when it aborts the stream.
 	defer o.hold.release()
-	p.handleH2(w, r, &o)
+	p.handleH2(st, r)
 	took := time.Since(start)
 	if p.metrics == nil && p.cfg.AccessLog == nil {
 		return
 	}
+	// $req_id: the X-Request-ID made for the upstream, else the client's
+	// (X-Request-Id is net/http's canonical spelling: a map lookup, where
+	// Get would first allocate the canonical form of another).
+	requestID := []byte(firstValue(r.Header["X-Request-Id"]))
+	if o.id.set {
+		requestID = o.id.bytes()
+	}
 	x := exchange{method: []byte(r.Method), requestURI: []byte(r.RequestURI), proto: []byte(r.Proto),
-		referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent()), requestID: []byte(r.Header.Get("X-Request-ID")),
+		referer: []byte(r.Referer()), userAgent: []byte(r.UserAgent()), requestID: requestID,
 		status: w.status, bodySent: w.written, reqLength: headerBytes(r.Header) + max(int(r.ContentLength), 0)}
 	x.remote = o.remote
 	var lf *logFormat
@@ -380,14 +404,23 @@ func (p *Proxy) serveH2(rw http.ResponseWriter, r *http.Request) {
 		x.respHeader = headerBytes(w.Header())
 	}
 	if p.metrics != nil {
-		p.metrics.observe(&x, &o, took, start.Sub(epoch)+took)
+		p.metrics.observe(&x, o, took, start.Sub(epoch)+took)
 	}
 	if logged {
-		p.accessLog(lf, &x, &o, &logReq{h2: r, h2resp: w.Header(), end: start.Add(took)}, took)
+		p.accessLog(lf, &x, o, &logReq{h2: r, h2resp: w.Header(), end: start.Add(took)}, took)
 	}
 }
 
-func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
+// firstValue is a field's first value, "" without one.
+func firstValue(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
+}
+
+func (p *Proxy) handleH2(st *h2State, r *http.Request) {
+	w, o := &st.w, &st.o
 	host := hostOnly([]byte(r.Host))
 	tbl := p.routes.Load()
 	var conn netip.Addr
@@ -449,19 +482,20 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		return
 	}
 	loc := &rt.loc
-	f := clientFacts{tls: r.TLS != nil, host: []byte(r.Host), remote: o.remote, conn: conn, fullForwardedFor: tbl.fullForwardedFor}
+	f := &st.f
+	*f = clientFacts{tls: r.TLS != nil, host: []byte(r.Host), remote: o.remote, conn: conn, fullForwardedFor: tbl.fullForwardedFor}
 	if ta, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
 		f.localPort = ta.Port
 	}
 	if loc.BasicAuth != nil || loc.DigestAuth != nil {
 		f.authorization = []byte(r.Header.Get("Authorization"))
 	}
-	if v := tbl.check(vh, rt, &f, host, []byte(r.RequestURI), upath, r.ContentLength, &o.hold); v.status != 0 {
+	if v := tbl.check(vh, rt, f, host, []byte(r.RequestURI), upath, r.ContentLength, &o.hold); v.status != 0 {
 		w.answer(v)
 		return
 	}
 	if da := loc.DigestAuth; da != nil {
-		if v := p.digestCheck(da, r.Method, r.RequestURI, &f, o); v.status != 0 {
+		if v := p.digestCheck(da, r.Method, r.RequestURI, f, o); v.status != 0 {
 			w.answer(v)
 			return
 		}
@@ -477,7 +511,7 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 			o.id.make()
 			id = o.id.bytes()
 		}
-		ar := authRequest{f: &f, host: host, method: r.Method, requestURI: r.RequestURI, requestID: id,
+		ar := authRequest{f: f, host: host, method: r.Method, requestURI: r.RequestURI, requestID: id,
 			server: vh.name, location: loc.Path + " " + string(loc.PathType),
 			header: func(name string) string { return strings.Join(r.Header.Values(name), ", ") },
 			fields: func(fn func(name, value string)) {
@@ -495,7 +529,8 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 		o.setAuth(pass)
 	}
 	// The view reads the client's fields as sent (nginx's $http_*).
-	view := &h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header}
+	view := &st.view
+	*view = h2View{viewBase: viewBase{host: host, server: vh.name, location: loc.Path, tls: f.tls, remote: f.remote}, r: r, hdr: r.Header}
 	if loc.CORS.Enabled && r.Method == http.MethodOptions && corsHeaders(w.Header(), &loc.CORS, r.Header.Get("Origin"), true) {
 		w.Header().Set("Content-Type", corsPreflightType)
 		w.Header().Set("Content-Length", "0")
@@ -515,13 +550,13 @@ func (p *Proxy) handleH2(w *h2Writer, r *http.Request, o *outcome) {
 	if h2Upstream(loc.BackendProtocol) {
 		// r.Header becomes the upstream's; the view keeps the client's.
 		view.hdr = r.Header.Clone()
-		forwardHeaders(netHeader(r.Header), &f, loc, nil, &o.id)
+		forwardHeaders(netHeader(r.Header), f, loc, nil, &o.id)
 		o.auth.apply(netHeader(r.Header))
 		er.requestID, er.remote = r.Header.Get("X-Request-ID"), r.Header.Get("X-Real-IP")
 		p.h2ToH2(w, r, rt, view, er, outHost, o)
 		return
 	}
-	p.h2ToFast(w, r, rt, &f, view, er, outHost, o)
+	p.h2ToFast(w, r, rt, f, view, er, outHost, o)
 }
 
 // headerBytes is the size of h written as HTTP/1.1 fields ("k: v\r\n"),
