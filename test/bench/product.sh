@@ -48,20 +48,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# need COMMAND PACKAGE: installs PACKAGE when COMMAND is missing, fails if
-# it still is.
-need() {
-	command -v "$1" >/dev/null && return
-	echo "# installing $2 for $1" >&2
-	apt-get install -y "$2" >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y "$2" >/dev/null 2>&1) || true
-	command -v "$1" >/dev/null || { echo "product.sh: $1 is missing and apt-get install $2 failed" >&2; exit 1; }
-}
-need wrk wrk
-need nginx nginx
-need h2load nghttp2-client
-need openssl openssl
-need curl curl
-need taskset util-linux
+bench_need wrk wrk
+bench_need nginx nginx
+bench_need h2load nghttp2-client
+bench_need openssl openssl
+bench_need curl curl
+bench_need taskset util-linux
 
 # REV=<commit> builds the product and the backends from that commit (git
 # archive), not from the working tree, which others may be editing.
@@ -146,115 +138,6 @@ metadata: {name: h2, namespace: bench}
 data: {keep-alive-requests: "1000000"}
 YAML
 
-# nginx_conf DIR HTTP_PORT HTTPS_PORT WORKERS LOG KA_REQUESTS: writes DIR/nginx.conf,
-# nginx as ingress-nginx v1.15.1 configures it (nginx.tmpl and the
-# defaults of internal/ingress/controller/config/config.go) for one
-# Ingress, with a plain upstream block where ingress-nginx has Lua. LOG
-# "on": its access log (to DIR/access.log); "off": none.
-nginx_conf() {
-	local dir="$1" http="$2" https="$3" workers="$4" log="$5" kareqs="$6" access
-	mkdir -p "$dir"
-	access="access_log $dir/access.log upstreaminfo;"
-	[ "$log" = on ] || access="access_log off;"
-	cat >"$dir/nginx.conf" <<CONF
-worker_processes $workers;
-daemon off;
-error_log $dir/error.log warn;
-pid $dir/nginx.pid;
-events {
-	multi_accept on;
-	worker_connections 16384;
-	use epoll;
-}
-http {
-	aio threads;
-	tcp_nopush on;
-	tcp_nodelay on;
-	reset_timedout_connection on;
-	keepalive_timeout 75s;
-	keepalive_requests $kareqs;
-	server_tokens off;
-	http2_max_concurrent_streams 128;
-	client_body_temp_path $dir/body;
-	proxy_temp_path $dir/proxy;
-	fastcgi_temp_path $dir/fastcgi;
-	uwsgi_temp_path $dir/uwsgi;
-	scgi_temp_path $dir/scgi;
-	# ingress-nginx's default log-format-upstream.
-	log_format upstreaminfo '\$remote_addr - \$remote_user [\$time_local] "\$request" \$status \$body_bytes_sent "\$http_referer" "\$http_user_agent" \$request_length \$request_time [\$proxy_upstream_name] [\$proxy_alternative_upstream_name] \$upstream_addr \$upstream_response_length \$upstream_response_time \$upstream_status \$req_id';
-	$access
-	map \$http_x_request_id \$req_id {
-		default \$http_x_request_id;
-		"" \$request_id;
-	}
-	map \$http_upgrade \$connection_upgrade {
-		default upgrade;
-		'' '';
-	}
-	# HSTS on HTTPS (lua_ingress.lua with hsts true, max-age 31536000, includeSubDomains).
-	map \$scheme \$hsts {
-		https "max-age=31536000; includeSubDomains";
-		default "";
-	}
-	ssl_protocols TLSv1.2 TLSv1.3;
-	ssl_early_data off;
-	ssl_session_cache shared:SSL:10m;
-	ssl_session_timeout 10m;
-	ssl_session_tickets off;
-	ssl_buffer_size 4k;
-	ssl_ciphers 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-AES128-GCM-SHA256';
-	ssl_prefer_server_ciphers on;
-	ssl_ecdh_curve auto;
-	upstream upstream_balancer {
-		server 127.0.0.2:$backend_port;
-		server 127.0.0.3:$backend_port;
-		server 127.0.0.4:$backend_port;
-		keepalive 320;
-		keepalive_time 1h;
-		keepalive_timeout 60s;
-		keepalive_requests 10000;
-	}
-	server {
-		server_name bench.local;
-		listen 127.0.0.1:$http reuseport;
-		listen 127.0.0.1:$https reuseport ssl http2;
-		ssl_certificate $tmp/tls.crt;
-		ssl_certificate_key $tmp/tls.key;
-		location / {
-			set \$proxy_upstream_name "bench-app-80";
-			set \$proxy_alternative_upstream_name "";
-			add_header Strict-Transport-Security \$hsts always;
-			proxy_set_header Host \$http_host;
-			proxy_set_header Upgrade \$http_upgrade;
-			proxy_set_header Connection \$connection_upgrade;
-			proxy_set_header X-Request-ID \$req_id;
-			proxy_set_header X-Real-IP \$remote_addr;
-			proxy_set_header X-Forwarded-For \$remote_addr;
-			proxy_set_header X-Forwarded-Host \$http_host;
-			proxy_set_header X-Forwarded-Port \$server_port;
-			proxy_set_header X-Forwarded-Proto \$scheme;
-			proxy_set_header X-Forwarded-Scheme \$scheme;
-			proxy_set_header X-Scheme \$scheme;
-			proxy_set_header X-Original-Forwarded-For \$http_x_forwarded_for;
-			proxy_set_header X-Original-Forwarded-Host \$http_x_forwarded_host;
-			proxy_set_header Proxy "";
-			proxy_connect_timeout 5s;
-			proxy_send_timeout 60s;
-			proxy_read_timeout 60s;
-			proxy_buffering off;
-			proxy_buffer_size 4k;
-			proxy_buffers 4 4k;
-			proxy_request_buffering on;
-			proxy_http_version 1.1;
-			proxy_next_upstream error timeout;
-			proxy_next_upstream_timeout 0;
-			proxy_next_upstream_tries 3;
-			proxy_pass http://upstream_balancer;
-		}
-	}
-}
-CONF
-}
 
 # Per phase: the processes, their pids (for CPU), the client's CPU prefix.
 phase_pids=()
@@ -299,11 +182,11 @@ start_phase() {
 		>"$tmp/product-$phase.access.log" 2>"$tmp/product-$phase.stderr" &
 	phase_pids+=($!)
 	procs[product]=$!
-	nginx_conf "$tmp/ingress-$phase" $ng_http $ng_https $workers on "$kareqs"
+	bench_ingress_nginx_conf "$tmp/ingress-$phase" $ng_http $ng_https $workers on "$kareqs" $backend_port "$tmp"
 	"${on1[@]}" nginx -p "$tmp/ingress-$phase" -c "$tmp/ingress-$phase/nginx.conf" &
 	phase_pids+=($!)
 	procs[ingress]=$!
-	nginx_conf "$tmp/plain-$phase" $pl_http $pl_https $workers off "$kareqs"
+	bench_ingress_nginx_conf "$tmp/plain-$phase" $pl_http $pl_https $workers off "$kareqs" $backend_port "$tmp"
 	"${on1[@]}" nginx -p "$tmp/plain-$phase" -c "$tmp/plain-$phase/nginx.conf" &
 	phase_pids+=($!)
 	procs[plain]=$!
