@@ -1,0 +1,450 @@
+package h2srv
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2" //nolint:staticcheck // SA1019: x/net/http2's Framer and hpack are the parsers (doc.go)
+	"golang.org/x/net/http2/hpack"
+)
+
+// conn is one client connection. Its reading goroutine (serve) owns the
+// framer's read side, the hpack decoder and the stream table's changes;
+// mu guards what handlers share with it (streams, send windows), wmu the
+// write side (framer, hpack encoder, pending bytes).
+type conn struct {
+	srv    *Server
+	nc     net.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	fr     *http2.Framer
+	// br holds the bytes the framer reads ahead.
+	br *bufReader
+
+	mu   sync.Mutex
+	cond *sync.Cond // windows grew, a stream closed, the connection ended
+	// streams are the open streams by id.
+	streams map[uint32]*stream
+	// sendWindow is the connection's send window (RFC 9113 §6.9.1).
+	sendWindow int64
+	// peerInitialWindow and peerMaxFrame are the client's SETTINGS.
+	peerInitialWindow int64
+	peerMaxFrame      int
+	// recvUnsentConn is the connection's receive window taken by bytes
+	// received and not yet given back with a WINDOW_UPDATE; recvOwedConn
+	// the part of it read (or dropped) and owed back.
+	recvUnsentConn, recvOwedConn int
+	closed                       bool   // the connection ended: no frame is written any more
+	goingAway                    bool   // GOAWAY sent or received: no new stream is accepted
+	goAwaySent                   bool   // GOAWAY sent
+	lastOpened                   uint32 // the last stream id accepted, for GOAWAY
+
+	remoteAddr string
+	tlsState   *tls.ConnectionState
+
+	// read side only (serve's goroutine)
+	maxStreamID uint32 // highest stream id opened
+	opened      int    // streams opened
+	resets      int    // streams the client reset before their answer, this window
+	resetsSince time.Time
+	idleTimer   *time.Timer
+
+	wmu      sync.Mutex
+	wcond    *sync.Cond // pending drained below maxPending, or the connection ended
+	pending  []byte
+	spare    []byte
+	flushing bool
+	werr     error
+	control  int // control frames queued in pending since the last write
+	henc     *hpack.Encoder
+	hbuf     bytes.Buffer
+	wfr      *http2.Framer // writes into pending
+	kick     chan struct{} // wakes the writer goroutine for serve's frames
+}
+
+func newConn(s *Server, ctx context.Context, nc net.Conn) *conn {
+	// The requests' contexts end with the connection, not with ctx: the
+	// end of ctx is a graceful shutdown (serve).
+	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), http.LocalAddrContextKey, nc.LocalAddr()))
+	c := &conn{
+		srv: s, nc: nc, ctx: ctx, cancel: cancel,
+		streams:           make(map[uint32]*stream),
+		sendWindow:        initialPeerWindow,
+		peerInitialWindow: initialPeerWindow,
+		peerMaxFrame:      16384,
+		kick:              make(chan struct{}, 1),
+	}
+	c.remoteAddr, c.tlsState = nc.RemoteAddr().String(), tlsStateOf(nc)
+	c.cond = sync.NewCond(&c.mu)
+	c.wcond = sync.NewCond(&c.wmu)
+	c.br = &bufReader{r: nc}
+	c.fr = http2.NewFramer(nil, c.br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = s.maxHeaderBytes()
+	c.fr.SetReuseFrames()
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.wfr = http2.NewFramer(pendingWriter{c}, nil)
+	return c
+}
+
+// serve reads and applies frames until the connection ends.
+func (c *conn) serve(shutdown context.Context) {
+	defer c.close()
+	go c.writer()
+	// Shutting down: GOAWAY, the open streams finish, then the end.
+	stop := context.AfterFunc(shutdown, func() {
+		c.goAway(http2.ErrCodeNo)
+		c.closeIfIdle()
+	})
+	defer stop()
+	if err := c.readPreface(); err != nil {
+		return
+	}
+	c.writeControl(func(f *http2.Framer) error {
+		if err := f.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.srv.maxStreams()},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.srv.maxHeaderBytes()},
+			http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		); err != nil {
+			return err
+		}
+		return f.WriteWindowUpdate(0, connWindow-initialPeerWindow)
+	})
+	if c.srv.IdleTimeout > 0 {
+		c.idleTimer = time.AfterFunc(c.srv.IdleTimeout, c.idle)
+	}
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce))
+			}
+			return
+		}
+		if err := c.process(f); err != nil {
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce))
+			}
+			return
+		}
+	}
+}
+
+// readPreface reads the client's connection preface (RFC 9113 §3.4)
+// within ten seconds.
+func (c *conn) readPreface() error {
+	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
+	var buf [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, buf[:]); err != nil {
+		return err
+	}
+	if string(buf[:]) != http2.ClientPreface {
+		return errors.New("h2srv: bad connection preface")
+	}
+	return nil
+}
+
+// process applies one frame; an error ends the connection.
+func (c *conn) process(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		return c.processSettings(f)
+	case *http2.MetaHeadersFrame:
+		return c.processHeaders(f)
+	case *http2.DataFrame:
+		return c.processData(f)
+	case *http2.WindowUpdateFrame:
+		return c.processWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		return c.processReset(f)
+	case *http2.PingFrame:
+		if f.StreamID != 0 {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		if !f.IsAck() {
+			data := f.Data
+			c.writeControl(func(fr *http2.Framer) error { return fr.WritePing(true, data) })
+		}
+	case *http2.GoAwayFrame:
+		// The client will open no more streams; those open finish.
+		c.mu.Lock()
+		c.goingAway = true
+		c.mu.Unlock()
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol) // clients do not push
+	case *http2.ContinuationFrame:
+		// ReadMetaHeaders joins CONTINUATION frames to their HEADERS;
+		// one here follows nothing.
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	// Unknown frame types are ignored (RFC 9113 §4.1).
+	return nil
+}
+
+func (c *conn) processSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			c.mu.Lock()
+			delta := int64(s.Val) - c.peerInitialWindow
+			c.peerInitialWindow = int64(s.Val)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+				if st.sendWindow > 1<<31-1 {
+					c.mu.Unlock()
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+			}
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		case http2.SettingMaxFrameSize:
+			c.mu.Lock()
+			c.peerMaxFrame = int(s.Val)
+			c.mu.Unlock()
+		case http2.SettingHeaderTableSize:
+			c.wmu.Lock()
+			c.henc.SetMaxDynamicTableSize(min(s.Val, 4096))
+			c.wmu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.writeControl(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+	return nil
+}
+
+func (c *conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		if f.Increment == 0 {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+		c.sendWindow += int64(f.Increment)
+		if c.sendWindow > 1<<31-1 {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		c.cond.Broadcast()
+		return nil
+	}
+	st := c.streams[f.StreamID]
+	if f.Increment == 0 {
+		if st != nil {
+			c.mu.Unlock()
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+			c.mu.Lock()
+		}
+		return nil
+	}
+	if st == nil {
+		return c.checkIdle(f.StreamID)
+	}
+	st.sendWindow += int64(f.Increment)
+	if st.sendWindow > 1<<31-1 {
+		c.mu.Unlock()
+		c.resetStream(f.StreamID, http2.ErrCodeFlowControl)
+		c.mu.Lock()
+		return nil
+	}
+	c.cond.Broadcast()
+	return nil
+}
+
+// checkIdle is the answer to a frame for a stream not open: an error if
+// the stream was never opened (RFC 9113 §5.1, "idle"), nothing if it was
+// and is closed. c.mu or the read side suffices: maxStreamID is serve's.
+func (c *conn) checkIdle(id uint32) error {
+	if id > c.maxStreamID {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	return nil
+}
+
+func (c *conn) processReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	if st == nil {
+		err := c.checkIdle(f.StreamID)
+		c.mu.Unlock()
+		return err
+	}
+	answered := st.answered
+	c.mu.Unlock()
+	if !answered {
+		now := time.Now()
+		if now.Sub(c.resetsSince) > resetWindow {
+			c.resets, c.resetsSince = 0, now
+		}
+		c.resets++
+		if c.resets > resetBudget {
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
+	}
+	c.closeStream(st, errStreamReset)
+	return nil
+}
+
+// idle ends a connection that has had no open stream for IdleTimeout.
+func (c *conn) idle() {
+	c.mu.Lock()
+	open := len(c.streams)
+	c.mu.Unlock()
+	if open > 0 {
+		return // a stream is open: the timer is restarted when it closes
+	}
+	c.goAway(http2.ErrCodeNo)
+	c.drain()
+	_ = c.nc.Close()
+}
+
+// goAway queues GOAWAY with code, once: no new stream is accepted.
+func (c *conn) goAway(code http2.ErrCode) {
+	c.mu.Lock()
+	sent := c.goAwaySent
+	c.goingAway, c.goAwaySent = true, true
+	last := c.lastOpened
+	c.mu.Unlock()
+	if !sent || code != http2.ErrCodeNo {
+		c.writeControl(func(f *http2.Framer) error { return f.WriteGoAway(last, code, nil) })
+	}
+}
+
+// resetStream sends RST_STREAM and closes the stream if it is open.
+func (c *conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st != nil {
+		c.closeStream(st, errStreamReset)
+	}
+	c.writeControl(func(f *http2.Framer) error { return f.WriteRSTStream(id, code) })
+}
+
+// closeStream removes st from the open streams, ends its request body and
+// context with err; a handler still running sees them end.
+func (c *conn) closeStream(st *stream, err error) {
+	c.mu.Lock()
+	if c.streams[st.id] != st {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.streams, st.id)
+	open := len(c.streams)
+	idle := c.goingAway && open == 0
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.giveBack(nil, st.body.discard(err)) // nobody reads what is left
+	st.cancel()
+	if c.srv.StreamsChanged != nil {
+		c.srv.StreamsChanged(c.nc, open)
+	}
+	if open == 0 && c.idleTimer != nil {
+		c.idleTimer.Reset(c.srv.IdleTimeout)
+	}
+	if idle {
+		// Going away and nothing left: the reader may be waiting on a
+		// client that keeps the connection open.
+		c.drain()
+		_ = c.nc.Close()
+	}
+}
+
+// close ends the connection: every stream is cancelled, waiting handlers
+// are woken, and the socket closed.
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closed = true
+	streams := make([]*stream, 0, len(c.streams))
+	for _, st := range c.streams {
+		streams = append(streams, st)
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	for _, st := range streams {
+		c.closeStream(st, errConnClosed)
+	}
+	c.drain()
+	c.mu.Lock()
+	linger := c.goAwaySent
+	c.mu.Unlock()
+	if linger {
+		// Closing with the client's bytes unread would reset the
+		// connection and could lose the GOAWAY on its way: stop writing,
+		// read what still comes for a moment, then close.
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.br, 1<<20))
+	}
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.werr = errConnClosed
+	}
+	close(c.kick)
+	c.wcond.Broadcast()
+	c.wmu.Unlock()
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+	c.cancel()
+	_ = c.nc.Close()
+}
+
+var (
+	errConnClosed  = errors.New("h2srv: connection closed")
+	errStreamReset = errors.New("h2srv: stream reset")
+)
+
+// bufReader is a buffered reader over the connection that the framer
+// reads frames from (the preface too).
+type bufReader struct {
+	r   io.Reader
+	buf [16 << 10]byte
+	pos int
+	end int
+}
+
+func (b *bufReader) Read(p []byte) (int, error) {
+	if b.pos == b.end {
+		if len(p) >= len(b.buf) {
+			return b.r.Read(p)
+		}
+		n, err := b.r.Read(b.buf[:])
+		b.pos, b.end = 0, n
+		if n == 0 {
+			return 0, err
+		}
+	}
+	n := copy(p, b.buf[b.pos:b.end])
+	b.pos += n
+	return n, nil
+}
