@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/proxy/h2srv"
 	"github.com/valyala/fasthttp"
 )
 
@@ -86,7 +87,15 @@ func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server
 	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
 	var served sync.WaitGroup
 	served.Go(func() { _ = p.server.Serve(h1) })
-	served.Go(func() { _ = hs.Serve(h2) })
+	// own serves HTTP/2 with proxy/h2srv (Config.OwnHTTP2) until its
+	// context ends: each connection then goes away gracefully.
+	own, stopOwn := context.WithCancel(context.Background())
+	defer stopOwn()
+	if p.cfg.OwnHTTP2 {
+		served.Go(func() { p.serveOwnH2(own, h2, &served) })
+	} else {
+		served.Go(func() { _ = hs.Serve(h2) })
+	}
 	accepted := make(chan error, 1)
 	go func() { accepted <- acceptSplit(ln, classify, h1, h2) }()
 	var acceptErr error
@@ -101,12 +110,42 @@ func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server
 	if herr := hs.Shutdown(context.Background()); err == nil {
 		err = herr
 	}
+	stopOwn()
 	_, _ = h1.Close(), h2.Close()
 	served.Wait()
 	if acceptErr != nil {
 		return acceptErr
 	}
 	return err
+}
+
+// serveOwnH2 serves the HTTP/2 connections q hands over with proxy/h2srv
+// until q closes, each until ctx ends (then gracefully); served counts
+// them.
+func (p *Proxy) serveOwnH2(ctx context.Context, q *connQueue, served *sync.WaitGroup) {
+	s := &h2srv.Server{
+		Handler:              http.HandlerFunc(p.serveH2),
+		MaxConcurrentStreams: h2MaxStreams,
+		MaxHeaderBytes:       p.cfg.MaxHeaderBytes,
+		// The reaper closes connections without streams at keep-alive
+		// (conns.go); this is the server's backstop.
+		IdleTimeout: maxKeepAlive,
+		ConnContext: withTracked,
+		StreamsChanged: func(c net.Conn, open int) {
+			if open > 0 {
+				h2ConnState(c, http.StateActive)
+			} else {
+				h2ConnState(c, http.StateIdle)
+			}
+		},
+	}
+	for {
+		c, err := q.Accept()
+		if err != nil {
+			return
+		}
+		served.Go(func() { s.ServeConn(ctx, c) })
+	}
 }
 
 // acceptSplit accepts connections until ln closes; each is classified on

@@ -87,6 +87,10 @@ type Config struct {
 	// (RFC 9113 §3.3), e.g. gRPC clients without TLS; ingress-nginx serves
 	// gRPC over TLS only. False: the plain port speaks HTTP/1.1 only.
 	H2C bool
+	// OwnHTTP2 serves HTTP/2 clients with proxy/h2srv instead of
+	// golang.org/x/net/http2's server (experimental; docs/benchmarks/product.md
+	// has why). False: x/net/http2.
+	OwnHTTP2 bool
 }
 
 // Proxy is the HTTP data plane: HTTP/1.1 on both ports, HTTP/2 on the TLS

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,6 +93,9 @@ func newProxy(t testing.TB, cfg *model.Configuration, pc Config) (*Proxy, *balan
 		t.Fatal(err)
 	}
 	pc.Picker = reg
+	if os.Getenv("SWITCHYARD_TEST_OWN_HTTP2") == "1" {
+		pc.OwnHTTP2 = true // the suite again on proxy/h2srv
+	}
 	p, err := New(pc)
 	if err != nil {
 		t.Fatal(err)

@@ -322,7 +322,22 @@ func (c *conn) idle() {
 	}
 	c.goAway(http2.ErrCodeNo)
 	c.drain()
-	_ = c.nc.Close()
+	c.halfClose()
+}
+
+// halfClose ends a connection that has gone away and has no stream left,
+// from any goroutine: what is queued has been written; the client is told
+// the end (TLS close_notify, or TCP's FIN) while the reading goroutine
+// reads on for at most lingerTime, then closes it (close). Closing at once
+// with the client's bytes unread could reset the connection and lose the
+// GOAWAY on its way.
+func (c *conn) halfClose() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		_ = c.nc.Close()
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
 }
 
 // goAway queues GOAWAY with code, once: no new stream is accepted.
@@ -373,7 +388,7 @@ func (c *conn) closeStream(st *stream, err error) {
 		// Going away and nothing left: the reader may be waiting on a
 		// client that keeps the connection open.
 		c.drain()
-		_ = c.nc.Close()
+		c.halfClose()
 	}
 }
 

@@ -134,6 +134,12 @@ func (w *responseWriter) finish() {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
+	if w.header.Get("Connection") == "close" {
+		// The handler asks for the connection's end (keep-alive-requests
+		// reached): the GOAWAY goes before the answer, as x/net/http2
+		// sends it.
+		c.goAway(http2.ErrCodeNo)
+	}
 	trailers := w.trailers()
 	if err := w.send(len(trailers) == 0); err == nil && len(trailers) > 0 {
 		_ = c.writeFields(st, trailers) // a failed write has ended the connection
@@ -148,10 +154,6 @@ func (w *responseWriter) finish() {
 		c.writeControl(func(f *http2.Framer) error { return f.WriteRSTStream(st.id, http2.ErrCodeNo) })
 	}
 	c.closeStream(st, errStreamReset)
-	if w.header.Get("Connection") == "close" {
-		c.goAway(http2.ErrCodeNo) // the handler asks for the connection's end
-		c.closeIfIdle()
-	}
 }
 
 // trailers are the fields the handler set under http.TrailerPrefix, and
@@ -346,14 +348,14 @@ func (c *conn) takeWindow(st *stream, want int) (int, error) {
 	return int(n), nil
 }
 
-// closeIfIdle closes a connection going away once no stream is open.
+// closeIfIdle ends a connection going away once no stream is open.
 func (c *conn) closeIfIdle() {
 	c.mu.Lock()
 	idle := c.goingAway && len(c.streams) == 0
 	c.mu.Unlock()
 	if idle {
 		c.drain()
-		_ = c.nc.Close()
+		c.halfClose()
 	}
 }
 

@@ -14,6 +14,8 @@
 #
 # With H2 set the load is h2load over HTTPS with HTTP/2 to the client,
 # CONNS connections of STREAMS concurrent streams (product.sh's h2 section).
+# A_ARGS and B_ARGS add controller flags to A's and B's command line, e.g.
+# B_ARGS=--http2-server=switchyard with the same REV twice.
 #
 # Ports 18480-18496, apart from product.sh's.
 set -euo pipefail
@@ -56,8 +58,12 @@ fi
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
 pids+=($!)
 declare -A pid http status
+read -r -a a_args <<<"${A_ARGS:-}"
+read -r -a b_args <<<"${B_ARGS:-}"
 start() { # start NAME HTTP STATUS PROFILER
-	GOMAXPROCS=1 taskset -c 1 "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" \
+	local extra=("${a_args[@]}")
+	[ "$1" = b ] && extra=("${b_args[@]}")
+	GOMAXPROCS=1 taskset -c 1 "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" "${extra[@]}" \
 		--http-port "$2" --https-port $(($2 + 1)) --status-port "$3" --listen-address 127.0.0.1 \
 		--profiler-port "$4" >"$tmp/$1.access.log" 2>"$tmp/$1.stderr" &
 	pid[$1]=$!
@@ -86,7 +92,7 @@ run() { # run NAME: "rps cpu_us_per_req"
 	r1=$(reqs "$1") t1=$(ticks "$1")
 	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
 }
-echo "# $(date -u +%FT%TZ) A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | A rps | B rps | A CPU us/req | B CPU us/req | rps B/A | CPU/req B/A |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
