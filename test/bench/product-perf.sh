@@ -17,6 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
+# PRODUCT_ARGS adds controller flags (e.g. --http2-server=switchyard).
+read -r -a product_args <<<"${PRODUCT_ARGS:-}"
 secs="${1:-5}" conns="${2:-8}" streams="${3:-0}"
 tmp="$(mktemp -d)"
 pids=()
@@ -44,7 +46,7 @@ bench_ingress_nginx_conf "$tmp/ingress" $ng_http $ng_https 1 on 1000000 $bport "
 
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$bport,127.0.0.3:$bport,127.0.0.4:$bport" &
 pids+=($!)
-GOMAXPROCS=1 taskset -c 1 "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" --configmap bench/h2 \
+GOMAXPROCS=1 taskset -c 1 "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" --configmap bench/h2 "${product_args[@]}" \
 	--http-port $sy_http --https-port $sy_https --status-port 18584 --listen-address 127.0.0.1 \
 	>"$tmp/product.access.log" 2>"$tmp/product.stderr" &
 product=$!
@@ -66,7 +68,7 @@ load() {
 	awk -v r="$rps" -v s="$3" 'BEGIN { printf "%.0f\n", r * s }'
 }
 
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes'), ${secs}s each, $conns conns$([ "$streams" = 0 ] || echo ", HTTP/2 $streams streams each"), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes')${PRODUCT_ARGS:+ with $PRODUCT_ARGS}, ${secs}s each, $conns conns$([ "$streams" = 0 ] || echo ", HTTP/2 $streams streams each"), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for name in product ingress; do
 	hp=$sy_http sp=$sy_https pid=$product
 	[ $name = ingress ] && hp=$ng_http sp=$ng_https pid=$ngworker

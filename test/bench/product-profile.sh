@@ -23,6 +23,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
+# PRODUCT_ARGS adds controller flags (e.g. --http2-server=switchyard).
+read -r -a product_args <<<"${PRODUCT_ARGS:-}"
 secs="${1:-10}"
 conns="${2:-64}"
 pinned="${3:-1}"
@@ -55,7 +57,7 @@ if [ "$pinned" = 1 ]; then
 fi
 "${on0[@]}" "$out/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
 pids+=($!)
-GOMAXPROCS=$maxprocs "${on1[@]}" "$out/switchyard" controller --data-plane=go --manifests "$out/manifests" "${cm[@]}" \
+GOMAXPROCS=$maxprocs "${on1[@]}" "$out/switchyard" controller --data-plane=go --manifests "$out/manifests" "${cm[@]}" "${product_args[@]}" \
 	--http-port $http --https-port $https --status-port $status --listen-address 127.0.0.1 \
 	--profiler-port $prof >"$out/access.log" 2>"$out/stderr" &
 pid=$!
@@ -85,7 +87,7 @@ wait "$cpid" "$apid"
 r1=$(reqs) t1=$(ticks) s1=$(switches)
 hz=$(getconf CLK_TCK)
 n=$((r1 - r0))
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes'), ${secs}s, $conns conns${h2:+, HTTP/2 $h2 streams each}, pinned $pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes')${PRODUCT_ARGS:+ with $PRODUCT_ARGS}, ${secs}s, $conns conns${h2:+, HTTP/2 $h2 streams each}, pinned $pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 sed 's/^/# /' "$out/load.txt"
 awk -v n="$n" -v t="$((t1 - t0))" -v hz="$hz" -v s="$((s1 - s0))" -v secs="$secs" 'BEGIN {
 	printf "# %d requests counted by the metrics; product CPU %.1f us/request (%.0f %% of a core), %.3f context switches/request\n",

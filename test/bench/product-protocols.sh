@@ -15,6 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
+# PRODUCT_ARGS adds controller flags (e.g. --http2-server=switchyard).
+read -r -a product_args <<<"${PRODUCT_ARGS:-}"
 secs="${1:-5}" rounds="${2:-3}"
 tmp="$(mktemp -d)"
 pids=()
@@ -37,7 +39,7 @@ bench_app_manifests "$tmp/manifests/bench.yaml" $bport 127.0.0.2 127.0.0.3 127.0
 bench_app_tls "$tmp/manifests/bench.yaml" "$tmp"
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$bport,127.0.0.3:$bport,127.0.0.4:$bport" &
 pids+=($!)
-GOMAXPROCS=1 taskset -c 1 "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" --configmap bench/h2 \
+GOMAXPROCS=1 taskset -c 1 "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" --configmap bench/h2 "${product_args[@]}" \
 	--http-port $http --https-port $https --status-port $status --listen-address 127.0.0.1 \
 	>"$tmp/access.log" 2>"$tmp/stderr" &
 pid=$!
@@ -57,7 +59,7 @@ load() {
 }
 protos=(h1 h1tls h2)
 for p in "${protos[@]}"; do load "$p" 1 >/dev/null; done
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes'), ${secs}s x $rounds rounds, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes')${PRODUCT_ARGS:+ with $PRODUCT_ARGS}, ${secs}s x $rounds rounds, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | protocol | rps | CPU us/req |"
 echo "|---|---|---|---|"
 for r in $(seq "$rounds"); do

@@ -36,6 +36,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
+# PRODUCT_ARGS adds controller flags (e.g. --http2-server=switchyard).
+read -r -a product_args <<<"${PRODUCT_ARGS:-}"
 secs="${1:-5}"
 rounds="${2:-5}"
 tmp="$(mktemp -d)"
@@ -177,7 +179,7 @@ start_phase() {
 	ports_free
 	"${on0[@]}" "$tmp/pbench" backend -listen "127.0.0.2:$backend_port,127.0.0.3:$backend_port,127.0.0.4:$backend_port" &
 	phase_pids+=($!)
-	GOMAXPROCS=$maxprocs "${on1[@]}" "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" \
+	GOMAXPROCS=$maxprocs "${on1[@]}" "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" "${product_args[@]}" \
 		--http-port $sy_http --https-port $sy_https --status-port $sy_status --listen-address 127.0.0.1 \
 		>"$tmp/product-$phase.access.log" 2>"$tmp/product-$phase.stderr" &
 	phase_pids+=($!)
@@ -313,7 +315,7 @@ wrk64() { wrk_run "$1" 64; }
 h2_8x8() { h2_run "$1" 8 8; }
 h2_64x1() { h2_run "$1" 64 1; }
 
-echo "# $(date -u +%FT%TZ), $measured, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
+echo "# $(date -u +%FT%TZ), $measured${PRODUCT_ARGS:+ with $PRODUCT_ARGS}, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
 echo "# $(nginx -v 2>&1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), h2load $(h2load --version | awk '{ print $2 }'), $(go version | cut -d' ' -f3)"
 echo "| cell | round | proxy | rps | p99 us | CPU us/req | CPU % | bad | resumed |"
 echo "|---|---|---|---|---|---|---|---|---|"
