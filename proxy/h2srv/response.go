@@ -131,6 +131,9 @@ func (w *responseWriter) send(end bool) error {
 // sent, the rest of the body, the trailers, then the stream.
 func (w *responseWriter) finish() {
 	c, st := w.st.c, w.st
+	if !c.streamOpen(st) {
+		return // reset, or the connection ended: nothing more goes out
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -219,6 +222,9 @@ func noHeadField(k string) bool {
 // writeHead queues a head: the status and h's fields (a Date added if h
 // has none, when withDate).
 func (c *conn) writeHead(st *stream, status int, h http.Header, end, withDate bool) error {
+	if !c.streamOpen(st) {
+		return errStreamReset
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := c.waitPending(); err != nil {
@@ -246,6 +252,9 @@ func (c *conn) writeHead(st *stream, status int, h http.Header, end, withDate bo
 
 // writeFields queues trailers, ending the stream.
 func (c *conn) writeFields(st *stream, fields []hpack.HeaderField) error {
+	if !c.streamOpen(st) {
+		return errStreamReset
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := c.waitPending(); err != nil {
@@ -329,6 +338,9 @@ func (c *conn) writeData(st *stream, p []byte, end bool) error {
 // and st's send windows, waiting until both have room; 0 for want 0.
 func (c *conn) takeWindow(st *stream, want int) (int, error) {
 	if want == 0 {
+		if !c.streamOpen(st) {
+			return 0, errStreamReset
+		}
 		return 0, nil
 	}
 	c.mu.Lock()
@@ -346,6 +358,15 @@ func (c *conn) takeWindow(st *stream, want int) (int, error) {
 	c.sendWindow -= n
 	st.sendWindow -= n
 	return int(n), nil
+}
+
+// streamOpen reports whether st is open on a connection not closed: a
+// frame for it may go out. (One that was reset just after may still; the
+// client ignores frames on a stream it reset, RFC 9113 §5.4.2.)
+func (c *conn) streamOpen(st *stream) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && c.streams[st.id] == st
 }
 
 // closeIfIdle ends a connection going away once no stream is open.

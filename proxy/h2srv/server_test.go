@@ -413,3 +413,32 @@ func TestServeProtocolErrors(t *testing.T) {
 		})
 	}
 }
+
+// A stream the client resets gets no more frames: not the answer its
+// handler goes on to write, nor a reset of the server's.
+func TestServeQuietAfterClientReset(t *testing.T) {
+	written := make(chan error, 1)
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // the client's RST_STREAM ends it
+		w.Header().Set("X-Late", "1")
+		_, err := io.WriteString(w, "late")
+		written <- err
+	})}
+	addr, _ := serveH2(t, s)
+	rc := newRawClient(t, addr)
+	rc.headers(1, true, get...)
+	_ = rc.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	if err := <-written; err == nil {
+		t.Error("the handler's write after the reset succeeded; want an error")
+	}
+	rc.headers(3, true, append(get[:6:6], ":path", "/after")...)
+	_ = rc.fr.WritePing(false, [8]byte{7})
+	// Everything up to the PING's answer: nothing for stream 1.
+	rc.until(func(f http2.Frame) bool {
+		if f.Header().StreamID == 1 {
+			t.Errorf("got %v on the reset stream", f)
+		}
+		p, ok := f.(*http2.PingFrame)
+		return ok && p.IsAck()
+	})
+}
