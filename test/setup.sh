@@ -33,3 +33,8 @@ echo "setup: kube-apiserver and etcd in $bin (tests find them there; SWITCHYARD_
 # the Go module proxy, cached beside the binaries above).
 helm=$("$(dirname "$0")/tools/build-helm.sh")
 echo "setup: helm at $helm (SWITCHYARD_HELM overrides)"
+
+# h2spec, the HTTP/2 conformance tester, for proxy/h2srv's conformance
+# test (built from the Go module proxy, cached beside the binaries above).
+h2spec=$("$(dirname "$0")/tools/build-h2spec.sh")
+echo "setup: h2spec at $h2spec (SWITCHYARD_H2SPEC overrides)"

@@ -89,6 +89,7 @@ func newConn(s *Server, ctx context.Context, nc net.Conn) *conn {
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = s.maxHeaderBytes()
 	c.fr.SetReuseFrames()
+	c.fr.SetMaxReadFrameSize(maxReadFrame) // SETTINGS_MAX_FRAME_SIZE's default
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.wfr = http2.NewFramer(pendingWriter{c}, nil)
 	return c
@@ -123,6 +124,9 @@ func (c *conn) serve(shutdown context.Context) {
 	}
 	for {
 		f, err := c.fr.ReadFrame()
+		if errors.Is(err, http2.ErrFrameTooLarge) {
+			err = http2.ConnectionError(http2.ErrCodeFrameSize)
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {

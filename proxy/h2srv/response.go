@@ -345,12 +345,25 @@ func (c *conn) takeWindow(st *stream, want int) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	flushed := false
 	for {
 		if c.closed || c.streams[st.id] != st {
 			return 0, errStreamReset
 		}
 		if c.sendWindow > 0 && st.sendWindow > 0 {
 			break
+		}
+		if !flushed {
+			// The client opens the window once it has what was sent
+			// before: write that out first.
+			flushed = true
+			c.mu.Unlock()
+			err := c.flush()
+			c.mu.Lock()
+			if err != nil {
+				return 0, err
+			}
+			continue
 		}
 		c.cond.Wait() // broadcast on every window change and stream close
 	}

@@ -50,6 +50,9 @@ const (
 	// initialPeerWindow is the send window a stream starts with until
 	// the client's SETTINGS say otherwise (RFC 9113 §6.9.2).
 	initialPeerWindow = 65535
+	// maxReadFrame is the largest frame a client may send: the default of
+	// SETTINGS_MAX_FRAME_SIZE, which the server does not raise.
+	maxReadFrame = 16384
 	// maxControlQueued bounds the control frames (PING and SETTINGS
 	// acknowledgements, window updates, resets) waiting for a write the
 	// client is not reading: past it the connection is closed, as

@@ -52,7 +52,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		return c.processTrailers(st, f)
 	}
 	if id <= c.maxStreamID {
-		return http2.ConnectionError(http2.ErrCodeProtocol) // a closed stream's id
+		return http2.ConnectionError(http2.ErrCodeProtocol) // a closed stream's id, or one skipped (RFC 9113 §5.1.1)
 	}
 	c.maxStreamID = id
 	if goingAway {
@@ -61,6 +61,11 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if uint32(open) >= c.srv.maxStreams() {
 		c.writeControl(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
+		return nil
+	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		// A stream that depends on itself (RFC 9113 §5.3.1).
+		c.writeControl(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, http2.ErrCodeProtocol) })
 		return nil
 	}
 	req, st, code := c.newRequest(f)
@@ -102,7 +107,12 @@ func headerTooLarge(w http.ResponseWriter, _ *http.Request) {
 // processTrailers takes the trailing header block of a request body
 // (RFC 9113 §8.1): it must end the stream and hold no pseudo-field.
 func (c *conn) processTrailers(st *stream, f *http2.MetaHeadersFrame) error {
-	if st.remoteClosed || !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+	if st.remoteClosed {
+		// Half-closed (remote): the client ended its side (RFC 9113 §5.1).
+		c.resetStream(st.id, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
 		c.resetStream(st.id, http2.ErrCodeProtocol)
 		return nil
 	}
