@@ -32,7 +32,6 @@ type responseWriter struct {
 	sentHeader  bool // the head is queued
 	head        bool // a HEAD request: the body is not sent
 	buf         []byte
-	written     int64
 }
 
 func (w *responseWriter) Header() http.Header { return w.header }
@@ -70,7 +69,6 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	if err := w.st.ctx.Err(); err != nil {
 		return 0, err
 	}
-	w.written += int64(len(p))
 	if len(w.buf)+len(p) <= bodyBuffer {
 		w.buf = append(w.buf, p...)
 		return len(p), nil

@@ -48,13 +48,7 @@ port=18481
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
 h2="${H2:-}"
-cm=()
-if [ -n "$h2" ]; then
-	bench_app_tls "$tmp/manifests/bench.yaml" "$tmp"
-	cm=(--configmap bench/h2)
-else
-	bench_app_ingress "$tmp/manifests/bench.yaml" app bench.local '{}'
-fi
+bench_app_load "$tmp/manifests/bench.yaml" "$tmp"
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
 pids+=($!)
 declare -A pid http status

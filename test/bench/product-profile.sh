@@ -43,13 +43,7 @@ port=18481 http=18480 https=18483 status=18484 prof=18485
 mkdir -p "$out/manifests"
 bench_app_manifests "$out/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
 h2="${H2:-}"
-cm=()
-if [ -n "$h2" ]; then
-	bench_app_tls "$out/manifests/bench.yaml" "$out"
-	cm=(--configmap bench/h2)
-else
-	bench_app_ingress "$out/manifests/bench.yaml" app bench.local '{}'
-fi
+bench_app_load "$out/manifests/bench.yaml" "$out"
 
 on1=() on0=() maxprocs=2
 if [ "$pinned" = 1 ]; then

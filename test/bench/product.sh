@@ -94,52 +94,17 @@ ports_free() {
 }
 ports_free
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench.local -addext subjectAltName=DNS:bench.local \
-	-keyout "$tmp/tls.key" -out "$tmp/tls.crt" 2>/dev/null
 
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" $backend_port 127.0.0.2 127.0.0.3 127.0.0.4
-cat >>"$tmp/manifests/bench.yaml" <<YAML
----
-apiVersion: v1
-kind: Secret
-metadata: {name: bench-tls, namespace: bench}
-type: kubernetes.io/tls
-data:
-  tls.crt: $(base64 -w0 "$tmp/tls.crt")
-  tls.key: $(base64 -w0 "$tmp/tls.key")
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: app
-  namespace: bench
-  # HTTP/1.1 is measured on the plain port: no redirect to HTTPS.
-  annotations: {nginx.ingress.kubernetes.io/ssl-redirect: "false"}
-spec:
-  ingressClassName: switchyard
-  tls:
-  - hosts: [bench.local]
-    secretName: bench-tls
-  rules:
-  - host: bench.local
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: app, port: {name: http}}}}
-YAML
-
-# h2load opens its connections once and does not open new ones after the
-# GOAWAY nginx and the product send after keep-alive-requests (1000)
-# requests, so the h2 phase raises it to 1000000 on all three (the
-# ConfigMap below, keepalive_requests in nginx); the HTTP/1.1 phases keep
-# ingress-nginx's 1000 (wrk reconnects).
-cat >"$tmp/manifests/configmap.yaml" <<'YAML'
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: h2, namespace: bench}
-data: {keep-alive-requests: "1000000"}
-YAML
-
+# The Secret, the Ingress with spec.tls (HTTP/1.1 is measured on the plain
+# port: no redirect to HTTPS) and the ConfigMap bench/h2: h2load opens its
+# connections once and does not open new ones after the GOAWAY nginx and
+# the product send after keep-alive-requests (1000) requests, so the h2
+# phase raises it to 1000000 on all three (that ConfigMap,
+# keepalive_requests in nginx); the HTTP/1.1 phases keep ingress-nginx's
+# 1000 (wrk reconnects).
+bench_app_tls "$tmp/manifests/bench.yaml" "$tmp"
 
 # Per phase: the processes, their pids (for CPU), the client's CPU prefix.
 phase_pids=()

@@ -125,6 +125,20 @@ spec:
 YAML
 }
 
+# bench_app_load FILE DIR: appends to FILE the Ingress the load needs:
+# with H2 set, bench_app_tls's (certificate in DIR) and cm set to the
+# product's --configmap flag for it; otherwise bench_app_ingress's for
+# bench.local, and cm empty.
+bench_app_load() {
+	cm=()
+	if [ -n "${H2:-}" ]; then
+		bench_app_tls "$1" "$2"
+		cm=(--configmap bench/h2)
+	else
+		bench_app_ingress "$1" app bench.local '{}'
+	fi
+}
+
 # bench_h2load HTTPS_PORT CONNS STREAMS SECONDS [PREFIX...]: h2load over
 # HTTPS with HTTP/2 to 127.0.0.1:HTTPS_PORT (bench.local), CONNS
 # connections of STREAMS concurrent streams, run under PREFIX (taskset);
