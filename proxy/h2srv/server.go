@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -37,6 +38,53 @@ type Server struct {
 	// open streams each time it changes (from its reading goroutine or a
 	// handler's), for a reaper that closes idle connections first.
 	StreamsChanged func(c net.Conn, open int)
+
+	// idle holds the goroutines waiting to run a handler (workers).
+	idle     chan *worker
+	idleOnce sync.Once
+}
+
+// maxIdleWorkers bounds the handler goroutines kept between requests.
+const maxIdleWorkers = 256
+
+// worker is a goroutine that runs handlers one after another: a stream's
+// handler starts on an idle one rather than on a new goroutine, whose
+// stack would grow (copied at each doubling) on every request, as
+// fasthttp's worker pool spares HTTP/1.1's.
+type worker struct{ jobs chan job }
+
+// job is one stream's handler call.
+type job struct {
+	c   *conn
+	st  *stream
+	rw  *responseWriter
+	req *http.Request
+	h   http.Handler
+}
+
+// run starts j's handler on an idle worker, or on a new one.
+func (s *Server) run(j job) {
+	s.idleOnce.Do(func() { s.idle = make(chan *worker, maxIdleWorkers) })
+	select {
+	case w := <-s.idle:
+		w.jobs <- j
+	default:
+		w := &worker{jobs: make(chan job, 1)}
+		w.jobs <- j
+		go s.work(w)
+	}
+}
+
+// work runs w's jobs; it ends when maxIdleWorkers others are idle.
+func (s *Server) work(w *worker) {
+	for j := range w.jobs {
+		j.c.runHandler(j.st, j.rw, j.req, j.h)
+		select {
+		case s.idle <- w:
+		default:
+			return
+		}
+	}
 }
 
 const (

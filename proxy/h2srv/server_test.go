@@ -442,3 +442,40 @@ func TestServeQuietAfterClientReset(t *testing.T) {
 		return ok && p.IsAck()
 	})
 }
+
+// Handlers run on workers that outlive their request: requests one after
+// another reuse one.
+func TestServeReusesWorkers(t *testing.T) {
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})}
+	addr, _ := serveH2(t, s)
+	c := h2cClient(t)
+	var first *worker
+	for i := range 5 {
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		var w *worker
+		deadline := time.Now().Add(5 * time.Second)
+		for w == nil && time.Now().Before(deadline) {
+			select {
+			case w = <-s.idle: // back once its handler returned
+			default:
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if w == nil || len(s.idle) != 0 {
+			t.Fatalf("request %d: idle worker %v, %d more idle; want exactly one", i, w, len(s.idle))
+		}
+		if first == nil {
+			first = w
+		} else if w != first {
+			t.Errorf("request %d ran on another worker; want the first one again", i)
+		}
+		s.idle <- w
+	}
+}

@@ -94,7 +94,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	if f.Truncated {
 		handler = http.HandlerFunc(headerTooLarge)
 	}
-	go c.runHandler(st, rw, req, handler)
+	c.srv.run(job{c: c, st: st, rw: rw, req: req, h: handler})
 	return nil
 }
 
