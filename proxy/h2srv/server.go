@@ -109,6 +109,9 @@ const (
 	// maxPending bounds the response bytes waiting to be written; a
 	// handler past it waits for the write to drain.
 	maxPending = 256 << 10
+	// maxKeptBuffer is the largest write buffer a connection keeps for
+	// reuse; a larger one, grown by a burst, is left to the collector.
+	maxKeptBuffer = 32 << 10
 	// resetBudget and resetWindow bound the streams a client may reset
 	// before their answer (CVE-2023-44487, "rapid reset"): past resetBudget
 	// in resetWindow, the connection ends with ENHANCE_YOUR_CALM.

@@ -479,3 +479,30 @@ func TestServeReusesWorkers(t *testing.T) {
 		s.idle <- w
 	}
 }
+
+// A write buffer a burst grew is not kept for the connection's idle life;
+// a small one is reused.
+func TestFlushKeepsSmallBuffers(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	c := newConn(&Server{}, context.Background(), server)
+	defer c.nc.Close()
+	for _, tc := range []struct {
+		size int
+		kept bool
+	}{{100 << 10, false}, {1 << 10, true}} {
+		c.wmu.Lock()
+		c.pending = append(c.pending[:0], make([]byte, tc.size)...)
+		c.wmu.Unlock()
+		if err := c.flush(); err != nil {
+			t.Fatal(err)
+		}
+		c.wmu.Lock()
+		kept := cap(c.spare) >= tc.size
+		c.wmu.Unlock()
+		if kept != tc.kept {
+			t.Errorf("after writing %d bytes: buffer kept %v; want %v", tc.size, kept, tc.kept)
+		}
+	}
+}

@@ -75,7 +75,9 @@ func (c *conn) flush() error {
 		}
 		_, err := c.nc.Write(out)
 		c.wmu.Lock()
-		c.spare = out[:0]
+		if cap(out) <= maxKeptBuffer {
+			c.spare = out[:0]
+		} // else a burst's buffer: not kept for the connection's idle life
 		if err != nil && c.werr == nil {
 			c.werr = err
 		}
