@@ -246,12 +246,12 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 }
 
 func (c *conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if f.StreamID == 0 {
 		if f.Increment == 0 {
 			return http2.ConnectionError(http2.ErrCodeProtocol)
 		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > 1<<31-1 {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
@@ -259,26 +259,27 @@ func (c *conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.cond.Broadcast()
 		return nil
 	}
+	c.mu.Lock()
 	st := c.streams[f.StreamID]
-	if f.Increment == 0 {
-		if st != nil {
-			c.mu.Unlock()
-			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
-			c.mu.Lock()
+	code := http2.ErrCodeNo
+	switch {
+	case st == nil:
+	case f.Increment == 0:
+		code = http2.ErrCodeProtocol
+	default:
+		st.sendWindow += int64(f.Increment)
+		if st.sendWindow > 1<<31-1 {
+			code = http2.ErrCodeFlowControl
 		}
-		return nil
+		c.cond.Broadcast()
 	}
+	c.mu.Unlock()
 	if st == nil {
 		return c.checkIdle(f.StreamID)
 	}
-	st.sendWindow += int64(f.Increment)
-	if st.sendWindow > 1<<31-1 {
-		c.mu.Unlock()
-		c.resetStream(f.StreamID, http2.ErrCodeFlowControl)
-		c.mu.Lock()
-		return nil
+	if code != http2.ErrCodeNo {
+		c.resetStream(f.StreamID, code)
 	}
-	c.cond.Broadcast()
 	return nil
 }
 
@@ -377,7 +378,6 @@ func (c *conn) closeStream(st *stream, err error) {
 	}
 	delete(c.streams, st.id)
 	open := len(c.streams)
-	idle := c.goingAway && open == 0
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.giveBack(nil, st.body.discard(err)) // nobody reads what is left
@@ -388,12 +388,9 @@ func (c *conn) closeStream(st *stream, err error) {
 	if open == 0 && c.idleTimer != nil {
 		c.idleTimer.Reset(c.srv.IdleTimeout)
 	}
-	if idle {
-		// Going away and nothing left: the reader may be waiting on a
-		// client that keeps the connection open.
-		c.drain()
-		c.halfClose()
-	}
+	// Going away and nothing left: the reader may be waiting on a client
+	// that keeps the connection open.
+	c.closeIfIdle()
 }
 
 // close ends the connection: every stream is cancelled, waiting handlers
