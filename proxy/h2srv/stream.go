@@ -109,8 +109,9 @@ func headerTooLarge(w http.ResponseWriter, _ *http.Request) {
 func (c *conn) processTrailers(st *stream, f *http2.MetaHeadersFrame) error {
 	if st.remoteClosed {
 		// Half-closed (remote): the client ended its side (RFC 9113 §5.1).
-		c.resetStream(st.id, http2.ErrCodeStreamClosed)
-		return nil
+		// A connection error, as for a stream already closed: whether the
+		// answer had ended yet is a race the client cannot see.
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	}
 	if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
 		c.resetStream(st.id, http2.ErrCodeProtocol)
