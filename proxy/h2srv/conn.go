@@ -66,7 +66,7 @@ type conn struct {
 	henc     *hpack.Encoder
 	hbuf     bytes.Buffer
 	wfr      *http2.Framer // writes into pending
-	kick     chan struct{} // wakes the writer goroutine for serve's frames
+	queued   bool          // a worker will flush (wake)
 }
 
 func newConn(s *Server, ctx context.Context, nc net.Conn) *conn {
@@ -79,12 +79,19 @@ func newConn(s *Server, ctx context.Context, nc net.Conn) *conn {
 		sendWindow:        initialPeerWindow,
 		peerInitialWindow: initialPeerWindow,
 		peerMaxFrame:      16384,
-		kick:              make(chan struct{}, 1),
 	}
 	c.remoteAddr, c.tlsState = nc.RemoteAddr().String(), tlsStateOf(nc)
 	c.cond = sync.NewCond(&c.mu)
 	c.wcond = sync.NewCond(&c.wmu)
-	c.br = &bufReader{r: nc}
+	// crypto/tls buffers what it decrypts, so a TLS connection is read
+	// through 1 KiB (the small frames of one record in one call; larger
+	// reads pass straight through) and an idle one holds little of ours;
+	// a cleartext one (h2c) through 16 KiB, one read(2) for many frames.
+	size := 16 << 10
+	if c.tlsState != nil {
+		size = 1 << 10
+	}
+	c.br = &bufReader{r: nc, buf: make([]byte, size)}
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = s.maxHeaderBytes()
@@ -98,7 +105,6 @@ func newConn(s *Server, ctx context.Context, nc net.Conn) *conn {
 // serve reads and applies frames until the connection ends.
 func (c *conn) serve(shutdown context.Context) {
 	defer c.close()
-	go c.writer()
 	// Shutting down: GOAWAY, the open streams finish, then the end.
 	stop := context.AfterFunc(shutdown, func() {
 		c.goAway(http2.ErrCodeNo)
@@ -425,7 +431,6 @@ func (c *conn) close() {
 	if c.werr == nil {
 		c.werr = errConnClosed
 	}
-	close(c.kick)
 	c.wcond.Broadcast()
 	c.wmu.Unlock()
 	if c.idleTimer != nil {
@@ -444,7 +449,7 @@ var (
 // reads frames from (the preface too).
 type bufReader struct {
 	r   io.Reader
-	buf [16 << 10]byte
+	buf []byte
 	pos int
 	end int
 }
@@ -454,7 +459,7 @@ func (b *bufReader) Read(p []byte) (int, error) {
 		if len(p) >= len(b.buf) {
 			return b.r.Read(p)
 		}
-		n, err := b.r.Read(b.buf[:])
+		n, err := b.r.Read(b.buf)
 		b.pos, b.end = 0, n
 		if n == 0 {
 			return 0, err

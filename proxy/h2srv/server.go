@@ -53,7 +53,8 @@ const maxIdleWorkers = 256
 // fasthttp's worker pool spares HTTP/1.1's.
 type worker struct{ jobs chan job }
 
-// job is one stream's handler call.
+// job is one stream's handler call, or, with st nil, a flush of what the
+// connection's reading goroutine queued (its control frames).
 type job struct {
 	c   *conn
 	st  *stream
@@ -62,7 +63,7 @@ type job struct {
 	h   http.Handler
 }
 
-// run starts j's handler on an idle worker, or on a new one.
+// run starts j on an idle worker, or on a new one. It never blocks.
 func (s *Server) run(j job) {
 	s.idleOnce.Do(func() { s.idle = make(chan *worker, maxIdleWorkers) })
 	select {
@@ -75,10 +76,20 @@ func (s *Server) run(j job) {
 	}
 }
 
+// idleCount is how many workers wait for a job.
+func (s *Server) idleCount() int {
+	s.idleOnce.Do(func() { s.idle = make(chan *worker, maxIdleWorkers) })
+	return len(s.idle)
+}
+
 // work runs w's jobs; it ends when maxIdleWorkers others are idle.
 func (s *Server) work(w *worker) {
 	for j := range w.jobs {
-		j.c.runHandler(j.st, j.rw, j.req, j.h)
+		if j.st == nil {
+			j.c.flushQueued()
+		} else {
+			j.c.runHandler(j.st, j.rw, j.req, j.h)
+		}
 		select {
 		case s.idle <- w:
 		default:

@@ -10,8 +10,10 @@ import (
 // then finds no write in progress writes pending out (flush), looping
 // while others queued more meanwhile. Handlers flush on their own
 // goroutine; the reading goroutine never writes to the socket itself (a
-// client that does not read could otherwise stop it reading), it wakes
-// the writer goroutine.
+// client that does not read could otherwise stop it reading): it hands
+// the flush to a worker of the server's pool (wake). A connection has no
+// goroutine of its own for writing, so an idle one holds only its
+// reader's stack.
 
 // writeControl queues a frame of the reading goroutine's and wakes the
 // writer. Past maxControlQueued queued and unwritten, the client is not
@@ -34,24 +36,23 @@ func (c *conn) writeControl(write func(*http2.Framer) error) {
 	}
 }
 
-// wake asks the writer goroutine to flush. Called with wmu held: close
-// closes kick under it, after setting werr.
+// wake has a worker flush what is pending, unless a flush is already
+// queued or running (that one writes this too). Called with wmu held.
 func (c *conn) wake() {
-	if c.werr != nil {
+	if c.werr != nil || c.flushing || c.queued {
 		return
 	}
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+	c.queued = true
+	c.srv.run(job{c: c})
 }
 
-// writer flushes what the reading goroutine queued.
-func (c *conn) writer() {
-	for range c.kick {
-		if c.flush() != nil {
-			_ = c.nc.Close() // the reader sees it and ends the connection
-		}
+// flushQueued is the worker's side of wake.
+func (c *conn) flushQueued() {
+	c.wmu.Lock()
+	c.queued = false
+	c.wmu.Unlock()
+	if c.flush() != nil {
+		_ = c.nc.Close() // the reader sees it and ends the connection
 	}
 }
 
@@ -104,9 +105,7 @@ func (c *conn) drain() {
 // connection's answers in memory. Called with wmu held.
 func (c *conn) waitPending() error {
 	for len(c.pending) > maxPending && c.werr == nil {
-		if !c.flushing {
-			c.wake()
-		}
+		c.wake()
 		c.wcond.Wait()
 	}
 	return c.werr

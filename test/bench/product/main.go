@@ -16,9 +16,13 @@
 // OpenSSL 3.0 do the same key exchange: Go's default list starts with
 // X25519MLKEM768, which a Go server would pick and OpenSSL 3.0 cannot.
 //
+// A second subcommand, h2idle (h2idle.go), holds HTTP/2 connections idle
+// for test/bench/product-h2idle.sh.
+//
 // Usage:
 //
 //	product tlsconns -addr 127.0.0.1:18383 -sni bench.local -c 32 -d 5s
+//	product h2idle -addr 127.0.0.1:18383 -sni bench.local -n 1000
 package main
 
 import (
@@ -38,8 +42,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "h2idle" {
+		if err := h2idle(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "product h2idle:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "tlsconns" {
 		fmt.Fprintln(os.Stderr, "usage: product tlsconns -addr HOST:PORT -sni NAME [-c N] [-d DURATION] [-resume=false] [-curves x25519,p256]")
+		fmt.Fprintln(os.Stderr, "       product h2idle -addr HOST:PORT -sni NAME [-n CONNS] [-c N]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("tlsconns", flag.ExitOnError)
