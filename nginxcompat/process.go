@@ -88,6 +88,7 @@ type Controller struct {
 	servingOnce sync.Once
 
 	stderr *lastEmerg // immutable; wraps cfg.Stderr
+	fake   string     // immutable; the fake certificate's PEM (withFakeCertificate)
 
 	mu       sync.Mutex // guards the fields below and serializes Update
 	running  []byte     // the file nginx serves (rendered bytes)
@@ -155,7 +156,11 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if err := checkRenderConfig(cfg.Render); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, serving: make(chan struct{}), stderr: &lastEmerg{w: cfg.Stderr},
+	fake, err := fakeCertificatePEM()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{cfg: cfg, serving: make(chan struct{}), stderr: &lastEmerg{w: cfg.Stderr}, fake: fake,
 		readyErr: errNotStarted,
 		success: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nginx_ingress_controller", Name: "success",
 			Help: "Cumulative number of Ingress controller reload operations"}),
@@ -353,6 +358,7 @@ func (c *Controller) Update(ctx context.Context, cfg *model.Configuration) error
 	if err := c.syncBackends(cfg.Backends, true, nil); err != nil {
 		return fmt.Errorf("sync backends: %w", err)
 	}
+	cfg = c.withFakeCertificate(cfg)
 	r, err := Render(cfg, c.cfg.Render)
 	if err != nil {
 		return err

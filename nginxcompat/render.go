@@ -357,7 +357,13 @@ type rateLimitV struct {
 type serverV struct {
 	Names     []string
 	Default   bool
-	TLS       string // certificate file, empty without TLS
+	// TLS is the certificate file the HTTPS listener serves: the
+	// server's own (spec.tls) or, as ingress-nginx serves every server
+	// on its HTTPS port, the default certificate; empty: no HTTPS
+	// listener. OwnTLS: the server has a certificate of its own, which
+	// ssl-redirect and Strict-Transport-Security ask for.
+	TLS       string
+	OwnTLS    bool
 	Locations []*locationV
 	// ClientAuth is the server's auth-tls-*; nil without.
 	ClientAuth *clientAuthV
@@ -729,15 +735,14 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 		}
 		sv.Names = append(sv.Names, a)
 	}
-	uid := ""
+	uid := cfg.DefaultCertificate
 	if s.TLS != nil {
 		uid = s.TLS.CertificateUID
-	} else if sv.Default {
-		uid = cfg.DefaultCertificate
 	}
 	if uid != "" {
 		if c, ok := cfg.Certificates[uid]; ok && reUID.MatchString(uid) {
 			sv.TLS = certFile(rc.CertDir, uid, c.PEM)
+			sv.OwnTLS = s.TLS != nil
 		} else {
 			bad(firstIngress(s), "spec.tls", "server %q: certificate %q is missing or has a bad UID; served without TLS", s.Hostname, uid)
 		}
@@ -764,7 +769,7 @@ func serverView(cfg *model.Configuration, s *model.Server, rc RenderConfig, g *g
 	seen := map[string]bool{}
 	for i := range s.Locations {
 		l := &s.Locations[i]
-		lv, err := locationView(l, sv.TLS != "", g, rc, s.Hostname)
+		lv, err := locationView(l, sv.OwnTLS, g, rc, s.Hostname)
 		if err == nil && denyAll {
 			lv = &locationV{Modifier: lv.Modifier, Path: lv.Path, Backend: lv.Backend, Denied: true}
 		}

@@ -50,9 +50,10 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 		if sv.ClientAuth != nil {
 			writeClientAuth(b, sv.ClientAuth)
 		}
-		if v.G.HSTS {
+		if sv.OwnTLS && v.G.HSTS {
 			// The server also answers plain HTTP: $hsts_header is
-			// empty there (nginx.tmpl).
+			// empty there (nginx.tmpl). A server on the default
+			// certificate sends none, as on the Go plane.
 			b.WriteString("\n        add_header Strict-Transport-Security $hsts_header always;")
 		}
 	}
@@ -88,7 +89,7 @@ func writeServer(b *bytes.Buffer, v *view, sv *serverV) {
 	// Strict-Transport-Security: nginx inherits add_header only into a
 	// level that has none.
 	hsts := ""
-	if sv.TLS != "" && v.G.HSTS {
+	if sv.OwnTLS && v.G.HSTS {
 		hsts = v.HSTSValue
 	}
 	// The mirrors' internal locations first, once per Source, as

@@ -65,6 +65,9 @@ type Request struct {
 	// "stranger" from another), none when empty.
 	HTTPS      bool
 	ClientCert string
+	// HTTP2 sends the request over HTTPS (as HTTPS does) with HTTP/2 (ALPN
+	// h2 only); the answer must come over HTTP/2.
+	HTTP2 bool
 	// ProxyHeader is written on the connection before anything else: a
 	// PROXY protocol header (rows_listeners_test.go), or bytes that are
 	// not one.
@@ -498,7 +501,7 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 		from = "127.0.0.1"
 	}
 	addr, scheme := e.http, "http"
-	if r.HTTPS {
+	if r.HTTPS || r.HTTP2 {
 		addr, scheme = e.https, "https"
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -514,6 +517,10 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 	if r.ClientCert != "" {
 		c := e.certs[r.ClientCert]
 		tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &c, nil }
+	}
+	if r.HTTP2 {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP2(true)
 	}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second,
@@ -542,6 +549,9 @@ func (e *env) do(ctx context.Context, r Request) (int, http.Header, *echo, error
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
+	if r.HTTP2 && resp.ProtoMajor != 2 {
+		return 0, nil, nil, fmt.Errorf("answered over %s; the request asked for HTTP/2", resp.Proto)
+	}
 	if r.Abandon {
 		return resp.StatusCode, resp.Header, nil, nil // closes the connection unread
 	}
