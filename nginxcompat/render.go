@@ -355,8 +355,8 @@ type rateLimitV struct {
 }
 
 type serverV struct {
-	Names     []string
-	Default   bool
+	Names   []string
+	Default bool
 	// TLS is the certificate file the HTTPS listener serves: the
 	// server's own (spec.tls) or, as ingress-nginx serves every server
 	// on its HTTPS port, the default certificate; empty: no HTTPS
