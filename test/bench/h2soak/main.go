@@ -141,10 +141,7 @@ func (s *soak) fail(format string, args ...any) {
 
 // waitReady waits up to 20 s for the product to answer a small GET.
 func (s *soak) waitReady() error {
-	tr := &http2.Transport{TLSClientConfig: s.tlsConfig(), DialTLSContext: func(ctx context.Context, network, _ string, cfg *tls.Config) (net.Conn, error) {
-		d := tls.Dialer{Config: cfg}
-		return d.DialContext(ctx, network, s.addr)
-	}}
+	tr := s.transport()
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: time.Second}
 	var err error
@@ -157,6 +154,17 @@ func (s *soak) waitReady() error {
 	return fmt.Errorf("the product did not answer: %w", err)
 }
 
+// transport is an HTTP/2-only client of the product's address.
+func (s *soak) transport() *http.Transport {
+	tr := &http.Transport{TLSClientConfig: s.tlsConfig(), MaxIdleConnsPerHost: 4, DialTLSContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		d := tls.Dialer{Config: s.tlsConfig()}
+		return d.DialContext(ctx, network, s.addr)
+	}}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP2(true)
+	return tr
+}
+
 func (s *soak) tlsConfig() *tls.Config {
 	return &tls.Config{
 		ServerName:         s.sni,
@@ -167,10 +175,7 @@ func (s *soak) tlsConfig() *tls.Config {
 
 func (s *soak) worker(ctx context.Context, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x50a1))
-	tr := &http2.Transport{TLSClientConfig: s.tlsConfig(), DialTLSContext: func(ctx context.Context, network, _ string, cfg *tls.Config) (net.Conn, error) {
-		d := tls.Dialer{Config: cfg}
-		return d.DialContext(ctx, network, s.addr)
-	}}
+	tr := s.transport()
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	base := "https://" + s.sni
@@ -222,8 +227,8 @@ func expectBody(c *http.Client, ctx context.Context, method, url string, body, w
 	if err != nil {
 		return fmt.Errorf("%s %s: reading the body: %w", method, url, err)
 	}
-	if resp.StatusCode != http.StatusOK || sha256.Sum256(got) != sha256.Sum256(want) {
-		return fmt.Errorf("%s %s (%d bytes): status %d, %d bytes back, want 200 and the %d bytes", method, url, len(body), resp.StatusCode, len(got), len(want))
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 || sha256.Sum256(got) != sha256.Sum256(want) {
+		return fmt.Errorf("%s %s (%d bytes): %s %d, %d bytes back, want HTTP/2.0 200 and the %d bytes", method, url, len(body), resp.Proto, resp.StatusCode, len(got), len(want))
 	}
 	return nil
 }
