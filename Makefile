@@ -19,9 +19,9 @@ TEST_FLAGS ?= -count=1 -p 2 -timeout 30m
 test: setup lint
 	$(GO) test $(TEST_FLAGS) ./...
 	$(GO) test -race -count=1 -timeout 20m ./balancer/... ./proxy/ ./proxy/h2srv/ ./tcpproxy/
-	# The proxy's suite again with its HTTP/2 clients on proxy/h2srv
-	# (--http2-server=switchyard).
-	SWITCHYARD_TEST_OWN_HTTP2=1 $(GO) test -count=1 ./proxy/
+	# The proxy's suite again with its HTTP/2 clients on x/net/http2's
+	# server (--http2-server=x/net).
+	SWITCHYARD_TEST_XNET_HTTP2=1 $(GO) test -count=1 ./proxy/
 
 setup:
 	./test/setup.sh

@@ -26,8 +26,8 @@ import (
 )
 
 // The HTTP/2 front end: on the TLS port, ALPN "h2" connections are served
-// by golang.org/x/net/http2 through serveH2, the rest (http/1.1 or no ALPN)
-// by fasthttp, both with the routes, picks, retries and headers of
+// by proxy/h2srv (golang.org/x/net/http2's server with Config.XNetHTTP2)
+// through serveH2, the rest (http/1.1 or no ALPN) by fasthttp, both with the routes, picks, retries and headers of
 // front.go.
 
 // ServeTLS is Serve for HTTPS: TLS is terminated with the certificate the
@@ -87,14 +87,14 @@ func (p *Proxy) serveSplit(ctx context.Context, ln net.Listener, hs *http.Server
 	h1, h2 := newConnQueue(ln.Addr()), newConnQueue(ln.Addr())
 	var served sync.WaitGroup
 	served.Go(func() { _ = p.server.Serve(h1) })
-	// own serves HTTP/2 with proxy/h2srv (Config.OwnHTTP2) until its
-	// context ends: each connection then goes away gracefully.
+	// own serves HTTP/2 with proxy/h2srv (unless Config.XNetHTTP2) until
+	// its context ends: each connection then goes away gracefully.
 	own, stopOwn := context.WithCancel(context.Background())
 	defer stopOwn()
-	if p.cfg.OwnHTTP2 {
-		served.Go(func() { p.serveOwnH2(own, h2, &served) })
-	} else {
+	if p.cfg.XNetHTTP2 {
 		served.Go(func() { _ = hs.Serve(h2) })
+	} else {
+		served.Go(func() { p.serveOwnH2(own, h2, &served) })
 	}
 	accepted := make(chan error, 1)
 	go func() { accepted <- acceptSplit(ln, classify, h1, h2) }()

@@ -93,8 +93,8 @@ func newProxy(t testing.TB, cfg *model.Configuration, pc Config) (*Proxy, *balan
 		t.Fatal(err)
 	}
 	pc.Picker = reg
-	if os.Getenv("SWITCHYARD_TEST_OWN_HTTP2") == "1" {
-		pc.OwnHTTP2 = true // the suite again on proxy/h2srv
+	if os.Getenv("SWITCHYARD_TEST_XNET_HTTP2") == "1" {
+		pc.XNetHTTP2 = true // the suite again on x/net/http2's server
 	}
 	p, err := New(pc)
 	if err != nil {

@@ -121,7 +121,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		pxMetrics = nil
 	}
 	pxCfg := proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost,
-		ErrorLog: func(msg string) { klog.Warning(msg) }, OwnHTTP2: opts.HTTP2Server == "switchyard"}
+		ErrorLog: func(msg string) { klog.Warning(msg) }, XNetHTTP2: opts.HTTP2Server == "x/net"}
 	if opts.AccessLog != nil && !nginxMode {
 		// Buffered, so a slow reader of standard output never holds a
 		// request; lines that do not fit are dropped and counted.

@@ -203,7 +203,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "event loops (each on a thread of its own) serving TCP services and the SSL passthrough router on Linux; 0 serves each connection on its own goroutines")
 	fs.DurationVar(&opts.L4BusyPoll, "l4-busy-poll", tcpproxy.DefaultBusyPoll, "the longest an L4 event loop keeps looking for the next event without sleeping after one arrived, adapting from 20µs up to it (yielding its CPU to anything runnable there; at most 10 ms of polling in each 100 ms); 0 sleeps at once")
-	fs.StringVar(&opts.HTTP2Server, "http2-server", "x/net", "what serves HTTP/2 clients on the Go data plane: x/net (golang.org/x/net/http2's server) or switchyard (its own, experimental)")
+	fs.StringVar(&opts.HTTP2Server, "http2-server", "switchyard", "what serves HTTP/2 clients on the Go data plane: switchyard (its own) or x/net (golang.org/x/net/http2's server)")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
 
@@ -358,7 +358,7 @@ func (o *controllerOptions) validate() error {
 		errs = append(errs, fmt.Errorf("--l4-busy-poll: %v is not between 0 and 1ms", o.L4BusyPoll))
 	}
 	if o.HTTP2Server != "x/net" && o.HTTP2Server != "switchyard" {
-		errs = append(errs, fmt.Errorf("--http2-server: %q is not x/net or switchyard", o.HTTP2Server))
+		errs = append(errs, fmt.Errorf("--http2-server: %q is not switchyard or x/net", o.HTTP2Server))
 	}
 	if o.SyncRateLimit < 0 {
 		errs = append(errs, fmt.Errorf("--sync-rate-limit: %v is negative", o.SyncRateLimit))

@@ -31,8 +31,8 @@ func TestParseControllerFlags(t *testing.T) {
 		{name: "busy poll", args: []string{"--l4-busy-poll=0", "--l4-busy-poll=50us"}},
 		{name: "busy poll negative", args: []string{"--l4-busy-poll=-1us"}, wantErr: "--l4-busy-poll: -1µs is not between 0 and 1ms"},
 		{name: "busy poll too long", args: []string{"--l4-busy-poll=2ms"}, wantErr: "--l4-busy-poll: 2ms is not between 0 and 1ms"},
-		{name: "http2 server", args: []string{"--http2-server=switchyard"}},
-		{name: "http2 server unknown", args: []string{"--http2-server=h2o"}, wantErr: `--http2-server: "h2o" is not x/net or switchyard`},
+		{name: "http2 server", args: []string{"--http2-server=x/net"}},
+		{name: "http2 server unknown", args: []string{"--http2-server=h2o"}, wantErr: `--http2-server: "h2o" is not switchyard or x/net`},
 		{name: "manifests and kubeconfig", args: []string{"--manifests=d", "--kubeconfig=k"}, wantErr: "exclude"},
 	}
 	for _, tt := range tests {

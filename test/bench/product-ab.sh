@@ -15,7 +15,7 @@
 # With H2 set the load is h2load over HTTPS with HTTP/2 to the client,
 # CONNS connections of STREAMS concurrent streams (product.sh's h2 section).
 # A_ARGS and B_ARGS add controller flags to A's and B's command line, e.g.
-# B_ARGS=--http2-server=switchyard with the same REV twice.
+# B_ARGS=--http2-server=x/net with the same REV twice.
 #
 # Ports 18480-18496, apart from product.sh's.
 set -euo pipefail

@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
-# PRODUCT_ARGS adds controller flags (e.g. --http2-server=switchyard).
+# PRODUCT_ARGS adds controller flags (e.g. --http2-server=x/net).
 read -r -a product_args <<<"${PRODUCT_ARGS:-}"
 secs="${1:-10}"
 conns="${2:-64}"

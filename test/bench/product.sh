@@ -36,7 +36,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
-# PRODUCT_ARGS adds controller flags (e.g. --http2-server=switchyard).
+# PRODUCT_ARGS adds controller flags (e.g. --http2-server=x/net).
 read -r -a product_args <<<"${PRODUCT_ARGS:-}"
 secs="${1:-5}"
 rounds="${2:-5}"
