@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1206,4 +1208,66 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestRingIndex: the worker's ring lookup (switchyard.tables: a bucket
+// per hash range, then at most two steps or a search) answers, for every
+// query, the first point at or after the hash, wrapping to the first, as a
+// binary search over the whole ring does (Go's chash). Rings of random
+// points, of points crowded into a few buckets, at the ends of the hash
+// space and of one point; queries at, beside and between points.
+func TestRingIndex(t *testing.T) {
+	e := newEnv(t, 1)
+	rng := rand.New(rand.NewPCG(7, 11))
+	const max32 = 1<<32 - 1
+	rings := map[string][]uint32{
+		"one point":  {12345},
+		"the ends":   {0, 1, max32 - 1, max32},
+		"random 960": nil,
+		"crowded":    nil,
+		"random 70k": nil,
+	}
+	for name, n := range map[string]int{"random 960": 960, "random 70k": 70000} {
+		for range n {
+			rings[name] = append(rings[name], rng.Uint32())
+		}
+	}
+	// 300 points in three narrow ranges: buckets holding many points.
+	for _, base := range []uint32{1 << 20, 1 << 31, max32 - 5000} {
+		for range 100 {
+			rings["crowded"] = append(rings["crowded"], base+rng.Uint32N(4000))
+		}
+	}
+	for name, hashes := range rings {
+		slices.Sort(hashes)
+		var queries []uint32
+		for _, h := range hashes {
+			queries = append(queries, h, h-1, h+1)
+		}
+		for range 2000 {
+			queries = append(queries, rng.Uint32())
+		}
+		queries = append(queries, 0, max32)
+		body, _ := json.Marshal(map[string][]uint32{"hashes": hashes, "queries": queries})
+		code, got := e.post(t, "/test/ring-index", body)
+		if code != 200 {
+			t.Fatalf("%s: /test/ring-index = %d %q", name, code, got)
+		}
+		var idx []int
+		if err := json.Unmarshal([]byte(got), &idx); err != nil || len(idx) != len(queries) {
+			t.Fatalf("%s: answer %.200q: %v", name, got, err)
+		}
+		bad := 0
+		for k, q := range queries {
+			want := sort.Search(len(hashes), func(i int) bool { return hashes[i] >= q })
+			if want == len(hashes) {
+				want = 0
+			}
+			if idx[k] != want {
+				if bad++; bad <= 5 {
+					t.Errorf("%s: hash %d: point %d; want %d", name, q, idx[k], want)
+				}
+			}
+		}
+	}
 }

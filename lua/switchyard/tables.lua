@@ -24,6 +24,46 @@ local enqueue, kick, new_id, log_once, waiting = conn.enqueue, conn.kick, conn.n
 local crc32 = ngx.crc32_long
 local uint32_array, uint16_array = ffi.typeof("uint32_t[?]"), ffi.typeof("uint16_t[?]")
 
+-- MAXHASH is the sentinel after a table's last point: no hash is greater.
+local MAXHASH = 4294967295
+
+-- search returns the first index in [lo, hi] whose hash is at least h;
+-- hashes[hi] is the sentinel.
+local function search(hashes, lo, hi, h)
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if hashes[mid] < h then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  return lo
+end
+
+-- build_buckets splits the 32-bit hash space into a power of two buckets,
+-- at least twice the points (at most 2^20), and records for each the
+-- index of the first point at or after its start (ttotal past the last
+-- point): ring_index's first guess.
+local function build_buckets(info)
+  local hashes, total = info.thashes, info.ttotal
+  local bits = 1
+  while bits < 20 and 2 ^ bits < 2 * total do
+    bits = bits + 1
+  end
+  local n, scale = 2 ^ bits, 2 ^ (32 - bits)
+  local buckets = uint32_array(n)
+  local j = 0
+  for b = 0, n - 1 do
+    local start = b * scale
+    while j < total and hashes[j] < start do
+      j = j + 1
+    end
+    buckets[b] = j
+  end
+  info.tbuckets, info.tscale = buckets, scale
+end
+
 local _M = {}
 local load_table
 
@@ -134,7 +174,9 @@ load_table = function(info, name, b, from_shared)
     return nil
   end
   if offset == 0 then
-    info.thashes, info.towners, info.ttotal, info.tloaded = uint32_array(total), uint16_array(total), total, 0
+    -- One more hash than points: the sentinel ring_index stops at.
+    info.thashes, info.towners, info.ttotal, info.tloaded = uint32_array(total + 1), uint16_array(total), total, 0
+    info.thashes[total] = MAXHASH
   end
   if offset ~= info.tloaded or total ~= info.ttotal or offset + n > total then
     return "table chunk out of order"
@@ -206,6 +248,9 @@ load_table = function(info, name, b, from_shared)
       _M.request_table(info, name, info.tloaded)
     end
     return nil
+  end
+  if total > 0 then
+    build_buckets(info)
   end
   info.key, info.keyvar, info.nkey = key, keyvar, nk
   info.tkind, info.cookie = kind, key[1]
@@ -313,22 +358,26 @@ end
 -- without a cookie naming a peer is a new session, whose peer and cookie Go
 -- chooses.
 -- ring_index is the index of the point owning hash h in info's table:
--- the first point at or after h, wrapping to the first.
+-- the first point at or after h, wrapping to the first. The bucket of h
+-- (build_buckets) names the first point at or after the bucket's start;
+-- with at least twice as many buckets as points, h's point is that one or
+-- the next in all but a few lookups, which search the rest. No loop runs on
+-- the usual path: LuaJIT aborts a trace that meets a loop it did not start
+-- at ("inner loop in root trace"), and a binary search on every request
+-- left the rewrite phase interpreted (docs/benchmarks.md, run 25).
 local function ring_index(info, h)
-  local hashes, total = info.thashes, info.ttotal
-  local lo, hi = 0, total
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if hashes[mid] < h then
-      lo = mid + 1
-    else
-      hi = mid
+  local hashes = info.thashes
+  local i = info.tbuckets[floor(h / info.tscale)]
+  if hashes[i] < h then
+    i = i + 1
+    if hashes[i] < h then
+      i = search(hashes, i + 1, info.ttotal, h)
     end
   end
-  if lo == total then
-    lo = 0
+  if i == info.ttotal then
+    return 0
   end
-  return lo
+  return i
 end
 
 function _M.ring_pick(s, info, name)
@@ -609,5 +658,19 @@ _M.cookie_value = cookie_value
 conn.handlers[T.TABLE_REPLY] = function(s, b)
   return load_table(s.info, s.name, b)
 end
+
+-- Test hooks (TestRingIndex): a table of the sorted hashes given, and
+-- the lookup.
+function _M._table_info(hashes)
+  local total = #hashes
+  local info = { thashes = uint32_array(total + 1), ttotal = total }
+  for k = 1, total do
+    info.thashes[k - 1] = hashes[k]
+  end
+  info.thashes[total] = MAXHASH
+  build_buckets(info)
+  return info
+end
+_M._ring_index = ring_index
 
 return _M
