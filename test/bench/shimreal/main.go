@@ -66,6 +66,8 @@ type options struct {
 	// aa runs ingress-nginx's Lua in the shim's place too (an A/A run):
 	// what the ratios read when nothing differs.
 	aa bool
+	// jitProfile: see sources.jitProfile.
+	jitProfile string
 }
 
 func main() {
@@ -88,6 +90,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
 	flag.IntVar(&o.sidecarProcs, "sidecar-gomaxprocs", 0, "run the sidecar with this GOMAXPROCS (0: the Go runtime's default, the CPU count)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
+	flag.StringVar(&o.jitProfile, "jitprofile", "", "profile each nginx worker's Lua with LuaJIT's jit.profile (1 ms samples) and write, when it exits, the samples per VM state, function, line and 4-frame stack to DIR/<variant>-<workers>w-<pid>.txt, and jit.v's trace log to DIR/<variant>-<workers>w-<pid>-jitv.txt")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	var err error
@@ -169,6 +172,18 @@ func run(o options) error {
 	src, err := checkSources(o)
 	if err != nil {
 		return err
+	}
+	if o.jitProfile != "" {
+		// The workers (nobody) write there.
+		if err := os.MkdirAll(o.jitProfile, 0o755); err != nil {
+			return fmt.Errorf("-jitprofile: %w", err)
+		}
+		if err := os.Chmod(o.jitProfile, 0o777); err != nil { //nolint:gosec // a bench's scratch directory
+			return fmt.Errorf("-jitprofile: %w", err)
+		}
+		if src.jitProfile, err = filepath.Abs(o.jitProfile); err != nil {
+			return fmt.Errorf("-jitprofile: %w", err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "switchyard-shim-real")
 	if err != nil {

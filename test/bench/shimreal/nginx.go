@@ -216,7 +216,36 @@ http {
 
     init_worker_by_lua_block {
         balancer.init_worker()
+{{- if .JITProfile}}
+        local prof = require("jit.profile")
+        local lines, funcs, stacks, states = {}, {}, {}, {}
+        jitprof = { lines = lines, funcs = funcs, stacks = stacks, states = states }
+        prof.start("li1", function(th, n, vmstate)
+            local l = prof.dumpstack(th, "pl", 1)
+            local f = prof.dumpstack(th, "pF", 1)
+            local k = vmstate .. " " .. prof.dumpstack(th, "pl < Z", 4)
+            lines[l] = (lines[l] or 0) + n
+            funcs[f] = (funcs[f] or 0) + n
+            stacks[k] = (stacks[k] or 0) + n
+            states[vmstate] = (states[vmstate] or 0) + n
+        end)
+        require("jit.v").start("{{.JITProfile}}-" .. ngx.worker.pid() .. "-jitv.txt")
+{{- end}}
     }
+{{- if .JITProfile}}
+    exit_worker_by_lua_block {
+        require("jit.profile").stop()
+        local f = io.open("{{.JITProfile}}-" .. ngx.worker.pid() .. ".txt", "w")
+        if f then
+            for kind, t in pairs(jitprof) do
+                for k, v in pairs(t) do
+                    f:write(kind, "\t", v, "\t", k, "\n")
+                end
+            end
+            f:close()
+        end
+    }
+{{- end}}
 
     upstream upstream_balancer {
         server 0.0.0.1; # placeholder
@@ -308,7 +337,7 @@ func startFront(dir, variant string, shim bool, workers int, src sources, side *
 	if err := frontTmpl.Execute(&conf, map[string]any{
 		"Shim": shim, "Workers": workers, "Dir": f.dir, "Listen": f.listen, "StatusPort": f.statusPort,
 		"ShimLua": src.shimLua, "IngressLua": src.ingressLua, "Libs": src.libs, "CLib": src.clib,
-		"APISocket": side.apiSock, "PickSocket": side.pickSock, "Cases": cases,
+		"APISocket": side.apiSock, "PickSocket": side.pickSock, "Cases": cases, "JITProfile": jitProfilePrefix(src.jitProfile, variant, workers),
 	}); err != nil {
 		return nil, err
 	}
@@ -323,6 +352,15 @@ func startFront(dir, variant string, shim bool, workers int, src sources, side *
 }
 
 func (f *front) stop() { benchutil.Stop(f.cmd) }
+
+// jitProfilePrefix is where a front's workers write their profiles
+// (-jitprofile): DIR/<variant>-<workers>w, to which each adds -<pid>.txt.
+func jitProfilePrefix(dir, variant string, workers int) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s-%dw", variant, workers))
+}
 
 // tail returns the end of the front's error.log, for error messages.
 func (f *front) tail() string {

@@ -17,6 +17,9 @@ type sources struct {
 	shimLua    string // this repository's lua/ (or -lua)
 	libs       []string
 	clib       string // directory holding librestychash.so (buildChash)
+	// jitProfile (-jitprofile), when set, is where each front's workers
+	// write LuaJIT's profile of their Lua when they exit.
+	jitProfile string
 }
 
 // checkSources resolves the checkouts and fails with what is missing, so a
