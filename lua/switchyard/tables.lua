@@ -28,7 +28,7 @@ local uint32_array, uint16_array = ffi.typeof("uint32_t[?]"), ffi.typeof("uint16
 local MAXHASH = 4294967295
 
 -- search returns the first index in [lo, hi] whose hash is at least h;
--- hashes[hi] is the sentinel.
+-- hashes[hi] is at least h.
 local function search(hashes, lo, hi, h)
   while lo < hi do
     local mid = floor((lo + hi) / 2)
@@ -44,7 +44,8 @@ end
 -- build_buckets splits the 32-bit hash space into a power of two buckets,
 -- at least twice the points (at most 2^20), and records for each the
 -- index of the first point at or after its start (ttotal past the last
--- point): ring_index's first guess.
+-- point): ring_index's first guess; one more entry, ttotal, ends the last
+-- bucket.
 local function build_buckets(info)
   local hashes, total = info.thashes, info.ttotal
   local bits = 1
@@ -52,7 +53,7 @@ local function build_buckets(info)
     bits = bits + 1
   end
   local n, scale = 2 ^ bits, 2 ^ (32 - bits)
-  local buckets = uint32_array(n)
+  local buckets = uint32_array(n + 1)
   local j = 0
   for b = 0, n - 1 do
     local start = b * scale
@@ -61,6 +62,7 @@ local function build_buckets(info)
     end
     buckets[b] = j
   end
+  buckets[n] = total
   info.tbuckets, info.tscale = buckets, scale
 end
 
@@ -361,17 +363,19 @@ end
 -- the first point at or after h, wrapping to the first. The bucket of h
 -- (build_buckets) names the first point at or after the bucket's start;
 -- with at least twice as many buckets as points, h's point is that one or
--- the next in all but a few lookups, which search the rest. No loop runs on
--- the usual path: LuaJIT aborts a trace that meets a loop it did not start
+-- the next in all but a few lookups, which search the rest of the bucket
+-- (the next bucket's first point is at or after h). No loop runs on the
+-- usual path: LuaJIT aborts a trace that meets a loop it did not start
 -- at ("inner loop in root trace"), and a binary search on every request
 -- left the rewrite phase interpreted (docs/benchmarks.md, run 25).
 local function ring_index(info, h)
-  local hashes = info.thashes
-  local i = info.tbuckets[floor(h / info.tscale)]
+  local hashes, buckets = info.thashes, info.tbuckets
+  local b = floor(h / info.tscale)
+  local i = buckets[b]
   if hashes[i] < h then
     i = i + 1
     if hashes[i] < h then
-      i = search(hashes, i + 1, info.ttotal, h)
+      i = search(hashes, i + 1, buckets[b + 1], h)
     end
   end
   if i == info.ttotal then
