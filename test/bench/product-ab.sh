@@ -14,6 +14,8 @@
 #
 # With H2 set the load is h2load over HTTPS with HTTP/2 to the client,
 # CONNS connections of STREAMS concurrent streams (product.sh's h2 section).
+# UNPINNED=1 pins nothing and runs the product with GOMAXPROCS=2 (product.sh's
+# unpinned section) instead.
 # A_ARGS and B_ARGS add controller flags to A's and B's command line, e.g.
 # B_ARGS=--http2-server=x/net with the same REV twice.
 #
@@ -48,8 +50,12 @@ port=18481
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
 h2="${H2:-}"
+on1=(taskset -c 1) on0=(taskset -c 0) maxprocs=1 pinning=pinned
+if [ "${UNPINNED:-}" = 1 ]; then
+	on1=() on0=() maxprocs=2 pinning="unpinned, GOMAXPROCS=2"
+fi
 bench_app_load "$tmp/manifests/bench.yaml" "$tmp"
-taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
+"${on0[@]}" "$tmp/pbench" backend -listen "127.0.0.2:$port,127.0.0.3:$port,127.0.0.4:$port" &
 pids+=($!)
 declare -A pid http status
 read -r -a a_args <<<"${A_ARGS:-}"
@@ -57,7 +63,7 @@ read -r -a b_args <<<"${B_ARGS:-}"
 start() { # start NAME HTTP STATUS PROFILER
 	local extra=("${a_args[@]}")
 	[ "$1" = b ] && extra=("${b_args[@]}")
-	GOMAXPROCS=1 taskset -c 1 "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" "${extra[@]}" \
+	GOMAXPROCS=$maxprocs "${on1[@]}" "$tmp/$1" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" "${extra[@]}" \
 		--http-port "$2" --https-port $(($2 + 1)) --status-port "$3" --listen-address 127.0.0.1 \
 		--profiler-port "$4" >"$tmp/$1.access.log" 2>"$tmp/$1.stderr" &
 	pid[$1]=$!
@@ -69,9 +75,9 @@ start() { # start NAME HTTP STATUS PROFILER
 }
 load() { # load NAME SECONDS: prints the requests per second
 	if [ -n "$h2" ]; then
-		bench_h2load $((${http[$1]} + 1)) "$conns" "$h2" "$2" taskset -c 0
+		bench_h2load $((${http[$1]} + 1)) "$conns" "$h2" "$2" "${on0[@]}"
 	else
-		taskset -c 0 wrk -t2 -c"$conns" -d"${2}s" -H 'Host: bench.local' "http://127.0.0.1:${http[$1]}/" | awk '/Requests\/sec/ { print $2 }'
+		"${on0[@]}" wrk -t2 -c"$conns" -d"${2}s" -H 'Host: bench.local' "http://127.0.0.1:${http[$1]}/" | awk '/Requests\/sec/ { print $2 }'
 	fi
 }
 start a 18480 18484 18485
@@ -86,7 +92,7 @@ run() { # run NAME: "rps cpu_us_per_req"
 	r1=$(reqs "$1") t1=$(ticks "$1")
 	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
 }
-echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, pinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | A rps | B rps | A CPU us/req | B CPU us/req | rps B/A | CPU/req B/A |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
