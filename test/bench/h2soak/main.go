@@ -233,14 +233,23 @@ func expectBody(c *http.Client, ctx context.Context, method, url string, body, w
 	return nil
 }
 
-func expectLen(c *http.Client, ctx context.Context, url string, n int) error {
+// get sends a GET of url; the caller closes the answer's body.
+func get(c *http.Client, ctx context.Context, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return resp, nil
+}
+
+func expectLen(c *http.Client, ctx context.Context, url string, n int) error {
+	resp, err := get(c, ctx, url)
+	if err != nil {
+		return err
 	}
 	defer resp.Body.Close()
 	got, err := io.Copy(io.Discard, resp.Body)
@@ -255,13 +264,9 @@ func expectLen(c *http.Client, ctx context.Context, url string, n int) error {
 func abandon(c *http.Client, ctx context.Context, url string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := get(c, ctx, url)
 	if err != nil {
 		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
