@@ -175,6 +175,12 @@ load_table = function(info, name, b, from_shared)
     info.tfailed = true
     return nil
   end
+  if info.ring then
+    -- A complete table is never replaced in place (a new generation
+    -- brings a new info): a stray reply is dropped, so that ring_index
+    -- never reads new points through the old buckets.
+    return nil
+  end
   if offset == 0 then
     -- One more hash than points: the sentinel ring_index stops at.
     info.thashes, info.towners, info.ttotal, info.tloaded = uint32_array(total + 1), uint16_array(total), total, 0
