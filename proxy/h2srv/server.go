@@ -63,11 +63,16 @@ type job struct {
 	h   http.Handler
 }
 
+// idleWorkers is the channel of idle workers, made on first use.
+func (s *Server) idleWorkers() chan *worker {
+	s.idleOnce.Do(func() { s.idle = make(chan *worker, maxIdleWorkers) })
+	return s.idle
+}
+
 // run starts j on an idle worker, or on a new one. It never blocks.
 func (s *Server) run(j job) {
-	s.idleOnce.Do(func() { s.idle = make(chan *worker, maxIdleWorkers) })
 	select {
-	case w := <-s.idle:
+	case w := <-s.idleWorkers():
 		w.jobs <- j
 	default:
 		w := &worker{jobs: make(chan job, 1)}
@@ -77,10 +82,7 @@ func (s *Server) run(j job) {
 }
 
 // idleCount is how many workers wait for a job.
-func (s *Server) idleCount() int {
-	s.idleOnce.Do(func() { s.idle = make(chan *worker, maxIdleWorkers) })
-	return len(s.idle)
-}
+func (s *Server) idleCount() int { return len(s.idleWorkers()) }
 
 // work runs w's jobs; it ends when maxIdleWorkers others are idle.
 func (s *Server) work(w *worker) {
