@@ -19,14 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
 dur="${1:-10m}" server="${2:-switchyard}" workers="${3:-16}"
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+bench_scratch
 bench_need openssl openssl
 bench_need curl curl
 go build -o "$tmp/switchyard" ./cmd/switchyard

@@ -19,16 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
 n="${1:-2000}" rounds="${2:-3}"
-tmp="$(mktemp -d)"
+bench_scratch
 chmod 755 "$tmp" # nginx's worker runs as nobody
-pids=()
-cleanup() {
-	exec 3>&- 2>/dev/null || true
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+bench_on_exit() { exec 3>&- 2>/dev/null || true; } # the client's hold
 bench_need nginx nginx
 bench_need openssl openssl
 bench_need curl curl

@@ -17,15 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
 secs="${1:-5}" rounds="${2:-3}" conns="${3:-64}"
-tmp="$(mktemp -d)"
+bench_scratch
 chmod 755 "$tmp" # nginx's workers run as nobody
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 bench_need wrk wrk
 bench_need nginx nginx
 bench_need openssl openssl

@@ -1,7 +1,22 @@
-# Sourced by test/bench/product*.sh, ratelimit.sh and extauth.sh: the
+# Sourced by test/bench/product*.sh, h2-soak.sh, ratelimit.sh and extauth.sh: the
 # manifests `switchyard controller --manifests` serves in those benchmarks
 # (issue 17), the wait for it to answer, nginx configured as ingress-nginx
 # configures it, the tools they install and the h2load run.
+
+# bench_scratch: sets tmp to a new directory and pids to an empty list; on
+# exit the processes in pids are killed and waited for, and tmp removed.
+# A script that needs more on exit defines bench_on_exit, run first.
+bench_scratch() {
+	tmp="$(mktemp -d)"
+	pids=()
+	trap bench_scratch_end EXIT
+}
+bench_scratch_end() {
+	if declare -F bench_on_exit >/dev/null; then bench_on_exit; fi
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
 
 # bench_need COMMAND PACKAGE: installs Debian's PACKAGE when COMMAND is
 # missing (apt-get, as root), and exits naming it if that fails.
