@@ -55,7 +55,7 @@ var variants = []string{variantReal, variantShim}
 type options struct {
 	ingressLua, restyBalancer, restyCookie, restyLock, restyDNS string
 	shimLua, binary, commit                                     string
-	duration                                                    time.Duration
+	duration, warmup                                            time.Duration
 	rounds                                                      int
 	conns, workers                                              []int
 	cases                                                       []benchCase
@@ -82,6 +82,7 @@ func main() {
 	flag.StringVar(&o.binary, "switchyard", "", "switchyard binary (default: built from ./cmd/switchyard)")
 	flag.StringVar(&o.commit, "commit", "", "what the shim's Lua and binary were built from, for the report")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "wrk run length per sample")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each sample (connections, keep-alive pools, the shim's backend info and leases)")
 	flag.IntVar(&o.rounds, "rounds", 3, "samples per cell and configuration (medians reported)")
 	flag.StringVar(&conns, "connections", "8,64", "wrk connection counts")
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
@@ -226,12 +227,12 @@ func run(o options) error {
 	}
 
 	printHeader(o, src)
-	perRun := o.duration + time.Second // wrk's 1 s warm-up
+	perRun := o.duration + o.warmup
 	total := time.Duration(len(o.workers)*len(o.cases)*len(o.conns)*o.rounds*len(variants)) * perRun
-	fmt.Printf("# matrix: cases %s; workers %v; connections %v; %d rounds of %s (+1 s warm-up each); about %s of load\n",
-		caseNames(o.cases), o.workers, o.conns, o.rounds, o.duration, total.Round(time.Second))
+	fmt.Printf("# matrix: cases %s; workers %v; connections %v; %d rounds of %s (+%s warm-up each); about %s of load\n",
+		caseNames(o.cases), o.workers, o.conns, o.rounds, o.duration, o.warmup, total.Round(time.Second))
 	fmt.Printf("# load before: %s\n\n", benchutil.Loadavg())
-	fmt.Println("# raw samples: case workers conns round variant rps p50_ms p99_ms nginx_cpu_us_per_req sidecar_cpu_s loadavg1")
+	fmt.Println("# raw samples: case workers conns round variant rps p50_ms p99_ms nginx_cpu_us_per_req sidecar_cpu_s loadavg1 steal_ms_per_s")
 	fmt.Println("# after each cell, per variant: pooled case workers conns variant, then its rounds' latency histogram pooled (bucket:count; bucket b holds [1.01^b, 1.01^(b+1)) µs)")
 
 	results := map[cell]map[string][]sample{}
@@ -257,14 +258,14 @@ func run(o options) error {
 				for r := 0; r < o.rounds; r++ {
 					for _, v := range variants {
 						f := fronts[v]
-						s, err := measure(f, side, bc, c, o.duration, wrkScript)
+						s, err := measure(f, side, bc, c, o.warmup, o.duration, wrkScript)
 						if err != nil {
 							stopAll(fronts)
 							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
 						}
 						results[k][v] = append(results[k][v], s)
 						load, _, _ := strings.Cut(benchutil.Loadavg(), " ")
-						fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load)
+						fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s %.1f\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load, s.steal)
 						if s.frames != nil {
 							fmt.Printf("# frames per 1000 requests: %s\n", frameLine(s.frames))
 						}
@@ -320,6 +321,28 @@ func distinct(lines []string, n int) []string {
 	return out
 }
 
+// stealCol is the median host steal of each variant's rounds, "–" where a
+// run did not record it (output from before the column).
+func stealCol(re, sh []sample) string {
+	med := func(ss []sample) float64 {
+		var v []float64
+		for _, s := range ss {
+			if s.steal >= 0 {
+				v = append(v, s.steal)
+			}
+		}
+		if len(v) == 0 {
+			return -1
+		}
+		return median(v)
+	}
+	r, s := med(re), med(sh)
+	if r < 0 || s < 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f / %.1f", r, s)
+}
+
 // frameLine formats frame counts per 1000 requests, pick first.
 func frameLine(frames map[string]float64) string {
 	typs := make([]string, 0, len(frames))
@@ -360,9 +383,9 @@ func printHeader(o options, src sources) {
 }
 
 func printTable(o options, results map[cell]map[string][]sample, pooled map[cell]map[string]hist) {
-	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s; pooled p99: the 99th percentile of all the requests of the %d rounds (wrk's latencies, 1 %% buckets), real / shim ms, and their ratio. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median\n\n", o.rounds, o.duration, o.rounds)
-	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | pooled p99 ms real / shim | shim ÷ real pooled p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s; pooled p99: the 99th percentile of all the requests of the %d rounds (wrk's latencies, 1 %% buckets), real / shim ms, and their ratio. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median; host steal: the time the hypervisor took from the machine's CPUs during the rounds, ms per second summed over CPUs, real / shim, median\n\n", o.rounds, o.duration, o.rounds)
+	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | pooled p99 ms real / shim | shim ÷ real pooled p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req | host steal ms/s real / shim |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, bc := range o.cases {
 		for _, w := range o.workers {
 			for _, c := range o.conns {
@@ -392,11 +415,11 @@ func printTable(o options, results map[cell]map[string][]sample, pooled map[cell
 					pr, ps := ph[variantReal].quantile(0.99), ph[variantShim].quantile(0.99)
 					pooledP99, pooledRatio = fmt.Sprintf("%.2f / %.2f", pr, ps), fmt.Sprintf("%.2f", ps/pr)
 				}
-				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %s | %s | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s |\n",
+				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %s | %s | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s | %s |\n",
 					bc.name, w, c, mr.rps, ms.rps, median(rpsR), slices.Min(rpsR), slices.Max(rpsR),
 					mr.p99, ms.p99, median(p99R), slices.Min(p99R), slices.Max(p99R), pooledP99, pooledRatio,
 					mr.nginxCPU, ms.nginxCPU, ms.sidecarUS, median(cpuR), slices.Min(cpuR), slices.Max(cpuR),
-					ms.sidecarCPU, ms.sidecarUS, askedCol)
+					ms.sidecarCPU, ms.sidecarUS, askedCol, stealCol(re, sh))
 			}
 		}
 	}
@@ -443,6 +466,10 @@ func tableFrom(o options, path string) error {
 			if err == nil {
 				*p, err = strconv.ParseFloat(f[6+i], 64)
 			}
+		}
+		s.steal = -1
+		if len(f) >= 13 && err == nil {
+			s.steal, err = strconv.ParseFloat(f[12], 64)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: bad sample line %q: %w", path, line, err)

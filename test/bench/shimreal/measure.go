@@ -17,10 +17,12 @@ import (
 // what `switchyard balancer` used during the run in seconds (shim only),
 // sidecarUS the same per request in µs; frames the pick-socket frames the
 // sidecar decoded during the run, by type, per 1000 requests (shim only;
-// "pick" counts the requests that waited for Go).
+// "pick" counts the requests that waited for Go); steal the time the host
+// took from this machine's CPUs during the run, in ms per second (summed
+// over CPUs; -1 unknown): 8-connection tails move with it.
 type sample struct {
-	rps, p50, p99, nginxCPU, sidecarCPU, sidecarUS float64
-	frames                                         map[string]float64
+	rps, p50, p99, nginxCPU, sidecarCPU, sidecarUS, steal float64
+	frames                                                map[string]float64
 	// hist is the run's latency histogram (wrk.lua's done hook), pooled
 	// over the rounds of a cell for its p99 (nil in tables made with
 	// -table from raw output without "pooled" lines).
@@ -40,10 +42,10 @@ func (f *front) wrkArgs(c benchCase, conns int, d time.Duration, script string, 
 	return append(args, "-s", script, "http://"+f.listen+"/", c.path, strconv.Itoa(c.nkeys), f.cookies[c.name], header)
 }
 
-// measure warms the front up for a second (connections, keepalive pools,
-// the shim's backend info and leases) and runs wrk once.
-func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, script string) (sample, error) {
-	if _, err := runWrk(f.wrkArgs(c, conns, time.Second, script, false), ""); err != nil {
+// measure warms the front up for warmup (connections, keepalive pools,
+// the shim's backend info and leases) and runs wrk once for d.
+func measure(f *front, side *sidecar, c benchCase, conns int, warmup, d time.Duration, script string) (sample, error) {
+	if _, err := runWrk(f.wrkArgs(c, conns, warmup, script, false), ""); err != nil {
 		return sample{}, fmt.Errorf("warm-up: %w", err)
 	}
 	frontPids, sidePids := []int{-f.cmd.Process.Pid}, []int{side.pid}
@@ -51,12 +53,16 @@ func measure(f *front, side *sidecar, c benchCase, conns int, d time.Duration, s
 	if f.shim {
 		frames0 = side.frames()
 	}
-	cpu0, side0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
+	cpu0, side0, steal0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids), benchutil.StealTicks()
 	histFile := filepath.Join(f.dir, "wrk-hist.txt")
 	s, err := runWrk(f.wrkArgs(c, conns, d, script, true), histFile)
-	cpu1, side1 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids)
+	cpu1, side1, steal1 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids), benchutil.StealTicks()
 	if err != nil {
 		return sample{}, err
+	}
+	s.steal = -1
+	if steal0 >= 0 && steal1 >= 0 {
+		s.steal = float64(steal1-steal0) * 10 / d.Seconds()
 	}
 	if s.hist, err = readWrkHistFile(histFile); err != nil {
 		return sample{}, fmt.Errorf("wrk's latency histogram: %w", err)

@@ -102,6 +102,30 @@ func CPUTicks(pids []int) int64 {
 	return total
 }
 
+// StealTicks is the time the hypervisor ran something else while this
+// machine's CPUs had work (the steal column of /proc/stat's cpu line, summed
+// over CPUs), in clock ticks (USER_HZ, 100 on Linux); -1 where /proc/stat
+// cannot be read. A difference of two readings is the host's share of a
+// run's stalls: on a VM, a tail latency that moves with it is not the
+// proxy's.
+func StealTicks() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	// cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return -1
+	}
+	v, err := strconv.ParseInt(f[8], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
 // Loadavg returns the 1, 5 and 15 minute load averages as /proc shows them.
 func Loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")

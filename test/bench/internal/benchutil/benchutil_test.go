@@ -41,3 +41,13 @@ func TestCPUTicksCountsThisProcess(t *testing.T) {
 		t.Fatal("no CPU time for a process that just spent some")
 	}
 }
+
+func TestStealTicks(t *testing.T) {
+	a := StealTicks()
+	if a < 0 {
+		t.Fatalf("StealTicks() = %d: /proc/stat unreadable or without a steal column", a)
+	}
+	if b := StealTicks(); b < a {
+		t.Fatalf("steal went backwards: %d then %d", a, b)
+	}
+}
