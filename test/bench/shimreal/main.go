@@ -82,7 +82,7 @@ func main() {
 	flag.StringVar(&o.binary, "switchyard", "", "switchyard binary (default: built from ./cmd/switchyard)")
 	flag.StringVar(&o.commit, "commit", "", "what the shim's Lua and binary were built from, for the report")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "wrk run length per sample")
-	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each sample (connections, keep-alive pools, the shim's backend info and leases)")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each sample, whole seconds (connections, keep-alive pools, the shim's backend info and leases)")
 	flag.IntVar(&o.rounds, "rounds", 3, "samples per cell and configuration (medians reported)")
 	flag.StringVar(&conns, "connections", "8,64", "wrk connection counts")
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
@@ -103,6 +103,11 @@ func main() {
 	}
 	if err == nil && o.rounds < 1 {
 		err = errors.New("-rounds must be at least 1")
+	}
+	for _, d := range []time.Duration{o.duration, o.warmup} {
+		if err == nil && (d < time.Second || d%time.Second != 0) {
+			err = fmt.Errorf("-duration and -warmup are whole seconds, at least 1s (wrk's -d): %s", d)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shimreal:", err)
