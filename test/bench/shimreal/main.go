@@ -57,10 +57,14 @@ type options struct {
 	shimLua, binary, commit                                     string
 	duration, warmup                                            time.Duration
 	rounds                                                      int
-	conns, workers                                              []int
-	cases                                                       []benchCase
-	keep                                                        bool
-	pprof                                                       string
+	// quietSteal is the most host steal (ms/s) a quiet round pair has.
+	quietSteal     float64
+	conns, workers []int
+	cases          []benchCase
+	keep           bool
+	// isolate runs wrk and the backends under SCHED_FIFO.
+	isolate bool
+	pprof   string
 	// sidecarProcs, when not 0, is the GOMAXPROCS the sidecar runs with.
 	sidecarProcs int
 	// aa runs ingress-nginx's Lua in the shim's place too (an A/A run):
@@ -83,11 +87,13 @@ func main() {
 	flag.StringVar(&o.commit, "commit", "", "what the shim's Lua and binary were built from, for the report")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "wrk run length per sample")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each sample, whole seconds (connections, keep-alive pools, the shim's backend info and leases)")
+	flag.Float64Var(&o.quietSteal, "quiet-steal", 20, "a round pair is quiet when the host stole at most this many ms per second from the machine during both of its rounds; the table adds the pooled p99 of the quiet pairs")
 	flag.IntVar(&o.rounds, "rounds", 3, "samples per cell and configuration (medians reported)")
 	flag.StringVar(&conns, "connections", "8,64", "wrk connection counts")
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
 	flag.BoolVar(&o.aa, "aa", false, "A/A: run ingress-nginx's own Lua in the shim's place too, to measure what the ratios read when nothing differs (the table's \"shim\" columns are then a second real nginx)")
+	flag.BoolVar(&o.isolate, "isolate", true, "run wrk and the backends' nginx under SCHED_FIFO (chrt), so that they never wait for a CPU the fronts hold and the fronts' latencies are the fronts' (false: all share the CPUs as equals, as runs 1-27 did)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
 	flag.IntVar(&o.sidecarProcs, "sidecar-gomaxprocs", 0, "run the sidecar with this GOMAXPROCS (0: the Go runtime's default, the CPU count)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
@@ -221,6 +227,11 @@ func run(o options) error {
 		return err
 	}
 	defer bk.stop()
+	if o.isolate {
+		if err := benchutil.Realtime(isolatePrio, []int{-bk.cmd.Process.Pid}); err != nil {
+			return fmt.Errorf("-isolate: the backends: %w", err)
+		}
+	}
 	side, err := startSidecar(dir, bin, o.pprof, o.sidecarProcs)
 	if err != nil {
 		return err
@@ -239,9 +250,11 @@ func run(o options) error {
 	fmt.Printf("# load before: %s\n\n", benchutil.Loadavg())
 	fmt.Println("# raw samples: case workers conns round variant rps p50_ms p99_ms nginx_cpu_us_per_req sidecar_cpu_s loadavg1 steal_ms_per_s")
 	fmt.Println("# after each cell, per variant: pooled case workers conns variant, then its rounds' latency histogram pooled (bucket:count; bucket b holds [1.01^b, 1.01^(b+1)) µs)")
+	fmt.Printf("# and quiet case workers conns variant pairs, then the same over the quiet round pairs only (host steal at most %.0f ms/s in both rounds)\n", o.quietSteal)
 
 	results := map[cell]map[string][]sample{}
 	pooled := map[cell]map[string]hist{}
+	quietN := map[cell]int{}
 	for _, w := range o.workers {
 		fronts := map[string]*front{}
 		for _, v := range variants {
@@ -263,7 +276,7 @@ func run(o options) error {
 				for r := 0; r < o.rounds; r++ {
 					for _, v := range variants {
 						f := fronts[v]
-						s, err := measure(f, side, bc, c, o.warmup, o.duration, wrkScript)
+						s, err := measure(f, side, bc, c, wrkCommand(o.isolate), o.warmup, o.duration, wrkScript)
 						if err != nil {
 							stopAll(fronts)
 							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
@@ -277,13 +290,19 @@ func run(o options) error {
 					}
 				}
 				pooled[k] = map[string]hist{}
+				quiet := quietPairs(results[k], o.quietSteal)
+				quietN[k] = len(quiet)
 				for _, v := range variants {
-					h := hist{}
-					for _, s := range results[k][v] {
+					h, q := hist{}, hist{}
+					for i, s := range results[k][v] {
 						h.add(s.hist)
+						if slices.Contains(quiet, i) {
+							q.add(s.hist)
+						}
 					}
-					pooled[k][v] = h
+					pooled[k][v], pooled[k][v+quietSuffix] = h, q
 					fmt.Printf("pooled %s %d %d %s %s\n", bc.name, w, c, v, h)
+					fmt.Printf("quiet %s %d %d %s %d %s\n", bc.name, w, c, v, len(quiet), q)
 				}
 			}
 		}
@@ -297,7 +316,7 @@ func run(o options) error {
 		}
 	}
 	fmt.Printf("\n# load after: %s\n\n", benchutil.Loadavg())
-	printTable(o, results, pooled)
+	printTable(o, results, pooled, quietN)
 	return nil
 }
 
@@ -324,6 +343,27 @@ func distinct(lines []string, n int) []string {
 		}
 	}
 	return out
+}
+
+// quietSuffix marks, in a cell's pooled histograms, those of its quiet
+// round pairs.
+const quietSuffix = "/quiet"
+
+// quietPairs are the rounds in which the host stole at most limit ms/s
+// during both variants' runs. The host's steal is the one thing in these
+// runs neither Lua causes, and it is what the 8-connection p99 follows
+// (docs/benchmarks.md, run 27): a pooled p99 over the quiet pairs is the
+// proxies' own tail, reported beside the p99 of every round, never
+// instead of it.
+func quietPairs(res map[string][]sample, limit float64) []int {
+	var quiet []int
+	re, sh := res[variantReal], res[variantShim]
+	for i := range min(len(re), len(sh)) {
+		if re[i].steal >= 0 && sh[i].steal >= 0 && re[i].steal <= limit && sh[i].steal <= limit {
+			quiet = append(quiet, i)
+		}
+	}
+	return quiet
 }
 
 // stealCol is the median host steal of each variant's rounds, "–" where a
@@ -381,16 +421,23 @@ func printHeader(o options, src sources) {
 	if o.sidecarProcs > 0 {
 		fmt.Printf("# sidecar: GOMAXPROCS=%d\n", o.sidecarProcs)
 	}
+	if o.isolate {
+		fmt.Printf("# isolated (-isolate): wrk and the backends' nginx run under SCHED_FIFO %d; the fronts and the sidecar share what CPU they leave\n", isolatePrio)
+	} else {
+		fmt.Println("# not isolated (-isolate=false): wrk, the backends, the fronts and the sidecar share the CPUs as equals")
+	}
 	if o.aa {
 		fmt.Println("# A/A (-aa): the \"shim\" columns are a second nginx running ingress-nginx's own Lua, not the shim")
 	}
 	fmt.Println("# both: access_log off, no monitor.lua (metrics), no lua_ingress.lua; the shim with its defaults (request_metrics off)")
 }
 
-func printTable(o options, results map[cell]map[string][]sample, pooled map[cell]map[string]hist) {
+// printTable prints the cells' table; quietN is how many quiet round
+// pairs each cell's quiet histograms pool.
+func printTable(o options, results map[cell]map[string][]sample, pooled map[cell]map[string]hist, quietN map[cell]int) {
 	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s; pooled p99: the 99th percentile of all the requests of the %d rounds (wrk's latencies, 1 %% buckets), real / shim ms, and their ratio. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median; host steal: the time the hypervisor took from the machine's CPUs during the rounds, ms per second summed over CPUs, real / shim, median\n\n", o.rounds, o.duration, o.rounds)
-	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | pooled p99 ms real / shim | shim ÷ real pooled p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req | host steal ms/s real / shim |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | pooled p99 ms real / shim | shim ÷ real pooled p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req | host steal ms/s real / shim | quiet pairs: n, pooled p99 ms real / shim, ratio |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, bc := range o.cases {
 		for _, w := range o.workers {
 			for _, c := range o.conns {
@@ -420,11 +467,16 @@ func printTable(o options, results map[cell]map[string][]sample, pooled map[cell
 					pr, ps := ph[variantReal].quantile(0.99), ph[variantShim].quantile(0.99)
 					pooledP99, pooledRatio = fmt.Sprintf("%.2f / %.2f", pr, ps), fmt.Sprintf("%.2f", ps/pr)
 				}
-				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %s | %s | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s | %s |\n",
+				quietCol := "–"
+				if ph := pooled[cell{bc.name, w, c}]; ph != nil && ph[variantReal+quietSuffix].count() > 0 && ph[variantShim+quietSuffix].count() > 0 {
+					pr, ps := ph[variantReal+quietSuffix].quantile(0.99), ph[variantShim+quietSuffix].quantile(0.99)
+					quietCol = fmt.Sprintf("%d, %.2f / %.2f, %.2f", quietN[cell{bc.name, w, c}], pr, ps, ps/pr)
+				}
+				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %s | %s | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s | %s | %s |\n",
 					bc.name, w, c, mr.rps, ms.rps, median(rpsR), slices.Min(rpsR), slices.Max(rpsR),
 					mr.p99, ms.p99, median(p99R), slices.Min(p99R), slices.Max(p99R), pooledP99, pooledRatio,
 					mr.nginxCPU, ms.nginxCPU, ms.sidecarUS, median(cpuR), slices.Min(cpuR), slices.Max(cpuR),
-					ms.sidecarCPU, ms.sidecarUS, askedCol, stealCol(re, sh))
+					ms.sidecarCPU, ms.sidecarUS, askedCol, stealCol(re, sh), quietCol)
 			}
 		}
 	}
@@ -442,8 +494,25 @@ func tableFrom(o options, path string) error {
 	var cases []benchCase
 	var workers, conns []int
 	pooled := map[cell]map[string]hist{}
+	quietN := map[cell]int{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
+		if len(f) >= 6 && f[0] == "quiet" {
+			w, err1 := strconv.Atoi(f[2])
+			c, err2 := strconv.Atoi(f[3])
+			n, err3 := strconv.Atoi(f[5])
+			h, err4 := parseHist(f[6:])
+			if err := errors.Join(err1, err2, err3, err4); err != nil {
+				return fmt.Errorf("%s: bad quiet line: %w", path, err)
+			}
+			k := cell{f[1], w, c}
+			quietN[k] = n
+			if pooled[k] == nil {
+				pooled[k] = map[string]hist{}
+			}
+			pooled[k][f[4]+quietSuffix] = h
+			continue
+		}
 		if len(f) >= 5 && f[0] == "pooled" {
 			w, err1 := strconv.Atoi(f[2])
 			c, err2 := strconv.Atoi(f[3])
@@ -505,7 +574,7 @@ func tableFrom(o options, path string) error {
 	o.cases, o.workers, o.conns = cases, workers, conns
 	slices.Sort(o.workers)
 	slices.Sort(o.conns)
-	printTable(o, results, pooled)
+	printTable(o, results, pooled, quietN)
 	return nil
 }
 

@@ -43,9 +43,10 @@ func (f *front) wrkArgs(c benchCase, conns int, d time.Duration, script string, 
 }
 
 // measure warms the front up for warmup (connections, keepalive pools,
-// the shim's backend info and leases) and runs wrk once for d.
-func measure(f *front, side *sidecar, c benchCase, conns int, warmup, d time.Duration, script string) (sample, error) {
-	if _, err := runWrk(f.wrkArgs(c, conns, warmup, script, false), ""); err != nil {
+// the shim's backend info and leases) and runs wrk once for d; wrk is the
+// command that runs wrk (wrkCommand).
+func measure(f *front, side *sidecar, c benchCase, conns int, wrk []string, warmup, d time.Duration, script string) (sample, error) {
+	if _, err := runWrk(wrk, f.wrkArgs(c, conns, warmup, script, false), ""); err != nil {
 		return sample{}, fmt.Errorf("warm-up: %w", err)
 	}
 	frontPids, sidePids := []int{-f.cmd.Process.Pid}, []int{side.pid}
@@ -55,7 +56,7 @@ func measure(f *front, side *sidecar, c benchCase, conns int, warmup, d time.Dur
 	}
 	cpu0, side0, steal0 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids), benchutil.StealTicks()
 	histFile := filepath.Join(f.dir, "wrk-hist.txt")
-	s, err := runWrk(f.wrkArgs(c, conns, d, script, true), histFile)
+	s, err := runWrk(wrk, f.wrkArgs(c, conns, d, script, true), histFile)
 	cpu1, side1, steal1 := benchutil.CPUTicks(frontPids), benchutil.CPUTicks(sidePids), benchutil.StealTicks()
 	if err != nil {
 		return sample{}, err
@@ -84,16 +85,29 @@ func measure(f *front, side *sidecar, c benchCase, conns int, warmup, d time.Dur
 	return s, nil
 }
 
+// wrkCommand is how wrk is run: under SCHED_FIFO when the load
+// generator is isolated from the fronts (-isolate, benchutil.Realtime).
+func wrkCommand(isolate bool) []string {
+	if isolate {
+		return []string{"chrt", "-f", strconv.Itoa(isolatePrio), "wrk"}
+	}
+	return []string{"wrk"}
+}
+
+// isolatePrio is the SCHED_FIFO priority of wrk and the backends under
+// -isolate.
+const isolatePrio = 10
+
 // runWrk runs wrk; with histFile set, wrk.lua writes the run's latency
 // histogram there.
-func runWrk(args []string, histFile string) (sample, error) {
+func runWrk(wrk, args []string, histFile string) (sample, error) {
 	var stderr bytes.Buffer
-	cmd := exec.Command("wrk", args...)
+	cmd := exec.Command(wrk[0], append(wrk[1:len(wrk):len(wrk)], args...)...)
 	cmd.Env = append(os.Environ(), "SHIMREAL_HIST="+histFile)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return sample{}, fmt.Errorf("wrk %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+		return sample{}, fmt.Errorf("%s %s: %w\n%s%s", strings.Join(wrk, " "), strings.Join(args, " "), err, out, stderr.Bytes())
 	}
 	return parseWrk(string(out))
 }

@@ -2,6 +2,10 @@ package benchutil
 
 import (
 	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -49,5 +53,36 @@ func TestStealTicks(t *testing.T) {
 	}
 	if b := StealTicks(); b < a {
 		t.Fatalf("steal went backwards: %d then %d", a, b)
+	}
+}
+
+func TestRealtime(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("TestRealtime needs root (SCHED_FIFO), as the benchmarks that use Realtime do")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	policy := func() string {
+		out, err := exec.Command("chrt", "-p", strconv.Itoa(cmd.Process.Pid)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	if p := policy(); !strings.Contains(p, "SCHED_OTHER") {
+		t.Fatalf("before: %s", p)
+	}
+	if err := Realtime(3, []int{-cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	if p := policy(); !strings.Contains(p, "SCHED_FIFO") || !strings.Contains(p, "priority: 3") {
+		t.Fatalf("after Realtime: %s", p)
+	}
+	if err := Realtime(3, []int{-1 << 30}); err == nil {
+		t.Fatal("Realtime of a process group with no process: no error")
 	}
 }
