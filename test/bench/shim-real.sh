@@ -22,8 +22,11 @@
 # backend per URI, the same subset. nginx 1 and 2 workers x wrk -t2 at 8
 # and 64 connections, rounds alternating real, shim, real, shim...; per cell
 # the shim/real ratio of rps (median and range of the per-round ratios), of
-# p99, and the sidecar's CPU seconds per run (/proc/<pid>/stat). Driver:
-# test/bench/shimreal (main.go).
+# p99, and the sidecar's CPU seconds per run (/proc/<pid>/stat). wrk and the
+# backends' nginx run under SCHED_FIFO (chrt), so that the fronts' latencies
+# are not wrk's waits for a CPU (-- -isolate=false: all as equals), and each
+# round records the time the hypervisor stole (/proc/stat) for the p99 of the
+# quiet round pairs. Driver: test/bench/shimreal (main.go).
 #
 # Sources (never committed; any directory outside the repository):
 #   git clone --depth 1 -b controller-v1.15.1 https://github.com/kubernetes/ingress-nginx
