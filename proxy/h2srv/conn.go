@@ -211,43 +211,52 @@ func (c *conn) process(f http2.Frame) error {
 	return nil
 }
 
+// processSettings applies the client's SETTINGS and queues their
+// acknowledgement. The write side is held throughout, so the ACK is
+// queued before any handler woken by a grown window can queue DATA
+// spent from it: the client sees its SETTINGS acknowledged before the
+// bytes they allowed, as from nginx and x/net/http2 (h2spec 2.2's
+// 6.9.2/1 waits for the ACK, then the DATA).
 func (c *conn) processSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
+	c.wmu.Lock()
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return err
 		}
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
-			c.mu.Lock()
+			c.mu.Lock() // after wmu, as writeBlock takes them
+			defer c.mu.Unlock()
 			delta := int64(s.Val) - c.peerInitialWindow
 			c.peerInitialWindow = int64(s.Val)
 			for _, st := range c.streams {
 				st.sendWindow += delta
 				if st.sendWindow > 1<<31-1 {
-					c.mu.Unlock()
 					return http2.ConnectionError(http2.ErrCodeFlowControl)
 				}
 			}
-			c.cond.Broadcast()
-			c.mu.Unlock()
+			c.cond.Broadcast() // the woken wait for wmu: the ACK goes first
 		case http2.SettingMaxFrameSize:
 			c.mu.Lock()
 			c.peerMaxFrame = int(s.Val)
 			c.mu.Unlock()
 		case http2.SettingHeaderTableSize:
-			c.wmu.Lock()
 			c.henc.SetMaxDynamicTableSize(min(s.Val, 4096))
-			c.wmu.Unlock()
 		}
 		return nil
 	})
 	if err != nil {
+		c.wmu.Unlock()
 		return err
 	}
-	c.writeControl(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+	flood := c.queueControl(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+	c.wmu.Unlock()
+	if flood {
+		_ = c.nc.Close()
+	}
 	return nil
 }
 

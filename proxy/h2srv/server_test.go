@@ -503,3 +503,36 @@ func TestFlushKeepsSmallBuffers(t *testing.T) {
 		}
 	}
 }
+
+// A SETTINGS that opens a stream's send window is acknowledged before
+// any DATA the window allows: a handler waiting for the window must not
+// get its frame out between the new window and the ACK. The race is the
+// scheduler's, so it is run many times, each on a new connection.
+func TestServeAcksSettingsBeforeUsingThem(t *testing.T) {
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "conformance")
+	})}
+	addr, _ := serveH2(t, s)
+	isAck := func(f http2.Frame) bool {
+		sf, ok := f.(*http2.SettingsFrame)
+		return ok && sf.IsAck()
+	}
+	for i := range 300 {
+		rc := newRawClient(t, addr)
+		rc.until(isAck) // the ACK of the preface's SETTINGS
+		_ = rc.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		rc.until(isAck)
+		rc.headers(1, true, get...)
+		// The head leaves before the handler waits for a window.
+		rc.until(func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+		_ = rc.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1})
+		f := rc.until(func(f http2.Frame) bool { _, data := f.(*http2.DataFrame); return data || isAck(f) })
+		if d, ok := f.(*http2.DataFrame); ok {
+			t.Fatalf("connection %d: DATA (%d bytes) before the ACK of the SETTINGS that allowed it", i, len(d.Data()))
+		}
+		if d, ok := rc.until(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }).(*http2.DataFrame); !ok || len(d.Data()) != 1 {
+			t.Fatalf("connection %d: want a DATA frame of 1 byte after the ACK", i)
+		}
+		_ = rc.nc.Close()
+	}
+}

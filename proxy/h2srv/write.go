@@ -20,20 +20,25 @@ import (
 // reading what it asks for: the connection is closed.
 func (c *conn) writeControl(write func(*http2.Framer) error) {
 	c.wmu.Lock()
+	flood := c.queueControl(write)
+	c.wmu.Unlock()
+	if flood {
+		_ = c.nc.Close()
+	}
+}
+
+// queueControl is writeControl with wmu held; true when the client is
+// flooding (the caller closes the connection once wmu is released).
+func (c *conn) queueControl(write func(*http2.Framer) error) (flood bool) {
 	if c.werr != nil {
-		c.wmu.Unlock()
-		return
+		return false
 	}
 	if err := write(c.wfr); err != nil {
 		c.werr = err
 	}
 	c.control++
-	flood := c.control > maxControlQueued
 	c.wake()
-	c.wmu.Unlock()
-	if flood {
-		_ = c.nc.Close()
-	}
+	return c.control > maxControlQueued
 }
 
 // wake has a worker flush what is pending, unless a flush is already
