@@ -238,7 +238,7 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 					return http2.ConnectionError(http2.ErrCodeFlowControl)
 				}
 			}
-			c.cond.Broadcast() // the woken wait for wmu: the ACK goes first
+			c.cond.Broadcast() // those woken wait for wmu: the ACK goes first
 		case http2.SettingMaxFrameSize:
 			c.mu.Lock()
 			c.peerMaxFrame = int(s.Val)
