@@ -72,6 +72,9 @@ type options struct {
 	aa bool
 	// jitProfile: see sources.jitProfile.
 	jitProfile string
+	// pace, when not 0, is how long each wrk connection waits after each
+	// answer (whole milliseconds): latencies below saturation.
+	pace time.Duration
 }
 
 func main() {
@@ -98,6 +101,7 @@ func main() {
 	flag.IntVar(&o.sidecarProcs, "sidecar-gomaxprocs", 0, "run the sidecar with this GOMAXPROCS (0: the Go runtime's default, the CPU count)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	flag.StringVar(&o.jitProfile, "jitprofile", "", "profile each nginx worker's Lua with LuaJIT's jit.profile (1 ms samples) and write, when it exits, the samples per VM state, function, line and 4-frame stack to DIR/<variant>-<workers>w-<pid>.txt, and jit.v's trace log to DIR/<variant>-<workers>w-<pid>-jitv.txt")
+	flag.DurationVar(&o.pace, "pace", 0, "each wrk connection waits this long (whole milliseconds) after each answer before its next request, so the fronts run below saturation and the p99 is their time per request, not a queue's (0: as fast as they answer; rps ratios then mean nothing)")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	var err error
@@ -114,6 +118,9 @@ func main() {
 		if err == nil && (d < time.Second || d%time.Second != 0) {
 			err = fmt.Errorf("-duration and -warmup are whole seconds, at least 1s (wrk's -d): %s", d)
 		}
+	}
+	if err == nil && (o.pace < 0 || o.pace%time.Millisecond != 0) {
+		err = fmt.Errorf("-pace is whole milliseconds (wrk's delay()): %s", o.pace)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shimreal:", err)
@@ -276,7 +283,7 @@ func run(o options) error {
 				for r := 0; r < o.rounds; r++ {
 					for _, v := range variants {
 						f := fronts[v]
-						s, err := measure(f, side, bc, c, wrkCommand(o.isolate), o.warmup, o.duration, wrkScript)
+						s, err := measure(f, side, bc, c, wrkCommand(o.isolate, o.pace), o.warmup, o.duration, wrkScript)
 						if err != nil {
 							stopAll(fronts)
 							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
@@ -413,6 +420,9 @@ func stopAll(fronts map[string]*front) {
 func printHeader(o options, src sources) {
 	fmt.Printf("# shim vs ingress-nginx's own Lua (test/bench/shim-real.sh), %s\n", time.Now().UTC().Format("2006-01-02T15:04Z"))
 	fmt.Printf("# machine: nproc %d, kernel %s, %s, %s\n", nproc(), firstLine("uname", "-r"), firstLine("nginx", "-v"), firstLine("wrk", "-v"))
+	if o.pace > 0 {
+		fmt.Printf("# paced: each wrk connection waits %s after each answer; the rps ratios are the pace's, the latencies the fronts'\n", o.pace)
+	}
 	if out, err := exec.Command("dpkg-query", "-W", "-f", "${Package} ${Version}; ", "libnginx-mod-http-lua", "lua-resty-core", "lua-cjson", "libluajit2-5.1-2").Output(); err == nil {
 		fmt.Printf("# packages: %s\n", strings.TrimSpace(string(out)))
 	}

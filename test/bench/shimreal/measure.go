@@ -86,12 +86,18 @@ func measure(f *front, side *sidecar, c benchCase, conns int, wrk []string, warm
 }
 
 // wrkCommand is how wrk is run: under SCHED_FIFO when the load
-// generator is isolated from the fronts (-isolate, benchutil.Realtime).
-func wrkCommand(isolate bool) []string {
-	if isolate {
-		return []string{"chrt", "-f", strconv.Itoa(isolatePrio), "wrk"}
+// generator is isolated from the fronts (-isolate, benchutil.Realtime);
+// with pace, each connection waits that long after each answer (-pace,
+// wrk.lua's delay()).
+func wrkCommand(isolate bool, pace time.Duration) []string {
+	cmd := []string{"wrk"}
+	if pace > 0 {
+		cmd = append([]string{"env", "SHIMREAL_PACE_MS=" + strconv.FormatInt(pace.Milliseconds(), 10)}, cmd...)
 	}
-	return []string{"wrk"}
+	if isolate {
+		cmd = append([]string{"chrt", "-f", strconv.Itoa(isolatePrio)}, cmd...)
+	}
+	return cmd
 }
 
 // isolatePrio is the SCHED_FIFO priority of wrk and the backends under

@@ -11,6 +11,17 @@
 local reqs = {}
 local n = 0
 
+-- SHIMREAL_PACE_MS, when set, paces every connection: it waits that many
+-- milliseconds after each answer before its next request (wrk's delay()),
+-- so the fronts run below saturation and a latency is the front's time
+-- for the request, not the queue in front of a saturated worker.
+local pace = tonumber(os.getenv("SHIMREAL_PACE_MS") or "")
+if pace and pace > 0 then
+  function delay()
+    return pace
+  end
+end
+
 function init(args)
   local prefix = args[1] or "/"
   local nkeys = tonumber(args[2] or "0") or 0
