@@ -101,7 +101,7 @@ func main() {
 	flag.IntVar(&o.sidecarProcs, "sidecar-gomaxprocs", 0, "run the sidecar with this GOMAXPROCS (0: the Go runtime's default, the CPU count)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	flag.StringVar(&o.jitProfile, "jitprofile", "", "profile each nginx worker's Lua with LuaJIT's jit.profile (1 ms samples) and write, when it exits, the samples per VM state, function, line and 4-frame stack to DIR/<variant>-<workers>w-<pid>.txt, and jit.v's trace log to DIR/<variant>-<workers>w-<pid>-jitv.txt")
-	flag.DurationVar(&o.pace, "pace", 0, "each wrk connection waits this long (whole milliseconds) after each answer before its next request, so the fronts run below saturation and the p99 is their time per request, not a queue's (0: as fast as they answer; rps ratios then mean nothing)")
+	flag.DurationVar(&o.pace, "pace", 0, "each wrk connection waits this long (whole milliseconds) after each answer before its next request, so the fronts run below saturation and the p99 is their time per request, not a queue's; paced, the rps ratios are the pace's (0, the default: each connection asks again as soon as it has its answer)")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	var err error
