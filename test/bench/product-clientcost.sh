@@ -59,7 +59,6 @@ bench_wait_200 $pl_http bench.local || { echo "product-clientcost.sh: nginx (pla
 ingress=$(pgrep -f "nginx: worker process" -P "$(cat "$tmp/ingress/nginx.pid")")
 plain=$(pgrep -f "nginx: worker process" -P "$(cat "$tmp/plain/nginx.pid")")
 
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 segs() { nstat -az TcpOutSegs | awk '$1 == "TcpOutSegs" { print $2 }'; }
 hz=$(getconf CLK_TCK)
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ', with changes'), ${secs}s runs, $conns conns, $rounds rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -72,9 +71,9 @@ for r in $(seq "$rounds"); do
 		plain) port=$pl_http pid=$plain ;;
 		esac
 		taskset -c 0 wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:$port/" >/dev/null # warm-up
-		b0=$(ticks "$backend") p0=$(ticks "$pid") s0=$(segs)
+		b0=$(bench_ticks "$backend") p0=$(bench_ticks "$pid") s0=$(segs)
 		out=$({ /usr/bin/time -f "cpu %U %S" taskset -c 0 wrk -t2 -c"$conns" -d"${secs}s" -H 'Host: bench.local' "http://127.0.0.1:$port/"; } 2>&1)
-		b1=$(ticks "$backend") p1=$(ticks "$pid") s1=$(segs)
+		b1=$(bench_ticks "$backend") p1=$(bench_ticks "$pid") s1=$(segs)
 		grep -q "Non-2xx\|Socket errors" <<<"$out" && { echo "product-clientcost.sh: $name answered errors:" >&2; echo "$out" >&2; exit 1; }
 		awk -v r="$r" -v n="$name" -v s="$secs" -v hz="$hz" -v b=$((b1 - b0)) -v p=$((p1 - p0)) -v sg=$((s1 - s0)) '
 			/Requests\/sec/ { rps = $2 } /^cpu / { w = $2 + $3 }

@@ -56,10 +56,7 @@ for n in "${names[@]}"; do
 	wrk -t2 -c"$conns" -d1s -H 'Host: bench.local' "http://127.0.0.1:${port[$n]}/" >/dev/null
 done
 
-ticks() { # ticks PID: user+system ticks of PID and its children
-	# shellcheck disable=SC2046 # one path a word
-	cat "/proc/$1/stat" $(pgrep -P "$1" | sed 's|.*|/proc/&/stat|') 2>/dev/null | awk '{ s += $14 + $15 } END { print s }'
-}
+ticks() { bench_ticks "$1"; } # user+system ticks of PID and its children
 switches() { # switches PID: context switches of PID's and its children's threads
 	local c
 	# shellcheck disable=SC2046 # one path a word

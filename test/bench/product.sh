@@ -198,11 +198,7 @@ https_port() { case $1 in product) echo $sy_https ;; ingress) echo $ng_https ;; 
 
 # ticks NAME: CPU clock ticks (user + system) spent so far by the process
 # NAME and, for nginx, its workers.
-ticks() {
-	local pid="${procs[$1]}"
-	# shellcheck disable=SC2046 # one pid a word
-	cat "/proc/$pid/stat" $(pgrep -P "$pid" | sed 's|.*|/proc/&/stat|') 2>/dev/null | awk '{ s += $14 + $15 } END { print s }'
-}
+ticks() { bench_ticks "${procs[$1]}"; }
 
 hz=$(getconf CLK_TCK)
 # cpu_fields NAME T0 N: "us_per_req cpu_pct" for N requests in secs.

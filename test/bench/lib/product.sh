@@ -85,6 +85,13 @@ spec:
 YAML
 }
 
+# bench_ticks PID: the CPU clock ticks (user + system) PID and its children
+# (nginx's workers) have spent so far, from /proc/PID/stat.
+bench_ticks() {
+	# shellcheck disable=SC2046 # one path a word
+	cat "/proc/$1/stat" $(pgrep -P "$1" | sed 's|.*|/proc/&/stat|') 2>/dev/null | awk '{ s += $14 + $15 } END { print s }'
+}
+
 # bench_wait_200 PORT HOST [CURL_ARG...]: polls http://127.0.0.1:PORT/ with
 # Host HOST until it answers 200 (10 s); returns 1 if it never does.
 bench_wait_200() {
