@@ -304,7 +304,7 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 			return nil, net.ErrClosed
 		}
 	}
-	tc := &trackedConn{Conn: c, t: t}
+	tc := &trackedConn{Conn: withRawSyscalls(c), t: t}
 	tc.since.Store(int64(monoNow()))
 	t.open.Add(1)
 	t.mu.Lock()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,10 @@ import (
 //
 // Write takes a mutex for the append only (no I/O under it).
 type LogWriter struct {
-	dst       io.Writer
+	dst io.Writer
+	// raw is dst when it is the raw-syscall writer made here
+	// (rawconn_linux.go), closed with the LogWriter.
+	raw       *rawFile
 	limit     int
 	flushSize int
 
@@ -45,12 +49,19 @@ const (
 
 // NewLogWriter starts a LogWriter draining to dst, buffering at most limit
 // bytes (zero means 1 MiB). Close flushes what is buffered and stops it.
+// When dst is a regular file or a pipe, batches are written with raw
+// system calls (rawconn_linux.go), which keep the runtime's monitor asleep.
 func NewLogWriter(dst io.Writer, limit int) *LogWriter {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
 	w := &LogWriter{dst: dst, limit: limit, flushSize: min(flushSize, limit/2), pending: make([]byte, 0, 64<<10),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), done: make(chan struct{})}
+	if f, ok := dst.(*os.File); ok {
+		if raw, ok := rawLogDestination(f); ok {
+			w.dst, w.raw = raw, raw
+		}
+	}
 	go w.drain()
 	return w
 }
@@ -95,6 +106,9 @@ func (w *LogWriter) Close() error {
 	signal(w.wake)
 	signal(w.full)
 	<-w.done
+	if w.raw != nil {
+		return w.raw.Close()
+	}
 	return nil
 }
 

@@ -116,8 +116,12 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 	}
 	d := net.Dialer{Timeout: timeout}
 	conn, err := d.Dial("tcp", pp.addr)
-	if err != nil || !pp.tls {
-		return conn, err
+	if err != nil {
+		return nil, err
+	}
+	conn = withRawSyscalls(conn)
+	if !pp.tls {
+		return conn, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
