@@ -18,6 +18,11 @@
 # unpinned section) instead.
 # A_ARGS and B_ARGS add controller flags to A's and B's command line, e.g.
 # B_ARGS=--http2-server=x/net with the same REV twice.
+# THREADS=1 also prints, per run, what the product's threads did per
+# request (/proc/PID/task): all threads' context switches, and the CPU
+# time and wake-ups of the runtime's monitor (sysmon: the thread found in
+# nanosleep(2) most often, sampled 20 times during the load) and of the
+# other threads.
 #
 # Ports 18480-18496, apart from product.sh's.
 set -euo pipefail
@@ -85,11 +90,42 @@ start b 18490 18494 18495
 reqs() { curl -sf "http://127.0.0.1:${status[$1]}/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }'; }
 ticks() { awk '{ print $14 + $15 }' "/proc/${pid[$1]}/stat"; }
 hz=$(getconf CLK_TCK)
+# threads NAME: per thread "tid cpu_ticks voluntary nonvoluntary"
+threads() {
+	local t
+	for t in /proc/"${pid[$1]}"/task/*; do
+		echo "${t##*/} $(awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null || echo 0) $(awk '/^voluntary_ctxt/ { v = $2 } /^nonvoluntary_ctxt/ { n = $2 } END { print v + 0, n + 0 }' "$t/status" 2>/dev/null || echo 0 0)"
+	done
+}
+# sleepers NAME: the threads found in nanosleep(2) (35 on amd64) during the load
+sleepers() {
+	local i t
+	for i in $(seq 20); do
+		sleep "$(awk -v s="$secs" 'BEGIN { print s / 22 }')"
+		for t in /proc/"${pid[$1]}"/task/*; do
+			[ "$(cut -d' ' -f1 "$t/syscall" 2>/dev/null)" = 35 ] && echo "${t##*/}"
+		done
+	done
+}
 run() { # run NAME: "rps cpu_us_per_req"
-	local r0 t0 r1 t1 rps
+	local r0 t0 r1 t1 rps sl
 	r0=$(reqs "$1") t0=$(ticks "$1")
+	if [ "${THREADS:-}" = 1 ]; then
+		threads "$1" >"$tmp/th0"
+		sleepers "$1" >"$tmp/sleepers" &
+		sl=$!
+	fi
 	rps=$(load "$1" "$secs")
 	r1=$(reqs "$1") t1=$(ticks "$1")
+	if [ "${THREADS:-}" = 1 ]; then
+		wait "$sl" || true
+		threads "$1" >"$tmp/th1"
+		sysmon=$(sort "$tmp/sleepers" | uniq -c | sort -rn | awk 'NR == 1 { print $2 }')
+		join "$tmp/th0" "$tmp/th1" | awk -v name="$1" -v n=$((r1 - r0)) -v hz="$hz" -v sm="${sysmon:-none}" '
+			{ cpu = ($5 - $2) / hz * 1e6 / n; sw = ($6 - $3 + $7 - $4) / n; all += sw
+			  if ($1 == sm) { smc = cpu; smw = ($6 - $3) / n } else { oc += cpu; if (cpu > 0.5) busy++ } }
+			END { printf "threads %s: %.3f context switches/req; sysmon %.2f us/req, %.3f wake-ups/req; other threads %.2f us/req (%d above 0.5)\n", name, all, smc, smw, oc, busy }' >>"$tmp/threadlines"
+	fi
 	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
 }
 echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -105,6 +141,10 @@ for r in $(seq "$rounds"); do
 	fi
 	echo "$r $ra $rb $ca $cb" >>"$tmp/rows"
 	awk -v r="$r" -v ra="$ra" -v rb="$rb" -v ca="$ca" -v cb="$cb" 'BEGIN { printf "| %d | %d | %d | %.2f | %.2f | %.3f | %.3f |\n", r, ra, rb, ca, cb, rb / ra, cb / ca }'
+	if [ -f "$tmp/threadlines" ]; then
+		sed "s/^/# round $r /" "$tmp/threadlines"
+		rm "$tmp/threadlines"
+	fi
 done
 echo "# end $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 awk 'function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
