@@ -70,14 +70,39 @@ func newH2Transport(key h2Key) http.RoundTripper {
 	if key.tls {
 		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}} //nolint:gosec // nginx's grpc_ssl_verify off
 		t.DialTLSContext = func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
-			return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, network, addr)
+			c, err := dialRaw(ctx, d, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// As tls.Dialer: the name is the address's host (an IP
+			// address is not sent as SNI).
+			if cfg.ServerName == "" {
+				host, _, _ := net.SplitHostPort(addr)
+				cfg = cfg.Clone()
+				cfg.ServerName = host
+			}
+			tc := tls.Client(c, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			return tc, nil
 		}
 	} else {
 		t.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return d.DialContext(ctx, network, addr)
+			return dialRaw(ctx, d, network, addr)
 		}
 	}
 	return t
+}
+
+// dialRaw dials addr, its reads and writes raw system calls (rawconn_linux.go).
+func dialRaw(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return withRawSyscalls(c), nil
 }
 
 // h2Try is one attempt over HTTP/2. out is the request without a peer;
