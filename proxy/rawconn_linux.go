@@ -147,6 +147,7 @@ func (c *rawSyscallConn) Read(b []byte) (int, error) {
 	case o.n == 0:
 		return 0, io.EOF
 	}
+	raceAcquireIO()
 	return o.n, nil
 }
 
@@ -155,6 +156,7 @@ func (c *rawSyscallConn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
+	raceReleaseIO(b)
 	o := &c.w
 	o.b, o.n, o.errno = b, 0, 0
 	err := c.rc.Write(o.call)
@@ -241,6 +243,7 @@ func (r *rawFile) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
+	raceReleaseIO(b)
 	o := &r.w
 	o.b, o.n, o.errno = b, 0, 0
 	err := r.rc.Write(o.call)
