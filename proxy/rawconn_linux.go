@@ -95,6 +95,16 @@ func (o *rawOp) read(fd uintptr) bool {
 	}
 }
 
+// writeVia writes b with o's callback through rc: RawConn's own error
+// (deadline, closed) is returned, the callback's in o.n and o.errno.
+func (o *rawOp) writeVia(rc syscall.RawConn, b []byte) error {
+	raceReleaseIO(b)
+	o.b, o.n, o.errno = b, 0, 0
+	err := rc.Write(o.call)
+	o.b = nil
+	return err
+}
+
 // send is a socket's write callback: it writes until the buffer is out,
 // false (wait until writable) on EAGAIN. MSG_NOSIGNAL: a peer gone is
 // EPIPE, not a signal.
@@ -156,11 +166,8 @@ func (c *rawSyscallConn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	raceReleaseIO(b)
 	o := &c.w
-	o.b, o.n, o.errno = b, 0, 0
-	err := c.rc.Write(o.call)
-	o.b = nil
+	err := o.writeVia(c.rc, b)
 	switch {
 	case err != nil:
 		return o.n, c.opError("write", err)
@@ -243,11 +250,8 @@ func (r *rawFile) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	raceReleaseIO(b)
 	o := &r.w
-	o.b, o.n, o.errno = b, 0, 0
-	err := r.rc.Write(o.call)
-	o.b = nil
+	err := o.writeVia(r.rc, b)
 	if err == nil && o.errno != 0 {
 		err = &os.PathError{Op: "write", Path: r.f.Name(), Err: o.errno}
 	}
