@@ -76,22 +76,28 @@ func withRawSyscalls(c net.Conn) net.Conn {
 
 // read is a read callback: false (wait until readable) on EAGAIN.
 func (o *rawOp) read(fd uintptr) bool {
-	b := o.b
+	n, e := rawIO(syscall.SYS_READ, fd, o.b, 0)
+	if e == syscall.EAGAIN {
+		return false
+	}
+	o.n, o.errno = n, e
+	return true
+}
+
+// rawIO makes one raw read or write-like call (trap) of b, at most maxRW
+// bytes, again while interrupted; n is 0 unless e is.
+func rawIO(trap, fd uintptr, b []byte, flags uintptr) (n int, e syscall.Errno) {
 	if len(b) > maxRW {
 		b = b[:maxRW]
 	}
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		case 0:
-			o.n = int(n)
+		r, _, e := syscall.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), flags, 0, 0)
+		if e != syscall.EINTR {
+			if e != 0 {
+				return 0, e
+			}
+			return int(r), 0
 		}
-		o.errno = e
-		return true
 	}
 }
 
@@ -119,22 +125,16 @@ func (o *rawOp) write(fd uintptr) bool {
 
 func (o *rawOp) writeLoop(fd, trap, flags uintptr) bool {
 	for o.n < len(o.b) {
-		b := o.b[o.n:]
-		if len(b) > maxRW {
-			b = b[:maxRW]
-		}
-		n, _, e := syscall.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), flags, 0, 0)
+		n, e := rawIO(trap, fd, o.b[o.n:], flags)
 		switch e {
-		case syscall.EINTR:
-			continue
+		case 0:
+			o.n += n
 		case syscall.EAGAIN:
 			return false
-		case 0:
-			o.n += int(n)
-			continue
+		default:
+			o.errno = e
+			return true
 		}
-		o.errno = e
-		return true
 	}
 	return true
 }
