@@ -75,6 +75,9 @@ type options struct {
 	// pace, when not 0, is how long each wrk connection waits after each
 	// answer (whole milliseconds): latencies below saturation.
 	pace time.Duration
+	// interleave, when not 0, replaces wrk with the interleaved load
+	// (interleave.go): the fronts take turns in slices this long.
+	interleave time.Duration
 }
 
 func main() {
@@ -102,8 +105,17 @@ func main() {
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	flag.StringVar(&o.jitProfile, "jitprofile", "", "profile each nginx worker's Lua with LuaJIT's jit.profile (1 ms samples) and write, when it exits, the samples per VM state, function, line and 4-frame stack to DIR/<variant>-<workers>w-<pid>.txt, and jit.v's trace log to DIR/<variant>-<workers>w-<pid>-jitv.txt")
 	flag.DurationVar(&o.pace, "pace", 0, "each wrk connection waits this long (whole milliseconds) after each answer before its next request, so the fronts run below saturation and the p99 is their time per request, not a queue's; paced, the rps ratios are the pace's (0, the default: each connection asks again as soon as it has its answer)")
+	flag.DurationVar(&o.interleave, "interleave", 0, "instead of a wrk run per front and round, one load process (this binary, under SCHED_FIFO with -isolate) keeps the connections to both fronts open and hands the load from one to the other every this long, in the order ABBA..., so both are measured across the same seconds; a round is -duration of load on each front, -warmup warms each up once per cell (0, the default: wrk)")
+	loadWorker := flag.Bool("load-worker", false, "run as the interleaved load's worker (started by -interleave; reads its spec on standard input)")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
+	if *loadWorker {
+		if err := serveLoad(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "shimreal -load-worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if o.conns, err = ints(conns); err == nil {
 		o.workers, err = ints(workers)
@@ -121,6 +133,9 @@ func main() {
 	}
 	if err == nil && (o.pace < 0 || o.pace%time.Millisecond != 0) {
 		err = fmt.Errorf("-pace is whole milliseconds (wrk's delay()): %s", o.pace)
+	}
+	if err == nil && o.interleave != 0 && (o.interleave < 10*time.Millisecond || o.interleave > o.duration || o.pace != 0) {
+		err = fmt.Errorf("-interleave is at least 10ms and at most -duration, and the interleaved load is not paced: %s", o.interleave)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shimreal:", err)
@@ -252,6 +267,10 @@ func run(o options) error {
 	printHeader(o, src)
 	perRun := o.duration + o.warmup
 	total := time.Duration(len(o.workers)*len(o.cases)*len(o.conns)*o.rounds*len(variants)) * perRun
+	if o.interleave > 0 {
+		// The warm-up is once per cell and front.
+		total = time.Duration(len(o.workers)*len(o.cases)*len(o.conns)*len(variants)) * (time.Duration(o.rounds)*o.duration + o.warmup)
+	}
 	fmt.Printf("# matrix: cases %s; workers %v; connections %v; %d rounds of %s (+%s warm-up each); about %s of load\n",
 		caseNames(o.cases), o.workers, o.conns, o.rounds, o.duration, o.warmup, total.Round(time.Second))
 	fmt.Printf("# load before: %s\n\n", benchutil.Loadavg())
@@ -280,7 +299,21 @@ func run(o options) error {
 			for _, c := range o.conns {
 				k := cell{bc.name, w, c}
 				results[k] = map[string][]sample{}
-				for r := 0; r < o.rounds; r++ {
+				emit := func(r int, v string, s sample) {
+					results[k][v] = append(results[k][v], s)
+					load, _, _ := strings.Cut(benchutil.Loadavg(), " ")
+					fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s %.1f\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load, s.steal)
+					if s.frames != nil {
+						fmt.Printf("# frames per 1000 requests: %s\n", frameLine(s.frames))
+					}
+				}
+				if o.interleave > 0 {
+					if err := interleavedCell(o, fronts, side, bc, c, emit); err != nil {
+						stopAll(fronts)
+						return fmt.Errorf("%s, %d workers, %d connections, interleaved: %w", bc.name, w, c, err)
+					}
+				}
+				for r := 0; r < o.rounds && o.interleave == 0; r++ {
 					for _, v := range variants {
 						f := fronts[v]
 						s, err := measure(f, side, bc, c, wrkCommand(o.isolate, o.pace), o.warmup, o.duration, wrkScript)
@@ -288,12 +321,7 @@ func run(o options) error {
 							stopAll(fronts)
 							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
 						}
-						results[k][v] = append(results[k][v], s)
-						load, _, _ := strings.Cut(benchutil.Loadavg(), " ")
-						fmt.Printf("sample %s %d %d %d %s %.0f %.2f %.2f %.1f %.2f %s %.1f\n", bc.name, w, c, r+1, v, s.rps, s.p50, s.p99, s.nginxCPU, s.sidecarCPU, load, s.steal)
-						if s.frames != nil {
-							fmt.Printf("# frames per 1000 requests: %s\n", frameLine(s.frames))
-						}
+						emit(r, v, s)
 					}
 				}
 				pooled[k] = map[string]hist{}
@@ -420,6 +448,9 @@ func stopAll(fronts map[string]*front) {
 func printHeader(o options, src sources) {
 	fmt.Printf("# shim vs ingress-nginx's own Lua (test/bench/shim-real.sh), %s\n", time.Now().UTC().Format("2006-01-02T15:04Z"))
 	fmt.Printf("# machine: nproc %d, kernel %s, %s, %s\n", nproc(), firstLine("uname", "-r"), firstLine("nginx", "-v"), firstLine("wrk", "-v"))
+	if o.interleave > 0 {
+		fmt.Printf("# interleaved (-interleave %s): one load process, not wrk, keeps %v keep-alive connections to each front and hands the load from one front to the other every %s (ABBA...); a round is %s of load on each; its latencies are from each request's write to its answer's last byte\n", o.interleave, o.conns, o.interleave, o.duration)
+	}
 	if o.pace > 0 {
 		fmt.Printf("# paced: each wrk connection waits %s after each answer; the rps ratios are the pace's, the latencies the fronts'\n", o.pace)
 	}
