@@ -394,6 +394,9 @@ func startLoadWorker(prefix []string, spec loadSpec) (*loadWorker, error) {
 	}
 	argv := append(append([]string{}, prefix...), self, "-load-worker")
 	w := &loadWorker{cmd: exec.Command(argv[0], argv[1:]...)}
+	// One P: with two, the runtime's spinning thread looks for work on the
+	// second CPU, and under SCHED_FIFO that takes it from the fronts.
+	w.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	w.cmd.Stderr = &w.stderr
 	if w.in, err = w.cmd.StdinPipe(); err != nil {
 		return nil, err
