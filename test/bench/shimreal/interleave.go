@@ -1,8 +1,8 @@
 package main
 
 // The interleaved load (-interleave SLICE): instead of one wrk run per front
-// and round, one load process holds -connections keep-alive connections to
-// each of the two fronts and alternates between them every SLICE, real and
+// and round, one load process opens -connections keep-alive connections to
+// one front for a SLICE, then to the other, alternating real and
 // shim in the order ABBA..., so both fronts are measured across the same
 // seconds of the host's life. A round of -duration is that many seconds of
 // load on each front; its p99 is over the requests of its slices. On this
@@ -253,6 +253,16 @@ func (f *loadFront) slice(d time.Duration, r *frontRound) error {
 	r.Active += time.Since(start)
 	sl := hist{}
 	for _, c := range f.conns {
+		// Each slice connects anew: with two workers and reuseport the
+		// kernel splits a slice's connections over the workers by their
+		// ports, and connections kept for a whole cell kept one split for
+		// it, 6 to 2 as likely as 4 to 4. Identical fronts then read p99
+		// ratios of 0.74-1.27x, steady from round to round (the A/A in
+		// docs/benchmarks.md, run 33).
+		if c.conn != nil {
+			_ = c.conn.Close()
+			c.conn = nil
+		}
 		for b, n := range c.counts {
 			if n != 0 {
 				sl[b] += float64(n)

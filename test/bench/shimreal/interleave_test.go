@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,11 +18,12 @@ import (
 type countingServer struct {
 	*httptest.Server
 	served, inflight atomic.Int64
+	conns            atomic.Int64 // connections accepted
 }
 
 func newCountingServer(t *testing.T, delay time.Duration, closeEvery int64, other **countingServer, overlaps *atomic.Int64) *countingServer {
 	s := &countingServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.inflight.Add(1)
 		defer s.inflight.Add(-1)
 		if o := *other; o != nil && o.inflight.Load() > 0 {
@@ -37,13 +39,19 @@ func newCountingServer(t *testing.T, delay time.Duration, closeEvery int64, othe
 		}
 		_, _ = io.WriteString(w, r.URL.Path)
 	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }
 
-// The interleaved load gives the fronts turns that never overlap, counts
-// every answer a front served, reconnects when a front closes, and sees a
-// slower front as slower.
+// The interleaved load gives the fronts turns that never overlap, connects
+// anew for each turn, counts every answer a front served, reconnects when a
+// front closes, and sees a slower front as slower.
 func TestInterleavedLoadTakesTurns(t *testing.T) {
 	var fast, slow *countingServer
 	var overlaps atomic.Int64
@@ -65,6 +73,7 @@ func TestInterleavedLoadTakesTurns(t *testing.T) {
 	}
 	fast.served.Store(0)
 	slow.served.Store(0)
+	slow.conns.Store(0)
 	res, err := l.round()
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +95,11 @@ func TestInterleavedLoadTakesTurns(t *testing.T) {
 		if f.Active < 100*time.Millisecond || f.Active > 300*time.Millisecond {
 			t.Errorf("front %d: active %s, want about 100ms", i, f.Active)
 		}
+	}
+	// The slow front never closes: every one of its connections is a
+	// slice's.
+	if n := slow.conns.Load(); n != 5*4 {
+		t.Errorf("the slow front accepted %d connections in 5 slices of 4, want 20", n)
 	}
 	sf, ss := res.Fronts[0].sample(), res.Fronts[1].sample()
 	if ss.p50 < 2 || sf.p50 >= 2 {
