@@ -99,7 +99,7 @@ func main() {
 	flag.StringVar(&workers, "workers", "1,2", "nginx worker counts")
 	flag.StringVar(&cases, "cases", "", "comma-separated subset of cases (default all: "+caseNames(allCases)+")")
 	flag.BoolVar(&o.aa, "aa", false, "A/A: run ingress-nginx's own Lua in the shim's place too, to measure what the ratios read when nothing differs (the table's \"shim\" columns are then a second real nginx)")
-	flag.BoolVar(&o.isolate, "isolate", true, "run wrk and the backends' nginx under SCHED_FIFO (chrt), so that they never wait for a CPU the fronts hold and the fronts' latencies are the fronts' (false: all share the CPUs as equals, as runs 1-27 did)")
+	flag.BoolVar(&o.isolate, "isolate", true, "run wrk (or the interleaved load, -interleave) and the backends' nginx under SCHED_FIFO (chrt), so that they never wait for a CPU the fronts hold and the fronts' latencies are the fronts' (false: all share the CPUs as equals, as runs 1-27 did)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configurations, error logs)")
 	flag.IntVar(&o.sidecarProcs, "sidecar-gomaxprocs", 0, "run the sidecar with this GOMAXPROCS (0: the Go runtime's default, the CPU count)")
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
@@ -449,7 +449,7 @@ func printHeader(o options, src sources) {
 	fmt.Printf("# shim vs ingress-nginx's own Lua (test/bench/shim-real.sh), %s\n", time.Now().UTC().Format("2006-01-02T15:04Z"))
 	fmt.Printf("# machine: nproc %d, kernel %s, %s, %s\n", nproc(), firstLine("uname", "-r"), firstLine("nginx", "-v"), firstLine("wrk", "-v"))
 	if o.interleave > 0 {
-		fmt.Printf("# interleaved (-interleave %s): one load process, not wrk, keeps %v keep-alive connections to each front and hands the load from one front to the other every %s (ABBA...); a round is %s of load on each; its latencies are from each request's write to its answer's last byte\n", o.interleave, o.conns, o.interleave, o.duration)
+		fmt.Printf("# interleaved (-interleave %s): one load process, not wrk, runs each front in turn for %s (ABBA...) over %v keep-alive connections it opens for each turn; a round is %s of load on each; its latencies are from each request's write to its answer's last byte\n", o.interleave, o.interleave, o.conns, o.duration)
 	}
 	if o.pace > 0 {
 		fmt.Printf("# paced: each wrk connection waits %s after each answer; the rps ratios are the pace's, the latencies the fronts'\n", o.pace)
@@ -463,7 +463,11 @@ func printHeader(o options, src sources) {
 		fmt.Printf("# sidecar: GOMAXPROCS=%d\n", o.sidecarProcs)
 	}
 	if o.isolate {
-		fmt.Printf("# isolated (-isolate): wrk and the backends' nginx run under SCHED_FIFO %d; the fronts and the sidecar share what CPU they leave\n", isolatePrio)
+		load := "wrk"
+		if o.interleave > 0 {
+			load = "the load process"
+		}
+		fmt.Printf("# isolated (-isolate): %s and the backends' nginx run under SCHED_FIFO %d; the fronts and the sidecar share what CPU they leave\n", load, isolatePrio)
 	} else {
 		fmt.Println("# not isolated (-isolate=false): wrk, the backends, the fronts and the sidecar share the CPUs as equals")
 	}
