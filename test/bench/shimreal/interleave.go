@@ -518,22 +518,10 @@ func interleavedCell(o options, fronts map[string]*front, side *sidecar, bc benc
 		for i, v := range variants {
 			f := fronts[v]
 			s := res.Fronts[i].sample()
-			reqs := float64(res.Fronts[i].Requests)
-			// USER_HZ is 100 on Linux: a tick is 10 ms.
-			s.nginxCPU = float64(benchutil.CPUTicks([]int{-f.cmd.Process.Pid})-cpu0[i]) * 1e4 / reqs
+			s.account(f, side, benchutil.CPUTicks([]int{-f.cmd.Process.Pid})-cpu0[i], side1-side0, frames0, float64(res.Fronts[i].Requests))
 			s.steal = -1
 			if steal0 >= 0 && steal1 >= 0 {
 				s.steal = float64(steal1-steal0) * 10 / elapsed.Seconds()
-			}
-			if f.shim {
-				s.sidecarCPU = float64(side1-side0) / 100
-				s.sidecarUS = float64(side1-side0) * 1e4 / reqs
-				if frames1 := side.frames(); frames0 != nil && frames1 != nil {
-					s.frames = map[string]float64{}
-					for typ, n := range frames1 {
-						s.frames[typ] = (n - frames0[typ]) * 1000 / reqs
-					}
-				}
 			}
 			emit(r, v, s)
 		}

@@ -69,20 +69,28 @@ func measure(f *front, side *sidecar, c benchCase, conns int, wrk []string, warm
 		return sample{}, fmt.Errorf("wrk's latency histogram: %w", err)
 	}
 	_ = os.Remove(histFile)
-	reqs := s.rps * d.Seconds()
+	s.account(f, side, cpu1-cpu0, side1-side0, frames0, s.rps*d.Seconds())
+	return s, nil
+}
+
+// account fills s's CPU and frame columns from what was read around its
+// run: frontTicks the front's CPU ticks, and for the shim sideTicks the
+// sidecar's and frames0 its frame counts before; reqs is the run's
+// requests.
+func (s *sample) account(f *front, side *sidecar, frontTicks, sideTicks int64, frames0 map[string]float64, reqs float64) {
 	// USER_HZ is 100 on Linux: a tick is 10 ms.
-	s.nginxCPU = float64(cpu1-cpu0) * 1e4 / reqs
-	if f.shim {
-		s.sidecarCPU = float64(side1-side0) / 100
-		s.sidecarUS = float64(side1-side0) * 1e4 / reqs
-		if frames1 := side.frames(); frames0 != nil && frames1 != nil {
-			s.frames = map[string]float64{}
-			for typ, n := range frames1 {
-				s.frames[typ] = (n - frames0[typ]) * 1000 / reqs
-			}
+	s.nginxCPU = float64(frontTicks) * 1e4 / reqs
+	if !f.shim {
+		return
+	}
+	s.sidecarCPU = float64(sideTicks) / 100
+	s.sidecarUS = float64(sideTicks) * 1e4 / reqs
+	if frames1 := side.frames(); frames0 != nil && frames1 != nil {
+		s.frames = map[string]float64{}
+		for typ, n := range frames1 {
+			s.frames[typ] = (n - frames0[typ]) * 1000 / reqs
 		}
 	}
-	return s, nil
 }
 
 // wrkCommand is how wrk is run: under SCHED_FIFO when the load
