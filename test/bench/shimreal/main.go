@@ -105,7 +105,7 @@ func main() {
 	flag.StringVar(&o.pprof, "pprof", "", "serve the sidecar's Go /debug/pprof on this loopback address (host:port), to profile it during a run")
 	flag.StringVar(&o.jitProfile, "jitprofile", "", "profile each nginx worker's Lua with LuaJIT's jit.profile (1 ms samples) and write, when it exits, the samples per VM state, function, line and 4-frame stack to DIR/<variant>-<workers>w-<pid>.txt, and jit.v's trace log to DIR/<variant>-<workers>w-<pid>-jitv.txt")
 	flag.DurationVar(&o.pace, "pace", 0, "each wrk connection waits this long (whole milliseconds) after each answer before its next request, so the fronts run below saturation and the p99 is their time per request, not a queue's; paced, the rps ratios are the pace's (0, the default: each connection asks again as soon as it has its answer)")
-	flag.DurationVar(&o.interleave, "interleave", 0, "instead of a wrk run per front and round, one load process (this binary, under SCHED_FIFO with -isolate) keeps the connections to both fronts open and hands the load from one to the other every this long, in the order ABBA..., so both are measured across the same seconds; a round is -duration of load on each front, -warmup warms each up once per cell (0, the default: wrk)")
+	flag.DurationVar(&o.interleave, "interleave", 0, "instead of a wrk run per front and round, one load process (this binary, under SCHED_FIFO with -isolate) runs the fronts in turns this long, in the order ABBA..., on connections it opens for each turn, so both are measured across the same seconds; a round is -duration of load on each front, -warmup warms each up once per cell (0, the default: wrk)")
 	loadWorker := flag.Bool("load-worker", false, "run as the interleaved load's worker (started by -interleave; reads its spec on standard input)")
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
@@ -307,22 +307,15 @@ func run(o options) error {
 						fmt.Printf("# frames per 1000 requests: %s\n", frameLine(s.frames))
 					}
 				}
+				var err error
 				if o.interleave > 0 {
-					if err := interleavedCell(o, fronts, side, bc, c, emit); err != nil {
-						stopAll(fronts)
-						return fmt.Errorf("%s, %d workers, %d connections, interleaved: %w", bc.name, w, c, err)
-					}
+					err = interleavedCell(o, fronts, side, bc, c, emit)
+				} else {
+					err = wrkCell(o, fronts, side, bc, c, wrkScript, emit)
 				}
-				for r := 0; r < o.rounds && o.interleave == 0; r++ {
-					for _, v := range variants {
-						f := fronts[v]
-						s, err := measure(f, side, bc, c, wrkCommand(o.isolate, o.pace), o.warmup, o.duration, wrkScript)
-						if err != nil {
-							stopAll(fronts)
-							return fmt.Errorf("%s, %s, %d workers, %d connections, round %d: %w", v, bc.name, w, c, r+1, err)
-						}
-						emit(r, v, s)
-					}
+				if err != nil {
+					stopAll(fronts)
+					return fmt.Errorf("%s, %d workers, %d connections: %w", bc.name, w, c, err)
 				}
 				pooled[k] = map[string]hist{}
 				quiet := quietPairs(results[k], o.quietSteal)

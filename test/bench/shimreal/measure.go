@@ -93,6 +93,21 @@ func (s *sample) account(f *front, side *sidecar, frontTicks, sideTicks int64, f
 	}
 }
 
+// wrkCell measures one cell with wrk: per round, a run on each front in
+// turn (measure).
+func wrkCell(o options, fronts map[string]*front, side *sidecar, bc benchCase, conns int, script string, emit func(round int, v string, s sample)) error {
+	for r := range o.rounds {
+		for _, v := range variants {
+			s, err := measure(fronts[v], side, bc, conns, wrkCommand(o.isolate, o.pace), o.warmup, o.duration, script)
+			if err != nil {
+				return fmt.Errorf("%s, round %d: %w", v, r+1, err)
+			}
+			emit(r, v, s)
+		}
+	}
+	return nil
+}
+
 // wrkCommand is how wrk is run: under SCHED_FIFO when the load
 // generator is isolated from the fronts (-isolate, benchutil.Realtime);
 // with pace, each connection waits that long after each answer (-pace,
