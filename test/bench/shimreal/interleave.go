@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
 	"io"
-	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -470,9 +469,6 @@ func (r frontRound) sample() sample {
 	s := sample{hist: h, p50: h.quantile(0.5), p99: h.quantile(0.99)}
 	if r.Active > 0 {
 		s.rps = float64(r.Requests) / r.Active.Seconds()
-	}
-	if math.IsNaN(s.rps) {
-		s.rps = 0
 	}
 	return s
 }
