@@ -30,9 +30,19 @@
 # and product ÷ plain. At the end of each phase the script scrapes the
 # product's /metrics and fails unless nginx_ingress_controller_requests
 # is non-zero and the access log grew.
+# TURNS=SLICE (e.g. 250ms) runs the HTTP/1.1 cells with the interleaved
+# load (test/bench/product turns, package test/bench/internal/turns) in
+# wrk's place: one load process gives the three proxies the load in turns
+# of SLICE, in passes forward and back, new connections per turn, so the
+# host's stalls fall on all three; a round is [seconds] of load on each.
+# The same GET / with Host bench.local; p99 from the load's own histogram
+# (1 % buckets), with the pooled p99 over all rounds as a comment line.
+# AA=1 puts a second nginx configured as ingress-nginx configures it in the
+# product's place (HTTP/1.1 phases only): what the ratios read when
+# nothing differs. H1_ONLY=1 leaves the HTTP/2 and TLS phase out.
 # Needs root (apt-get for missing tools), wrk, nginx, h2load
 # (nghttp2-client), openssl, curl, taskset.
-# Usage: [REV=<commit>] test/bench/product.sh [seconds] [rounds]
+# Usage: [REV=<commit>] [TURNS=250ms] [AA=1] [H1_ONLY=1] test/bench/product.sh [seconds] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
@@ -144,9 +154,15 @@ start_phase() {
 	ports_free
 	"${on0[@]}" "$tmp/pbench" backend -listen "127.0.0.2:$backend_port,127.0.0.3:$backend_port,127.0.0.4:$backend_port" &
 	phase_pids+=($!)
-	GOMAXPROCS=$maxprocs "${on1[@]}" "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" "${product_args[@]}" \
-		--http-port $sy_http --https-port $sy_https --status-port $sy_status --listen-address 127.0.0.1 \
-		>"$tmp/product-$phase.access.log" 2>"$tmp/product-$phase.stderr" &
+	client_procs=$maxprocs
+	if [ -n "${AA:-}" ]; then
+		bench_ingress_nginx_conf "$tmp/product-$phase" $sy_http $sy_https $workers on "$kareqs" $backend_port "$tmp"
+		"${on1[@]}" nginx -p "$tmp/product-$phase" -c "$tmp/product-$phase/nginx.conf" &
+	else
+		GOMAXPROCS=$maxprocs "${on1[@]}" "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" "${cm[@]}" "${product_args[@]}" \
+			--http-port $sy_http --https-port $sy_https --status-port $sy_status --listen-address 127.0.0.1 \
+			>"$tmp/product-$phase.access.log" 2>"$tmp/product-$phase.stderr" &
+	fi
 	phase_pids+=($!)
 	procs[product]=$!
 	bench_ingress_nginx_conf "$tmp/ingress-$phase" $ng_http $ng_https $workers on "$kareqs" $backend_port "$tmp"
@@ -175,6 +191,12 @@ start_phase() {
 # stops the phase's processes.
 stop_phase() {
 	local reqs dropped lines nglines p
+	if [ -n "${AA:-}" ]; then
+		echo "# phase $phase: A/A, nginx configured as ingress-nginx in the product's place"
+		for p in "${phase_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+		for p in "${phase_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+		return
+	fi
 	reqs=$(curl -sf "http://127.0.0.1:$sy_status/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }')
 	dropped=$(curl -sf "http://127.0.0.1:$sy_status/metrics" | awk '/^switchyard_access_log_dropped_lines_total/ { s += $NF } END { printf "%.0f", s }')
 	sleep 0.5 # lets the log writer drain its buffer to the file
@@ -270,29 +292,52 @@ cell() {
 		done
 	done
 }
+# turns_cell LABEL CONNS: the rounds of one HTTP/1.1 cell with the
+# interleaved load (TURNS); rows as cell writes them.
+turns_cell() {
+	local label="$1" conns="$2" out
+	out=$(GOMAXPROCS=$client_procs "${client[@]}" "$tmp/tlsclient" turns -label "$label" -conns "$conns" -slice "$TURNS" \
+		-round "${secs}s" -rounds "$rounds" -host bench.local \
+		-front "product=127.0.0.1:$sy_http@${procs[product]}" -front "ingress=127.0.0.1:$ng_http@${procs[ingress]}" \
+		-front "plain=127.0.0.1:$pl_http@${procs[plain]}") || { echo "product.sh: $label: the interleaved load failed" >&2; exit 1; }
+	grep -v '^#' <<<"$out" >>"$tmp/rows"
+	awk '/^#/ { print; next } { printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }' <<<"$out"
+}
+# h1_cell LABEL CONNS: the HTTP/1.1 cell, with wrk or, under TURNS, the
+# interleaved load.
+h1_cell() {
+	if [ -n "${TURNS:-}" ]; then
+		turns_cell "$1" "$2"
+	else
+		cell "$1" "wrk$2"
+	fi
+}
 # Argument order for cell: the command takes NAME last.
 wrk8() { wrk_run "$1" 8; }
 wrk64() { wrk_run "$1" 64; }
 h2_8x8() { h2_run "$1" 8 8; }
 h2_64x1() { h2_run "$1" 64 1; }
 
-echo "# $(date -u +%FT%TZ), $measured${PRODUCT_ARGS:+ with $PRODUCT_ARGS}, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
+echo "# $(date -u +%FT%TZ), $measured${PRODUCT_ARGS:+ with $PRODUCT_ARGS}${TURNS:+, interleaved load in turns of $TURNS}${AA:+, A/A: nginx as ingress-nginx in the product's place}, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
 echo "# $(nginx -v 2>&1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), h2load $(h2load --version | awk '{ print $2 }'), $(go version | cut -d' ' -f3)"
 echo "| cell | round | proxy | rps | p99 us | CPU us/req | CPU % | bad | resumed |"
 echo "|---|---|---|---|---|---|---|---|---|"
 start_phase pinned 1 1000
-cell "h1-pinned-c8" wrk8
-cell "h1-pinned-c64" wrk64
+h1_cell "h1-pinned-c8" 8
+h1_cell "h1-pinned-c64" 64
 stop_phase
 start_phase unpinned 0 1000
-cell "h1-unpinned-c8" wrk8
-cell "h1-unpinned-c64" wrk64
+h1_cell "h1-unpinned-c8" 8
+h1_cell "h1-unpinned-c64" 64
 stop_phase
-start_phase h2tls 1 1000000
-cell "h2-pinned-8x8" h2_8x8
-cell "h2-pinned-64x1" h2_64x1
-cell "tls-pinned-new-conns" tls_run
-stop_phase
+[ -z "${AA:-}" ] || H1_ONLY=1 # the A/A measures the HTTP/1.1 cells
+if [ -z "${H1_ONLY:-}" ]; then
+	start_phase h2tls 1 1000000
+	cell "h2-pinned-8x8" h2_8x8
+	cell "h2-pinned-64x1" h2_64x1
+	cell "tls-pinned-new-conns" tls_run
+	stop_phase
+fi
 echo "# end $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo

@@ -17,12 +17,14 @@
 // X25519MLKEM768, which a Go server would pick and OpenSSL 3.0 cannot.
 //
 // A second subcommand, h2idle (h2idle.go), holds HTTP/2 connections idle
-// for test/bench/product-h2idle.sh.
+// for test/bench/product-h2idle.sh; a third, turns (turns.go), is
+// product.sh's interleaved HTTP/1.1 load (TURNS=SLICE).
 //
 // Usage:
 //
 //	product tlsconns -addr 127.0.0.1:18383 -sni bench.local -c 32 -d 5s
 //	product h2idle -addr 127.0.0.1:18383 -sni bench.local -n 1000
+//	product turns -front product=127.0.0.1:18380@PID -front ingress=127.0.0.1:18390@PID -conns 8
 package main
 
 import (
@@ -42,6 +44,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "turns" {
+		if err := turnsMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "product turns:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "h2idle" {
 		if err := h2idle(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "product h2idle:", err)
@@ -52,6 +61,7 @@ func main() {
 	if len(os.Args) < 2 || os.Args[1] != "tlsconns" {
 		fmt.Fprintln(os.Stderr, "usage: product tlsconns -addr HOST:PORT -sni NAME [-c N] [-d DURATION] [-resume=false] [-curves x25519,p256]")
 		fmt.Fprintln(os.Stderr, "       product h2idle -addr HOST:PORT -sni NAME [-n CONNS] [-c N]")
+		fmt.Fprintln(os.Stderr, "       product turns -front NAME=HOST:PORT@PID -front ... [-conns N] [-slice D] [-round D] [-rounds N]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("tlsconns", flag.ExitOnError)

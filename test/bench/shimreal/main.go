@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/turns"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,7 +111,7 @@ func main() {
 	table := flag.String("table", "", "print the table from the sample lines of an earlier run's output file (with that run's -duration) and exit")
 	flag.Parse()
 	if *loadWorker {
-		if err := serveLoad(os.Stdin, os.Stdout); err != nil {
+		if err := turns.Serve(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "shimreal -load-worker:", err)
 			os.Exit(1)
 		}
@@ -279,7 +280,7 @@ func run(o options) error {
 	fmt.Printf("# and quiet case workers conns variant pairs, then the same over the quiet round pairs only (host steal at most %.0f ms/s in both rounds)\n", o.quietSteal)
 
 	results := map[cell]map[string][]sample{}
-	pooled := map[cell]map[string]hist{}
+	pooled := map[cell]map[string]turns.Hist{}
 	quietN := map[cell]int{}
 	for _, w := range o.workers {
 		fronts := map[string]*front{}
@@ -317,15 +318,15 @@ func run(o options) error {
 					stopAll(fronts)
 					return fmt.Errorf("%s, %d workers, %d connections: %w", bc.name, w, c, err)
 				}
-				pooled[k] = map[string]hist{}
+				pooled[k] = map[string]turns.Hist{}
 				quiet := quietPairs(results[k], o.quietSteal)
 				quietN[k] = len(quiet)
 				for _, v := range variants {
-					h, q := hist{}, hist{}
+					h, q := turns.Hist{}, turns.Hist{}
 					for i, s := range results[k][v] {
-						h.add(s.hist)
+						h.Add(s.hist)
 						if slices.Contains(quiet, i) {
-							q.add(s.hist)
+							q.Add(s.hist)
 						}
 					}
 					pooled[k][v], pooled[k][v+quietSuffix] = h, q
@@ -472,7 +473,7 @@ func printHeader(o options, src sources) {
 
 // printTable prints the cells' table; quietN is how many quiet round
 // pairs each cell's quiet histograms pool.
-func printTable(o options, results map[cell]map[string][]sample, pooled map[cell]map[string]hist, quietN map[cell]int) {
+func printTable(o options, results map[cell]map[string][]sample, pooled map[cell]map[string]turns.Hist, quietN map[cell]int) {
 	fmt.Printf("shim ÷ real: median of the per-round ratios [min–max]; rps, p99 and CPU: medians of %d rounds of %s; pooled p99: the 99th percentile of all the requests of the %d rounds (wrk's latencies, 1 %% buckets), real / shim ms, and their ratio. CPU per request: the front nginx's (all processes) and, for the shim, `switchyard balancer`'s user+system time; sidecar: its CPU seconds per shim run (µs per request); asked Go: the sidecar's pick frames per 1000 shim requests (requests that waited for Go), median; host steal: the time the hypervisor took from the machine's CPUs during the rounds, ms per second summed over CPUs, real / shim, median\n\n", o.rounds, o.duration, o.rounds)
 	fmt.Println("| case | workers | conns | real rps | shim rps | shim ÷ real rps | real p99 ms | shim p99 ms | shim ÷ real p99 | pooled p99 ms real / shim | shim ÷ real pooled p99 | CPU µs/req: real nginx / shim nginx + sidecar | shim ÷ real CPU/req | sidecar CPU s/run (µs/req) | asked Go /1k req | host steal ms/s real / shim | quiet pairs: n, pooled p99 ms real / shim, ratio |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -501,13 +502,13 @@ func printTable(o options, results map[cell]map[string][]sample, pooled map[cell
 				}
 				mr, ms := medianSample(re), medianSample(sh)
 				pooledP99, pooledRatio := "–", "–"
-				if ph := pooled[cell{bc.name, w, c}]; ph != nil && ph[variantReal].count() > 0 && ph[variantShim].count() > 0 {
-					pr, ps := ph[variantReal].quantile(0.99), ph[variantShim].quantile(0.99)
+				if ph := pooled[cell{bc.name, w, c}]; ph != nil && ph[variantReal].Count() > 0 && ph[variantShim].Count() > 0 {
+					pr, ps := ph[variantReal].Quantile(0.99), ph[variantShim].Quantile(0.99)
 					pooledP99, pooledRatio = fmt.Sprintf("%.2f / %.2f", pr, ps), fmt.Sprintf("%.2f", ps/pr)
 				}
 				quietCol := "–"
-				if ph := pooled[cell{bc.name, w, c}]; ph != nil && ph[variantReal+quietSuffix].count() > 0 && ph[variantShim+quietSuffix].count() > 0 {
-					pr, ps := ph[variantReal+quietSuffix].quantile(0.99), ph[variantShim+quietSuffix].quantile(0.99)
+				if ph := pooled[cell{bc.name, w, c}]; ph != nil && ph[variantReal+quietSuffix].Count() > 0 && ph[variantShim+quietSuffix].Count() > 0 {
+					pr, ps := ph[variantReal+quietSuffix].Quantile(0.99), ph[variantShim+quietSuffix].Quantile(0.99)
 					quietCol = fmt.Sprintf("%d, %.2f / %.2f, %.2f", quietN[cell{bc.name, w, c}], pr, ps, ps/pr)
 				}
 				fmt.Printf("| %s | %d | %d | %.0f | %.0f | %.2f [%.2f–%.2f] | %.2f | %.2f | %.2f [%.2f–%.2f] | %s | %s | %.1f / %.1f + %.1f | %.2f [%.2f–%.2f] | %.2f (%.1f) | %s | %s | %s |\n",
@@ -531,7 +532,7 @@ func tableFrom(o options, path string) error {
 	seen := map[string]bool{}
 	var cases []benchCase
 	var workers, conns []int
-	pooled := map[cell]map[string]hist{}
+	pooled := map[cell]map[string]turns.Hist{}
 	quietN := map[cell]int{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -539,14 +540,14 @@ func tableFrom(o options, path string) error {
 			w, err1 := strconv.Atoi(f[2])
 			c, err2 := strconv.Atoi(f[3])
 			n, err3 := strconv.Atoi(f[5])
-			h, err4 := parseHist(f[6:])
+			h, err4 := turns.ParseHist(f[6:])
 			if err := errors.Join(err1, err2, err3, err4); err != nil {
 				return fmt.Errorf("%s: bad quiet line: %w", path, err)
 			}
 			k := cell{f[1], w, c}
 			quietN[k] = n
 			if pooled[k] == nil {
-				pooled[k] = map[string]hist{}
+				pooled[k] = map[string]turns.Hist{}
 			}
 			pooled[k][f[4]+quietSuffix] = h
 			continue
@@ -554,13 +555,13 @@ func tableFrom(o options, path string) error {
 		if len(f) >= 5 && f[0] == "pooled" {
 			w, err1 := strconv.Atoi(f[2])
 			c, err2 := strconv.Atoi(f[3])
-			h, err3 := parseHist(f[5:])
+			h, err3 := turns.ParseHist(f[5:])
 			if err := errors.Join(err1, err2, err3); err != nil {
 				return fmt.Errorf("%s: bad pooled line: %w", path, err)
 			}
 			k := cell{f[1], w, c}
 			if pooled[k] == nil {
-				pooled[k] = map[string]hist{}
+				pooled[k] = map[string]turns.Hist{}
 			}
 			pooled[k][f[4]] = h
 			continue

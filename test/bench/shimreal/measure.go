@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"github.com/switchyard-proxy/switchyard/test/bench/internal/benchutil"
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/turns"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ type sample struct {
 	// hist is the run's latency histogram (wrk.lua's done hook), pooled
 	// over the rounds of a cell for its p99 (nil in tables made with
 	// -table from raw output without "pooled" lines).
-	hist hist
+	hist turns.Hist
 }
 
 // wrkArgs are the wrk command line for case c at conns connections.

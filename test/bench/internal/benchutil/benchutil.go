@@ -64,9 +64,20 @@ func ParseWrk(out string) (Wrk, error) {
 // CPUTicks sums utime+stime (all threads) of the given processes, in clock
 // ticks (USER_HZ, 100 on Linux); a negative pid means every process of that
 // process group.
-func CPUTicks(pids []int) int64 {
+func CPUTicks(pids []int) int64 { return sumTicks(among(pids)) }
+
+// CPUTicksTree is CPUTicks of pid and its children (nginx's master and
+// its workers).
+func CPUTicksTree(pid int) int64 {
+	return sumTicks(func(p int, f []string) bool {
+		ppid, _ := strconv.Atoi(f[1])
+		return p == pid || ppid == pid
+	})
+}
+
+func sumTicks(match func(pid int, f []string) bool) int64 {
 	var total int64
-	eachProcess(pids, func(_ int, f []string) {
+	eachProcess(match, func(_ int, f []string) {
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		total += ut + st
@@ -74,10 +85,24 @@ func CPUTicks(pids []int) int64 {
 	return total
 }
 
+// among matches the processes among pids, where a negative pid means every
+// process of that process group.
+func among(pids []int) func(pid int, f []string) bool {
+	return func(pid int, f []string) bool {
+		pgrp, _ := strconv.Atoi(f[2])
+		for _, p := range pids {
+			if p == pid || (p < 0 && pgrp == -p) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // eachProcess calls fn with the fields of /proc/PID/stat after the command
-// name (f[0] is the state) of every process among pids, where a negative
-// pid means every process of that process group.
-func eachProcess(pids []int, fn func(pid int, f []string)) {
+// name (f[0] is the state, f[1] the parent) of every process that match
+// takes.
+func eachProcess(match func(pid int, f []string) bool, fn func(pid int, f []string)) {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -97,12 +122,8 @@ func eachProcess(pids []int, fn func(pid int, f []string)) {
 		if len(f) < 13 {
 			continue
 		}
-		pgrp, _ := strconv.Atoi(f[2])
-		for _, p := range pids {
-			if p == pid || (p < 0 && pgrp == -p) {
-				fn(pid, f)
-				break
-			}
+		if match(pid, f) {
+			fn(pid, f)
 		}
 	}
 }
@@ -118,7 +139,7 @@ func eachProcess(pids []int, fn func(pid int, f []string)) {
 func Realtime(prio int, pids []int) error {
 	var errs []error
 	n := 0
-	eachProcess(pids, func(pid int, _ []string) {
+	eachProcess(among(pids), func(pid int, _ []string) {
 		n++
 		out, err := exec.Command("chrt", "-a", "-f", "-p", strconv.Itoa(prio), strconv.Itoa(pid)).CombinedOutput()
 		if err != nil {

@@ -1,6 +1,7 @@
 package benchutil
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"strconv"
@@ -43,6 +44,33 @@ func TestCPUTicksCountsThisProcess(t *testing.T) {
 	}
 	if x == 0 || CPUTicks([]int{os.Getpid()}) <= 0 {
 		t.Fatal("no CPU time for a process that just spent some")
+	}
+}
+
+// CPUTicksTree counts a child's CPU with its parent's: a child that burns
+// a third of a second while this process sleeps shows up in this process's
+// tree and not in this process alone.
+func TestCPUTicksTreeCountsChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; sleep 10`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	self0 := CPUTicks([]int{os.Getpid()})
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil { // the busy loop is over
+		t.Fatal(err)
+	}
+	child := CPUTicks([]int{cmd.Process.Pid})
+	if child < 5 {
+		t.Fatalf("the child spent %d ticks; want a busy loop's worth", child)
+	}
+	tree, self1 := CPUTicksTree(os.Getpid()), CPUTicks([]int{os.Getpid()})
+	if tree < self0+child || tree-self1 < child-1 {
+		t.Errorf("tree %d ticks, this process %d then %d, the child %d: the child is not counted", tree, self0, self1, child)
 	}
 }
 

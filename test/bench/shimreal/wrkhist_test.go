@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/switchyard-proxy/switchyard/test/bench/internal/turns"
 )
 
 // The pooled quantile is the quantile of all requests, within the 1 %
@@ -21,25 +23,25 @@ func TestHistQuantile(t *testing.T) {
 		t.Fatal(err)
 	}
 	near := func(got, want float64) bool { return math.Abs(got-want) <= 0.01*want }
-	if q := a.quantile(0.99); !near(q, 0.3) {
+	if q := a.Quantile(0.99); !near(q, 0.3) {
 		t.Errorf("round one p99 = %v ms; want 0.3", q)
 	}
-	if q := a.quantile(0.995); !near(q, 5) {
+	if q := a.Quantile(0.995); !near(q, 5) {
 		t.Errorf("round one p99.5 = %v ms; want 5", q)
 	}
-	pool := hist{}
-	pool.add(a)
-	pool.add(b)
-	if n := pool.count(); n != 2000 {
+	pool := turns.Hist{}
+	pool.Add(a)
+	pool.Add(b)
+	if n := pool.Count(); n != 2000 {
 		t.Fatalf("pooled %v requests; want 2000", n)
 	}
-	if q := pool.quantile(0.99); !near(q, 0.4) {
+	if q := pool.Quantile(0.99); !near(q, 0.4) {
 		t.Errorf("pooled p99 = %v ms; want 0.4", q)
 	}
-	if q := pool.quantile(0.996); !near(q, 5) {
+	if q := pool.Quantile(0.996); !near(q, 5) {
 		t.Errorf("pooled p99.6 = %v ms; want 5", q)
 	}
-	again, err := parseHist(strings.Fields(pool.String()))
+	again, err := turns.ParseHist(strings.Fields(pool.String()))
 	if err != nil || again.String() != pool.String() {
 		t.Errorf("round trip: %v %v", again, err)
 	}
@@ -48,7 +50,7 @@ func TestHistQuantile(t *testing.T) {
 			t.Errorf("%q was read", bad)
 		}
 	}
-	if (hist{}).quantile(0.99) != 0 {
+	if (turns.Hist{}).Quantile(0.99) != 0 {
 		t.Error("an empty histogram has a quantile")
 	}
 }
