@@ -12,7 +12,8 @@ package main
 // workers) over the round, per request the proxy answered in it; a proxy
 // waiting for its turn uses next to none. cpu_pct is over the time the
 // proxy had the load. After the rounds a comment line per proxy gives the
-// p99 of all its requests (the rounds' histograms pooled).
+// p50, p90, p99 and p99.9 of all its requests (the rounds' histograms
+// pooled).
 
 import (
 	"flag"
@@ -102,7 +103,9 @@ func turnsMain(args []string) error {
 		}
 	}
 	for i, f := range fronts {
-		fmt.Printf("# %s %s pooled p99 %.0f us over %.0f requests\n", *label, f.name, pooled[i].Quantile(0.99)*1000, pooled[i].Count())
+		h := pooled[i]
+		fmt.Printf("# %s %s pooled over %.0f requests: p50 %.0f us, p90 %.0f, p99 %.0f, p99.9 %.0f\n", *label, f.name, h.Count(),
+			h.Quantile(0.5)*1000, h.Quantile(0.9)*1000, h.Quantile(0.99)*1000, h.Quantile(0.999)*1000)
 	}
 	return nil
 }
