@@ -16,6 +16,8 @@
 # CONNS connections of STREAMS concurrent streams (product.sh's h2 section).
 # UNPINNED=1 pins nothing and runs the product with GOMAXPROCS=2 (product.sh's
 # unpinned section) instead.
+# BIN_A and BIN_B take a binary built elsewhere (e.g. with another Go
+# toolchain) in place of building REV_A or REV_B; the REV is then a label.
 # A_ARGS and B_ARGS add controller flags to A's and B's command line, e.g.
 # B_ARGS=--http2-server=x/net with the same REV twice.
 # THREADS=1 also prints, per run, what the product's threads did per
@@ -23,6 +25,13 @@
 # time and wake-ups of the runtime's monitor (sysmon: the thread found in
 # nanosleep(2) most often, sampled 20 times during the load) and of the
 # other threads.
+#
+# TURNS=SLICE (HTTP/1.1 only) replaces the alternating wrk runs with the
+# interleaved load of product.sh's TURNS (test/bench/product turns): A and
+# B take the load in turns of SLICE, and per round it prints rps, p99 and
+# CPU per request (the process's, per request the load counted) of each,
+# then the medians of the per-round ratios B/A and each build's p99 over
+# all rounds.
 #
 # Ports 18480-18496, apart from product.sh's.
 set -euo pipefail
@@ -40,7 +49,10 @@ cleanup() {
 trap cleanup EXIT
 
 build() { # build REV NAME
-	if [ "$1" = . ]; then
+	local bin="BIN_${2^^}"
+	if [ -n "${!bin:-}" ]; then
+		cp "${!bin}" "$tmp/$2"
+	elif [ "$1" = . ]; then
 		go build -o "$tmp/$2" ./cmd/switchyard
 	else
 		mkdir "$tmp/src-$2"
@@ -51,6 +63,7 @@ build() { # build REV NAME
 build "$reva" a
 build "$revb" b
 go build -o "$tmp/pbench" ./test/bench/proxy
+[ -z "${TURNS:-}" ] || go build -o "$tmp/turns" ./test/bench/product
 port=18481
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" $port 127.0.0.2 127.0.0.3 127.0.0.4
@@ -87,6 +100,20 @@ load() { # load NAME SECONDS: prints the requests per second
 }
 start a 18480 18484 18485
 start b 18490 18494 18495
+if [ -n "${TURNS:-}" ]; then
+	echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, interleaved load in turns of $TURNS, ${secs}s x $rounds rounds, $conns conns, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "# label round build rps p99_us cpu_us_per_req cpu_pct bad -"
+	GOMAXPROCS=$maxprocs "${on0[@]}" "$tmp/turns" turns -label ab -conns "$conns" -slice "$TURNS" -round "${secs}s" -rounds "$rounds" \
+		-front "A=127.0.0.1:${http[a]}@${pid[a]}" -front "B=127.0.0.1:${http[b]}@${pid[b]}" | tee "$tmp/turns.out"
+	echo "# end $(date -u +%FT%TZ), load: $(cut -d' ' -f1-3 /proc/loadavg)"
+	awk 'function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+		/^#/ { next } { v[$2, $3] = $4 " " $5 " " $6; if ($2 > n) n = $2 }
+		END { for (r = 1; r <= n; r++) { split(v[r, "A"], a, " "); split(v[r, "B"], b, " "); rr[r] = b[1] / a[1]; pp[r] = b[2] / a[2]; cc[r] = b[3] / a[3] }
+			printf "medians of %d rounds: rps B/A %.3f [%.3f-%.3f], p99 B/A %.3f [%.3f-%.3f], CPU per request B/A %.3f [%.3f-%.3f]\n", n,
+				med(rr, n), rr[1], rr[n], med(pp, n), pp[1], pp[n], med(cc, n), cc[1], cc[n] }' "$tmp/turns.out"
+	exit 0
+fi
 reqs() { curl -sf "http://127.0.0.1:${status[$1]}/metrics" | awk '/^nginx_ingress_controller_requests[{ ]/ { s += $NF } END { printf "%.0f", s }'; }
 ticks() { awk '{ print $14 + $15 }' "/proc/${pid[$1]}/stat"; }
 hz=$(getconf CLK_TCK)
