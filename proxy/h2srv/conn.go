@@ -27,6 +27,10 @@ type conn struct {
 	fr     *http2.Framer
 	// br holds the bytes the framer reads ahead.
 	br *bufReader
+	// hdec, hblock and hpayload decode header blocks (readHeaders).
+	hdec     *hpack.Decoder
+	hblock   headerBlock
+	hpayload []byte
 
 	mu   sync.Mutex
 	cond *sync.Cond // windows grew, a stream closed, the connection ended
@@ -93,8 +97,10 @@ func newConn(s *Server, ctx context.Context, nc net.Conn) *conn {
 	}
 	c.br = &bufReader{r: nc, buf: make([]byte, size)}
 	c.fr = http2.NewFramer(nil, c.br)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = s.maxHeaderBytes()
+	// Header blocks are read and decoded by readHeaders, not by the
+	// framer (ReadMetaHeaders stays nil).
+	c.hdec = hpack.NewDecoder(4096, c.emitField)
+	c.hdec.SetMaxStringLength(int(s.maxHeaderBytes()))
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(maxReadFrame) // SETTINGS_MAX_FRAME_SIZE's default
 	c.henc = hpack.NewEncoder(&c.hbuf)
@@ -129,7 +135,16 @@ func (c *conn) serve(shutdown context.Context) {
 		c.idleTimer = time.AfterFunc(c.srv.IdleTimeout, c.idle)
 	}
 	for {
-		f, err := c.fr.ReadFrame()
+		var f http2.Frame
+		var hb *headerBlock
+		fh, err := c.fr.ReadFrameHeader()
+		if err == nil {
+			if fh.Type == http2.FrameHeaders {
+				hb, err = c.readHeaders(fh)
+			} else {
+				f, err = c.fr.ReadFrameForHeader(fh)
+			}
+		}
 		if errors.Is(err, http2.ErrFrameTooLarge) {
 			err = http2.ConnectionError(http2.ErrCodeFrameSize)
 		}
@@ -145,7 +160,12 @@ func (c *conn) serve(shutdown context.Context) {
 			}
 			return
 		}
-		if err := c.process(f); err != nil {
+		if hb != nil {
+			err = c.processHeaders(hb)
+		} else {
+			err = c.process(f)
+		}
+		if err != nil {
 			var ce http2.ConnectionError
 			if errors.As(err, &ce) {
 				c.goAway(http2.ErrCode(ce))
@@ -175,8 +195,6 @@ func (c *conn) process(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
 		return c.processSettings(f)
-	case *http2.MetaHeadersFrame:
-		return c.processHeaders(f)
 	case *http2.DataFrame:
 		return c.processData(f)
 	case *http2.WindowUpdateFrame:
@@ -202,9 +220,10 @@ func (c *conn) process(f http2.Frame) error {
 		}
 	case *http2.PushPromiseFrame:
 		return http2.ConnectionError(http2.ErrCodeProtocol) // clients do not push
-	case *http2.ContinuationFrame:
-		// ReadMetaHeaders joins CONTINUATION frames to their HEADERS;
-		// one here follows nothing.
+	case *http2.HeadersFrame, *http2.ContinuationFrame:
+		// readHeaders takes HEADERS and joins CONTINUATION frames to
+		// them (the framer's ReadFrameHeader refuses any other); one
+		// here follows nothing.
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	// Unknown frame types are ignored (RFC 9113 §4.1).
@@ -396,7 +415,7 @@ func (c *conn) closeStream(st *stream, err error) {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.giveBack(nil, st.body.discard(err)) // nobody reads what is left
-	st.cancel()
+	st.ctx.cancel()
 	if c.srv.StreamsChanged != nil {
 		c.srv.StreamsChanged(c.nc, open)
 	}

@@ -15,5 +15,10 @@
 // into the connection's write buffer under a lock: the first to find no
 // write in progress writes everything queued, so answers finished
 // together leave in one system call. Frames are parsed and written by
-// x/net/http2's Framer and header blocks by its hpack package.
+// x/net/http2's Framer and header blocks by its hpack package; but
+// HEADERS and CONTINUATION frames are read by readHeaders into a block
+// the connection reuses, where the Framer's ReadMetaHeaders allocates a
+// frame and a field list per request. A request's stream, context,
+// *http.Request, URL, header values and response writer are one
+// allocation (stream), never reused.
 package h2srv

@@ -98,11 +98,18 @@ func (w *responseWriter) send(end bool) error {
 	c, st := w.st.c, w.st
 	if !w.sentHeader {
 		w.sentHeader = true
+		// The length of a whole answer goes into the head, not into the
+		// handler's map: no []string for it (the handler has returned and
+		// does not see the map again).
+		length := -1
 		if end && !w.head && w.bodyAllowed() && len(w.header["Content-Length"]) == 0 {
-			w.header["Content-Length"] = []string{strconv.Itoa(len(w.buf))}
+			length = len(w.buf)
 		}
 		h := w.header
 		if decl := w.declaredTrailers(); decl != nil {
+			if decl["Content-Length"] {
+				length = -1 // declared a trailer: not in the head
+			}
 			h = make(http.Header, len(w.header))
 			for k, v := range w.header {
 				if !decl[k] {
@@ -110,7 +117,7 @@ func (w *responseWriter) send(end bool) error {
 				}
 			}
 		}
-		if err := c.writeHead(st, w.status, h, end && len(w.buf) == 0, true); err != nil {
+		if err := c.writeHead(st, w.status, h, length, end && len(w.buf) == 0, true); err != nil {
 			return err
 		}
 		if end && len(w.buf) == 0 {
@@ -217,9 +224,9 @@ func noHeadField(k string) bool {
 	return strings.HasPrefix(k, http.TrailerPrefix)
 }
 
-// writeHead queues a head: the status and h's fields (a Date added if h
-// has none, when withDate).
-func (c *conn) writeHead(st *stream, status int, h http.Header, end, withDate bool) error {
+// writeHead queues a head: the status, h's fields, a content-length of
+// length unless it is negative, and a Date if h has none, when withDate.
+func (c *conn) writeHead(st *stream, status int, h http.Header, length int, end, withDate bool) error {
 	if !c.streamOpen(st) {
 		return errStreamReset
 	}
@@ -241,6 +248,9 @@ func (c *conn) writeHead(st *stream, status int, h http.Header, end, withDate bo
 			}
 			_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
 		}
+	}
+	if length >= 0 {
+		_ = c.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(length)})
 	}
 	if _, ok := h["Date"]; withDate && !ok {
 		_ = c.henc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
@@ -299,7 +309,7 @@ func (c *conn) writeBlock(id uint32, end bool) error {
 // Hints) with h's fields and writes it out; a failed write has ended the
 // connection.
 func (c *conn) writeInterimHead(st *stream, status int, h http.Header) {
-	if c.writeHead(st, status, h, false, false) == nil {
+	if c.writeHead(st, status, h, -1, false, false) == nil {
 		_ = c.flush()
 	}
 }

@@ -1,7 +1,6 @@
 package h2srv
 
 import (
-	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -17,11 +16,10 @@ import (
 
 // stream is one request and its answer.
 type stream struct {
-	c      *conn
-	id     uint32
-	ctx    context.Context
-	cancel context.CancelFunc
-	body   *bodyPipe // nil without a request body
+	c    *conn
+	id   uint32
+	ctx  *streamContext // &sctx: the request's context, cancelled by closeStream
+	body *bodyPipe      // nil without a request body
 
 	// under c.mu
 	sendWindow int64
@@ -35,12 +33,26 @@ type stream struct {
 	declared     int64 // the request's content-length, -1 if none
 	received     int64
 	trailer      http.Header // the declared trailers, filled when they come
+
+	// What a request needs besides, allocated with its stream: one
+	// allocation rather than one each. None is ever reused (a handler may
+	// keep any of them past its return), so none needs to be reset.
+	sctx    streamContext
+	rw      responseWriter
+	req     http.Request
+	url     url.URL
+	values  [8]string       // the request header's values (newRequest)
+	bodyBuf [smallBody]byte // a small answer's body (responseWriter.buf)
 }
+
+// smallBody is the answer body a stream holds without an allocation of
+// its own.
+const smallBody = 256
 
 // processHeaders opens a stream (or takes a request's trailers) and
 // starts its handler.
-func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+func (c *conn) processHeaders(f *headerBlock) error {
+	id := f.streamID
 	if id%2 != 1 {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -63,7 +75,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		c.writeControl(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) })
 		return nil
 	}
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if f.hasPriority && f.streamDep == id {
 		// A stream that depends on itself (RFC 9113 §5.3.1).
 		c.writeControl(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, http2.ErrCodeProtocol) })
 		return nil
@@ -89,9 +101,10 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	if c.srv.MaxRequests > 0 && c.opened >= c.srv.MaxRequests {
 		c.goAway(http2.ErrCodeNo)
 	}
-	rw := &responseWriter{st: st, header: make(http.Header), head: req.Method == http.MethodHead}
+	rw := &st.rw
+	*rw = responseWriter{st: st, header: make(http.Header), head: req.Method == http.MethodHead, buf: st.bodyBuf[:0]}
 	handler := c.srv.Handler
-	if f.Truncated {
+	if f.truncated {
 		handler = http.HandlerFunc(headerTooLarge)
 	}
 	c.srv.run(job{c: c, st: st, rw: rw, req: req, h: handler})
@@ -106,14 +119,14 @@ func headerTooLarge(w http.ResponseWriter, _ *http.Request) {
 
 // processTrailers takes the trailing header block of a request body
 // (RFC 9113 §8.1): it must end the stream and hold no pseudo-field.
-func (c *conn) processTrailers(st *stream, f *http2.MetaHeadersFrame) error {
+func (c *conn) processTrailers(st *stream, f *headerBlock) error {
 	if st.remoteClosed {
 		// Half-closed (remote): the client ended its side (RFC 9113 §5.1).
 		// A connection error, as for a stream already closed: whether the
 		// answer had ended yet is a race the client cannot see.
 		return http2.ConnectionError(http2.ErrCodeStreamClosed)
 	}
-	if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+	if !f.endStream || len(f.pseudoFields()) > 0 {
 		c.resetStream(st.id, http2.ErrCodeProtocol)
 		return nil
 	}
@@ -125,7 +138,7 @@ func (c *conn) processTrailers(st *stream, f *http2.MetaHeadersFrame) error {
 	var fields http.Header
 	if st.trailer != nil {
 		fields = make(http.Header)
-		for _, hf := range f.RegularFields() {
+		for _, hf := range f.regularFields() {
 			key := textproto.CanonicalMIMEHeaderKey(hf.Name)
 			if _, declared := st.trailer[key]; declared {
 				fields[key] = append(fields[key], hf.Value)
@@ -144,9 +157,9 @@ var connHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Tran
 
 // newRequest builds the request of a HEADERS frame as net/http's HTTP/2
 // server does, or gives the stream error that refuses it.
-func (c *conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *stream, http2.ErrCode) {
+func (c *conn) newRequest(f *headerBlock) (*http.Request, *stream, http2.ErrCode) {
 	var method, scheme, authority, path, protocol string
-	for _, hf := range f.PseudoFields() {
+	for _, hf := range f.pseudoFields() {
 		switch hf.Name {
 		case ":method":
 			method = hf.Value
@@ -168,10 +181,25 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *stream, ht
 		(!isConnect && (scheme == "" || path == "")) {
 		return nil, nil, http2.ErrCodeProtocol
 	}
-	header := make(http.Header, len(f.Fields))
-	for _, hf := range f.RegularFields() {
+	st := &stream{c: c, id: f.streamID, declared: -1}
+	regular := f.regularFields()
+	header := make(http.Header, len(regular))
+	// The values share one array: the stream's, or one made for them all.
+	// Each key's slice is capped at its length, so a second value (or a
+	// handler's Add) copies it rather than overwrite the next key's.
+	values := st.values[:0]
+	if len(regular) > len(st.values) {
+		values = make([]string, 0, len(regular))
+	}
+	for _, hf := range regular {
 		key := canonicalKey(hf.Name)
-		header[key] = append(header[key], hf.Value)
+		if vv, ok := header[key]; ok {
+			header[key] = append(vv, hf.Value)
+			continue
+		}
+		values = append(values, hf.Value)
+		n := len(values)
+		header[key] = values[n-1 : n : n]
 	}
 	for _, k := range connHeaders {
 		if _, ok := header[k]; ok {
@@ -194,20 +222,21 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *stream, ht
 		(authority != "" && !httpguts.ValidHostHeader(authority)) {
 		return nil, nil, http2.ErrCodeProtocol
 	}
-	var u *url.URL
+	u := &st.url
 	requestURI := path
 	if isConnect {
-		u, requestURI = &url.URL{Host: authority}, authority
+		*u, requestURI = url.URL{Host: authority}, authority
 	} else {
 		if path[0] != '/' && path != "*" {
 			return nil, nil, http2.ErrCodeProtocol
 		}
-		var err error
-		if u, err = url.ParseRequestURI(path); err != nil {
-			return nil, nil, http2.ErrCodeProtocol
+		if !parseOriginPath(path, u) {
+			var err error
+			if u, err = url.ParseRequestURI(path); err != nil {
+				return nil, nil, http2.ErrCodeProtocol
+			}
 		}
 	}
-	st := &stream{c: c, id: f.StreamID, declared: -1}
 	var trailer http.Header
 	for _, v := range header["Trailer"] {
 		for _, key := range strings.Split(v, ",") {
@@ -224,7 +253,7 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *stream, ht
 	delete(header, "Trailer")
 	st.trailer = trailer
 	contentLength := int64(0)
-	if !f.StreamEnded() {
+	if !f.endStream {
 		contentLength = -1
 		if cl := header["Content-Length"]; len(cl) > 0 {
 			n, err := strconv.ParseUint(cl[0], 10, 63)
@@ -239,8 +268,9 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *stream, ht
 			return nil, nil, http2.ErrCodeProtocol
 		}
 	}
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
-	req := &http.Request{
+	st.sctx.conn = c.ctx
+	st.ctx = &st.sctx
+	req := http.Request{
 		Method:        method,
 		URL:           u,
 		Proto:         "HTTP/2.0",
@@ -254,13 +284,50 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, *stream, ht
 		Trailer:       trailer,
 		Body:          http.NoBody,
 	}
-	if !f.StreamEnded() {
+	if !f.endStream {
 		st.body = &bodyPipe{st: st, needsContinue: expectsContinue(header)}
 		st.body.cond.L = &st.body.mu
 		req.Body = st.body
 	}
-	return req.WithContext(st.ctx), st, 0
+	// WithContext is inlined and its copy only copied from: the request
+	// lives in st, no second allocation.
+	st.req = *req.WithContext(st.ctx)
+	return &st.req, st, 0
 }
+
+// parseOriginPath is url.ParseRequestURI for the common origin-form
+// path (RFC 9113 §8.3.1, RFC 3986 §3.3): characters url.URL keeps
+// unescaped in a path (so RawPath stays empty) and an optional non-empty
+// query without control bytes. It parses into u without an allocation and
+// reports false for anything else (percent-escapes, '!', '*', an empty
+// query, ...), which ParseRequestURI then parses. TestParseOriginPath and
+// FuzzParseOriginPath hold it to ParseRequestURI's results.
+func parseOriginPath(path string, u *url.URL) bool {
+	p, q, hasQuery := strings.Cut(path, "?")
+	if p == "" || p[0] != '/' || (hasQuery && q == "") {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if !pathChar[p[i]] {
+			return false
+		}
+	}
+	for i := 0; i < len(q); i++ {
+		if q[i] < 0x20 || q[i] == 0x7f {
+			return false
+		}
+	}
+	*u = url.URL{Path: p, RawQuery: q}
+	return true
+}
+
+// pathChar are the bytes url.URL keeps unescaped in a path.
+var pathChar = func() (t [256]bool) {
+	for _, ch := range []byte("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~$&+,/:;=@") {
+		t[ch] = true
+	}
+	return t
+}()
 
 // expectsContinue reports whether the request asks for 100-continue, and
 // drops the field: the server answers it (bodyPipe.Read).
