@@ -62,6 +62,13 @@ build() { # build REV NAME
 }
 build "$reva" a
 build "$revb" b
+describe() { # describe REV BIN: what was built, for the header line
+	if [ -n "$2" ]; then
+		echo "$1 (binary $2)"
+	else
+		echo "$1 ($(git rev-parse --short "$([ "$1" = . ] && echo HEAD || echo "$1")"))"
+	fi
+}
 go build -o "$tmp/pbench" ./test/bench/proxy
 [ -z "${TURNS:-}" ] || go build -o "$tmp/turns" ./test/bench/product
 port=18481
@@ -101,7 +108,7 @@ load() { # load NAME SECONDS: prints the requests per second
 start a 18480 18484 18485
 start b 18490 18494 18495
 if [ -n "${TURNS:-}" ]; then
-	echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, interleaved load in turns of $TURNS, ${secs}s x $rounds rounds, $conns conns, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$(describe "$reva" "${BIN_A:-}") B=$(describe "$revb" "${BIN_B:-}"), interleaved load in turns of $TURNS, ${secs}s x $rounds rounds, $conns conns, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "# label round build rps p99_us cpu_us_per_req cpu_pct bad -"
 	GOMAXPROCS=$maxprocs "${on0[@]}" "$tmp/turns" turns -label ab -conns "$conns" -slice "$TURNS" -round "${secs}s" -rounds "$rounds" \
 		-front "A=127.0.0.1:${http[a]}@${pid[a]}" -front "B=127.0.0.1:${http[b]}@${pid[b]}" | tee "$tmp/turns.out"
@@ -155,7 +162,7 @@ run() { # run NAME: "rps cpu_us_per_req"
 	fi
 	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
 }
-echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$reva ($(git rev-parse --short "$([ "$reva" = . ] && echo HEAD || echo "$reva")")) B=$revb, ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$(describe "$reva" "${BIN_A:-}") B=$(describe "$revb" "${BIN_B:-}"), ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | A rps | B rps | A CPU us/req | B CPU us/req | rps B/A | CPU/req B/A |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do

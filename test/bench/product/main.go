@@ -45,7 +45,7 @@ import (
 
 func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "turns" {
-		if err := turnsMain(os.Args[2:]); err != nil {
+		if err := turnsMain(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "product turns:", err)
 			os.Exit(1)
 		}

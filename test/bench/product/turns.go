@@ -18,6 +18,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +48,7 @@ func (f *frontFlags) Set(v string) error {
 	return nil
 }
 
-func turnsMain(args []string) error {
+func turnsMain(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("turns", flag.ContinueOnError)
 	var fronts frontFlags
 	fs.Var(&fronts, "front", "NAME=HOST:PORT@PID: a proxy, and the process whose CPU (with its children's) is its own; repeat, two or more")
@@ -98,13 +99,13 @@ func turnsMain(args []string) error {
 				pooled[i] = turns.Hist{}
 			}
 			pooled[i].Add(fr.Hist)
-			fmt.Printf("%s %d %s %.0f %.0f %.1f %.0f %d -\n", *label, r, f.name, fr.RPS(), fr.Hist.Quantile(0.99)*1000,
+			fmt.Fprintf(out, "%s %d %s %.0f %.0f %.1f %.0f %d -\n", *label, r, f.name, fr.RPS(), fr.Hist.Quantile(0.99)*1000,
 				cpu*1e6/float64(fr.Requests), 100*cpu/fr.Active.Seconds(), fr.Errors)
 		}
 	}
 	for i, f := range fronts {
 		h := pooled[i]
-		fmt.Printf("# %s %s pooled over %.0f requests: p50 %.0f us, p90 %.0f, p99 %.0f, p99.9 %.0f\n", *label, f.name, h.Count(),
+		fmt.Fprintf(out, "# %s %s pooled over %.0f requests: p50 %.0f us, p90 %.0f, p99 %.0f, p99.9 %.0f\n", *label, f.name, h.Count(),
 			h.Quantile(0.5)*1000, h.Quantile(0.9)*1000, h.Quantile(0.99)*1000, h.Quantile(0.999)*1000)
 	}
 	return nil
