@@ -135,16 +135,7 @@ func (c *conn) serve(shutdown context.Context) {
 		c.idleTimer = time.AfterFunc(c.srv.IdleTimeout, c.idle)
 	}
 	for {
-		var f http2.Frame
-		var hb *headerBlock
-		fh, err := c.fr.ReadFrameHeader()
-		if err == nil {
-			if fh.Type == http2.FrameHeaders {
-				hb, err = c.readHeaders(fh)
-			} else {
-				f, err = c.fr.ReadFrameForHeader(fh)
-			}
-		}
+		f, hb, err := c.readFrame()
 		if errors.Is(err, http2.ErrFrameTooLarge) {
 			err = http2.ConnectionError(http2.ErrCodeFrameSize)
 		}
@@ -188,6 +179,21 @@ func (c *conn) readPreface() error {
 		return errors.New("h2srv: bad connection preface")
 	}
 	return nil
+}
+
+// readFrame reads the next frame: a header block (HEADERS and its
+// CONTINUATIONs, readHeaders) as hb, any other frame as f.
+func (c *conn) readFrame() (f http2.Frame, hb *headerBlock, err error) {
+	fh, err := c.fr.ReadFrameHeader()
+	if err != nil {
+		return nil, nil, err
+	}
+	if fh.Type == http2.FrameHeaders {
+		hb, err = c.readHeaders(fh)
+		return nil, hb, err
+	}
+	f, err = c.fr.ReadFrameForHeader(fh)
+	return f, nil, err
 }
 
 // process applies one frame; an error ends the connection.

@@ -128,16 +128,7 @@ func FuzzReadHeaders(f *testing.F) {
 		c.br.r = bytes.NewReader(in)
 		for range 1000 {
 			want, wantErr := ref.ReadFrame()
-			var got http2.Frame
-			var hb *headerBlock
-			fh, gotErr := c.fr.ReadFrameHeader()
-			if gotErr == nil {
-				if fh.Type == http2.FrameHeaders {
-					hb, gotErr = c.readHeaders(fh)
-				} else {
-					got, gotErr = c.fr.ReadFrameForHeader(fh)
-				}
-			}
+			got, hb, gotErr := c.readFrame()
 			if w, g := errorClass(wantErr), errorClass(gotErr); w != g {
 				t.Fatalf("input %x: error %q; want %q", in, g, w)
 			}
