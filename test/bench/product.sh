@@ -36,7 +36,8 @@
 # of SLICE, in passes forward and back, new connections per turn, so the
 # host's stalls fall on all three; a round is [seconds] of load on each.
 # The same GET / with Host bench.local; p99 from the load's own histogram
-# (1 % buckets), with the pooled p99 over all rounds as a comment line.
+# (1 % buckets), and per proxy a comment line with the p50, p90, p99
+# and p99.9 of all rounds pooled.
 # AA=1 puts a second nginx configured as ingress-nginx configures it in the
 # product's place (HTTP/1.1 phases only): what the ratios read when
 # nothing differs. H1_ONLY=1 leaves the HTTP/2 and TLS phase out.
