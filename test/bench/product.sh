@@ -37,7 +37,9 @@
 # host's stalls fall on all three; a round is [seconds] of load on each.
 # The same GET / with Host bench.local; p99 from the load's own histogram
 # (1 % buckets), and per proxy a comment line with the p50, p90, p99
-# and p99.9 of all rounds pooled.
+# and p99.9 of all rounds pooled; per round and proxy a "# shared" line
+# gives the CPU per request the load process and the backends spent
+# during that proxy's turns.
 # AA=1 puts a second nginx configured as ingress-nginx configures it in the
 # product's place (HTTP/1.1 phases only): what the ratios read when
 # nothing differs. H1_ONLY=1 leaves the HTTP/2 and TLS phase out.
@@ -300,7 +302,8 @@ turns_cell() {
 	out=$(GOMAXPROCS=$client_procs "${client[@]}" "$tmp/tlsclient" turns -label "$label" -conns "$conns" -slice "$TURNS" \
 		-round "${secs}s" -rounds "$rounds" -host bench.local \
 		-front "product=127.0.0.1:$sy_http@${procs[product]}" -front "ingress=127.0.0.1:$ng_http@${procs[ingress]}" \
-		-front "plain=127.0.0.1:$pl_http@${procs[plain]}") || { echo "product.sh: $label: the interleaved load failed" >&2; exit 1; }
+		-front "plain=127.0.0.1:$pl_http@${procs[plain]}" -shared "backends=${phase_pids[0]}") ||
+		{ echo "product.sh: $label: the interleaved load failed" >&2; exit 1; }
 	grep -v '^#' <<<"$out" >>"$tmp/rows"
 	awk '/^#/ { print; next } { printf "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }' <<<"$out"
 }

@@ -14,11 +14,20 @@ package main
 // proxy had the load. After the rounds a comment line per proxy gives the
 // p50, p90, p99 and p99.9 of all its requests (the rounds' histograms
 // pooled).
+//
+// -shared NAME=PID names a process every proxy's load goes through (the
+// backends): its CPU is read before and after each turn
+// (benchutil.RunNanos), so the time it spent during a proxy's turns is
+// charged to that proxy. Per round and proxy a comment line gives it per
+// request, with the load process's own:
+//
+//	# shared LABEL ROUND NAME load_us_per_req NAME_us_per_req...
 
 import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -48,10 +57,43 @@ func (f *frontFlags) Set(v string) error {
 	return nil
 }
 
+// sharedFlags are the -shared NAME=PID.
+type sharedFlags []frontFlag
+
+func (f *sharedFlags) String() string { return fmt.Sprint(*f) }
+
+func (f *sharedFlags) Set(v string) error {
+	name, pidS, ok := strings.Cut(v, "=")
+	pid, err := strconv.Atoi(pidS)
+	if !ok || name == "" || err != nil || pid <= 0 {
+		return fmt.Errorf("want NAME=PID, got %q", v)
+	}
+	*f = append(*f, frontFlag{name: name, pid: pid})
+	return nil
+}
+
+func (f sharedFlags) names() string {
+	var names string
+	for _, s := range f {
+		names += " " + s.name
+	}
+	return names
+}
+
+func (f sharedFlags) pids() []int {
+	var pids []int
+	for _, s := range f {
+		pids = append(pids, s.pid)
+	}
+	return pids
+}
+
 func turnsMain(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("turns", flag.ContinueOnError)
 	var fronts frontFlags
 	fs.Var(&fronts, "front", "NAME=HOST:PORT@PID: a proxy, and the process whose CPU (with its children's) is its own; repeat, two or more")
+	var shared sharedFlags
+	fs.Var(&shared, "shared", "NAME=PID: a process all proxies' load goes through (the backends), its CPU charged to the proxy whose turn it is; repeatable")
 	label := fs.String("label", "h1", "the cell's label, the rows' first field")
 	host := fs.String("host", "bench.local", "the requests' Host")
 	conns := fs.Int("conns", 8, "connections per proxy")
@@ -78,9 +120,26 @@ func turnsMain(args []string, out io.Writer) error {
 	if err := l.Warm(); err != nil {
 		return err
 	}
+	// The shared processes' CPU (and the load's own, first) per front.
+	sharedPids := append([]int{os.Getpid()}, shared.pids()...)
+	spent := make([][]int64, len(fronts))
+	at := make([]int64, len(sharedPids))
+	l.Turn = func(front int, start bool) {
+		for j, pid := range sharedPids {
+			n := benchutil.RunNanos(pid)
+			if !start {
+				spent[front][j] += n - at[j]
+			}
+			at[j] = n
+		}
+	}
 	hz := 100.0 // USER_HZ, which /proc/PID/stat counts in on Linux
 	pooled := make([]turns.Hist, len(fronts))
+	fmt.Fprintf(out, "# shared %s columns: load%s\n", *label, shared.names())
 	for r := 1; r <= *rounds; r++ {
+		for i := range spent {
+			spent[i] = make([]int64, len(sharedPids))
+		}
 		cpu0 := make([]int64, len(fronts))
 		for i, f := range fronts {
 			cpu0[i] = benchutil.CPUTicksTree(f.pid)
@@ -101,6 +160,13 @@ func turnsMain(args []string, out io.Writer) error {
 			pooled[i].Add(fr.Hist)
 			fmt.Fprintf(out, "%s %d %s %.0f %.0f %.1f %.0f %d -\n", *label, r, f.name, fr.RPS(), fr.Hist.Quantile(0.99)*1000,
 				cpu*1e6/float64(fr.Requests), 100*cpu/fr.Active.Seconds(), fr.Errors)
+		}
+		for i, f := range fronts {
+			line := fmt.Sprintf("# shared %s %d %s", *label, r, f.name)
+			for j := range sharedPids {
+				line += fmt.Sprintf(" %.1f", float64(spent[i][j])/1e3/float64(res.Fronts[i].Requests))
+			}
+			fmt.Fprintln(out, line)
 		}
 	}
 	for i, f := range fronts {

@@ -31,15 +31,27 @@ func TestTurnsRows(t *testing.T) {
 	pid := strconv.Itoa(os.Getpid())
 	var out bytes.Buffer
 	err := turnsMain([]string{"-label", "cell", "-conns", "2", "-slice", "10ms", "-round", "30ms", "-rounds", "2", "-warmup", "10ms",
-		"-front", "one=" + a + "@" + pid, "-front", "two=" + b + "@" + pid}, &out)
+		"-front", "one=" + a + "@" + pid, "-front", "two=" + b + "@" + pid, "-shared", "self=" + pid}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows, pooled int
+	var rows, pooled, shared int
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		f := strings.Fields(line)
-		if f[0] == "#" {
+		switch {
+		case len(f) == 7 && f[1] == "shared" && f[2] == "cell" && f[3] != "columns:":
+			// # shared cell ROUND NAME load self: CPU per request, µs.
+			shared++
+			for _, v := range f[5:] {
+				if us, err := strconv.ParseFloat(v, 64); err != nil || us < 0 {
+					t.Errorf("shared line %q: %q", line, v)
+				}
+			}
+			continue
+		case f[0] == "#" && strings.Contains(line, "pooled"):
 			pooled++
+			continue
+		case f[0] == "#":
 			continue
 		}
 		rows++
@@ -51,8 +63,8 @@ func TestTurnsRows(t *testing.T) {
 			t.Errorf("row %q: rps %q", line, f[3])
 		}
 	}
-	if rows != 4 || pooled != 2 {
-		t.Errorf("%d rows and %d pooled lines, want 4 and 2:\n%s", rows, pooled, out.String())
+	if rows != 4 || pooled != 2 || shared != 4 {
+		t.Errorf("%d rows, %d pooled lines and %d shared lines, want 4, 2 and 4:\n%s", rows, pooled, shared, out.String())
 	}
 }
 
@@ -69,6 +81,11 @@ func TestTurnsFailures(t *testing.T) {
 	for _, f := range []string{"a=" + ok, "a=" + ok + "@x", "=" + ok + "@" + pid, "a=@1"} {
 		if err := turnsMain(append(args, "-front", f, "-front", "b="+ok+"@"+pid), io.Discard); err == nil {
 			t.Errorf("-front %q was taken", f)
+		}
+	}
+	for _, sh := range []string{"x", "x=", "=1", "x=-3"} {
+		if err := turnsMain(append(args, "-front", "a="+ok+"@"+pid, "-front", "b="+ok+"@"+pid, "-shared", sh), io.Discard); err == nil {
+			t.Errorf("-shared %q was taken", sh)
 		}
 	}
 	if err := turnsMain(append(args, "-front", fmt.Sprintf("a=%s@%s", ok, pid)), io.Discard); err == nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 const wrkOut = `Running 5s test @ http://127.0.0.1:8080/
@@ -71,6 +72,23 @@ func TestCPUTicksTreeCountsChildren(t *testing.T) {
 	tree, self1 := CPUTicksTree(os.Getpid()), CPUTicks([]int{os.Getpid()})
 	if tree < self0+child || tree-self1 < child-1 {
 		t.Errorf("tree %d ticks, this process %d then %d, the child %d: the child is not counted", tree, self0, self1, child)
+	}
+}
+
+// RunNanos counts a busy loop's time in nanoseconds.
+func TestRunNanos(t *testing.T) {
+	before := RunNanos(os.Getpid())
+	start := time.Now()
+	x := 0
+	for time.Since(start) < 50*time.Millisecond {
+		x++
+	}
+	spent := RunNanos(os.Getpid()) - before
+	if x == 0 || spent < int64(30*time.Millisecond) || spent > int64(5*time.Second) {
+		t.Errorf("a 50 ms busy loop read %v of CPU", time.Duration(spent))
+	}
+	if RunNanos(-1) != 0 {
+		t.Error("a pid that cannot exist read CPU time")
 	}
 }
 

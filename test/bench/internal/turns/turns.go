@@ -268,6 +268,11 @@ func (f *front) slice(d time.Duration, r *FrontRound) error {
 
 // Run is a load's state: every front's connections.
 type Run struct {
+	// Turn, when set, is called before (start true) and after each turn of
+	// a round with the front's index: a driver can take readings around the
+	// turns, such as the CPU of a process all fronts share.
+	Turn func(front int, start bool)
+
 	spec   Spec
 	fronts []*front
 }
@@ -328,7 +333,14 @@ func (l *Run) Round() (Result, error) {
 	res := Result{Fronts: make([]FrontRound, len(l.fronts))}
 	k := max(1, int(l.spec.Round/l.spec.Slice))
 	for _, i := range Order(len(l.fronts), k) {
-		if err := l.fronts[i].slice(l.spec.Slice, &res.Fronts[i]); err != nil {
+		if l.Turn != nil {
+			l.Turn(i, true)
+		}
+		err := l.fronts[i].slice(l.spec.Slice, &res.Fronts[i])
+		if l.Turn != nil {
+			l.Turn(i, false)
+		}
+		if err != nil {
 			return res, err
 		}
 	}

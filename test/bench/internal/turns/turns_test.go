@@ -3,6 +3,7 @@ package turns
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -231,6 +232,18 @@ func TestThreeFronts(t *testing.T) {
 	for _, s := range servers {
 		s.served.Store(0)
 	}
+	var turns []int
+	open := -1
+	l.Turn = func(front int, start bool) {
+		switch {
+		case start && open == -1:
+			open = front
+		case !start && open == front:
+			turns, open = append(turns, front), -1
+		default:
+			t.Errorf("Turn(%d, %v) with turn %d open", front, start, open)
+		}
+	}
 	res, err := l.Round()
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +255,9 @@ func TestThreeFronts(t *testing.T) {
 		if int64(f.Requests) != servers[i].served.Load() || len(f.SliceP99s) != 3 {
 			t.Errorf("front %d: %d answers counted, %d served, %d slices (want 3)", i, f.Requests, servers[i].served.Load(), len(f.SliceP99s))
 		}
+	}
+	if fmt.Sprint(turns) != fmt.Sprint(Order(3, 3)) {
+		t.Errorf("Turn saw the turns %v, want %v", turns, Order(3, 3))
 	}
 	if _, err := NewRun(Spec{Conns: 1, Slice: time.Millisecond, Round: time.Millisecond, Fronts: spec.Fronts[:1]}); err == nil {
 		t.Error("a spec with one front was taken")
