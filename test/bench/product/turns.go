@@ -21,7 +21,10 @@ package main
 // charged to that proxy. Per round and proxy a comment line gives it per
 // request, with the load process's own:
 //
-//	# shared LABEL ROUND NAME load_us_per_req NAME_us_per_req...
+//	# shared LABEL ROUND NAME load_us_per_req NAME_us_per_req... idle_pct
+//
+// where idle_pct is the machine's idle time (/proc/stat) during that
+// proxy's turns, in % of all its CPUs.
 
 import (
 	"flag"
@@ -124,6 +127,9 @@ func turnsMain(args []string, out io.Writer) error {
 	sharedPids := append([]int{os.Getpid()}, shared.pids()...)
 	spent := make([][]int64, len(fronts))
 	at := make([]int64, len(sharedPids))
+	// The machine's idle time during each front's turns, in ticks.
+	idle := make([]int64, len(fronts))
+	var idleAt int64
 	l.Turn = func(front int, start bool) {
 		for j, pid := range sharedPids {
 			n := benchutil.RunNanos(pid)
@@ -132,14 +138,21 @@ func turnsMain(args []string, out io.Writer) error {
 			}
 			at[j] = n
 		}
+		n := benchutil.IdleTicks()
+		if !start {
+			idle[front] += n - idleAt
+		}
+		idleAt = n
 	}
 	hz := 100.0 // USER_HZ, which /proc/PID/stat counts in on Linux
 	pooled := make([]turns.Hist, len(fronts))
-	fmt.Fprintf(out, "# shared %s columns: load%s\n", *label, shared.names())
+	cpus := float64(benchutil.CPUs())
+	fmt.Fprintf(out, "# shared %s columns: load%s (us of CPU per request), idle (%% of the machine's %.0f CPUs)\n", *label, shared.names(), cpus)
 	for r := 1; r <= *rounds; r++ {
 		for i := range spent {
 			spent[i] = make([]int64, len(sharedPids))
 		}
+		clear(idle)
 		cpu0 := make([]int64, len(fronts))
 		for i, f := range fronts {
 			cpu0[i] = benchutil.CPUTicksTree(f.pid)
@@ -166,6 +179,7 @@ func turnsMain(args []string, out io.Writer) error {
 			for j := range sharedPids {
 				line += fmt.Sprintf(" %.1f", float64(spent[i][j])/1e3/float64(res.Fronts[i].Requests))
 			}
+			line += fmt.Sprintf(" %.1f", 100*float64(idle[i])/hz/(cpus*res.Fronts[i].Active.Seconds()))
 			fmt.Fprintln(out, line)
 		}
 	}

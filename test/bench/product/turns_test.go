@@ -39,8 +39,9 @@ func TestTurnsRows(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 7 && f[1] == "shared" && f[2] == "cell" && f[3] != "columns:":
-			// # shared cell ROUND NAME load self: CPU per request, µs.
+		case len(f) == 8 && f[1] == "shared" && f[2] == "cell":
+			// # shared cell ROUND NAME load self idle: CPU per request
+			// (µs) and the machine's idle share (%).
 			shared++
 			for _, v := range f[5:] {
 				if us, err := strconv.ParseFloat(v, 64); err != nil || us < 0 {

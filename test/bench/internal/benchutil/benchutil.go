@@ -180,7 +180,38 @@ func Realtime(prio int, pids []int) error {
 // cannot be read. A difference of two readings is the host's share of a
 // run's stalls: on a VM, a tail latency that moves with it is not the
 // proxy's.
-func StealTicks() int64 {
+func StealTicks() int64 { return cpuTicks(7) }
+
+// IdleTicks is the time this machine's CPUs sat idle (the idle and iowait
+// columns of /proc/stat's cpu line, summed over CPUs), in clock ticks
+// (USER_HZ); -1 where /proc/stat cannot be read.
+func IdleTicks() int64 {
+	idle, iowait := cpuTicks(3), cpuTicks(4)
+	if idle < 0 || iowait < 0 {
+		return -1
+	}
+	return idle + iowait
+}
+
+// CPUs is how many CPUs /proc/stat lists (cpu0, cpu1...): the machine's,
+// not this process's affinity mask; 0 where it cannot be read.
+func CPUs() int {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if len(line) > 3 && line[:3] == "cpu" && line[3] >= '0' && line[3] <= '9' {
+			n++
+		}
+	}
+	return n
+}
+
+// cpuTicks is column i (0: user) of /proc/stat's cpu line; -1 where it
+// cannot be read.
+func cpuTicks(i int) int64 {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return -1
@@ -191,7 +222,7 @@ func StealTicks() int64 {
 	if len(f) < 9 || f[0] != "cpu" {
 		return -1
 	}
-	v, err := strconv.ParseInt(f[8], 10, 64)
+	v, err := strconv.ParseInt(f[1+i], 10, 64)
 	if err != nil {
 		return -1
 	}

@@ -75,6 +75,19 @@ func TestCPUTicksTreeCountsChildren(t *testing.T) {
 	}
 }
 
+// The machine's idle time grows while this test sleeps, and /proc/stat
+// lists at least one CPU.
+func TestIdleTicks(t *testing.T) {
+	if CPUs() < 1 {
+		t.Fatal("no cpuN line in /proc/stat")
+	}
+	a := IdleTicks()
+	time.Sleep(100 * time.Millisecond)
+	if b := IdleTicks(); a < 0 || b < a {
+		t.Errorf("idle ticks %d then %d", a, b)
+	}
+}
+
 // RunNanos counts a busy loop's time in nanoseconds.
 func TestRunNanos(t *testing.T) {
 	before := RunNanos(os.Getpid())
