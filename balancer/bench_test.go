@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/internal/cputime"
 )
 
 var benchAlgorithms = []struct {
@@ -46,6 +47,16 @@ func benchRegistry(b *testing.B, alg Backend, n int) (*Registry, bvars) {
 		r.SetEWMA("bench", e.Address+":"+e.Port.Str, 0.001*float64(1+i%97), 1700000000-float64(i%10))
 	}
 	return r, nil
+}
+
+// processCPU returns the CPU time (user and system, every thread) this
+// process has used, in nanoseconds, or -1 if unknown.
+func processCPU() int64 {
+	d, ok := cputime.Process()
+	if !ok {
+		return -1
+	}
+	return int64(d)
 }
 
 // reportCPU adds the metric cpu-ns/op: the process CPU time per op since

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/builder/synthetic"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/internal/cputime"
 )
 
 // endpointChangeFixture is a Controller over n Ingresses of test/k8s.Stage's
@@ -129,9 +129,9 @@ func BenchmarkEndpointChange(b *testing.B) {
 
 // cpuTime is the CPU time the process has used.
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
+	d, ok := cputime.Process()
+	if !ok {
+		panic("getrusage failed")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

@@ -3,7 +3,6 @@ package builder
 import (
 	"fmt"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/switchyard-proxy/switchyard/internal/cputime"
 )
 
 // syntheticInput builds n Ingresses, each with its own host, two Prefix
@@ -141,9 +142,9 @@ func benchBuild(b *testing.B, in Input) {
 
 // processCPU is the user and system CPU time this process has used.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatalf("getrusage: %v", err)
+	d, ok := cputime.Process()
+	if !ok {
+		b.Fatal("getrusage failed")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/net/http2" //nolint:staticcheck // SA1019: the benchmark client's framing
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/switchyard-proxy/switchyard/internal/cputime"
 )
 
 // benchBody and benchHeaders are the benchmark handler's answer: shared
@@ -58,7 +60,7 @@ func benchServe(b *testing.B, conns, streams int) {
 	left.Store(int64(b.N))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := processCPU()
+	cpu, _ := cputime.Process()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*conns)
 	for _, bc := range clients {
@@ -71,7 +73,8 @@ func benchServe(b *testing.B, conns, streams int) {
 	wg.Wait()
 	b.StopTimer()
 	// The client's and the server's CPU time, per request.
-	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	cpu1, _ := cputime.Process()
+	b.ReportMetric(float64(cpu1-cpu)/float64(b.N), "cpu-ns/op")
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
