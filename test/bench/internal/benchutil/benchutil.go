@@ -180,17 +180,17 @@ func Realtime(prio int, pids []int) error {
 // cannot be read. A difference of two readings is the host's share of a
 // run's stalls: on a VM, a tail latency that moves with it is not the
 // proxy's.
-func StealTicks() int64 { return cpuTicks(7) }
+func StealTicks() int64 { return cpuTicks(7)[0] }
 
 // IdleTicks is the time this machine's CPUs sat idle (the idle and iowait
 // columns of /proc/stat's cpu line, summed over CPUs), in clock ticks
 // (USER_HZ); -1 where /proc/stat cannot be read.
 func IdleTicks() int64 {
-	idle, iowait := cpuTicks(3), cpuTicks(4)
-	if idle < 0 || iowait < 0 {
+	t := cpuTicks(3, 4)
+	if t[0] < 0 || t[1] < 0 {
 		return -1
 	}
-	return idle + iowait
+	return t[0] + t[1]
 }
 
 // CPUs is how many CPUs /proc/stat lists (cpu0, cpu1...): the machine's,
@@ -209,22 +209,27 @@ func CPUs() int {
 	return n
 }
 
-// cpuTicks is column i (0: user) of /proc/stat's cpu line; -1 where it
-// cannot be read.
-func cpuTicks(i int) int64 {
+// cpuTicks are columns cols (0: user) of /proc/stat's cpu line, read
+// once; -1 for each where it cannot be read.
+func cpuTicks(cols ...int) []int64 {
+	v := make([]int64, len(cols))
+	for i := range v {
+		v[i] = -1
+	}
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return -1
+		return v
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := strings.Fields(string(line))
 	// cpu user nice system idle iowait irq softirq steal ...
 	if len(f) < 9 || f[0] != "cpu" {
-		return -1
+		return v
 	}
-	v, err := strconv.ParseInt(f[1+i], 10, 64)
-	if err != nil {
-		return -1
+	for i, c := range cols {
+		if n, err := strconv.ParseInt(f[1+c], 10, 64); err == nil {
+			v[i] = n
+		}
 	}
 	return v
 }
