@@ -224,6 +224,11 @@ func TestNginxDataPlaneAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	harness.WaitFor(t, 30*time.Second, "nginx serving web2.example", ctrl, onlyFrom("web2.example", ips[2]))
+	// The counter moves once the old workers have stopped accepting, which
+	// may come after the new ones serve.
+	harness.WaitFor(t, 30*time.Second, "the reload counted", ctrl, func(context.Context) (bool, error) {
+		return reloads() != "0", nil
+	})
 	if r := reloads(); r != "1" {
 		t.Errorf("reloads after a new Ingress host: %s; want 1", r)
 	}
