@@ -119,7 +119,11 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn = withRawSyscalls(conn)
+	if p := sharedPoller(); p != nil {
+		conn = p.adopt(conn)
+	} else {
+		conn = withRawSyscalls(conn)
+	}
 	if !pp.tls {
 		return conn, nil
 	}
