@@ -264,47 +264,19 @@ type trackingListener struct {
 	t      *connTracker
 	done   chan struct{}
 	closed sync.Once
-	// poll, when set, accepts its TCP connections into the client
-	// poller (poller_linux.go).
-	poll *pollListener
 }
 
 func (t *connTracker) listener(ln net.Listener) *trackingListener {
-	l := &trackingListener{Listener: ln, t: t, done: make(chan struct{})}
-	if tl, ok := ln.(*net.TCPListener); ok {
-		if p := sharedPoller(); p != nil {
-			if pl, err := p.listen(tl); err == nil {
-				l.poll = pl
-			}
-		}
-	}
-	return l
-}
-
-// acceptConn accepts the next connection: into the client poller when
-// the listener is TCP, with raw system calls otherwise where it can.
-func (l *trackingListener) acceptConn() (net.Conn, error) {
-	if l.poll != nil {
-		return l.poll.accept()
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return withRawSyscalls(c), nil
+	return &trackingListener{Listener: ln, t: t, done: make(chan struct{})}
 }
 
 func (l *trackingListener) Close() error {
 	l.closed.Do(func() { close(l.done) })
-	err := l.Listener.Close()
-	if l.poll != nil {
-		l.poll.close()
-	}
-	return err
+	return l.Listener.Close()
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
-	c, err := l.acceptConn()
+	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +304,7 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 			return nil, net.ErrClosed
 		}
 	}
-	tc := &trackedConn{Conn: c, t: t}
+	tc := &trackedConn{Conn: withRawSyscalls(c), t: t}
 	tc.since.Store(int64(monoNow()))
 	t.open.Add(1)
 	t.mu.Lock()

@@ -8,5 +8,3 @@ package proxy
 func raceReleaseIO([]byte) {}
 
 func raceAcquireIO() {}
-
-const raceBuild = false

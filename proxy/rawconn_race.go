@@ -28,7 +28,3 @@ func raceReleaseIO(b []byte) { _, _ = syscall.Write(devNull, b) }
 
 // raceAcquireIO marks the end of a read.
 func raceAcquireIO() { _, _ = syscall.Read(devNull, nil) }
-
-// raceBuild: the race detector's scheduler picks at random whether a
-// woken goroutine runs next, so no wake order holds under it.
-const raceBuild = true

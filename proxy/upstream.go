@@ -119,11 +119,7 @@ func (pp *peerPool) dial(timeout time.Duration) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p := sharedPoller(); p != nil {
-		conn = p.adopt(conn)
-	} else {
-		conn = withRawSyscalls(conn)
-	}
+	conn = withRawSyscalls(conn)
 	if !pp.tls {
 		return conn, nil
 	}
