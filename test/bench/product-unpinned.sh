@@ -13,6 +13,11 @@
 #
 # SYBIN_B=<binary> adds a second product binary as a third variant "B"
 # (with PGMP_B, its GOMAXPROCS, default 2). Ports 18780-18804.
+#
+# PERF_SCHED=1 also records the scheduler (`perf sched record -a`) for one
+# second from the second second of every run, and prints per run: how
+# often a CPU went idle and for how long, which task last ran before it
+# did and which first ran after (from `perf sched timehist`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
@@ -73,7 +78,13 @@ for r in $(seq "$rounds"); do
 		p=${pid[$n]}
 		t0=$(ticks "$p") b0=$(ticks $bpid) c0=$(switches "$p") bc0=$(switches $bpid)
 		read -r u0 i0 < <(machine)
+		rec=
+		if [ -n "${PERF_SCHED:-}" ]; then
+			(sleep 2 && perf sched record -a -o "$tmp/sched-$n-$r.data" -- sleep 1 >/dev/null 2>&1) &
+			rec=$!
+		fi
 		out=$(wrk -t2 -c"$conns" -d"${secs}s" -H 'Host: bench.local' "http://127.0.0.1:${port[$n]}/")
+		[ -z "$rec" ] || wait "$rec"
 		t1=$(ticks "$p") b1=$(ticks $bpid) c1=$(switches "$p") bc1=$(switches $bpid)
 		read -r u1 i1 < <(machine)
 		awk -v r="$r" -v name="$n" -v n="$(awk '/requests in/ { print $1 }' <<<"$out")" -v rps="$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
@@ -86,3 +97,27 @@ echo "Medians over $rounds rounds: proxy, rps, proxy CPU us/req, machine idle %"
 awk -F'|' '{ gsub(/ /, "", $3); k = $3; n[k]++; rps[k, n[k]] = $4; cpu[k, n[k]] = $5; idle[k, n[k]] = $8 }
 	function med(a, name, m,   i, j, t, v) { for (i = 1; i <= m; i++) v[i] = a[name, i] + 0; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
 	END { for (k in n) printf "%s: %.0f rps, %.1f us/req, %.1f %% idle\n", k, med(rps, k, n[k]), med(cpu, k, n[k]), med(idle, k, n[k]) }' "$tmp/rows"
+
+if [ -n "${PERF_SCHED:-}" ]; then
+	echo
+	echo "Idle CPUs, per second recorded: slices, their total and lengths; the task (name: count) that ran last before and first after, at least 10 times"
+	for r in $(seq "$rounds"); do
+		for n in "${names[@]}"; do
+			perf sched timehist -i "$tmp/sched-$n-$r.data" 2>/dev/null | awk -v name="$n" -v r="$r" '
+				NR > 3 && NF >= 6 {
+					cpu = $2; split($3, a, "["); task = a[1]; run = $NF
+					if ($3 == "<idle>") {
+						idle++; total += run
+						if (run < 0.01) b[1]++; else if (run < 0.05) b[2]++; else if (run < 0.1) b[3]++; else if (run < 0.5) b[4]++; else b[5]++
+						if (last[cpu] != "") before[last[cpu]]++
+						afterIdle[cpu] = 1; last[cpu] = ""
+					} else {
+						if (afterIdle[cpu]) after[task]++
+						afterIdle[cpu] = 0; last[cpu] = task
+					}
+				}
+				function top(m,   k, s) { s = ""; for (k in m) if (m[k] >= 10) s = s " " k ":" m[k]; return s }
+				END { printf "%d %s: %d idle slices, %.1f ms; <10us %d, 10-50us %d, 50-100us %d, 100-500us %d, >500us %d; before:%s; after:%s\n", r, name, idle, total, b[1], b[2], b[3], b[4], b[5], top(before), top(after) }'
+		done
+	done
+fi
