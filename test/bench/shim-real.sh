@@ -30,7 +30,8 @@
 # With -- -interleave 250ms, one load process takes wrk's place: it runs the
 # two fronts in turns of 250 ms (ABBA...) on connections it opens for each
 # turn, so that the host's stalls fall on both, and a round is the duration
-# of load on each front (test/bench/shimreal/interleave.go). Its A/A reads
+# of load on each front (test/bench/shimreal/interleave.go over the package
+# test/bench/internal/turns). Its A/A reads
 # every 8-connection cell within 5 % of 1.0 over 10 rounds, where wrk's did
 # not resolve 10 % (docs/benchmarks.md, runs 32 and 35):
 #   test/bench/shim-real.sh ... 3s 10 -- -interleave 250ms
