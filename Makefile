@@ -5,6 +5,7 @@
 #                lint and run every test, unit and end-to-end.
 #   make bench   Go benchmarks plus every scripted benchmark under test/bench/.
 #   make run     the quickstart: the controller on deploy/quickstart/.
+#   make build   the controller binary as the image has it: _out/switchyard.
 
 SHELL := /bin/bash
 GO ?= go
@@ -14,7 +15,7 @@ GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # Parallel test binaries on a 2-core machine: two is what fits.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 30m
 
-.PHONY: test setup lint vet unit bench run image
+.PHONY: test setup lint vet unit bench run build image
 
 test: setup lint
 	$(GO) test $(TEST_FLAGS) ./...
@@ -45,7 +46,16 @@ bench:
 	@for s in test/bench/*.sh; do [ -e "$$s" ] || continue; echo "== $$s"; "$$s" || exit 1; done
 
 run:
-	$(GO) run ./cmd/switchyard quickstart
+	$(GO) run $(GO_OVERLAY) ./cmd/switchyard quickstart
+
+# The controller binary as the image has it, in _out/switchyard.
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath $(GO_OVERLAY) -o _out/switchyard ./cmd/switchyard
+
+# The release build's change to the Go runtime (deploy/goruntime/netpoll-fifo.sh:
+# the network poller runs ready connections in the order they came); empty
+# when the installed Go's runtime lacks the line it changes.
+GO_OVERLAY = $(addprefix -overlay=,$(shell GO=$(GO) ./deploy/goruntime/netpoll-fifo.sh _out/goruntime))
 
 # The controller image as an OCI layout and an oci-archive under _out/image
 # (IMAGE_OUT), tagged IMAGE_VERSION (default: git describe), without a

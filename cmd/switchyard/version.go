@@ -18,5 +18,13 @@ func versionString() string {
 			}
 		}
 	}
-	return fmt.Sprintf("switchyard %s%s %s", version, rev, runtime.Version())
+	patch := ""
+	if runtimePatch != "" {
+		patch = " +" + runtimePatch
+	}
+	return fmt.Sprintf("switchyard %s%s %s%s", version, rev, runtime.Version(), patch)
 }
+
+// runtimePatch names the change to the Go runtime this binary was built
+// with (deploy/goruntime/netpoll-fifo.sh's overlay sets it), if any.
+var runtimePatch string

@@ -118,7 +118,10 @@ tar --extract --file "$rootfs_tar" --directory "$root" --numeric-owner --same-pe
 install -d -m 0755 -o 0 -g 0 "$root/dev"
 
 echo "build.sh: building switchyard $version"
-(cd "$repo" && CGO_ENABLED=0 "${GO:-go}" build -trimpath -ldflags "-s -w -X main.version=$version" -o "$work/switchyard" ./cmd/switchyard)
+# With the runtime overlay (deploy/goruntime/netpoll-fifo.sh): the poller
+# runs ready connections in the order they came.
+overlay=$(GO="${GO:-go}" "$repo/deploy/goruntime/netpoll-fifo.sh" "$work/goruntime")
+(cd "$repo" && CGO_ENABLED=0 "${GO:-go}" build -trimpath ${overlay:+-overlay="$overlay"} -ldflags "-s -w -X main.version=$version" -o "$work/switchyard" ./cmd/switchyard)
 install -D -m 0755 -o 0 -g 0 "$work/switchyard" "$root/usr/local/bin/switchyard"
 
 # The Lua shim: the .lua files only (lua/ also holds its Go tests).

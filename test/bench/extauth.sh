@@ -24,7 +24,7 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$tmp/pbench" ./test/bench/proxy
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 taskset -c 0 "$tmp/pbench" backend -listen "127.0.0.2:18281,127.0.0.3:18281" &
 pids+=($!)
 taskset -c 0 "$tmp/pbench" auth -listen 127.0.0.4:18282 &

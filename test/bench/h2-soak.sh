@@ -22,7 +22,7 @@ dur="${1:-10m}" server="${2:-switchyard}" workers="${3:-16}"
 bench_scratch
 bench_need openssl openssl
 bench_need curl curl
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 go build -o "$tmp/h2soak" ./test/bench/h2soak
 backend_port=18881 https=18883 status=18884
 mkdir "$tmp/manifests"

@@ -53,11 +53,11 @@ build() { # build REV NAME
 	if [ -n "${!bin:-}" ]; then
 		cp "${!bin}" "$tmp/$2"
 	elif [ "$1" = . ]; then
-		go build -o "$tmp/$2" ./cmd/switchyard
+		bench_build_product "$tmp/$2"
 	else
 		mkdir "$tmp/src-$2"
 		git archive "$1" | tar -x -C "$tmp/src-$2"
-		(cd "$tmp/src-$2" && go build -o "$tmp/$2" ./cmd/switchyard)
+		bench_build_product "$tmp/$2" "$tmp/src-$2"
 	fi
 }
 build "$reva" a

@@ -31,7 +31,7 @@ bench_need curl curl
 bench_scratch
 chmod 755 "$tmp" # nginx's workers run as nobody
 
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 go build -o "$tmp/pbench" ./test/bench/proxy
 bport=18681 sy_http=18680 sy_https=18683 sy_status=18684
 ng_http=18690 ng_https=18693 pl_http=18700 pl_https=18703

@@ -28,7 +28,7 @@ bench_need curl curl
 ulimit -n "$((n * 2 + 1024))"
 
 go build -o "$tmp/pbench" ./test/bench/proxy
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 go build -o "$tmp/client" ./test/bench/product
 backend_port=18681 http=18680 https=18683 status=18684
 mkdir "$tmp/manifests"

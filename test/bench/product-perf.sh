@@ -36,7 +36,7 @@ bench_need nginx nginx
 bench_need openssl openssl
 bench_need curl curl
 
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 go build -o "$tmp/pbench" ./test/bench/proxy
 bport=18581 sy_http=18580 sy_https=18583 ng_http=18590 ng_https=18593
 mkdir "$tmp/manifests"

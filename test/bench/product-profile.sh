@@ -37,7 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o "$out/switchyard" ./cmd/switchyard
+bench_build_product "$out/switchyard"
 go build -o "$out/pbench" ./test/bench/proxy
 port=18481 http=18480 https=18483 status=18484 prof=18485
 mkdir -p "$out/manifests"

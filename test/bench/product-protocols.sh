@@ -31,7 +31,7 @@ bench_need h2load nghttp2-client
 bench_need openssl openssl
 bench_need curl curl
 
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 go build -o "$tmp/pbench" ./test/bench/proxy
 bport=18681 http=18680 https=18683 status=18684
 mkdir "$tmp/manifests"

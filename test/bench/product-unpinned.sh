@@ -29,7 +29,7 @@ bench_need nginx nginx
 bench_need openssl openssl
 bench_need curl curl
 go build -o "$tmp/pbench" ./test/bench/proxy
-go build -o "$tmp/switchyard" ./cmd/switchyard
+bench_build_product "$tmp/switchyard"
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" 18781 127.0.0.2 127.0.0.3 127.0.0.4
 bench_app_ingress "$tmp/manifests/bench.yaml" app bench.local '{}'

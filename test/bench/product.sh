@@ -75,11 +75,12 @@ bench_need taskset util-linux
 if [ -n "${REV:-}" ]; then
 	mkdir "$tmp/src"
 	git archive "$REV" | tar -x -C "$tmp/src"
-	(cd "$tmp/src" && go build -o "$tmp/pbench" ./test/bench/proxy && go build -o "$tmp/switchyard" ./cmd/switchyard)
+	(cd "$tmp/src" && go build -o "$tmp/pbench" ./test/bench/proxy)
+	bench_build_product "$tmp/switchyard" "$tmp/src"
 	measured="commit $(git rev-parse --short "$REV")"
 else
 	go build -o "$tmp/pbench" ./test/bench/proxy
-	go build -o "$tmp/switchyard" ./cmd/switchyard
+	bench_build_product "$tmp/switchyard"
 	measured="working tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd controlplane balancer tcpproxy go.mod || echo ', with uncommitted changes')"
 fi
 go build -o "$tmp/tlsclient" ./test/bench/product

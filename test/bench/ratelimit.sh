@@ -32,11 +32,12 @@ done
 if [ -n "${REV:-}" ]; then
 	mkdir "$tmp/src"
 	git archive "$REV" | tar -x -C "$tmp/src"
-	(cd "$tmp/src" && go build -o "$tmp/pbench" ./test/bench/proxy && go build -o "$tmp/switchyard" ./cmd/switchyard)
+	(cd "$tmp/src" && go build -o "$tmp/pbench" ./test/bench/proxy)
+	bench_build_product "$tmp/switchyard" "$tmp/src"
 	measured="commit $(git rev-parse --short "$REV")"
 else
 	go build -o "$tmp/pbench" ./test/bench/proxy
-	go build -o "$tmp/switchyard" ./cmd/switchyard
+	bench_build_product "$tmp/switchyard"
 	measured="working tree at $(git rev-parse --short HEAD)"
 fi
 bport=18481

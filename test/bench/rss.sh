@@ -19,7 +19,9 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 bin="${2:-}"
 if [ -z "$bin" ]; then
 	bin="$tmp/switchyard"
-	go build -o "$bin" ./cmd/switchyard
+	# As the release builds it (deploy/goruntime/netpoll-fifo.sh).
+	ov=$(deploy/goruntime/netpoll-fifo.sh "$tmp/goruntime")
+	go build ${ov:+-overlay="$ov"} -o "$bin" ./cmd/switchyard
 fi
 mkdir "$tmp/m"
 cat >"$tmp/m/00-class.yaml" <<'EOF'

@@ -112,7 +112,11 @@ else
 	fi
 	src="$PWD"
 fi
-(cd "$src" && go build -o "$tmp/switchyard" ./cmd/switchyard)
+# As the release builds it, with the runtime overlay when $src has one
+# (deploy/goruntime/netpoll-fifo.sh).
+ov=
+[ ! -x "$src/deploy/goruntime/netpoll-fifo.sh" ] || ov=$("$src/deploy/goruntime/netpoll-fifo.sh" "$tmp/goruntime")
+(cd "$src" && go build ${ov:+-overlay="$ov"} -o "$tmp/switchyard" ./cmd/switchyard)
 # The shim's Lua is read by nginx workers (nobody): copy it where they can.
 cp -r "$src/lua" "$tmp/lua"
 

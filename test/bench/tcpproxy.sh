@@ -51,8 +51,10 @@ trap 'rm -rf "$tmp"' EXIT
 bin="$tmp/tcpproxy-bench"
 go build -o "$bin" ./test/bench/tcpproxy
 # The product binary: its paths are measured beside the bench's own
-# tcpproxy children.
-go build -o "$tmp/switchyard" ./cmd/switchyard
+# tcpproxy children; built as the release builds it
+# (deploy/goruntime/netpoll-fifo.sh).
+ov=$(deploy/goruntime/netpoll-fifo.sh "$tmp/goruntime")
+go build ${ov:+-overlay="$ov"} -o "$tmp/switchyard" ./cmd/switchyard
 extra=(-switchyard "$tmp/switchyard" "${extra[@]}")
 # The bench's raw epoll forwarder in C (test/bench/cforward): a relay
 # without a Go runtime, beside the Go one.

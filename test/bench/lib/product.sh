@@ -20,6 +20,18 @@ bench_scratch_end() {
 
 # bench_need COMMAND PACKAGE: installs Debian's PACKAGE when COMMAND is
 # missing (apt-get, as root), and exits naming it if that fails.
+# bench_build_product OUT [SRC]: builds cmd/switchyard of SRC (default: the
+# working tree) into OUT as the release does, with the runtime overlay of
+# SRC's deploy/goruntime/netpoll-fifo.sh when SRC has one (older commits
+# do not: they build as they did).
+bench_build_product() {
+	local out="$1" src="${2:-.}" ov=
+	if [ -x "$src/deploy/goruntime/netpoll-fifo.sh" ]; then
+		ov=$("$src/deploy/goruntime/netpoll-fifo.sh" "$(dirname "$out")/goruntime-$(basename "$out")")
+	fi
+	(cd "$src" && go build ${ov:+-overlay="$ov"} -o "$out" ./cmd/switchyard)
+}
+
 bench_need() {
 	command -v "$1" >/dev/null && return
 	echo "# installing $2 for $1" >&2
