@@ -109,6 +109,7 @@ start a 18480 18484 18485
 start b 18490 18494 18495
 if [ -n "${TURNS:-}" ]; then
 	echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$(describe "$reva" "${BIN_A:-}") B=$(describe "$revb" "${BIN_B:-}"), interleaved load in turns of $TURNS, ${secs}s x $rounds rounds, $conns conns, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "# A: $("$tmp/a" version 2>/dev/null || echo '?'); B: $("$tmp/b" version 2>/dev/null || echo '?')"
 	echo "# label round build rps p99_us cpu_us_per_req cpu_pct bad -"
 	GOMAXPROCS=$maxprocs "${on0[@]}" "$tmp/turns" turns -label ab -conns "$conns" -slice "$TURNS" -round "${secs}s" -rounds "$rounds" \
 		-front "A=127.0.0.1:${http[a]}@${pid[a]}" -front "B=127.0.0.1:${http[b]}@${pid[b]}" | tee "$tmp/turns.out"
@@ -163,6 +164,7 @@ run() { # run NAME: "rps cpu_us_per_req"
 	awk -v rps="$rps" -v n=$((r1 - r0)) -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%.0f %.2f\n", rps, t / hz * 1e6 / n }'
 }
 echo "# $(date -u +%FT%TZ)${A_ARGS:+ A_ARGS=$A_ARGS}${B_ARGS:+ B_ARGS=$B_ARGS} A=$(describe "$reva" "${BIN_A:-}") B=$(describe "$revb" "${BIN_B:-}"), ${secs}s x $rounds rounds, $conns conns${h2:+, HTTP/2 $h2 streams each}, $pinning, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# A: $("$tmp/a" version 2>/dev/null || echo '?'); B: $("$tmp/b" version 2>/dev/null || echo '?')"
 echo "| round | A rps | B rps | A CPU us/req | B CPU us/req | rps B/A | CPU/req B/A |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do

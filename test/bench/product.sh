@@ -324,6 +324,7 @@ h2_8x8() { h2_run "$1" 8 8; }
 h2_64x1() { h2_run "$1" 64 1; }
 
 echo "# $(date -u +%FT%TZ), $measured${PRODUCT_ARGS:+ with $PRODUCT_ARGS}${TURNS:+, interleaved load in turns of $TURNS}${AA:+, A/A: a second nginx as ingress-nginx in place of the product}, $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg), ${secs}s per run, $rounds rounds"
+echo "# product binary: $("$tmp/switchyard" version)"
 echo "# $(nginx -v 2>&1), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), h2load $(h2load --version | awk '{ print $2 }'), $(go version | cut -d' ' -f3)"
 echo "| cell | round | proxy | rps | p99 us | CPU us/req | CPU % | bad | resumed |"
 echo "|---|---|---|---|---|---|---|---|---|"
