@@ -18,8 +18,6 @@ bench_scratch_end() {
 	rm -rf "$tmp"
 }
 
-# bench_need COMMAND PACKAGE: installs Debian's PACKAGE when COMMAND is
-# missing (apt-get, as root), and exits naming it if that fails.
 # bench_build_product OUT [SRC]: builds cmd/switchyard of SRC (default: the
 # working tree) into OUT as the release does, with the runtime overlay of
 # SRC's deploy/goruntime/netpoll-fifo.sh when SRC has one (older commits
@@ -32,6 +30,8 @@ bench_build_product() {
 	(cd "$src" && go build ${ov:+-overlay="$ov"} -o "$out" ./cmd/switchyard)
 }
 
+# bench_need COMMAND PACKAGE: installs Debian's PACKAGE when COMMAND is
+# missing (apt-get, as root), and exits naming it if that fails.
 bench_need() {
 	command -v "$1" >/dev/null && return
 	echo "# installing $2 for $1" >&2
