@@ -11,7 +11,7 @@
 # of a list, so a batch runs last-reported first. Of 64 keep-alive clients
 # whose requests came while the proxy was busy, the first to send is then
 # served last: on one CPU at 64 connections the product's p99 was
-# 1.14-1.20x nginx's with its median below nginx's, and 0.84x its own with
+# 1.14-1.20x nginx's with its median below nginx's, and 0.84-0.91x its own with
 # this change (docs/benchmarks/product.md, "The runtime's poller in order").
 # The change reverses the list before netpoll returns it; nothing else in
 # the runtime depends on the order. deploy/goruntime/netpoll_test.go builds
