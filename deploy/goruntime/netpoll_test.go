@@ -17,9 +17,12 @@ import (
 )
 
 // TestNetpollOrder builds testdata/order with and without the overlay and
-// runs each a few times: without it the runtime's poller must run a batch
+// runs each three times: without it the runtime's poller must run a batch
 // last-reported first (if a Go release changed that, the overlay would
-// reverse it back and must go), with it first-reported first.
+// reverse it back and must go), with it first-reported first. Two runs of
+// three must show the order: on a busy machine the runtime's monitor may
+// poll in the middle of the writes (its 10 ms without a poll), which
+// splits the batch in two and mixes the halves.
 func TestNetpollOrder(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the overlay patches the epoll poller, Linux's")
@@ -50,13 +53,25 @@ func TestNetpollOrder(t *testing.T) {
 		slices.Reverse(r)
 		return slices.IsSorted(r)
 	}
-	for run := range 3 {
-		if got := runOrder(t, plain); !descending(got) {
-			t.Fatalf("run %d: the stock runtime ran the readers in the order %v, not last-reported first: the overlay would no longer put them in order (see netpoll-fifo.sh)", run, got)
+	var stock, inOrder int
+	var stockOrders, patchedOrders [][]int
+	for range 3 {
+		got := runOrder(t, plain)
+		stockOrders = append(stockOrders, got)
+		if descending(got) {
+			stock++
 		}
-		if got := runOrder(t, patched); !ascending(got) {
-			t.Fatalf("run %d: with the overlay the readers ran in the order %v; want the order the bytes came", run, got)
+		got = runOrder(t, patched)
+		patchedOrders = append(patchedOrders, got)
+		if ascending(got) {
+			inOrder++
 		}
+	}
+	if stock < 2 {
+		t.Errorf("the stock runtime ran the readers last-reported first in %d of 3 runs (%v): the overlay would no longer put them in order (see netpoll-fifo.sh)", stock, stockOrders)
+	}
+	if inOrder < 2 {
+		t.Errorf("with the overlay the readers ran in the order the bytes came in %d of 3 runs (%v)", inOrder, patchedOrders)
 	}
 }
 

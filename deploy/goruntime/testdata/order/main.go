@@ -82,7 +82,7 @@ func run() error {
 			return e
 		}
 	}
-	for end := time.Now().Add(5 * time.Millisecond); time.Now().Before(end); {
+	for end := time.Now().Add(2 * time.Millisecond); time.Now().Before(end); {
 	}
 	wg.Wait()
 	for _, i := range order {
