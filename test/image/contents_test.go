@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -420,3 +421,18 @@ func TestImageContents(t *testing.T) {
 }
 
 func mb(n int64) float64 { return float64(n) / 1e6 }
+
+// TestImageBinaryRuntime: the image's binary is built with the release
+// build's runtime overlay (deploy/goruntime/netpoll-fifo.sh), which its
+// version line names.
+func TestImageBinaryRuntime(t *testing.T) {
+	img := image(t)
+	bin := filepath.Join(unpacked(t, img), "rootfs", imageBinary)
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatalf("%s version: %v", imageBinary, err)
+	}
+	if v := strings.TrimSpace(string(out)); !strings.HasSuffix(v, " +netpoll-fifo") {
+		t.Errorf("the image's switchyard version is %q; want it built with deploy/goruntime/netpoll-fifo.sh's overlay (+netpoll-fifo)", v)
+	}
+}
