@@ -12,6 +12,7 @@
 #   binary     default: built from this tree
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 n="${1:-50000}"
 tmp="$(mktemp -d)"
 pid=""
@@ -19,9 +20,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 bin="${2:-}"
 if [ -z "$bin" ]; then
 	bin="$tmp/switchyard"
-	# As the release builds it (deploy/goruntime/netpoll-fifo.sh).
-	ov=$(deploy/goruntime/netpoll-fifo.sh "$tmp/goruntime")
-	go build ${ov:+-overlay="$ov"} -o "$bin" ./cmd/switchyard
+	bench_build_product "$bin"
 fi
 mkdir "$tmp/m"
 cat >"$tmp/m/00-class.yaml" <<'EOF'

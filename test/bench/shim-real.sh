@@ -64,6 +64,7 @@
 #   -- -cases round_robin,chash -workers 2 -connections 64
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 
 ingress="${INGRESS_NGINX:-}" balancer="${RESTY_BALANCER:-}" cookie="${RESTY_COOKIE:-}"
 lock="${RESTY_LOCK:-}" dns="${RESTY_DNS:-}" rev=""
@@ -112,11 +113,7 @@ else
 	fi
 	src="$PWD"
 fi
-# As the release builds it, with the runtime overlay when $src has one
-# (deploy/goruntime/netpoll-fifo.sh).
-ov=
-[ ! -x "$src/deploy/goruntime/netpoll-fifo.sh" ] || ov=$("$src/deploy/goruntime/netpoll-fifo.sh" "$tmp/goruntime")
-(cd "$src" && go build ${ov:+-overlay="$ov"} -o "$tmp/switchyard" ./cmd/switchyard)
+bench_build_product "$tmp/switchyard" "$src"
 # The shim's Lua is read by nginx workers (nobody): copy it where they can.
 cp -r "$src/lua" "$tmp/lua"
 

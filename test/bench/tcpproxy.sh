@@ -26,6 +26,7 @@
 #                  comparisons to file.json (for -role summarize)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. test/bench/lib/product.sh
 rounds="${1:-300}"
 runs="${2:-3}"
 big="${3:-2}"
@@ -51,10 +52,8 @@ trap 'rm -rf "$tmp"' EXIT
 bin="$tmp/tcpproxy-bench"
 go build -o "$bin" ./test/bench/tcpproxy
 # The product binary: its paths are measured beside the bench's own
-# tcpproxy children; built as the release builds it
-# (deploy/goruntime/netpoll-fifo.sh).
-ov=$(deploy/goruntime/netpoll-fifo.sh "$tmp/goruntime")
-go build ${ov:+-overlay="$ov"} -o "$tmp/switchyard" ./cmd/switchyard
+# tcpproxy children.
+bench_build_product "$tmp/switchyard"
 extra=(-switchyard "$tmp/switchyard" "${extra[@]}")
 # The bench's raw epoll forwarder in C (test/bench/cforward): a relay
 # without a Go runtime, beside the Go one.

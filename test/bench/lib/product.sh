@@ -1,4 +1,6 @@
-# Sourced by test/bench/product*.sh, h2-soak.sh, ratelimit.sh and extauth.sh: the
+# Sourced by test/bench/product*.sh, h2-soak.sh, ratelimit.sh, extauth.sh,
+# tcpproxy.sh, rss.sh and shim-real.sh: the product built as the release
+# builds it (bench_build_product), the
 # manifests `switchyard controller --manifests` serves in those benchmarks
 # (issue 17), the wait for it to answer, nginx configured as ingress-nginx
 # configures it, the tools they install and the h2load run.
