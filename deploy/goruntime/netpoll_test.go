@@ -47,7 +47,6 @@ func TestNetpollOrder(t *testing.T) {
 	}
 	plain := build("plain")
 	patched := build("patched", "-overlay="+overlay)
-	ascending := func(order []int) bool { return slices.IsSorted(order) }
 	descending := func(order []int) bool {
 		r := slices.Clone(order)
 		slices.Reverse(r)
@@ -63,7 +62,7 @@ func TestNetpollOrder(t *testing.T) {
 		}
 		got = runOrder(t, patched)
 		patchedOrders = append(patchedOrders, got)
-		if ascending(got) {
+		if slices.IsSorted(got) {
 			inOrder++
 		}
 	}
