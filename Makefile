@@ -52,10 +52,11 @@ run:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath $(GO_OVERLAY) -o _out/switchyard ./cmd/switchyard
 
-# The release build's change to the Go runtime (deploy/goruntime/netpoll-fifo.sh:
-# the network poller runs ready connections in the order they came); empty
-# when the installed Go's runtime lacks the line it changes.
-GO_OVERLAY = $(addprefix -overlay=,$(shell GO=$(GO) ./deploy/goruntime/netpoll-fifo.sh _out/goruntime))
+# The release build's changes to the Go runtime (deploy/goruntime/overlay.sh:
+# the network poller runs ready connections in the order they came, and an
+# idle P keeps looking for work a while before it sleeps); empty
+# when the installed Go's runtime takes neither change.
+GO_OVERLAY = $(addprefix -overlay=,$(shell GO=$(GO) ./deploy/goruntime/overlay.sh _out/goruntime))
 
 # The controller image as an OCI layout and an oci-archive under _out/image
 # (IMAGE_OUT), tagged IMAGE_VERSION (default: git describe), without a

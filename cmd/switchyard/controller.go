@@ -88,6 +88,9 @@ type listening struct {
 func serveController(ctx context.Context, opts controllerOptions, ready chan<- listening) error {
 	klogFlags(opts.Verbosity)
 	nginxMode := opts.DataPlane == "nginx"
+	if !nginxMode {
+		applyGoIdleSpin(opts.GoIdleSpin)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -101,6 +104,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// nginxcompat; with the Go proxy they count syncs.
 	mcfg := controllerMetricsConfig{Balancer: reg, SyncMetrics: !nginxMode, ControllerClass: opts.ControllerClass,
 		ElectionID: opts.ElectionID, ProcessPIDs: selfPIDs}
+	if !nginxMode && opts.GoIdleSpin > 0 {
+		mcfg.IdleSpinStats = runtimeIdleSpinStats
+	}
 	if nginxMode {
 		mcfg.ProcessPIDs = nginxPIDs(filepath.Join(opts.NginxDir, "nginx.pid"))
 		mcfg.NginxStatusURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.NginxStatusPort)) + "/nginx_status"
@@ -505,6 +511,9 @@ type controllerMetricsConfig struct {
 	// NginxStatusURL is nginx's stub_status page; empty exports no
 	// connection metrics.
 	NginxStatusURL string
+	// IdleSpinStats reads the counters of the Go runtime's idle spin
+	// (--go-idle-spin); nil exports none.
+	IdleSpinStats func() (spins, found, spentNS int64)
 }
 
 func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
@@ -551,6 +560,19 @@ func newControllerMetrics(cfg controllerMetricsConfig) *controllerMetrics {
 	}
 	if cfg.NginxStatusURL != "" {
 		m.registerer.MustRegister(newStubStatusCollector(cfg.NginxStatusURL))
+	}
+	if stats := cfg.IdleSpinStats; stats != nil {
+		m.registerer.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "go_idle_spins_total",
+				Help: "Times a Go runtime thread that ran out of work kept looking for more (--go-idle-spin)."},
+				func() float64 { n, _, _ := stats(); return float64(n) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "go_idle_spins_found_total",
+				Help: "Idle spins that found work before their window passed."},
+				func() float64 { _, n, _ := stats(); return float64(n) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "switchyard", Name: "go_idle_spin_seconds_total",
+				Help: "Time Go runtime threads spent in idle spins."},
+				func() float64 { _, _, ns := stats(); return float64(ns) / 1e9 }),
+		)
 	}
 	if cfg.SyncMetrics {
 		m.registerer.MustRegister(m.syncs, m.errors, m.lastOK, m.lastOKTime)

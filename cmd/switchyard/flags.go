@@ -69,6 +69,7 @@ type controllerOptions struct {
 	PickTimeout              time.Duration
 	L4EventLoops             int
 	L4BusyPoll               time.Duration
+	GoIdleSpin               time.Duration
 	HTTP2Server              string
 	ListenAddress            string
 	Verbosity                int
@@ -203,6 +204,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.StringVar(&opts.LuaDir, "lua-dir", "/usr/share/switchyard/lua", "directory holding the Lua shim (balancer.lua) (--data-plane=nginx)")
 	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "event loops (each on a thread of its own) serving TCP services and the SSL passthrough router on Linux; 0 serves each connection on its own goroutines")
 	fs.DurationVar(&opts.L4BusyPoll, "l4-busy-poll", tcpproxy.DefaultBusyPoll, "the longest an L4 event loop keeps looking for the next event without sleeping after one arrived, adapting from 20µs up to it (yielding its CPU to anything runnable there; at most 10 ms of polling in each 100 ms); 0 sleeps at once")
+	fs.DurationVar(&opts.GoIdleSpin, "go-idle-spin", defaultGoIdleSpin, "the longest a Go data plane thread that ran out of work keeps looking for more before it sleeps, while another thread works (yielding its CPU to anything runnable there; at most a tenth of the process's CPU time); 0 sleeps at once; needs the release build's runtime (make build)")
 	fs.StringVar(&opts.HTTP2Server, "http2-server", "switchyard", "what serves HTTP/2 clients on the Go data plane: switchyard (its own) or x/net (golang.org/x/net/http2's server)")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
@@ -356,6 +358,9 @@ func (o *controllerOptions) validate() error {
 	}
 	if o.L4BusyPoll < 0 || o.L4BusyPoll > time.Millisecond {
 		errs = append(errs, fmt.Errorf("--l4-busy-poll: %v is not between 0 and 1ms", o.L4BusyPoll))
+	}
+	if o.GoIdleSpin < 0 || o.GoIdleSpin > time.Millisecond {
+		errs = append(errs, fmt.Errorf("--go-idle-spin: %v is not between 0 and 1ms", o.GoIdleSpin))
 	}
 	if o.HTTP2Server != "x/net" && o.HTTP2Server != "switchyard" {
 		errs = append(errs, fmt.Errorf("--http2-server: %q is not switchyard or x/net", o.HTTP2Server))

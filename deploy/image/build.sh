@@ -118,9 +118,10 @@ tar --extract --file "$rootfs_tar" --directory "$root" --numeric-owner --same-pe
 install -d -m 0755 -o 0 -g 0 "$root/dev"
 
 echo "build.sh: building switchyard $version"
-# With the runtime overlay (deploy/goruntime/netpoll-fifo.sh): the poller
-# runs ready connections in the order they came.
-overlay=$(GO="${GO:-go}" "$repo/deploy/goruntime/netpoll-fifo.sh" "$work/goruntime")
+# With the runtime overlay (deploy/goruntime/overlay.sh): the poller runs
+# ready connections in the order they came, and an idle P keeps looking for
+# work a while before it sleeps.
+overlay=$(GO="${GO:-go}" "$repo/deploy/goruntime/overlay.sh" "$work/goruntime")
 (cd "$repo" && CGO_ENABLED=0 "${GO:-go}" build -trimpath ${overlay:+-overlay="$overlay"} -ldflags "-s -w -X main.version=$version" -o "$work/switchyard" ./cmd/switchyard)
 install -D -m 0755 -o 0 -g 0 "$work/switchyard" "$root/usr/local/bin/switchyard"
 

@@ -423,7 +423,7 @@ func TestImageContents(t *testing.T) {
 func mb(n int64) float64 { return float64(n) / 1e6 }
 
 // TestImageBinaryRuntime: the image's binary is built with the release
-// build's runtime overlay (deploy/goruntime/netpoll-fifo.sh), which its
+// build's runtime overlay (deploy/goruntime/overlay.sh), whose changes its
 // version line names.
 func TestImageBinaryRuntime(t *testing.T) {
 	img := image(t)
@@ -432,7 +432,7 @@ func TestImageBinaryRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s version: %v", imageBinary, err)
 	}
-	if v := strings.TrimSpace(string(out)); !strings.HasSuffix(v, " +netpoll-fifo") {
-		t.Errorf("the image's switchyard version is %q; want it built with deploy/goruntime/netpoll-fifo.sh's overlay (+netpoll-fifo)", v)
+	if v := strings.TrimSpace(string(out)); !strings.HasSuffix(v, " +netpoll-fifo+idle-spin") {
+		t.Errorf("the image's switchyard version is %q; want it built with both changes of deploy/goruntime/overlay.sh's overlay (+netpoll-fifo+idle-spin)", v)
 	}
 }

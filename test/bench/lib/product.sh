@@ -22,13 +22,16 @@ bench_scratch_end() {
 
 # bench_build_product OUT [SRC]: builds cmd/switchyard of SRC (default: the
 # working tree) into OUT as the release does, with the runtime overlay of
-# SRC's deploy/goruntime/netpoll-fifo.sh when SRC has one (older commits
-# do not: they build as they did).
+# SRC's deploy/goruntime/overlay.sh (netpoll-fifo.sh before it was renamed)
+# when SRC has one (older commits do not: they build as they did).
 bench_build_product() {
-	local out="$1" src="${2:-.}" ov=
-	if [ -x "$src/deploy/goruntime/netpoll-fifo.sh" ]; then
-		ov=$("$src/deploy/goruntime/netpoll-fifo.sh" "$(dirname "$out")/goruntime-$(basename "$out")")
-	fi
+	local out="$1" src="${2:-.}" ov= s
+	for s in overlay.sh netpoll-fifo.sh; do
+		if [ -x "$src/deploy/goruntime/$s" ]; then
+			ov=$("$src/deploy/goruntime/$s" "$(dirname "$out")/goruntime-$(basename "$out")")
+			break
+		fi
+	done
 	(cd "$src" && go build ${ov:+-overlay="$ov"} -o "$out" ./cmd/switchyard)
 }
 
