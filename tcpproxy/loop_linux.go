@@ -218,7 +218,7 @@ func (g *loopGroup) start() error {
 			return err
 		}
 		g.loops = append(g.loops, lp)
-		addProcs(1)
+		g.addProcs(1)
 		go lp.run()
 	}
 	return nil
@@ -227,10 +227,14 @@ func (g *loopGroup) start() error {
 // procsMu serialises the loops' changes of GOMAXPROCS, across Proxies.
 var procsMu sync.Mutex
 
-// addProcs changes GOMAXPROCS by n: a P for each running loop.
-func addProcs(n int) {
+// addProcs changes GOMAXPROCS by n, a P for each running loop, and tells
+// Config.LoopProcs.
+func (g *loopGroup) addProcs(n int) {
 	procsMu.Lock()
 	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + n)
+	if f := g.p.cfg.LoopProcs; f != nil {
+		f(n)
+	}
 	procsMu.Unlock()
 }
 
@@ -598,7 +602,7 @@ func (l *loop) stop() bool {
 		}
 	}
 	l.closeFDs()
-	addProcs(-1)
+	g.addProcs(-1)
 	return true
 }
 

@@ -2,14 +2,18 @@ package tcpproxy
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"golang.org/x/sys/unix"
 )
@@ -295,4 +299,42 @@ func sockaddrString(sa unix.Sockaddr) string {
 		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
 	}
 	return ""
+}
+
+// TestLoopProcs: Config.LoopProcs hears of each P a running loop keeps,
+// +1 when it starts and -1 when it ends, as GOMAXPROCS moves.
+func TestLoopProcs(t *testing.T) {
+	backend := listen(t, func(c net.Conn) { c.Close() })
+	var held atomic.Int64
+	cfg := Config{EventLoops: 1, LoopProcs: func(delta int) { held.Add(int64(delta)) }}
+	cfg.Picker = registry(t, balancer.Backend{Name: "procs", Endpoints: []balancer.Endpoint{endpoint(backend)}})
+	p, err := newProxy(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	p.Update(RoutesFrom(&model.Configuration{TCPServices: []model.L4Service{{Port: port, Backend: "procs"}}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if got := held.Load(); got != 1 {
+		t.Errorf("with a loop running, LoopProcs summed to %d; want 1", got)
+	}
+	if got := runtime.GOMAXPROCS(0); got != procs+1 {
+		t.Errorf("with a loop running, GOMAXPROCS is %d; want %d", got, procs+1)
+	}
+	cancel()
+	p.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for held.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := held.Load(); got != 0 {
+		t.Errorf("after the proxy ended, LoopProcs summed to %d; want 0", got)
+	}
 }

@@ -109,6 +109,11 @@ type Config struct {
 	// events fall. Zero never polls; DefaultBusyPoll is what the
 	// controller runs with.
 	BusyPoll time.Duration
+	// LoopProcs, if set, is called with +1 when an event loop starts
+	// keeping a P of its own and with -1 when it stops (GOMAXPROCS moves
+	// with them): the controller tells the Go runtime's idle spin, which
+	// does not count those Ps as work in flight. Nil: nobody is told.
+	LoopProcs func(delta int)
 
 	// pollBudget replaces that tenth in tests; zero means the default.
 	pollBudget time.Duration

@@ -147,7 +147,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	// The L4 data plane: TCP services always, SSL passthrough on the HTTPS
 	// port with --enable-ssl-passthrough.
-	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registerer, EventLoops: opts.L4EventLoops, BusyPoll: opts.L4BusyPoll}
+	l4cfg := tcpproxy.Config{Picker: reg, Registerer: metrics.registerer, EventLoops: opts.L4EventLoops, BusyPoll: opts.L4BusyPoll, LoopProcs: idleSpinReserve}
 	switch {
 	case opts.EnableSSLPassthrough && nginxMode:
 		l4cfg.HTTPSFallback = passthroughFallback(opts)

@@ -36,12 +36,23 @@ var runtimePatch string
 // setRuntimeIdleSpin sets the window of the runtime's idle spin in ns (0
 // turns it off) and the share of the processors' time it may take in %;
 // runtimeIdleSpinStats returns how many spins began, how many found work
-// and the ns spent spinning. Both are nil when the binary's runtime has no
-// idle spin (deploy/goruntime/overlay.sh's overlay sets them).
+// and the ns spent spinning; runtimeIdleSpinReserve adds to the Ps the
+// L4 event loops hold, which the spin does not count as work in flight.
+// All are nil when the binary's runtime has no idle spin
+// (deploy/goruntime/overlay.sh's overlay sets them).
 var (
-	setRuntimeIdleSpin   func(window, share int64)
-	runtimeIdleSpinStats func() (spins, found, spentNS int64)
+	setRuntimeIdleSpin     func(window, share int64)
+	runtimeIdleSpinStats   func() (spins, found, spentNS int64)
+	runtimeIdleSpinReserve func(delta int64)
 )
+
+// idleSpinReserve is tcpproxy.Config.LoopProcs: it tells the runtime's
+// idle spin about the Ps the L4 event loops hold.
+func idleSpinReserve(delta int) {
+	if runtimeIdleSpinReserve != nil {
+		runtimeIdleSpinReserve(int64(delta))
+	}
+}
 
 // idleSpinShare is the share of its processors' time, in %, the runtime's
 // idle spin may take.

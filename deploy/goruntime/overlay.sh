@@ -119,6 +119,7 @@ rm -f "$out/check.json"
 	case $applied in *idle-spin*)
 		echo '	setRuntimeIdleSpin = runtimeSetIdleSpin'
 		echo '	runtimeIdleSpinStats = runtimeIdleSpinStatsFunc'
+		echo '	runtimeIdleSpinReserve = runtimeIdleSpinReserveFunc'
 		;;
 	esac
 	echo '}'
@@ -129,6 +130,9 @@ rm -f "$out/check.json"
 		echo
 		echo '//go:linkname runtimeIdleSpinStatsFunc runtime.switchyardIdleSpinStats'
 		echo 'func runtimeIdleSpinStatsFunc() (spins, found, spentNS int64)'
+		echo
+		echo '//go:linkname runtimeIdleSpinReserveFunc runtime.switchyardIdleSpinReserve'
+		echo 'func runtimeIdleSpinReserveFunc(delta int64)'
 		;;
 	esac
 } >"$out/runtime_patch_overlay.go"

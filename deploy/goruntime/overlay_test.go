@@ -121,9 +121,9 @@ func runOrder(t *testing.T, bin string) []int {
 // reaches the runtime's idle spin, as cmd/switchyard's does) and without,
 // and checks what the spin does: a thread that runs out of work while
 // another P runs finds the next ready connection while it spins; nothing
-// spins with the window at 0; a process with nothing to do stops spinning
-// a window after its last work; and the share bounds the time spent
-// spinning.
+// spins with the window at 0, or when the other P is reserved (an event
+// loop's); a process with nothing to do stops spinning a window after its
+// last work; and the share bounds the time spent spinning.
 func TestIdleSpin(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the overlay is built for Linux")
@@ -138,6 +138,7 @@ import _ "unsafe"
 func init() {
 	setSpin = runtimeSetIdleSpin
 	spinStats = runtimeIdleSpinStats
+	spinReserve = runtimeIdleSpinReserve
 }
 
 //go:linkname runtimeSetIdleSpin runtime.switchyardSetIdleSpin
@@ -145,6 +146,9 @@ func runtimeSetIdleSpin(window, share int64)
 
 //go:linkname runtimeIdleSpinStats runtime.switchyardIdleSpinStats
 func runtimeIdleSpinStats() (spins, found, spentNS int64)
+
+//go:linkname runtimeIdleSpinReserve runtime.switchyardIdleSpinReserve
+func runtimeIdleSpinReserve(delta int64)
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +188,10 @@ func runtimeIdleSpinStats() (spins, found, spentNS int64)
 	if st = runIdleSpin(t, patched, "busy", 0, 100, n); st.spins != 0 {
 		t.Errorf("busy, window 0: %d spins; want none", st.spins)
 	}
+	// The writer's P, reported as an event loop's, is no work in flight.
+	if st = runIdleSpin(t, patched, "busy", window, 100, n, "1"); st.spins > n/20 {
+		t.Errorf("busy, window 1ms, the writer's P reserved: %d spins; want hardly any", st.spins)
+	}
 	// Each 5 ms sleep ends in a wake-up that may set both Ps spinning
 	// (the runtime starts a second thread for the goroutine the timer
 	// readies); neither may spin longer than a window after that.
@@ -203,11 +211,12 @@ type spinStats struct{ spins, found, spentNS, took int64 }
 
 // runIdleSpin runs testdata/idlespin's bin and returns its counters, or
 // nil when it was built without the idle spin.
-func runIdleSpin(t *testing.T, bin, mode string, window, share int64, n int) *spinStats {
+func runIdleSpin(t *testing.T, bin, mode string, window, share int64, n int, reserved ...string) *spinStats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, mode, strconv.FormatInt(window, 10), strconv.FormatInt(share, 10), strconv.Itoa(n)).Output()
+	args := append([]string{mode, strconv.FormatInt(window, 10), strconv.FormatInt(share, 10), strconv.Itoa(n)}, reserved...)
+	out, err := exec.CommandContext(ctx, bin, args...).Output()
 	if err != nil {
 		t.Fatalf("%s %s: %v", bin, mode, err)
 	}
@@ -225,6 +234,6 @@ func runIdleSpin(t *testing.T, bin, mode string, window, share int64, n int) *sp
 		}
 	}
 	st := &spinStats{spins: v[0], found: v[1], spentNS: v[2], took: v[3]}
-	t.Logf("%s window %v share %d%% n %d: %d spins, %d found work, spun %v in %v", mode, time.Duration(window), share, n, st.spins, st.found, time.Duration(st.spentNS), time.Duration(st.took))
+	t.Logf("%s %v window %v share %d%% n %d: %d spins, %d found work, spun %v in %v", mode, reserved, time.Duration(window), share, n, st.spins, st.found, time.Duration(st.spentNS), time.Duration(st.took))
 	return st
 }

@@ -2,14 +2,15 @@
 // overlay.sh) and prints its counters: spins, found, ns spun, and the
 // ns the exercise took. Built without the overlay it prints "none".
 //
-//	idlespin busy WINDOW_NS SHARE N
-//	idlespin alone WINDOW_NS SHARE N
+//	idlespin busy WINDOW_NS SHARE N [RESERVED]
+//	idlespin alone WINDOW_NS SHARE N [RESERVED]
 //
 // busy: with GOMAXPROCS=2, one goroutine holds a P in raw system calls
 // (the runtime sees it running), sleeping 30µs and then writing a byte to
 // a pipe, N times; main reads the N bytes through the runtime's poller, so
 // its thread runs out of work before each byte comes. alone: main sleeps
-// 5 ms N times with nothing else running.
+// 5 ms N times with nothing else running. RESERVED Ps are reported to the
+// runtime as held by event loops, as tcpproxy's are.
 package main
 
 import (
@@ -24,8 +25,9 @@ import (
 
 // Set by the test's overlay file when the runtime has the idle spin.
 var (
-	setSpin   func(window, share int64)
-	spinStats func() (spins, found, spentNS int64)
+	setSpin     func(window, share int64)
+	spinStats   func() (spins, found, spentNS int64)
+	spinReserve func(delta int64)
 )
 
 func main() {
@@ -38,6 +40,10 @@ func main() {
 	share, _ := strconv.ParseInt(os.Args[3], 10, 64)
 	n, _ := strconv.Atoi(os.Args[4])
 	runtime.GOMAXPROCS(2)
+	if len(os.Args) > 5 {
+		reserved, _ := strconv.ParseInt(os.Args[5], 10, 64)
+		spinReserve(reserved)
+	}
 	setSpin(window, share)
 	start := time.Now()
 	switch mode {
