@@ -179,11 +179,13 @@ func runtimeIdleSpinReserve(delta int64)
 	if out := runIdleSpin(t, plain, "busy", 0, 100, 10); out != nil {
 		t.Errorf("without the overlay the program reached an idle spin: %v", out)
 	}
-	const n = 2000
+	const n = 1000
 	const window = int64(time.Millisecond)
-	st := runIdleSpin(t, patched, "busy", window, 100, n)
+	// A window long enough for a byte 30µs away on a loaded machine,
+	// where the writer may wait for a CPU (the runtime takes any window).
+	st := runIdleSpin(t, patched, "busy", 20*window, 100, n)
 	if st.found < n/2 {
-		t.Errorf("busy, window 1ms: %d of %d waits for a byte 30µs away found it while spinning (%+v); want at least half", st.found, n, st)
+		t.Errorf("busy, window 20ms: %d of %d waits for a byte 30µs away found it while spinning (%+v); want at least half", st.found, n, st)
 	}
 	if st = runIdleSpin(t, patched, "busy", 0, 100, n); st.spins != 0 {
 		t.Errorf("busy, window 0: %d spins; want none", st.spins)

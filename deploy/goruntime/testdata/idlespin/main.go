@@ -6,9 +6,10 @@
 //	idlespin alone WINDOW_NS SHARE N [RESERVED]
 //
 // busy: with GOMAXPROCS=2, one goroutine holds a P in raw system calls
-// (the runtime sees it running), sleeping 30µs and then writing a byte to
-// a pipe, N times; main reads the N bytes through the runtime's poller, so
-// its thread runs out of work before each byte comes. alone: main sleeps
+// (the runtime sees it running): N times it sleeps 30µs, writes a byte to
+// a pipe and waits for main's answer on another; main reads each byte
+// through the runtime's poller and answers, so its thread runs out of work
+// before each byte comes. alone: main sleeps
 // 5 ms N times with nothing else running. RESERVED Ps are reported to the
 // runtime as held by event loops, as tcpproxy's are.
 package main
@@ -67,18 +68,32 @@ func busy(n int) {
 	if err != nil {
 		panic(err)
 	}
-	wfd := w.Fd() // blocking from here on; only the raw writes below use it
+	ackr, ackw, err := os.Pipe()
+	if err != nil {
+		panic(err)
+	}
+	wfd, ackfd := w.Fd(), ackr.Fd() // blocking from here on; only the raw calls below use them
 	go func() {
 		ts := syscall.Timespec{Nsec: 30_000}
 		b := []byte{1}
 		for range n {
 			syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 			syscall.RawSyscall(syscall.SYS_WRITE, wfd, uintptr(unsafe.Pointer(&b[0])), 1)
+			// Wait for main's answer, so each of its reads waits.
+			for {
+				_, _, e := syscall.RawSyscall(syscall.SYS_READ, ackfd, uintptr(unsafe.Pointer(&b[0])), 1)
+				if e != syscall.EINTR {
+					break
+				}
+			}
 		}
 	}()
 	buf := make([]byte, 1)
 	for range n {
 		if _, err := r.Read(buf); err != nil {
+			panic(err)
+		}
+		if _, err := ackw.Write(buf); err != nil {
 			panic(err)
 		}
 	}
