@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -302,7 +301,8 @@ func sockaddrString(sa unix.Sockaddr) string {
 }
 
 // TestLoopProcs: Config.LoopProcs hears of each P a running loop keeps,
-// +1 when it starts and -1 when it ends, as GOMAXPROCS moves.
+// +1 when it starts and -1 when it ends. (GOMAXPROCS itself is the
+// process's, moved by the loops of other tests' proxies as they end.)
 func TestLoopProcs(t *testing.T) {
 	backend := listen(t, func(c net.Conn) { c.Close() })
 	var held atomic.Int64
@@ -312,7 +312,6 @@ func TestLoopProcs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs := runtime.GOMAXPROCS(0)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
@@ -324,9 +323,6 @@ func TestLoopProcs(t *testing.T) {
 	}
 	if got := held.Load(); got != 1 {
 		t.Errorf("with a loop running, LoopProcs summed to %d; want 1", got)
-	}
-	if got := runtime.GOMAXPROCS(0); got != procs+1 {
-		t.Errorf("with a loop running, GOMAXPROCS is %d; want %d", got, procs+1)
 	}
 	cancel()
 	p.Wait()
