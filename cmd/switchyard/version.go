@@ -59,9 +59,9 @@ func idleSpinReserve(delta int) {
 const idleSpinShare = 10
 
 // defaultGoIdleSpin is --go-idle-spin's default. Unpinned on two CPUs at 64
-// connections, 100µs took the machine's idle time during the load from 6-9 %
-// to about 1 % and added 4-9 % to the requests served, for 1-7 % more CPU
-// per request (docs/benchmarks/product.md, "An idle P that keeps looking").
+// connections, 100µs served 7 % more requests with a third off the p99, for
+// 3-5 % more CPU per request; at 8 connections the same requests for 8 %
+// more CPU (docs/benchmarks/product.md, "An idle P that keeps looking").
 const defaultGoIdleSpin = 100 * time.Microsecond
 
 // applyGoIdleSpin sets the runtime's idle spin to window (--go-idle-spin),
