@@ -2,7 +2,6 @@ package tcpproxy
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 	"golang.org/x/sys/unix"
 )
@@ -306,31 +304,20 @@ func sockaddrString(sa unix.Sockaddr) string {
 func TestLoopProcs(t *testing.T) {
 	backend := listen(t, func(c net.Conn) { c.Close() })
 	var held atomic.Int64
+	// Cleanups run last-registered first: this one after
+	// tcpServiceProxy's has ended the proxy.
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for held.Load() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := held.Load(); got != 0 {
+			t.Errorf("after the proxy ended, LoopProcs summed to %d; want 0", got)
+		}
+	})
 	cfg := Config{EventLoops: 1, LoopProcs: func(delta int) { held.Add(int64(delta)) }}
-	cfg.Picker = registry(t, balancer.Backend{Name: "procs", Endpoints: []balancer.Endpoint{endpoint(backend)}})
-	p, err := newProxy(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	p.Update(RoutesFrom(&model.Configuration{TCPServices: []model.L4Service{{Port: port, Backend: "procs"}}}))
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := p.SyncTCP(ctx, "127.0.0.1"); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
+	tcpServiceProxy(t, cfg, model.L4Service{Backend: "procs"}, backend)
 	if got := held.Load(); got != 1 {
 		t.Errorf("with a loop running, LoopProcs summed to %d; want 1", got)
-	}
-	cancel()
-	p.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for held.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := held.Load(); got != 0 {
-		t.Errorf("after the proxy ended, LoopProcs summed to %d; want 0", got)
 	}
 }
