@@ -97,24 +97,39 @@ func buildProgram(t *testing.T, dir, name, pkg string, args ...string) string {
 
 func runOrder(t *testing.T, bin string) []int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin).Output()
-	if err != nil {
-		t.Fatalf("%s: %v", bin, err)
+	nums, _ := runNumbers(t, bin)
+	if len(nums) != 16 {
+		t.Fatalf("%s printed %d readers; want 16", bin, len(nums))
 	}
-	var order []int
-	for _, f := range strings.Fields(string(out)) {
-		i, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("%s printed %q", bin, out)
-		}
-		order = append(order, i)
-	}
-	if len(order) != 16 {
-		t.Fatalf("%s printed %d readers; want 16", bin, len(order))
+	order := make([]int, len(nums))
+	for i, n := range nums {
+		order[i] = int(n)
 	}
 	return order
+}
+
+// runNumbers runs bin with args (within a minute) and returns the numbers
+// it printed, or none when it printed "none".
+func runNumbers(t *testing.T, bin string, args ...string) (nums []int64, none bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v", bin, args, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) == 1 && f[0] == "none" {
+		return nil, true
+	}
+	for _, w := range f {
+		n, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
+			t.Fatalf("%s %v printed %q", bin, args, out)
+		}
+		nums = append(nums, n)
+	}
+	return nums, false
 }
 
 // TestIdleSpin builds testdata/idlespin with the overlay (and a file that
@@ -215,25 +230,13 @@ type spinStats struct{ spins, found, spentNS, took int64 }
 // nil when it was built without the idle spin.
 func runIdleSpin(t *testing.T, bin, mode string, window, share int64, n int, reserved ...string) *spinStats {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	args := append([]string{mode, strconv.FormatInt(window, 10), strconv.FormatInt(share, 10), strconv.Itoa(n)}, reserved...)
-	out, err := exec.CommandContext(ctx, bin, args...).Output()
-	if err != nil {
-		t.Fatalf("%s %s: %v", bin, mode, err)
-	}
-	f := strings.Fields(string(out))
-	if len(f) == 1 && f[0] == "none" {
+	v, none := runNumbers(t, bin, args...)
+	if none {
 		return nil
 	}
-	var v [4]int64
-	if len(f) != len(v) {
-		t.Fatalf("%s %s printed %q", bin, mode, out)
-	}
-	for i := range v {
-		if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
-			t.Fatalf("%s %s printed %q", bin, mode, out)
-		}
+	if len(v) != 4 {
+		t.Fatalf("%s %v printed %d numbers; want 4", bin, args, len(v))
 	}
 	st := &spinStats{spins: v[0], found: v[1], spentNS: v[2], took: v[3]}
 	t.Logf("%s %v window %v share %d%% n %d: %d spins, %d found work, spun %v in %v", mode, reserved, time.Duration(window), share, n, st.spins, st.found, time.Duration(st.spentNS), time.Duration(st.took))
