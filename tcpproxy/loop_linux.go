@@ -41,9 +41,9 @@ import (
 // 10 ms to a P held that long, which is why an idle loop waits the
 // runtime's way (parkAfter).
 //
-// After an event a loop keeps looking for the next one for a while before
-// it sleeps (epoll_wait with a zero timeout, sched_yield between looks),
-// within a budget of busyPollWindow/10 per busyPollWindow: on a virtual
+// After an event a loop with a connection open keeps looking for the next
+// one for a while before it sleeps (epoll_wait with a zero timeout,
+// sched_yield between looks), within a budget of busyPollWindow/10 per busyPollWindow: on a virtual
 // machine whose idle CPUs halt, a sleeping loop is woken by an interrupt
 // to a halted CPU once per chunk of a transfer or leg of a handshake, and
 // issue 23 measured that wake-up as what kept the pinned loop behind nginx
@@ -438,10 +438,14 @@ func (l *loop) run() {
 		}
 		prevNow, pollStart := l.now, time.Duration(0)
 		slept := timeout != 0
-		if slept && l.now-l.lastEvent < time.Duration(l.pollWin.Load()) && l.mayPoll() {
+		if slept && l.nlive > 0 && l.now-l.lastEvent < time.Duration(l.pollWin.Load()) && l.mayPoll() {
 			// An event a moment ago: look again without sleeping, so
 			// the next one finds the thread running instead of a CPU
 			// to wake (BusyPoll). Others runnable on this CPU go first.
+			// With no connection open there is nothing whose next event
+			// is near: the next is a client's connect, which comes when
+			// it comes, and a look for it would be spent on every
+			// connection's end.
 			timeout, slept = 0, false
 			pollStart = time.Since(l.base)
 			_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)

@@ -88,9 +88,10 @@ func loopRunnable(t *testing.T, p *Proxy) time.Duration {
 	return time.Duration(ns)
 }
 
-// After an event a loop with BusyPoll keeps looking for the next one
-// without sleeping, for BusyPoll and no longer, and for at most its budget
-// in each busyPollWindow; without BusyPoll it sleeps at once. Seen in the
+// After an event a loop with BusyPoll and a connection open keeps looking
+// for the next one without sleeping, for BusyPoll and no longer, and for at
+// most its budget in each busyPollWindow; without BusyPoll, or with no
+// connection open, it sleeps at once. Seen in the
 // time the loop's thread is runnable while nothing happens: a polling
 // loop's thread is (yielding only to whatever else is runnable), a
 // sleeping one is not.
@@ -105,15 +106,19 @@ func TestLoopBusyPoll(t *testing.T) {
 		name     string
 		busyPoll time.Duration
 		budget   time.Duration // Config.pollBudget
+		// idle: a second connection stays open, and quiet, throughout.
+		idle bool
 		// atLeast and atMost bound the loop thread's share of the
 		// window that starts right after the exchange (which lasts
 		// busyPoll when that is longer) and of the window after it.
 		atLeast, atMost [2]float64
 	}{
-		{"none", 0, 0, [2]float64{0, 0}, [2]float64{0.05, 0.05}},
-		{"polling for longer than the window, no budget", 2 * window, busyPollWindow, [2]float64{0.1, 0}, [2]float64{1, 0.05}},
+		{"none", 0, 0, true, [2]float64{0, 0}, [2]float64{0.05, 0.05}},
+		{"polling for longer than the window, no budget", 2 * window, busyPollWindow, true, [2]float64{0.1, 0}, [2]float64{1, 0.05}},
 		// A tenth, and room for a loop kept waiting for its CPU.
-		{"polling within the default budget", 2 * window, 0, [2]float64{0, 0}, [2]float64{0.2, 0.05}},
+		{"polling within the default budget", 2 * window, 0, true, [2]float64{0, 0}, [2]float64{0.2, 0.05}},
+		// The exchange's connection has ended and no other is open.
+		{"polling, no connection open", 2 * window, busyPollWindow, false, [2]float64{0, 0}, [2]float64{0.05, 0.05}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,6 +126,13 @@ func TestLoopBusyPoll(t *testing.T) {
 			// and its budget, not how the window adapts.
 			cfg := Config{EventLoops: 1, BusyPoll: tt.busyPoll, pollBudget: tt.budget, pollLeast: tt.busyPoll}
 			p, addr := tcpServiceProxy(t, cfg, model.L4Service{Backend: "busy-poll"}, backend)
+			if tt.idle {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+			}
 			if got := exchange(t, addr, []byte("ping")); got != "ping" {
 				t.Fatalf("answered %q", got)
 			}
