@@ -96,6 +96,10 @@ const (
 	// it shrinks to (nextPollWindow); Config.BusyPoll below it is used as
 	// it is.
 	minPollWindow = 20 * time.Microsecond
+	// bulkBurst: a loop that relayed this much since it last woke is
+	// moving bulk, and looks only minPollWindow for the next event (see
+	// loop.burst).
+	bulkBurst = 64 << 10
 )
 
 // nextPollWindow is a loop's polling window after an event that found it
@@ -371,7 +375,13 @@ type loop struct {
 	// busyPollWindow that ends at pollWindowEnd.
 	polled, pollWindowEnd time.Duration
 	emptyPoll             bool // the last epoll_wait was a look that found nothing
-	events                [epollBatch]unix.EpollEvent
+	// burst is what the loop relayed since it last woke from a sleep.
+	// Past bulkBurst the next event is a transfer's next chunk, beside
+	// which a wake-up costs little, and a long look would spend the
+	// transfer's gaps polling; a handshake's legs and small exchanges
+	// stay far below it.
+	burst  int
+	events [epollBatch]unix.EpollEvent
 }
 
 func newLoop(g *loopGroup) (*loop, error) {
@@ -438,7 +448,11 @@ func (l *loop) run() {
 		}
 		prevNow, pollStart := l.now, time.Duration(0)
 		slept := timeout != 0
-		if slept && l.nlive > 0 && l.now-l.lastEvent < time.Duration(l.pollWin.Load()) && l.mayPoll() {
+		look := time.Duration(l.pollWin.Load())
+		if l.burst >= bulkBurst {
+			look = min(look, l.pollLeast)
+		}
+		if slept && l.nlive > 0 && l.now-l.lastEvent < look && l.mayPoll() {
 			// An event a moment ago: look again without sleeping, so
 			// the next one finds the thread running instead of a CPU
 			// to wake (BusyPoll). Others runnable on this CPU go first.
@@ -481,9 +495,12 @@ func (l *loop) run() {
 			panic(fmt.Sprintf("tcpproxy: epoll_wait: %v", e)) // only a bug makes the arguments bad
 		}
 		if r > 0 {
-			if slept && l.p.cfg.BusyPoll > l.pollLeast {
-				win := time.Duration(l.pollWin.Load())
-				l.pollWin.Store(int64(nextPollWindow(win, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll)))
+			if slept {
+				l.burst = 0
+				if l.p.cfg.BusyPoll > l.pollLeast {
+					win := time.Duration(l.pollWin.Load())
+					l.pollWin.Store(int64(nextPollWindow(win, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll)))
+				}
 			}
 			l.lastEvent = l.now
 		}
@@ -1187,6 +1204,7 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 			src.off += w
 			src.moved += int64(w)
 			moved += w
+			l.burst += w
 		}
 		if src.buf != nil {
 			l.drop(src)

@@ -157,6 +157,65 @@ func TestLoopBusyPoll(t *testing.T) {
 	}
 }
 
+// A loop that has just relayed bulk (bulkBurst or more since it woke)
+// looks for the next event no longer than minPollWindow, whatever its
+// window; after a few bytes it looks for the whole window. The connection
+// stays open, so only what it moved tells the two apart.
+func TestLoopBulkLooksBriefly(t *testing.T) {
+	const window = 300 * time.Millisecond
+	for _, tt := range []struct {
+		name            string
+		size            int
+		atLeast, atMost float64 // the loop thread's runnable share of the window
+	}{
+		{"a few bytes", 4, 0.1, 1.1},
+		{"bulk", 4 << 20, 0, 0.05},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan struct{})
+			backend := listen(t, func(c net.Conn) {
+				defer c.Close()
+				if _, err := io.ReadFull(c, make([]byte, tt.size)); err == nil {
+					close(got)
+				}
+				_, _ = io.Copy(io.Discard, c)
+			})
+			cfg := Config{EventLoops: 1, BusyPoll: 4 * window, pollBudget: busyPollWindow}
+			p, addr := tcpServiceProxy(t, cfg, model.L4Service{Backend: "bulk"}, backend)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			if _, err := c.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			p.loops.mu.Lock()
+			lp := p.loops.loops[0]
+			p.loops.mu.Unlock()
+			// The window at its most: past the first byte's events, so
+			// no wake-up moves it before the write below.
+			time.Sleep(50 * time.Millisecond)
+			lp.pollWin.Store(int64(4 * window))
+			if _, err := c.Write(make([]byte, tt.size-1)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-got:
+			case <-time.After(defaultTestTimeout):
+				t.Fatal("the backend did not get the bytes")
+			}
+			before, start := loopRunnable(t, p), time.Now()
+			time.Sleep(window)
+			share := float64(loopRunnable(t, p)-before) / float64(time.Since(start))
+			t.Logf("after %d bytes the loop's thread was runnable %.1f %% of %v", tt.size, 100*share, window)
+			if share < tt.atLeast || share > tt.atMost {
+				t.Errorf("after %d bytes the loop's thread was runnable %.0f %%; want %.0f–%.0f %%", tt.size, 100*share, 100*tt.atLeast, 100*tt.atMost)
+			}
+		})
+	}
+}
+
 func TestNextPollWindow(t *testing.T) {
 	const least, most = 20 * time.Microsecond, 500 * time.Microsecond
 	tests := []struct {
