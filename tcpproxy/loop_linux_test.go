@@ -268,10 +268,11 @@ func TestLoopPollWindowAdapts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The listener's arrival a moment after the loop started may have
-	// grown it once already.
-	if w := window(); w > 2*least {
-		t.Fatalf("the window starts at %v, want at most %v", w, 2*least)
+	// The listener's arrival a moment after the loop started, and the
+	// connection's, which finds the loop asleep (no connection was open to
+	// poll for), may each have grown it once already.
+	if w := window(); w > 4*least {
+		t.Fatalf("the window starts at %v, want at most %v", w, 4*least)
 	}
 	// 10 ms apart: past any window below it, within most.
 	for range 20 {
