@@ -96,6 +96,19 @@ const (
 	// it shrinks to (nextPollWindow); Config.BusyPoll below it is used as
 	// it is.
 	minPollWindow = 20 * time.Microsecond
+	// spliceAfter: a direction that has moved this much moves the rest
+	// with splice(2), through a pipe (end.pipe), so the loop copies none
+	// of its bytes; one that moves less (a handshake, small exchanges)
+	// keeps read and write, which take one system call a side where
+	// splice takes one more.
+	spliceAfter = 64 << 10
+	// pipeSize is what a loop asks each pipe to hold (F_SETPIPE_SZ); where
+	// that is refused (a user past fs.pipe-user-pages-soft) the pipe
+	// keeps the kernel's default.
+	pipeSize = 256 << 10
+	// maxFreePipes bounds the empty pipes a loop keeps for the next bulk
+	// direction.
+	maxFreePipes = 64
 	// bulkBurst: a loop that relayed this much since it last woke is
 	// moving bulk, and looks only minPollWindow for the next event (see
 	// loop.burst).
@@ -265,6 +278,13 @@ type end struct {
 	big      bool  // buf is a loopBufSize buffer counted in the loop's held
 	moved    int64 // bytes written to the other end
 	upstream bool
+	// pipe carries this direction's bytes once it has moved spliceAfter
+	// (hasPipe): spliced in from the socket, spliced out to the other
+	// end's; inPipe of them are in it. noSplice: splice failed on this
+	// socket, which goes on with read and write.
+	pipe              [2]int // read end, write end
+	inPipe            int
+	hasPipe, noSplice bool
 }
 
 // lconn is one client connection in a loop.
@@ -381,6 +401,7 @@ type loop struct {
 	// transfer's gaps polling; a handshake's legs and small exchanges
 	// stay far below it.
 	burst  int
+	pipes  [][2]int // empty pipes for the next bulk direction
 	events [epollBatch]unix.EpollEvent
 }
 
@@ -412,6 +433,11 @@ func newLoop(g *loopGroup) (*loop, error) {
 func (l *loop) closeFDs() {
 	_ = unix.Close(l.wake)
 	_ = unix.Close(l.ep)
+	for _, p := range l.pipes {
+		rawClose(p[0])
+		rawClose(p[1])
+	}
+	l.pipes = nil
 }
 
 // post queues c for the loop and wakes it.
@@ -661,6 +687,49 @@ func (l *loop) forget(e *end, keep bool) {
 	if e.buf != nil {
 		l.drop(e)
 	}
+	l.putPipe(e)
+}
+
+// givePipe gives e a pipe, a free one or a new one; false (and e is marked
+// noSplice) when none can be had.
+func (l *loop) givePipe(e *end) bool {
+	if n := len(l.pipes); n > 0 {
+		e.pipe = l.pipes[n-1]
+		l.pipes = l.pipes[:n-1]
+		e.hasPipe = true
+		return true
+	}
+	var fds [2]int32
+	if _, errno := rawCall(syscall.SYS_PIPE2, uintptr(unsafe.Pointer(&fds[0])), unix.O_NONBLOCK|unix.O_CLOEXEC, 0); errno != 0 {
+		e.noSplice = true // out of descriptors: bytes go by read and write
+		return false
+	}
+	_, _ = rawCall(syscall.SYS_FCNTL, uintptr(fds[1]), unix.F_SETPIPE_SZ, pipeSize)
+	e.pipe = [2]int{int(fds[0]), int(fds[1])}
+	e.hasPipe = true
+	return true
+}
+
+// putPipe takes e's pipe back: kept for the next direction when empty and
+// fewer than maxFreePipes are, else closed.
+func (l *loop) putPipe(e *end) {
+	if !e.hasPipe {
+		return
+	}
+	if e.inPipe == 0 && len(l.pipes) < maxFreePipes {
+		l.pipes = append(l.pipes, e.pipe)
+	} else {
+		rawClose(e.pipe[0])
+		rawClose(e.pipe[1])
+	}
+	e.hasPipe, e.inPipe = false, 0
+}
+
+// splice moves up to n bytes from descriptor in to out without waiting
+// (splice(2)), one of them a pipe.
+func splice(in, out, n int) (int, syscall.Errno) {
+	r, _, errno := syscall.RawSyscall6(unix.SYS_SPLICE, uintptr(in), 0, uintptr(out), 0, uintptr(n), unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+	return int(r), errno
 }
 
 func (l *loop) getBuf() []byte {
@@ -1209,6 +1278,29 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 		if src.buf != nil {
 			l.drop(src)
 		}
+		for src.inPipe > 0 {
+			if !dst.wr {
+				return true // dst's EPOLLOUT edge brings us back
+			}
+			w, errno := splice(src.pipe[0], dst.fd, src.inPipe)
+			switch {
+			case errno == syscall.EINTR:
+				continue
+			case errno == syscall.EAGAIN:
+				dst.wr = false
+				return true
+			case errno != 0:
+				l.closeConn(c)
+				return false
+			}
+			if w < src.inPipe {
+				dst.wr = false // full: its EPOLLOUT edge brings us back
+			}
+			src.inPipe -= w
+			src.moved += int64(w)
+			moved += w
+			l.burst += w
+		}
 		if src.eof {
 			return true
 		}
@@ -1218,6 +1310,33 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 		if moved >= relayBudget {
 			l.posted = append(l.posted, c)
 			return true
+		}
+		if src.hasPipe || (src.moved >= spliceAfter && !src.noSplice && l.givePipe(src)) {
+			// The pipe is empty: all it gets now is src's.
+			n, errno := splice(src.fd, src.pipe[1], pipeSize)
+			switch {
+			case errno == syscall.EINTR:
+				continue
+			case errno == syscall.EAGAIN:
+				src.rd = false
+				return true
+			case errno == syscall.EINVAL:
+				// Not a socket splice can read: read and write it.
+				src.noSplice = true
+				l.putPipe(src)
+				continue
+			case errno != 0:
+				l.closeConn(c)
+				return false
+			case n == 0:
+				return l.ended(c, src, dst)
+			}
+			// A short splice need not have drained the socket (the pipe
+			// can fill by pages before bytes), so src is read again
+			// until EAGAIN.
+			c.active = l.now
+			src.inPipe = n
+			continue
 		}
 		size := len(l.scratch)
 		if l.held >= maxHeldBufs {
@@ -1234,13 +1353,7 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 			l.closeConn(c)
 			return false
 		case n == 0:
-			src.eof = true
-			_, _ = rawCall(syscall.SYS_SHUTDOWN, uintptr(dst.fd), unix.SHUT_WR, 0)
-			if dst.eof {
-				l.closeConn(c)
-				return false
-			}
-			return true
+			return l.ended(c, src, dst)
 		}
 		c.active = l.now
 		if n < size && !src.hup {
@@ -1251,6 +1364,19 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 		src.buf, src.off, src.n = l.scratch, 0, n
 		l.scratch = l.getBuf()
 	}
+}
+
+// ended handles the end of src's bytes, all of them written to dst: dst's
+// write side is shut, and c closed when dst's bytes had ended too; false
+// when c was closed.
+func (l *loop) ended(c *lconn, src, dst *end) bool {
+	src.eof = true
+	_, _ = rawCall(syscall.SYS_SHUTDOWN, uintptr(dst.fd), unix.SHUT_WR, 0)
+	if dst.eof {
+		l.closeConn(c)
+		return false
+	}
+	return true
 }
 
 // sweep closes what outlived its timeout.

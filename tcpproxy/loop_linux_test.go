@@ -216,6 +216,62 @@ func TestLoopBulkLooksBriefly(t *testing.T) {
 	}
 }
 
+// openPipes counts the process's pipe descriptors (two a pipe).
+func openPipes(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "pipe:") {
+			n++
+		}
+	}
+	return n
+}
+
+// A direction that has moved spliceAfter goes on through a pipe
+// (splice(2)), which its loop keeps for the next bulk direction once the
+// connection has ended; a small exchange takes none. TestBulkBothWays
+// checks spliced bytes end to end.
+func TestLoopSplicesBulk(t *testing.T) {
+	backend := listen(t, func(c net.Conn) {
+		defer c.Close()
+		got, _ := io.ReadAll(c)
+		_, _ = c.Write(got)
+	})
+	_, addr := tcpServiceProxy(t, Config{EventLoops: 1}, model.L4Service{Backend: "splice"}, backend)
+	before := openPipes(t)
+	if got := exchange(t, addr, []byte("small")); got != "small" {
+		t.Fatalf("answered %q", got)
+	}
+	if n := openPipes(t); n != before {
+		t.Errorf("a 5-byte exchange: %d pipe descriptors open, %d before; want no new one", n, before)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	if got := exchange(t, addr, big); got != string(big) {
+		t.Fatalf("1 MiB each way: %d bytes came back, equal %v", len(got), got == string(big))
+	}
+	// One pipe a direction, given back to the loop when the connection
+	// closed and kept there: four descriptors.
+	deadline := time.Now().Add(defaultTestTimeout)
+	for openPipes(t) != before+4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := openPipes(t); n != before+4 {
+		t.Errorf("1 MiB each way: %d pipe descriptors open, %d before; want 4 more (a pipe each way)", n, before)
+	}
+	if got := exchange(t, addr, big); got != string(big) {
+		t.Fatalf("again: %d bytes came back", len(got))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := openPipes(t); n != before+4 {
+		t.Errorf("a second 1 MiB exchange: %d pipe descriptors open, %d before; want the same two pipes reused", n, before)
+	}
+}
+
 func TestNextPollWindow(t *testing.T) {
 	const least, most = 20 * time.Microsecond, 500 * time.Microsecond
 	tests := []struct {
