@@ -1287,14 +1287,17 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 			case errno == syscall.EINTR:
 				continue
 			case errno == syscall.EAGAIN:
+				// Full: the socket is marked waiting for room, and its
+				// EPOLLOUT edge brings us back. A short splice is not
+				// proof of that (it can stop short of a socket with
+				// room, which then sends no edge: seen as a transfer
+				// stalled with bytes in the pipe and an empty send
+				// queue), so the loop splices again until EAGAIN.
 				dst.wr = false
 				return true
-			case errno != 0:
+			case errno != 0 || w == 0:
 				l.closeConn(c)
 				return false
-			}
-			if w < src.inPipe {
-				dst.wr = false // full: its EPOLLOUT edge brings us back
 			}
 			src.inPipe -= w
 			src.moved += int64(w)
