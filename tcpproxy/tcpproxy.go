@@ -123,14 +123,14 @@ type Config struct {
 
 // DefaultBusyPoll is the controller's --l4-busy-poll. On two vCPUs of a
 // VM whose idle CPUs halt (no guest halt polling), 500 µs took the setup
-// each L4 path adds to 0.36–0.65× the better of HAProxy's and nginx
-// stream's pinned and 0.69–0.90× unpinned, and the added 1-byte round trip
-// to about a fifth of theirs, where 20 µs added about what they add: the
-// legs of a handshake come a few hundred microseconds apart, and a loop
-// still looking takes each without a CPU to wake. It costs CPU per
-// connection (2.0 ms against 1.2 ms at 20 µs, pinned, for a connection
-// that moves 1 MiB), within the tenth of a core a loop may poll
-// (docs/benchmarks/tcpproxy.md).
+// each L4 path adds to 0.32–0.64× the better of HAProxy's and nginx
+// stream's with the loop on a CPU of its own and 0.67–0.90× on shared
+// CPUs, and the added 1-byte round trip to 0.2–0.3× theirs pinned, where
+// 20 µs added about what they add: the legs of a handshake come a few
+// hundred microseconds apart, and a loop still looking takes each without
+// a CPU to wake. It costs CPU per connection (1.4–1.5 ms pinned for a
+// connection moving 1 MiB, against about 1.2 ms at 20 µs), within the
+// tenth of a core a loop may poll (docs/benchmarks/tcpproxy.md).
 const DefaultBusyPoll = 500 * time.Microsecond
 
 // Proxy is the L4 data plane: SNI passthrough, TCP and UDP services.
