@@ -109,7 +109,7 @@ const (
 	// maxFreePipes bounds the empty pipes a loop keeps for the next bulk
 	// direction.
 	maxFreePipes = 64
-	// bulkBurst: a loop that relayed this much since it last woke is
+	// bulkBurst: a loop that relayed this much lately (loop.burst) is
 	// moving bulk, and looks only minPollWindow for the next event (see
 	// loop.burst).
 	bulkBurst = 64 << 10
@@ -395,11 +395,18 @@ type loop struct {
 	// busyPollWindow that ends at pollWindowEnd.
 	polled, pollWindowEnd time.Duration
 	emptyPoll             bool // the last epoll_wait was a look that found nothing
-	// burst is what the loop relayed since it last woke from a sleep.
-	// Past bulkBurst the next event is a transfer's next chunk, beside
-	// which a wake-up costs little, and a long look would spend the
-	// transfer's gaps polling; a handshake's legs and small exchanges
-	// stay far below it.
+	// burst is what the loop relayed lately: a wake-up after a quiet gap
+	// as long as its window (pollWin) starts it at zero, and one after a
+	// shorter sleep halves it. Past bulkBurst the next event is a
+	// transfer's next chunk, beside which a wake-up costs little, and a
+	// long look would spend the transfer's gaps polling; a handshake's
+	// legs and small exchanges stay far below it. Halved rather than
+	// zeroed after a short sleep: a transfer whose chunks come a little
+	// apart (a slow reader at the far end) would otherwise end with a
+	// chunk that looks like a small exchange; and a stream of small
+	// exchanges that the loop catches by looking, so that it never
+	// sleeps, sleeps once for each bulkBurst/2 it moves, not at every
+	// exchange.
 	burst  int
 	pipes  [][2]int // empty pipes for the next bulk direction
 	events [epollBatch]unix.EpollEvent
@@ -522,9 +529,13 @@ func (l *loop) run() {
 		}
 		if r > 0 {
 			if slept {
-				l.burst = 0
+				win := time.Duration(l.pollWin.Load())
+				if l.now-l.lastEvent >= win {
+					l.burst = 0
+				} else {
+					l.burst /= 2
+				}
 				if l.p.cfg.BusyPoll > l.pollLeast {
-					win := time.Duration(l.pollWin.Load())
 					l.pollWin.Store(int64(nextPollWindow(win, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll)))
 				}
 			}
