@@ -999,6 +999,20 @@ func report(o options, paths []*path, load0, load1 string) error {
 			p.name, f.SetupP50, f.SetupP99, f.RTT, f.MiBps, float64(xd)/float64(quantile(p.got, .5, xferOf)),
 			f.BigMiBps, bigRatio, f.CPUConn, f.CPUGiB)
 	}
+	if o.bigRounds > 1 {
+		// Each transfer, slowest first: a median of a few hides whether
+		// a path is steady or sometimes slow.
+		fmt.Printf("\n| path | each %d MiB transfer, MiB/s, slowest first |\n|---|---|\n", o.big>>20)
+		for _, p := range paths {
+			xs := slices.Clone(p.big)
+			slices.Sort(xs)
+			var b strings.Builder
+			for i := len(xs) - 1; i >= 0; i-- {
+				fmt.Fprintf(&b, " %.0f", float64(o.big)/(1<<20)/xs[i].Seconds())
+			}
+			fmt.Printf("| %s |%s |\n", p.name, b.String())
+		}
+	}
 	if !o.peers {
 		return nil
 	}
