@@ -506,7 +506,9 @@ func (l *loop) run() {
 			// runtime's wake-up once.
 			wait = syscall.Syscall6
 		}
-		r, _, e := wait(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
+		// epoll_pwait with no signal mask is epoll_wait, and exists on
+		// every Linux architecture (arm64 has no epoll_wait).
+		r, _, e := wait(syscall.SYS_EPOLL_PWAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&l.events[0])), epollBatch, uintptr(timeout), 0, 0)
 		l.now = time.Since(l.base)
 		if pollStart != 0 {
 			// A look that follows an empty look is charged from the end

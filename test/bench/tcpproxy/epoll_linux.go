@@ -96,7 +96,7 @@ func (l *epLoop) run() {
 	for {
 		// A non-blocking look first, without leaving the P; block in the
 		// kernel only when nothing is ready.
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptrOf(events), uintptr(len(events)), 0, 0, 0)
+		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.ep), uintptrOf(events), uintptr(len(events)), 0, 0, 0)
 		n := int(r)
 		if e != 0 {
 			n = 0

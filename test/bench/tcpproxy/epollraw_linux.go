@@ -82,7 +82,7 @@ func (l *rawLoop) run() {
 		if l.goWait || (spin > 0 && time.Since(lastEvent) < spin) {
 			timeout = 0
 		}
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), timeout, 0, 0)
+		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), timeout, 0, 0)
 		if l.goWait && e == 0 && r == 0 {
 			n, err := unix.EpollWait(l.ep, events, -1)
 			if err != nil {
