@@ -109,9 +109,8 @@ const (
 	// maxFreePipes bounds the empty pipes a loop keeps for the next bulk
 	// direction.
 	maxFreePipes = 64
-	// bulkBurst: a loop that relayed this much lately (loop.burst) is
-	// moving bulk, and looks only minPollWindow for the next event (see
-	// loop.burst).
+	// bulkBurst: a loop that relayed this much lately is moving bulk, and
+	// looks only minPollWindow for the next event (see loop.burst).
 	bulkBurst = 64 << 10
 )
 

@@ -157,7 +157,7 @@ func TestLoopBusyPoll(t *testing.T) {
 	}
 }
 
-// A loop that has just relayed bulk (bulkBurst or more since it woke)
+// A loop that has just relayed bulk (bulkBurst or more lately, loop.burst)
 // looks for the next event no longer than minPollWindow, whatever its
 // window; after a few bytes it looks for the whole window. The connection
 // stays open, so only what it moved tells the two apart.
