@@ -396,19 +396,27 @@ type loop struct {
 	emptyPoll             bool // the last epoll_wait was a look that found nothing
 	// burst is what the loop relayed lately: a wake-up after a quiet gap
 	// as long as its window (pollWin) starts it at zero, and one after a
-	// shorter sleep halves it. Past bulkBurst the next event is a
+	// shorter sleep takes a quarter off once the wake-up relays something
+	// (burstDecay, addBurst). Past bulkBurst the next event is a
 	// transfer's next chunk, beside which a wake-up costs little, and a
 	// long look would spend the transfer's gaps polling; a handshake's
-	// legs and small exchanges stay far below it. Halved rather than
-	// zeroed after a short sleep: a transfer whose chunks come a little
-	// apart (a slow reader at the far end) would otherwise end with a
-	// chunk that looks like a small exchange; and a stream of small
+	// legs and small exchanges stay far below it.
+	//
+	// Decayed rather than zeroed after a short sleep: a transfer whose
+	// chunks come a little apart (a slow reader at the far end) would
+	// otherwise end on a short last chunk that looks like a small
+	// exchange. Chunks of c bytes keep burst near 4c, so a transfer
+	// whose chunks are a third of bulkBurst or more stays bulk to its
+	// end (halving kept it near 2c, and a last chunk of a few bytes after
+	// chunks of 58 KiB fell below it: seen under -race). A stream of small
 	// exchanges that the loop catches by looking, so that it never
-	// sleeps, sleeps once for each bulkBurst/2 it moves, not at every
-	// exchange.
-	burst  int
-	pipes  [][2]int // empty pipes for the next bulk direction
-	events [epollBatch]unix.EpollEvent
+	// sleeps, sleeps once for each bulkBurst/4 it moves, not at every
+	// exchange. A wake-up that relays nothing (the slow reader making
+	// room after the last chunk) leaves it as it is.
+	burst      int
+	burstDecay bool
+	pipes      [][2]int // empty pipes for the next bulk direction
+	events     [epollBatch]unix.EpollEvent
 }
 
 func newLoop(g *loopGroup) (*loop, error) {
@@ -531,10 +539,9 @@ func (l *loop) run() {
 		if r > 0 {
 			if slept {
 				win := time.Duration(l.pollWin.Load())
-				if l.now-l.lastEvent >= win {
+				l.burstDecay = l.now-l.lastEvent < win
+				if !l.burstDecay {
 					l.burst = 0
-				} else {
-					l.burst /= 2
 				}
 				if l.p.cfg.BusyPoll > l.pollLeast {
 					l.pollWin.Store(int64(nextPollWindow(win, l.now-l.lastEvent, l.pollLeast, l.p.cfg.BusyPoll)))
@@ -585,6 +592,16 @@ func (l *loop) run() {
 			return
 		}
 	}
+}
+
+// addBurst counts n relayed bytes in burst, taking a quarter off it first
+// if these are the first relayed since a wake-up after a short sleep.
+func (l *loop) addBurst(n int) {
+	if l.burstDecay {
+		l.burst -= l.burst / 4
+		l.burstDecay = false
+	}
+	l.burst += n
 }
 
 // mayPoll reports whether the loop has polling time left in the current
@@ -1285,7 +1302,7 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 			src.off += w
 			src.moved += int64(w)
 			moved += w
-			l.burst += w
+			l.addBurst(w)
 		}
 		if src.buf != nil {
 			l.drop(src)
@@ -1314,7 +1331,7 @@ func (l *loop) relay(c *lconn, src, dst *end) bool {
 			src.inPipe -= w
 			src.moved += int64(w)
 			moved += w
-			l.burst += w
+			l.addBurst(w)
 		}
 		if src.eof {
 			return true

@@ -166,18 +166,33 @@ func TestLoopBulkLooksBriefly(t *testing.T) {
 	for _, tt := range []struct {
 		name            string
 		size            int
-		atLeast, atMost float64 // the loop thread's runnable share of the window
+		pace            time.Duration // the backend's pause between 64 KiB reads
+		atLeast, atMost float64       // the loop thread's runnable share of the window
 	}{
-		{"a few bytes", 4, 0.1, 1.1},
-		{"bulk", 4 << 20, 0, 0.05},
+		{"a few bytes", 4, 0, 0.1, 1.1},
+		{"bulk", 4 << 20, 0, 0, 0.05},
+		// The loop sleeps between chunks, each shorter than bulkBurst,
+		// and wakes for room made after the last one.
+		{"bulk to a slow reader", 4 << 20, time.Millisecond, 0, 0.05},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := make(chan struct{})
 			backend := listen(t, func(c net.Conn) {
 				defer c.Close()
-				if _, err := io.ReadFull(c, make([]byte, tt.size)); err == nil {
-					close(got)
+				buf := make([]byte, tt.size)
+				for off := 0; off < tt.size; {
+					end := tt.size
+					if tt.pace > 0 {
+						end = min(off+64<<10, tt.size)
+						time.Sleep(tt.pace)
+					}
+					n, err := io.ReadFull(c, buf[off:end])
+					if err != nil {
+						return
+					}
+					off += n
 				}
+				close(got)
 				_, _ = io.Copy(io.Discard, c)
 			})
 			cfg := Config{EventLoops: 1, BusyPoll: 4 * window, pollBudget: busyPollWindow}
