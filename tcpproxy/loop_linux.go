@@ -407,7 +407,7 @@ type loop struct {
 	// otherwise end on a short last chunk that looks like a small
 	// exchange. Chunks of c bytes keep burst near 4c, so a transfer
 	// whose chunks are a third of bulkBurst or more stays bulk to its
-	// end (halving kept it near 2c, and a last chunk of a few bytes after
+	// end (halving kept it near 2c, and a last chunk of 1 KiB after
 	// chunks of 58 KiB fell below it: seen under -race). A stream of small
 	// exchanges that the loop catches by looking, so that it never
 	// sleeps, sleeps once for each bulkBurst/4 it moves, not at every
