@@ -416,7 +416,10 @@ type loop struct {
 	burst      int
 	burstDecay bool
 	pipes      [][2]int // empty pipes for the next bulk direction
-	events     [epollBatch]unix.EpollEvent
+	// pipesOpen counts the loop's pipes, in use or kept; only the loop
+	// writes it (atomic for tests that read it).
+	pipesOpen atomic.Int32
+	events    [epollBatch]unix.EpollEvent
 }
 
 func newLoop(g *loopGroup) (*loop, error) {
@@ -451,6 +454,7 @@ func (l *loop) closeFDs() {
 		rawClose(p[0])
 		rawClose(p[1])
 	}
+	l.pipesOpen.Add(-int32(len(l.pipes)))
 	l.pipes = nil
 }
 
@@ -734,6 +738,7 @@ func (l *loop) givePipe(e *end) bool {
 		return false
 	}
 	_, _ = rawCall(syscall.SYS_FCNTL, uintptr(fds[1]), unix.F_SETPIPE_SZ, pipeSize)
+	l.pipesOpen.Add(1)
 	e.pipe = [2]int{int(fds[0]), int(fds[1])}
 	e.hasPipe = true
 	return true
@@ -750,6 +755,7 @@ func (l *loop) putPipe(e *end) {
 	} else {
 		rawClose(e.pipe[0])
 		rawClose(e.pipe[1])
+		l.pipesOpen.Add(-1)
 	}
 	e.hasPipe, e.inPipe = false, 0
 }
