@@ -52,6 +52,17 @@ func TestLoopKeepsLeftovers(t *testing.T) {
 
 const parkAfterForTest = parkAfter
 
+// onlyLoop is p's event loop, which must be the one running.
+func onlyLoop(t *testing.T, p *Proxy) *loop {
+	t.Helper()
+	p.loops.mu.Lock()
+	defer p.loops.mu.Unlock()
+	if len(p.loops.loops) != 1 {
+		t.Fatalf("%d loops running; want 1", len(p.loops.loops))
+	}
+	return p.loops.loops[0]
+}
+
 // loopRunnable is the time the thread of p's one event loop has spent
 // runnable: running, or waiting for its CPU (the first two fields of
 // /proc/self/task/TID/schedstat). A polling loop is runnable all the time
@@ -59,13 +70,7 @@ const parkAfterForTest = parkAfter
 // packages' on two CPUs); a sleeping one is not.
 func loopRunnable(t *testing.T, p *Proxy) time.Duration {
 	t.Helper()
-	p.loops.mu.Lock()
-	if len(p.loops.loops) != 1 {
-		p.loops.mu.Unlock()
-		t.Fatalf("%d loops running; want 1", len(p.loops.loops))
-	}
-	tid := p.loops.loops[0].tid.Load()
-	p.loops.mu.Unlock()
+	tid := onlyLoop(t, p).tid.Load()
 	if tid == 0 {
 		t.Fatal("the loop has not recorded its thread")
 	}
@@ -205,9 +210,7 @@ func TestLoopBulkLooksBriefly(t *testing.T) {
 			if _, err := c.Write([]byte("x")); err != nil {
 				t.Fatal(err)
 			}
-			p.loops.mu.Lock()
-			lp := p.loops.loops[0]
-			p.loops.mu.Unlock()
+			lp := onlyLoop(t, p)
 			// The window at its most: past the first byte's events, so
 			// no wake-up moves it before the write below.
 			time.Sleep(50 * time.Millisecond)
@@ -258,9 +261,7 @@ func TestLoopSplicesBulk(t *testing.T) {
 		_, _ = c.Write(got)
 	})
 	p, addr := tcpServiceProxy(t, Config{EventLoops: 1}, model.L4Service{Backend: "splice"}, backend)
-	p.loops.mu.Lock()
-	lp := p.loops.loops[0]
-	p.loops.mu.Unlock()
+	lp := onlyLoop(t, p)
 	// The loop's own count, not the process's descriptors: another
 	// test's loop may still be closing its pipes.
 	pipes := func() int { return int(lp.pipesOpen.Load()) }
@@ -337,11 +338,8 @@ func TestLoopPollWindowAdapts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	window := func() time.Duration {
-		p.loops.mu.Lock()
-		defer p.loops.mu.Unlock()
-		return time.Duration(p.loops.loops[0].pollWin.Load())
-	}
+	lp := onlyLoop(t, p)
+	window := func() time.Duration { return time.Duration(lp.pollWin.Load()) }
 	ping := func(gap time.Duration) {
 		time.Sleep(gap)
 		b := []byte{'p'}
