@@ -34,6 +34,7 @@ import (
 // (cache) is read on a miss, the lock taken only for a series never seen.
 type metrics struct {
 	perHost bool
+	stripes int // of every counter (stripes.go)
 
 	// all holds every series ever made, for Collect: series outlive the
 	// configuration that made them, as Prometheus vectors' children do;
@@ -105,6 +106,7 @@ const maxSeries = 10000
 func newMetrics(reg prometheus.Registerer, perHost bool) (*metrics, error) {
 	m := &metrics{
 		perHost: perHost,
+		stripes: stripeCount(),
 		all:     map[labelValues]*series{},
 		latency: map[[4]string]*latencyWindow{},
 	}
@@ -149,25 +151,39 @@ type upstreamSeries struct {
 }
 
 // histogram is a fixed-bucket histogram of integer values (nanoseconds or
-// bytes), updated with atomics only.
+// bytes), updated with atomics only, in stripes (stripes.go): stripe s
+// holds its bucket counts, +Inf last, and then its sum (two's complement)
+// in cells[s*stride:].
 type histogram struct {
-	bounds []int64         // upper bounds, inclusive, ascending
-	counts []atomic.Uint64 // per bucket; the last is +Inf
-	sum    atomic.Int64
+	bounds []int64 // upper bounds, inclusive, ascending
+	stride int     // cells per stripe: the buckets, +Inf and the sum, in whole cache lines
+	cells  []atomic.Uint64
 }
 
-func newHistogram(bounds []int64) histogram {
-	return histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+func newHistogram(bounds []int64, stripes int) histogram {
+	stride := (len(bounds) + 2 + lineWords - 1) / lineWords * lineWords
+	return histogram{bounds: bounds, stride: stride, cells: make([]atomic.Uint64, stripes*stride)}
 }
 
-// observe adds one value.
-func (h *histogram) observe(v int64) {
+// observe adds one value to stripe s.
+func (h *histogram) observe(s int, v int64) {
+	c := h.cells[s*h.stride : s*h.stride+len(h.bounds)+2]
 	i := 0
 	for i < len(h.bounds) && v > h.bounds[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sum.Add(v)
+	c[i].Add(1)
+	c[len(h.bounds)+1].Add(uint64(v))
+}
+
+// cell is cell i of every stripe, summed: bucket i's count, or with
+// i == len(bounds)+1 the sum.
+func (h *histogram) cell(i int) uint64 {
+	var n uint64
+	for s := 0; s < len(h.cells); s += h.stride {
+		n += h.cells[s+i].Load()
+	}
+	return n
 }
 
 // metric is h as a Prometheus histogram, with values divided by scale.
@@ -176,11 +192,11 @@ func (h *histogram) metric(desc *prometheus.Desc, scale float64, lv []string) pr
 	buckets := make(map[float64]uint64, len(h.bounds))
 	var n uint64
 	for i, b := range h.bounds {
-		n += h.counts[i].Load()
+		n += h.cell(i)
 		buckets[float64(b)/scale] = n
 	}
-	n += h.counts[len(h.bounds)].Load()
-	return prometheus.MustNewConstHistogram(desc, n, float64(h.sum.Load())/scale, buckets, lv...)
+	n += h.cell(len(h.bounds))
+	return prometheus.MustNewConstHistogram(desc, n, float64(int64(h.cell(len(h.bounds)+1)))/scale, buckets, lv...)
 }
 
 // scaledBuckets are bucket bounds times scale, as integers.
@@ -233,8 +249,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 // histogramCount is how many values h holds.
 func histogramCount(h *histogram) uint64 {
 	var n uint64
-	for i := range h.counts {
-		n += h.counts[i].Load()
+	for i := range len(h.bounds) + 1 {
+		n += h.cell(i)
 	}
 	return n
 }
@@ -296,15 +312,16 @@ func (m *metrics) observe(x *exchange, o *outcome, took, now time.Duration) {
 		}
 		s = e.s
 	}
-	s.duration.observe(int64(took))
-	s.respSize.observe(int64(x.respHeader + x.bodySent))
-	s.reqSize.observe(int64(x.reqLength))
+	st := stripeOf(m.stripes)
+	s.duration.observe(st, int64(took))
+	s.respSize.observe(st, int64(x.respHeader+x.bodySent))
+	s.reqSize.observe(st, int64(x.reqLength))
 	if k.proxied {
 		u := s.upstream.Load()
-		u.response.observe(int64(o.upstream))
-		u.header.observe(int64(o.header))
-		u.connect.observe(int64(o.connect))
-		u.latency.observe(o.connect, now)
+		u.response.observe(st, int64(o.upstream))
+		u.header.observe(st, int64(o.header))
+		u.connect.observe(st, int64(o.connect))
+		u.latency.observe(st, o.connect, now)
 	}
 }
 
@@ -313,7 +330,7 @@ func (m *metrics) observe(x *exchange, o *outcome, took, now time.Duration) {
 func (m *metrics) latencyWindow(lv [4]string) *latencyWindow {
 	w := m.latency[lv]
 	if w == nil {
-		w = &latencyWindow{labels: lv}
+		w = newLatencyWindow(lv, m.stripes)
 		m.latency[lv] = w
 	}
 	return w
@@ -330,13 +347,13 @@ func (m *metrics) add(k seriesKey) *seriesEntry {
 	defer m.mu.Unlock()
 	s := m.all[lv]
 	if s == nil {
-		s = &series{labels: lv, duration: newHistogram(durationBuckets),
-			respSize: newHistogram(sizeBuckets), reqSize: newHistogram(sizeBuckets)}
+		s = &series{labels: lv, duration: newHistogram(durationBuckets, m.stripes),
+			respSize: newHistogram(sizeBuckets, m.stripes), reqSize: newHistogram(sizeBuckets, m.stripes)}
 		m.all[lv] = s
 	}
 	if k.proxied && s.upstream.Load() == nil {
-		s.upstream.Store(&upstreamSeries{response: newHistogram(durationBuckets), connect: newHistogram(durationBuckets),
-			header: newHistogram(durationBuckets), latency: m.latencyWindow([4]string{ing, ns, svc, k.canary})})
+		s.upstream.Store(&upstreamSeries{response: newHistogram(durationBuckets, m.stripes), connect: newHistogram(durationBuckets, m.stripes),
+			header: newHistogram(durationBuckets, m.stripes), latency: m.latencyWindow([4]string{ing, ns, svc, k.canary})})
 	}
 	old := *m.cache.Load()
 	if e := old[k]; e != nil {
@@ -372,14 +389,23 @@ func bodyLen(stream bool, contentLength int, body func() []byte) int {
 // stream per age bucket.
 //
 // Count, sum and the observations of no connect time (a kept-alive
-// upstream connection: most requests) are atomic counters; only other
-// values take the lock, and a slot's turn to a new epoch.
+// upstream connection: most requests) are striped atomic counters
+// (stripes.go); only other values take the lock, and a slot's turn to a
+// new epoch.
 type latencyWindow struct {
 	labels [4]string
-	count  atomic.Uint64
-	sum    atomic.Int64 // nanoseconds
+	count  stripedCounter
+	sum    stripedCounter // nanoseconds
 	mu     sync.Mutex
 	slots  [latencySlots]latencySlot
+}
+
+func newLatencyWindow(lv [4]string, stripes int) *latencyWindow {
+	w := &latencyWindow{labels: lv, count: newStripedCounter(stripes), sum: newStripedCounter(stripes)}
+	for i := range w.slots {
+		w.slots[i].zero = newStripedCounter(stripes)
+	}
+	return w
 }
 
 // latencySlot holds the counts of one latencySlotWidth of time.
@@ -388,7 +414,7 @@ type latencySlot struct {
 	// written under latencyWindow.mu.
 	epoch atomic.Int64
 	// zero counts the observations of bucket 0 (no connect time).
-	zero   atomic.Uint64
+	zero   stripedCounter
 	counts map[uint16]uint64 // other buckets; guarded by latencyWindow.mu
 }
 
@@ -400,17 +426,18 @@ const (
 // latencyQuantiles are ingress-nginx's defObjectives' quantiles.
 var latencyQuantiles = []float64{0.5, 0.9, 0.99}
 
-func (w *latencyWindow) observe(d, now time.Duration) {
+// observe adds d, observed at now, to stripe st.
+func (w *latencyWindow) observe(st int, d, now time.Duration) {
 	e := int64(now/latencySlotWidth) + 1
 	k := latencyBucket(d)
-	w.count.Add(1)
-	w.sum.Add(int64(max(d, 0)))
+	w.count.add(st, 1)
+	w.sum.add(st, uint64(max(d, 0)))
 	sl := &w.slots[e%latencySlots]
 	if sl.epoch.Load() != e {
 		w.turn(sl, e)
 	}
 	if k == 0 {
-		sl.zero.Add(1)
+		sl.zero.add(st, 1)
 		return
 	}
 	w.mu.Lock()
@@ -425,7 +452,7 @@ func (w *latencyWindow) observe(d, now time.Duration) {
 func (w *latencyWindow) turn(sl *latencySlot, e int64) {
 	w.mu.Lock()
 	if sl.epoch.Load() != e {
-		sl.zero.Store(0)
+		sl.zero.reset()
 		clear(sl.counts)
 		sl.epoch.Store(e)
 	}
@@ -438,14 +465,14 @@ func (w *latencyWindow) metric(now time.Duration) prometheus.Metric {
 	e := int64(now/latencySlotWidth) + 1
 	merged := map[uint16]uint64{}
 	var total uint64
-	count, sum := w.count.Load(), time.Duration(w.sum.Load())
+	count, sum := w.count.load(), time.Duration(w.sum.load())
 	w.mu.Lock()
 	for i := range w.slots {
 		sl := &w.slots[i]
 		if ep := sl.epoch.Load(); ep == 0 || ep <= e-latencySlots {
 			continue
 		}
-		if n := sl.zero.Load(); n > 0 {
+		if n := sl.zero.load(); n > 0 {
 			merged[0] += n
 			total += n
 		}

@@ -109,7 +109,7 @@ func TestRequestMetricsRouteSlots(t *testing.T) {
 // observe at once, connect times of zero (the atomic path) and others, and
 // across a turn of the window's slots.
 func TestUpstreamLatencyWindowConcurrent(t *testing.T) {
-	w := &latencyWindow{labels: [4]string{"ing", "ns", "svc", ""}}
+	w := newLatencyWindow([4]string{"ing", "ns", "svc", ""}, 3)
 	const per = 2000
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -124,7 +124,7 @@ func TestUpstreamLatencyWindowConcurrent(t *testing.T) {
 				if i >= per/2 {
 					now += latencySlotWidth
 				}
-				w.observe(d, now)
+				w.observe(g%3, d, now) // stripes shared and not
 			}
 		})
 	}

@@ -551,11 +551,12 @@ func TestTLSAndSSLRedirect(t *testing.T) {
 
 // The request histograms as Prometheus' own: a value equal to a bound
 // counts in that bucket, buckets are cumulative, the count is the
-// buckets' total and the sum is in the metric's unit.
+// buckets' total and the sum is in the metric's unit, whichever stripes
+// the values went to.
 func TestRequestHistograms(t *testing.T) {
-	h := newHistogram(durationBuckets)
-	for _, d := range []time.Duration{5 * time.Millisecond, 5*time.Millisecond + 1, 20 * time.Second} {
-		h.observe(int64(d))
+	h := newHistogram(durationBuckets, 3)
+	for i, d := range []time.Duration{5 * time.Millisecond, 5*time.Millisecond + 1, 20 * time.Second} {
+		h.observe(i, int64(d))
 	}
 	var m dto.Metric
 	if err := h.metric(descDuration, 1e9, make([]string, len(requestLabels))).Write(&m); err != nil {
@@ -581,12 +582,12 @@ func TestRequestHistograms(t *testing.T) {
 // quantiles of the last 8-10 minutes within 3 % of the exact ones, NaN
 // once the window holds nothing.
 func TestUpstreamLatencyWindow(t *testing.T) {
-	w := &latencyWindow{labels: [4]string{"ing", "ns", "svc", ""}}
+	w := newLatencyWindow([4]string{"ing", "ns", "svc", ""}, 2)
 	start := 7 * time.Hour
 	var exact []time.Duration
 	for i := range 1000 {
 		d := time.Duration(i*i) * time.Microsecond // 0 .. ~1 s, skewed
-		w.observe(d, start+time.Duration(i)*time.Millisecond)
+		w.observe(i%2, d, start+time.Duration(i)*time.Millisecond)
 		exact = append(exact, d)
 	}
 	read := func(now time.Duration) *dto.Summary {
@@ -627,7 +628,7 @@ func TestUpstreamLatencyWindow(t *testing.T) {
 		t.Errorf("after the window: count %d; want 1000", s.GetSampleCount())
 	}
 	// A new observation then is the only one the quantiles see.
-	w.observe(3*time.Millisecond, start+11*time.Minute)
+	w.observe(1, 3*time.Millisecond, start+11*time.Minute)
 	for _, q := range read(start + 11*time.Minute).GetQuantile() {
 		if got := q.GetValue(); math.Abs(got-0.003) > 0.032*0.003 {
 			t.Errorf("one fresh observation: quantile %v = %v; want 0.003", q.GetQuantile(), got)
