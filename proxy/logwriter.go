@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -20,18 +22,21 @@ import (
 // so a busy proxy makes one write(2) per many requests where nginx's
 // unbuffered access_log makes one per request.
 //
-// Write takes a mutex for the append only (no I/O under it).
+// The buffer is striped (stripes.go): a line goes to the stripe of the P
+// that serves its request, under that stripe's mutex (no I/O under it), so
+// requests on different CPUs do not write the same cache lines. Each line
+// is stamped with the monotonic clock under its stripe's mutex; the drain
+// takes every stripe at once and merges them by stamp, so lines reach the
+// destination in the order Write was called, across stripes too (a
+// connection's lines in the order of its requests).
 type LogWriter struct {
 	dst io.Writer
 	// raw is dst when it is the raw-syscall writer made here
 	// (rawconn_linux.go), closed with the LogWriter.
 	raw       *rawFile
-	limit     int
-	flushSize int
+	flushSize int // per stripe
 
-	mu      sync.Mutex
-	pending []byte // guarded by mu
-	closed  bool   // guarded by mu
+	stripes []logStripe
 
 	wake    chan struct{} // one pending wake-up: a batch started
 	full    chan struct{} // one pending wake-up: write the batch now
@@ -39,6 +44,19 @@ type LogWriter struct {
 	dropped atomic.Uint64
 	written atomic.Uint64
 }
+
+// logStripe is one stripe of a LogWriter's buffer.
+type logStripe struct {
+	mu      sync.Mutex
+	pending []byte // guarded by mu; lines, each after its logStamp
+	closed  bool   // guarded by mu
+	limit   int    // bytes pending at most; set before the drain starts
+	_       [64]byte
+}
+
+// logStamp is the header of a line in a stripe: the monotonic time of its
+// Write (8 bytes) and its length (4 bytes), little-endian.
+const logStamp = 12
 
 // flushDelay is how long a line may wait for others to share its write;
 // flushSize is the batch that is written at once.
@@ -48,15 +66,21 @@ const (
 )
 
 // NewLogWriter starts a LogWriter draining to dst, buffering at most limit
-// bytes (zero means 1 MiB). Close flushes what is buffered and stops it.
+// bytes (zero means 1 MiB), shared equally by its stripes. Close flushes
+// what is buffered and stops it.
 // When dst is a regular file or a pipe, batches are written with raw
 // system calls (rawconn_linux.go), which keep the runtime's monitor asleep.
 func NewLogWriter(dst io.Writer, limit int) *LogWriter {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	w := &LogWriter{dst: dst, limit: limit, flushSize: min(flushSize, limit/2), pending: make([]byte, 0, 64<<10),
+	n := stripeCount()
+	w := &LogWriter{dst: dst, flushSize: min(flushSize, limit/n/2), stripes: make([]logStripe, n),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), done: make(chan struct{})}
+	for i := range w.stripes {
+		w.stripes[i].limit = limit / n
+		w.stripes[i].pending = make([]byte, 0, min(64<<10, limit/n))
+	}
 	if f, ok := dst.(*os.File); ok {
 		if raw, ok := rawLogDestination(f); ok {
 			w.dst, w.raw = raw, raw
@@ -69,19 +93,22 @@ func NewLogWriter(dst io.Writer, limit int) *LogWriter {
 // Write buffers p (one line) and reports it written, or drops it when the
 // buffer is full or the writer closed.
 func (w *LogWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	if w.closed || len(w.pending)+len(p) > w.limit {
-		w.mu.Unlock()
+	st := &w.stripes[stripeOf(len(w.stripes))]
+	st.mu.Lock()
+	if st.closed || len(st.pending)+logStamp+len(p) > st.limit || len(p) > math.MaxUint32 {
+		st.mu.Unlock()
 		w.dropped.Add(1)
 		return len(p), nil
 	}
-	before := len(w.pending)
-	w.pending = append(w.pending, p...)
-	after := len(w.pending)
-	w.mu.Unlock()
+	before := len(st.pending)
+	st.pending = binary.LittleEndian.AppendUint64(st.pending, uint64(monoNow()))
+	st.pending = binary.LittleEndian.AppendUint32(st.pending, uint32(len(p)))
+	st.pending = append(st.pending, p...)
+	after := len(st.pending)
+	st.mu.Unlock()
 	// The drain goroutine takes everything pending, so only the first
-	// line of a batch wakes it, and only the line that fills it hurries
-	// it: most Writes touch no channel.
+	// line of a stripe's batch wakes it, and only the line that fills a
+	// stripe's batch hurries it: most Writes touch no channel.
 	if before == 0 {
 		signal(w.wake)
 	}
@@ -100,9 +127,12 @@ func (w *LogWriter) Written() uint64 { return w.written.Load() }
 // Close writes what is buffered and stops the writer; later lines are
 // dropped.
 func (w *LogWriter) Close() error {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
+	for i := range w.stripes {
+		st := &w.stripes[i]
+		st.mu.Lock()
+		st.closed = true
+		st.mu.Unlock()
+	}
 	signal(w.wake)
 	signal(w.full)
 	<-w.done
@@ -120,10 +150,16 @@ func signal(c chan struct{}) {
 	}
 }
 
-// drain swaps the buffer out and writes it, until Close.
+// drain takes the stripes' buffers and writes their lines in stamp order,
+// until Close.
 func (w *LogWriter) drain() {
 	defer close(w.done)
-	spare := make([]byte, 0, 64<<10)
+	spares := make([][]byte, len(w.stripes))
+	for i := range spares {
+		spares[i] = make([]byte, 0, min(64<<10, w.stripes[i].limit))
+	}
+	batches := make([][]byte, len(w.stripes))
+	var out []byte
 	delay := time.NewTimer(flushDelay)
 	delay.Stop()
 	for range w.wake {
@@ -134,18 +170,57 @@ func (w *LogWriter) drain() {
 			delay.Stop()
 		case <-delay.C:
 		}
-		w.mu.Lock()
-		out := w.pending
-		w.pending, spare = spare[:0], nil
-		closed := w.closed
-		w.mu.Unlock()
+		// Every stripe at once: a line stamped before another is in this
+		// batch if the other is.
+		for i := range w.stripes {
+			w.stripes[i].mu.Lock()
+		}
+		closed := true
+		for i := range w.stripes {
+			st := &w.stripes[i]
+			batches[i] = st.pending
+			st.pending, spares[i] = spares[i][:0], nil
+			closed = closed && st.closed
+		}
+		for i := range w.stripes {
+			w.stripes[i].mu.Unlock()
+		}
+		out = mergeLogLines(out[:0], batches)
 		if len(out) > 0 {
 			n, _ := w.dst.Write(out)
 			w.written.Add(uint64(n))
 		}
-		spare = out
+		copy(spares, batches)
 		if closed {
 			return
 		}
+	}
+}
+
+// mergeLogLines appends the lines of the stripes' batches to out without
+// their stamps, oldest first.
+func mergeLogLines(out []byte, batches [][]byte) []byte {
+	var at [maxStripes + 1]int
+	offs := at[:0]
+	if len(batches) > len(at) {
+		offs = make([]int, 0, len(batches))
+	}
+	offs = offs[:len(batches)]
+	for {
+		next, stamp := -1, uint64(0)
+		for i, b := range batches {
+			if o := offs[i]; o < len(b) {
+				if t := binary.LittleEndian.Uint64(b[o:]); next < 0 || t < stamp {
+					next, stamp = i, t
+				}
+			}
+		}
+		if next < 0 {
+			return out
+		}
+		b, o := batches[next], offs[next]
+		n := int(binary.LittleEndian.Uint32(b[o+8:]))
+		out = append(out, b[o+logStamp:o+logStamp+n]...)
+		offs[next] = o + logStamp + n
 	}
 }

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +31,7 @@ func (s *stuckWriter) Write(p []byte) (int, error) {
 // destination reads again, every kept line arrives whole and in order, and
 // Close flushes the rest.
 func TestLogWriterNeverBlocks(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one stripe: the whole limit
 	dst := &stuckWriter{release: make(chan struct{})}
 	const line = "0123456789012345678901234567890123456789012345678\n" // 50 bytes
 	w := NewLogWriter(dst, 1000)
@@ -41,8 +44,9 @@ func TestLogWriterNeverBlocks(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("100 writes to a stuck destination took %v", took)
 	}
-	// The drain goroutine holds at most one batch (up to 1000 bytes) in
-	// its blocked Write; the buffer holds up to 1000 more.
+	// The drain goroutine holds at most one batch (up to 1000 bytes, 16
+	// lines with their stamps) in its blocked Write; the buffer holds up
+	// to 1000 more.
 	if d := w.Dropped(); d < 60 || d > 90 {
 		t.Errorf("dropped %d of 100 lines; want the ones beyond two buffers of 1000 bytes", d)
 	}
@@ -67,11 +71,16 @@ func TestLogWriterNeverBlocks(t *testing.T) {
 	}
 }
 
-// TestLogWriterConcurrent: lines written from many goroutines all arrive,
-// whole, when the buffer is large enough.
+// TestLogWriterConcurrent: lines written from many goroutines, on as many
+// Ps as the writer has stripes, all arrive, whole, when the buffer is large
+// enough.
 func TestLogWriterConcurrent(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(maxStripes))
 	var dst bytes.Buffer
 	w := NewLogWriter(&dst, 1<<20)
+	if len(w.stripes) != maxStripes {
+		t.Fatalf("%d stripes with GOMAXPROCS=%d; want %d", len(w.stripes), maxStripes, maxStripes)
+	}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -154,5 +163,29 @@ func TestLogWriterBatches(t *testing.T) {
 			t.Fatal("a lone line did not arrive within 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMergeLogLines: the stripes' lines come out by stamp, whole, without
+// their stamps, whichever stripe holds the oldest.
+func TestMergeLogLines(t *testing.T) {
+	stamp := func(b []byte, t uint64, line string) []byte {
+		b = binary.LittleEndian.AppendUint64(b, t)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(line)))
+		return append(b, line...)
+	}
+	var a, b, c []byte
+	a = stamp(a, 2, "two\n")
+	a = stamp(a, 5, "five\n")
+	b = stamp(b, 1, "one\n")
+	b = stamp(b, 3, "three\n")
+	b = stamp(b, 6, "six\n")
+	c = stamp(c, 4, "four\n")
+	got := string(mergeLogLines([]byte("kept\n"), [][]byte{a, b, nil, c}))
+	if want := "kept\none\ntwo\nthree\nfour\nfive\nsix\n"; got != want {
+		t.Errorf("merged %q; want %q", got, want)
+	}
+	if got := mergeLogLines(nil, [][]byte{nil, {}}); len(got) != 0 {
+		t.Errorf("merged %q from empty stripes", got)
 	}
 }
