@@ -1198,7 +1198,7 @@ func (p *Proxy) pool(addr string, loc *model.Location) *peerPool {
 	if c := old[key]; c != nil {
 		return c
 	}
-	c := &peerPool{addr: addr, tls: key.tls, upTLS: ut, errLog: p.cfg.ErrorLog}
+	c := newPeerPool(addr, key.tls, ut, p.cfg.ErrorLog)
 	next := make(map[clientKey]*peerPool, len(old)+1)
 	for k, v := range old {
 		next[k] = v

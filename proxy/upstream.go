@@ -52,13 +52,54 @@ type peerPool struct {
 	upTLS  *upstreamTLS
 	errLog func(string)
 
+	// stripes are the pool's per-P parts (stripes.go): a connection goes
+	// back to the stripe of the P that used it last, and is taken from
+	// there first, so a request finds the connection, its buffers and its
+	// socket in the cache of the CPU it runs on. A stripe with nothing
+	// idle takes from the others before a new connection is dialled.
+	stripes []poolStripe
+}
+
+// poolStripe is one stripe of a peerPool.
+type poolStripe struct {
 	mu   sync.Mutex
 	idle []*upConn // most recently used last
-	// active counts the connections out of the pool, lastUsed is when one
-	// was last taken (monoNow): together they say when the pool can be
-	// forgotten.
+	// active counts the connections taken from the pool less those given
+	// back through this stripe (the sum over stripes is those out);
+	// lastUsed is when one was last taken here (monoNow): together they
+	// say when the pool can be forgotten.
 	active   int
 	lastUsed time.Duration
+	_        [64]byte
+}
+
+// newPeerPool is an empty pool of connections to addr.
+func newPeerPool(addr string, tls bool, upTLS *upstreamTLS, errLog func(string)) *peerPool {
+	return &peerPool{addr: addr, tls: tls, upTLS: upTLS, errLog: errLog, stripes: make([]poolStripe, stripeCount())}
+}
+
+// maxIdleStripe bounds a stripe's idle connections: maxIdlePerPeer over
+// the pool.
+func (pp *peerPool) maxIdleStripe() int {
+	return (maxIdlePerPeer + len(pp.stripes) - 1) / len(pp.stripes)
+}
+
+// takeIdle takes the most recently used idle connection of stripe s that
+// has not been idle for upstreamIdleTime, closing those that have.
+func (pp *peerPool) takeIdle(s int, now time.Duration) *upConn {
+	st := &pp.stripes[s]
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for len(st.idle) > 0 {
+		c := st.idle[len(st.idle)-1]
+		st.idle[len(st.idle)-1] = nil
+		st.idle = st.idle[:len(st.idle)-1]
+		if now-c.idleSince < upstreamIdleTime {
+			return c
+		}
+		_ = c.tc.Conn.Close()
+	}
+	return nil
 }
 
 // upConn is one upstream connection with its buffers.
@@ -76,26 +117,25 @@ type upConn struct {
 // reused), as nginx's $upstream_connect_time. now is the present
 // (monoNow), read by the caller.
 func (pp *peerPool) get(t timeouts, now time.Duration) (c *upConn, connect time.Duration, reused bool, err error) {
-	pp.mu.Lock()
-	pp.active++
-	pp.lastUsed = now
-	for len(pp.idle) > 0 {
-		c = pp.idle[len(pp.idle)-1]
-		pp.idle[len(pp.idle)-1] = nil
-		pp.idle = pp.idle[:len(pp.idle)-1]
-		if now-c.idleSince < upstreamIdleTime {
-			pp.mu.Unlock()
-			c.tc.read, c.tc.write, c.tc.now = t.read, t.send, now
-			return c, 0, true, nil
-		}
-		_ = c.tc.Conn.Close()
+	s := stripeOf(len(pp.stripes))
+	st := &pp.stripes[s]
+	st.mu.Lock()
+	st.active++
+	st.lastUsed = now
+	st.mu.Unlock()
+	c = pp.takeIdle(s, now)
+	for i := 1; c == nil && i < len(pp.stripes); i++ {
+		c = pp.takeIdle((s+i)%len(pp.stripes), now)
 	}
-	pp.mu.Unlock()
+	if c != nil {
+		c.tc.read, c.tc.write, c.tc.now = t.read, t.send, now
+		return c, 0, true, nil
+	}
 	conn, err := pp.dial(t.connect)
 	if err != nil {
-		pp.mu.Lock()
-		pp.active--
-		pp.mu.Unlock()
+		st.mu.Lock()
+		st.active--
+		st.mu.Unlock()
 		return nil, monoNow() - now, false, err
 	}
 	connected := monoNow()
@@ -153,48 +193,62 @@ func (c *upConn) put() {
 	if c.idleSince == 0 {
 		c.idleSince = monoNow()
 	}
-	pp.mu.Lock()
-	pp.active--
-	if len(pp.idle) < maxIdlePerPeer {
-		pp.idle = append(pp.idle, c)
-		pp.mu.Unlock()
+	st := &pp.stripes[stripeOf(len(pp.stripes))]
+	st.mu.Lock()
+	st.active--
+	if len(st.idle) < pp.maxIdleStripe() {
+		st.idle = append(st.idle, c)
+		st.mu.Unlock()
 		return
 	}
-	pp.mu.Unlock()
+	st.mu.Unlock()
 	_ = c.tc.Conn.Close()
 }
 
 // close closes c, which was out of its pool.
 func (c *upConn) close() {
 	_ = c.tc.Conn.Close()
-	c.pool.mu.Lock()
-	c.pool.active--
-	c.pool.mu.Unlock()
+	st := &c.pool.stripes[stripeOf(len(c.pool.stripes))]
+	st.mu.Lock()
+	st.active--
+	st.mu.Unlock()
 }
 
 // forgettable: nothing of pp is open and it has not been used for
 // upstreamIdleTime.
 func (pp *peerPool) forgettable(now time.Duration) bool {
-	pp.mu.Lock()
-	defer pp.mu.Unlock()
-	return len(pp.idle) == 0 && pp.active == 0 && now-pp.lastUsed >= upstreamIdleTime
+	active := 0
+	for i := range pp.stripes {
+		st := &pp.stripes[i]
+		st.mu.Lock()
+		idle, lastUsed := len(st.idle), st.lastUsed
+		active += st.active
+		st.mu.Unlock()
+		if idle != 0 || now-lastUsed < upstreamIdleTime {
+			return false
+		}
+	}
+	return active == 0
 }
 
 // closeIdle closes the connections idle for longer than upstreamIdleTime
 // (all of them if all is true), for the janitor and Shutdown.
 func (pp *peerPool) closeIdle(now time.Duration, all bool) {
-	pp.mu.Lock()
-	keep := pp.idle[:0]
-	for _, c := range pp.idle {
-		if all || now-c.idleSince >= upstreamIdleTime {
-			_ = c.tc.Conn.Close()
-			continue
+	for i := range pp.stripes {
+		st := &pp.stripes[i]
+		st.mu.Lock()
+		keep := st.idle[:0]
+		for _, c := range st.idle {
+			if all || now-c.idleSince >= upstreamIdleTime {
+				_ = c.tc.Conn.Close()
+				continue
+			}
+			keep = append(keep, c)
 		}
-		keep = append(keep, c)
+		clear(st.idle[len(keep):])
+		st.idle = keep
+		st.mu.Unlock()
 	}
-	clear(pp.idle[len(keep):])
-	pp.idle = keep
-	pp.mu.Unlock()
 }
 
 // roundTrip sends out over a connection of pp and reads the response head

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,23 +270,23 @@ func TestUpstreamIdlePools(t *testing.T) {
 	for _, v := range pools {
 		pp = v
 	}
-	pp.mu.Lock()
-	idle := len(pp.idle)
-	pp.mu.Unlock()
-	if idle != 1 {
+	if idle := pp.idleCount(); idle != 1 {
 		t.Fatalf("%d idle connections; want 1", idle)
 	}
 	p.closeIdlePools(false) // nothing idle for 60 s yet
-	if len(*p.pools.Load()) != 1 || len(pp.idle) != 1 {
+	if len(*p.pools.Load()) != 1 || pp.idleCount() != 1 {
 		t.Fatalf("a fresh idle connection was closed")
 	}
 	p.closeIdlePools(true)
-	if len(pp.idle) != 0 {
+	if pp.idleCount() != 0 {
 		t.Fatalf("closeIdlePools(true) left idle connections")
 	}
-	pp.mu.Lock()
-	pp.lastUsed = monoNow() - 2*upstreamIdleTime
-	pp.mu.Unlock()
+	for i := range pp.stripes {
+		st := &pp.stripes[i]
+		st.mu.Lock()
+		st.lastUsed = monoNow() - 2*upstreamIdleTime
+		st.mu.Unlock()
+	}
 	p.closeIdlePools(false)
 	if n := len(*p.pools.Load()); n != 0 {
 		t.Errorf("%d pools after the sweep; want the unused one forgotten", n)
@@ -297,7 +298,7 @@ func TestUpstreamIdlePools(t *testing.T) {
 
 // chunkedBody decodes in as a chunked body through upBody.
 func chunkedBody(in []byte) ([]byte, error) {
-	pp := &peerPool{}
+	pp := newPeerPool("", false, nil, nil)
 	c := &upConn{br: bufio.NewReaderSize(bytes.NewReader(in), 16), pool: pp}
 	var hdr fasthttp.ResponseHeader
 	return io.ReadAll(&upBody{c: c, header: &hdr, chunked: true})
@@ -459,9 +460,9 @@ func TestUpBodyClosedOnce(t *testing.T) {
 	if _, ok := body.(io.Closer); ok {
 		t.Fatal("upBody has a Close beside CloseWithError: fasthttp would close it twice")
 	}
-	pp := &peerPool{}
+	pp := newPeerPool("", false, nil, nil)
 	c := &upConn{br: bufio.NewReaderSize(bytes.NewReader([]byte("hello")), 16), pool: pp, tc: timeoutConn{Conn: nopConn{}}}
-	pp.active = 1
+	pp.stripes[0].active = 1
 	b := upBodyPool.Get().(*upBody)
 	*b = upBody{c: c, left: 5, keep: true}
 	var resp fasthttp.Response
@@ -473,12 +474,61 @@ func TestUpBodyClosedOnce(t *testing.T) {
 	if x == y {
 		t.Fatal("the pool gave the same upBody twice: it was put back twice")
 	}
-	if len(pp.idle) != 1 || pp.active != 0 {
-		t.Errorf("pool: %d idle, %d active; want the connection back once", len(pp.idle), pp.active)
+	if pp.idleCount() != 1 || pp.activeCount() != 0 {
+		t.Errorf("pool: %d idle, %d active; want the connection back once", pp.idleCount(), pp.activeCount())
 	}
+}
+
+// idleCount is how many connections pp holds idle, in all its stripes.
+func (pp *peerPool) idleCount() int {
+	n := 0
+	for i := range pp.stripes {
+		st := &pp.stripes[i]
+		st.mu.Lock()
+		n += len(st.idle)
+		st.mu.Unlock()
+	}
+	return n
+}
+
+// activeCount is how many connections of pp are out of it.
+func (pp *peerPool) activeCount() int {
+	n := 0
+	for i := range pp.stripes {
+		st := &pp.stripes[i]
+		st.mu.Lock()
+		n += st.active
+		st.mu.Unlock()
+	}
+	return n
 }
 
 // nopConn is a net.Conn that does nothing.
 type nopConn struct{ net.Conn }
 
 func (nopConn) Close() error { return nil }
+
+// TestPeerPoolStripes: a connection idle in any stripe is reused before a
+// new one is dialled, whichever P the request runs on; one given back goes
+// to the stripe of the P that gives it.
+func TestPeerPoolStripes(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(maxStripes))
+	pp := newPeerPool("192.0.2.1:9", false, nil, nil) // never dialled
+	if len(pp.stripes) != maxStripes {
+		t.Fatalf("%d stripes; want %d", len(pp.stripes), maxStripes)
+	}
+	now := monoNow()
+	for j := range pp.stripes {
+		want := &upConn{tc: timeoutConn{Conn: nopConn{}}, pool: pp, idleSince: now}
+		pp.stripes[j].idle = append(pp.stripes[j].idle, want)
+		c, connect, reused, err := pp.get(timeouts{connect: time.Millisecond}, now)
+		if err != nil || c != want || !reused || connect != 0 {
+			t.Fatalf("idle in stripe %d: got %p reused %v connect %v err %v; want it reused", j, c, reused, connect, err)
+		}
+		c.put()
+		if pp.idleCount() != 1 || pp.activeCount() != 0 {
+			t.Fatalf("after put: %d idle, %d active; want 1 and 0", pp.idleCount(), pp.activeCount())
+		}
+		pp.closeIdle(now, true)
+	}
+}
