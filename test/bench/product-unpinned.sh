@@ -14,6 +14,13 @@
 # SYBIN_B=<binary> adds a second product binary as a third variant "B"
 # (with PGMP_B, its GOMAXPROCS, default 2). Ports 18780-18804.
 #
+# Around every round, test/bench/cacheprobe measures for 30 ms how long a
+# cache line takes to cross between the two CPUs and back (about 60 ns in
+# most spells on the project's machines, about 330 ns in others, when the
+# two vCPUs share no cache). A round whose probes before and after both
+# read over 150 ns ran "far", both under "near", else "mixed"; the medians
+# are printed per proxy and spell as well as over all rounds.
+#
 # PERF_SCHED=1 also records the scheduler (`perf sched record -a`) for one
 # second from the second second of every run, and prints per run: how
 # often a CPU went idle and for how long, which task last ran before it
@@ -29,6 +36,7 @@ bench_need nginx nginx
 bench_need openssl openssl
 bench_need curl curl
 go build -o "$tmp/pbench" ./test/bench/proxy
+go build -o "$tmp/cacheprobe" ./test/bench/cacheprobe
 bench_build_product "$tmp/switchyard"
 mkdir "$tmp/manifests"
 bench_app_manifests "$tmp/manifests/bench.yaml" 18781 127.0.0.2 127.0.0.3 127.0.0.4
@@ -71,12 +79,13 @@ switches() { # switches PID: context switches of PID's and its children's thread
 machine() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; } # busy, idle ticks
 
 echo "# $(date -u +%FT%TZ), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ' with uncommitted changes'), ${secs}s x $rounds rounds, $conns conns, unpinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | proxy | rps | proxy CPU us/req | backends us/req | rest us/req | machine idle % | proxy switches/req | backend switches/req |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| round | proxy | rps | proxy CPU us/req | backends us/req | rest us/req | machine idle % | proxy switches/req | backend switches/req | cross-CPU ns before/after | spell |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
 	for n in "${names[@]}"; do
 		p=${pid[$n]}
 		t0=$(ticks "$p") b0=$(ticks $bpid) c0=$(switches "$p") bc0=$(switches $bpid)
+		probe0=$("$tmp/cacheprobe")
 		read -r u0 i0 < <(machine)
 		rec=
 		if [ -n "${PERF_SCHED:-}" ]; then
@@ -87,16 +96,19 @@ for r in $(seq "$rounds"); do
 		[ -z "$rec" ] || wait "$rec"
 		t1=$(ticks "$p") b1=$(ticks $bpid) c1=$(switches "$p") bc1=$(switches $bpid)
 		read -r u1 i1 < <(machine)
-		awk -v r="$r" -v name="$n" -v n="$(awk '/requests in/ { print $1 }' <<<"$out")" -v rps="$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
+		probe1=$("$tmp/cacheprobe")
+		awk -v p0="$probe0" -v p1="$probe1" -v r="$r" -v name="$n" -v n="$(awk '/requests in/ { print $1 }' <<<"$out")" -v rps="$(awk '/Requests\/sec/ { print $2 }' <<<"$out")" \
 			-v t=$((t1 - t0)) -v b=$((b1 - b0)) -v u=$((u1 - u0)) -v i=$((i1 - i0)) -v c=$((c1 - c0)) -v bc=$((bc1 - bc0)) -v hz="$(getconf CLK_TCK)" \
-			'BEGIN { printf "| %d | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", r, name, rps, t / hz * 1e6 / n, b / hz * 1e6 / n, (u - t - b) / hz * 1e6 / n, 100 * i / (u + i), c / n, bc / n }'
+			'BEGIN { spell = p0 > 150 && p1 > 150 ? "far" : p0 <= 150 && p1 <= 150 ? "near" : "mixed"
+				printf "| %d | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %d/%d | %s |\n", r, name, rps, t / hz * 1e6 / n, b / hz * 1e6 / n, (u - t - b) / hz * 1e6 / n, 100 * i / (u + i), c / n, bc / n, p0, p1, spell }'
 	done
 done | tee "$tmp/rows"
 echo
-echo "Medians over $rounds rounds: proxy, rps, proxy CPU us/req, machine idle %"
-awk -F'|' '{ gsub(/ /, "", $3); k = $3; n[k]++; rps[k, n[k]] = $4; cpu[k, n[k]] = $5; idle[k, n[k]] = $8 }
+echo "Medians over $rounds rounds, then over the rounds of each spell: proxy, rps, proxy CPU us/req, machine idle %"
+awk -F'|' '{ gsub(/ /, "", $3); gsub(/ /, "", $12)
+		for (pass = 1; pass <= 2; pass++) { k = pass == 1 ? $3 : $3 " (" $12 ")"; n[k]++; rps[k, n[k]] = $4; cpu[k, n[k]] = $5; idle[k, n[k]] = $8 } }
 	function med(a, name, m,   i, j, t, v) { for (i = 1; i <= m; i++) v[i] = a[name, i] + 0; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
-	END { for (k in n) printf "%s: %.0f rps, %.1f us/req, %.1f %% idle\n", k, med(rps, k, n[k]), med(cpu, k, n[k]), med(idle, k, n[k]) }' "$tmp/rows"
+	END { for (k in n) printf "%s: %d rounds, %.0f rps, %.1f us/req, %.1f %% idle\n", k, n[k], med(rps, k, n[k]), med(cpu, k, n[k]), med(idle, k, n[k]) }' "$tmp/rows" | sort
 
 if [ -n "${PERF_SCHED:-}" ]; then
 	echo
