@@ -95,7 +95,7 @@ func NewLogWriter(dst io.Writer, limit int) *LogWriter {
 func (w *LogWriter) Write(p []byte) (int, error) {
 	st := &w.stripes[stripeOf(len(w.stripes))]
 	st.mu.Lock()
-	if st.closed || len(st.pending)+logStamp+len(p) > st.limit || len(p) > math.MaxUint32 {
+	if st.closed || len(st.pending)+logStamp+len(p) > st.limit || uint64(len(p)) > math.MaxUint32 {
 		st.mu.Unlock()
 		w.dropped.Add(1)
 		return len(p), nil

@@ -85,11 +85,16 @@ func (pp *peerPool) maxIdleStripe() int {
 }
 
 // takeIdle takes the most recently used idle connection of stripe s that
-// has not been idle for upstreamIdleTime, closing those that have.
-func (pp *peerPool) takeIdle(s int, now time.Duration) *upConn {
+// has not been idle for upstreamIdleTime, closing those that have. With
+// taking set, it also counts a connection taken from the pool there.
+func (pp *peerPool) takeIdle(s int, now time.Duration, taking bool) *upConn {
 	st := &pp.stripes[s]
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if taking {
+		st.active++
+		st.lastUsed = now
+	}
 	for len(st.idle) > 0 {
 		c := st.idle[len(st.idle)-1]
 		st.idle[len(st.idle)-1] = nil
@@ -118,14 +123,9 @@ type upConn struct {
 // (monoNow), read by the caller.
 func (pp *peerPool) get(t timeouts, now time.Duration) (c *upConn, connect time.Duration, reused bool, err error) {
 	s := stripeOf(len(pp.stripes))
-	st := &pp.stripes[s]
-	st.mu.Lock()
-	st.active++
-	st.lastUsed = now
-	st.mu.Unlock()
-	c = pp.takeIdle(s, now)
+	c = pp.takeIdle(s, now, true)
 	for i := 1; c == nil && i < len(pp.stripes); i++ {
-		c = pp.takeIdle((s+i)%len(pp.stripes), now)
+		c = pp.takeIdle((s+i)%len(pp.stripes), now, false)
 	}
 	if c != nil {
 		c.tc.read, c.tc.write, c.tc.now = t.read, t.send, now
@@ -133,6 +133,7 @@ func (pp *peerPool) get(t timeouts, now time.Duration) (c *upConn, connect time.
 	}
 	conn, err := pp.dial(t.connect)
 	if err != nil {
+		st := &pp.stripes[s]
 		st.mu.Lock()
 		st.active--
 		st.mu.Unlock()
