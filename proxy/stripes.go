@@ -6,14 +6,15 @@ import (
 	_ "unsafe" // for go:linkname
 )
 
-// Stripes: per-P copies of the counters every request writes (the request
-// metrics, the access log's buffer), so that requests served on different
-// CPUs do not write the same cache lines. On two CPUs whose caches are far
-// apart (a virtual machine's vCPUs on different core complexes, where a
-// cache line takes 300 ns to cross instead of 60), one line written by
-// every request on both CPUs costs each request a transfer; the request
-// metrics alone wrote a dozen. A reader (a scrape, the log's drain) sums or
-// visits every stripe. docs/benchmarks/product.md, "Two CPUs far apart".
+// Stripes: per-P copies of what every request writes (the request
+// metrics, the access log's buffer, the upstream pools), so that requests
+// served on different CPUs do not write the same cache lines. On two CPUs
+// whose caches are far apart (a virtual machine's vCPUs on different core
+// complexes, where a cache line takes 300 ns to cross instead of 60), one
+// line written by every request on both CPUs costs each request a
+// transfer; the request metrics alone wrote a dozen. A reader (a scrape,
+// the log's drain, the pools' janitor) sums or visits every stripe.
+// docs/benchmarks/product.md, "Two CPUs far apart".
 
 // maxStripes bounds the copies: each histogram costs a cache line or two
 // per stripe and series.
