@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"io"
 	"math"
@@ -35,6 +36,9 @@ type LogWriter struct {
 	// (rawconn_linux.go), closed with the LogWriter.
 	raw       *rawFile
 	flushSize int // per stripe
+	// shared bounds each write(2) at pipeAtomic bytes, cut at line ends
+	// (NewSharedLogWriter).
+	shared bool
 
 	stripes []logStripe
 
@@ -87,6 +91,21 @@ func NewLogWriter(dst io.Writer, limit int) *LogWriter {
 		}
 	}
 	go w.drain()
+	return w
+}
+
+// pipeAtomic is PIPE_BUF on Linux: POSIX makes a write of at most this
+// many bytes to a pipe atomic, never interleaved with other writers'.
+const pipeAtomic = 4096
+
+// NewSharedLogWriter is NewLogWriter for a destination other processes
+// write too (the access log of worker processes on one standard output):
+// each write(2) carries whole lines and at most 4096 bytes (PIPE_BUF), so
+// lines from different processes never mix on a pipe, as nginx's workers
+// write a line per write. A line longer than that is written alone.
+func NewSharedLogWriter(dst io.Writer, limit int) *LogWriter {
+	w := NewLogWriter(dst, limit)
+	w.shared = true
 	return w
 }
 
@@ -186,7 +205,9 @@ func (w *LogWriter) drain() {
 			w.stripes[i].mu.Unlock()
 		}
 		out = mergeLogLines(out[:0], batches)
-		if len(out) > 0 {
+		if w.shared {
+			w.writeLines(out)
+		} else if len(out) > 0 {
 			n, _ := w.dst.Write(out)
 			w.written.Add(uint64(n))
 		}
@@ -194,6 +215,27 @@ func (w *LogWriter) drain() {
 		if closed {
 			return
 		}
+	}
+}
+
+// writeLines writes out in pieces of whole lines of at most pipeAtomic
+// bytes each (a longer line alone).
+func (w *LogWriter) writeLines(out []byte) {
+	for len(out) > 0 {
+		end := len(out)
+		if end > pipeAtomic {
+			end = bytes.LastIndexByte(out[:pipeAtomic], '\n') + 1
+			if end == 0 {
+				// One line longer than pipeAtomic: alone, to its end.
+				end = len(out)
+				if i := bytes.IndexByte(out, '\n'); i >= 0 {
+					end = i + 1
+				}
+			}
+		}
+		n, _ := w.dst.Write(out[:end])
+		w.written.Add(uint64(n))
+		out = out[end:]
 	}
 }
 

@@ -189,3 +189,55 @@ func TestMergeLogLines(t *testing.T) {
 		t.Errorf("merged %q from empty stripes", got)
 	}
 }
+
+// writesRecorder keeps every Write's bytes apart.
+type writesRecorder struct {
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (r *writesRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	r.writes = append(r.writes, append([]byte(nil), p...))
+	r.mu.Unlock()
+	return len(p), nil
+}
+
+// TestSharedLogWriterPieces checks that a shared log writer's writes carry
+// whole lines, at most PIPE_BUF bytes each unless one line is longer, and
+// lose or reorder nothing.
+func TestSharedLogWriterPieces(t *testing.T) {
+	rec := &writesRecorder{}
+	w := NewSharedLogWriter(rec, 8<<20)
+	var want bytes.Buffer
+	for i := range 3000 {
+		n := 40 + i*7%300
+		if i%997 == 0 {
+			n = 9000 // longer than PIPE_BUF
+		}
+		line := append(bytes.Repeat([]byte{'a' + byte(i%26)}, n), '\n')
+		want.Write(line)
+		if _, err := w.Write(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	for i, p := range rec.writes {
+		if p[len(p)-1] != '\n' {
+			t.Fatalf("write %d does not end a line", i)
+		}
+		if len(p) > pipeAtomic && bytes.Count(p, []byte{'\n'}) != 1 {
+			t.Fatalf("write %d: %d bytes in %d lines, over PIPE_BUF", i, len(p), bytes.Count(p, []byte{'\n'}))
+		}
+		got.Write(p)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("lines differ: got %d bytes, want %d", got.Len(), want.Len())
+	}
+	if len(rec.writes) < want.Len()/pipeAtomic {
+		t.Fatalf("%d writes for %d bytes", len(rec.writes), want.Len())
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +36,15 @@ type certStore struct {
 	// fake is the self-signed certificate served for unknown names when no
 	// default certificate is configured (ingress-nginx's "fake certificate").
 	fake *tls.Certificate
+
+	// keysMu guards ticketKeys and bases.
+	keysMu sync.Mutex
+	// ticketKeys are the session ticket keys set by SetSessionTicketKeys;
+	// nil: crypto/tls makes and rotates its own, per process.
+	ticketKeys [][32]byte
+	// bases are the listener configurations made by tlsConfig, which a
+	// key change reaches.
+	bases []*tls.Config
 }
 
 func newCertStore() (*certStore, error) {
@@ -127,7 +138,32 @@ func (s *certStore) tlsConfig() *tls.Config {
 		c.ClientAuth, c.ClientCAs = tls.RequestClientCert, pool
 		return c, nil
 	}
+	s.keysMu.Lock()
+	if s.ticketKeys != nil {
+		base.SetSessionTicketKeys(s.ticketKeys)
+	}
+	s.bases = append(s.bases, base)
+	s.keysMu.Unlock()
 	return base
+}
+
+// SetSessionTicketKeys makes the TLS listeners encrypt session tickets
+// with keys[0] and accept tickets sealed with any of them, from now on
+// (those already serving too). Processes that serve one port together
+// (worker processes) share keys, so a client resumes its session whichever
+// of them it reaches. Without a call, crypto/tls makes and rotates keys
+// of its own. Empty keys are ignored.
+func (p *Proxy) SetSessionTicketKeys(keys [][32]byte) {
+	if len(keys) == 0 {
+		return
+	}
+	s := p.certs
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	s.ticketKeys = slices.Clone(keys)
+	for _, b := range s.bases {
+		b.SetSessionTicketKeys(s.ticketKeys)
+	}
 }
 
 func selfSigned(cn string) (*tls.Certificate, error) {
