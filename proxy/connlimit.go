@@ -34,7 +34,10 @@ const (
 type lcShard struct {
 	mu sync.Mutex
 	m  map[netip.Addr]int32 // guarded by mu; counts > 0 only
-	_  [48]byte             // keeps shards on their own cache lines
+	// shm is set, and the rest unused, in the tag that stands for a
+	// zone in shared memory in a connHold (shmBind); immutable.
+	shm *shmBind
+	_   [40]byte // keeps shards on their own cache lines
 }
 
 func newLCZone() *lcZone {
@@ -45,15 +48,19 @@ func newLCZone() *lcZone {
 	return z
 }
 
-// connLimit is a location's limit-connections: its zone and how many
-// requests one address may have in progress.
+// connLimit is a location's limit-connections: its zone (in this process,
+// or shm in shared memory) and how many requests one address may have in
+// progress.
 type connLimit struct {
 	zone *lcZone
 	max  int32
+	shm  *shmZone
 }
 
 // connHold is one counted request; its zero value counts nothing.
 // release it exactly once, when the request ends.
+// In shared memory, sh is the zone's tag (lcShard.shm): a hold stays 32
+// bytes, which the in-process path's cost depends on.
 type connHold struct {
 	sh *lcShard
 	ip netip.Addr
@@ -63,6 +70,9 @@ type connHold struct {
 // counts nothing) when the address is at the limit or the zone has no room
 // for it.
 func (l *connLimit) acquire(ip netip.Addr) (connHold, bool) {
+	if l.shm != nil {
+		return l.acquireShared(ip)
+	}
 	ip = ip.Unmap()
 	sh := &l.zone.shards[xxhash.Sum64(ip.AsSlice())%lcShards]
 	sh.mu.Lock()
@@ -84,6 +94,10 @@ func (h *connHold) release() {
 		return
 	}
 	h.sh = nil
+	if sh.shm != nil {
+		sh.shm.release(h.ip)
+		return
+	}
 	sh.mu.Lock()
 	if n := sh.m[h.ip] - 1; n > 0 {
 		sh.m[h.ip] = n

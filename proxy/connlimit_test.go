@@ -17,13 +17,37 @@ import (
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
+// connShardSizes is how many addresses each shard of l's zone holds.
+func connShardSizes(t testing.TB, l *connLimit) []int {
+	t.Helper()
+	if l.shm != nil {
+		return shmShardSizes(t, l.shm)
+	}
+	var n []int
+	for i := range l.zone.shards {
+		n = append(n, len(l.zone.shards[i].m))
+	}
+	return n
+}
+
+// sameConnZone reports whether a and b count in the same zone.
+func sameConnZone(a, b *connLimit) bool { return a.zone == b.zone && a.shm == b.shm }
+
 // limit_conn's arithmetic: an address may have max requests in progress,
 // another address has its own count, a release makes room, and a zone kept
 // by name keeps its counts across configurations.
 func TestConnLimitCounts(t *testing.T) {
-	r := &rateLimits{}
+	for _, be := range limitBackends {
+		t.Run(be.name, func(t *testing.T) { testConnLimitCounts(t, be.new(t)) })
+	}
+}
+
+func testConnLimitCounts(t *testing.T, r *rateLimits) {
 	keep := newZoneSet()
-	_, cl := r.routeLimits(&model.RateLimit{Zone: "ns_c_", Connections: 2, BurstMultiplier: 5}, keep)
+	_, cl, err := r.routeLimits(&model.RateLimit{Zone: "ns_c_", Connections: 2, BurstMultiplier: 5}, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if cl == nil || cl.max != 2 {
 		t.Fatalf("connLimit %+v; want max 2", cl)
 	}
@@ -41,6 +65,9 @@ func TestConnLimitCounts(t *testing.T) {
 	hb.release()
 	h1.release()
 	h1.release() // a second release does nothing
+	if h1.held() {
+		t.Fatal("a released hold still counts a request")
+	}
 	h3, ok := cl.acquire(a)
 	if !ok {
 		t.Fatal("a released request still counts")
@@ -49,8 +76,11 @@ func TestConnLimitCounts(t *testing.T) {
 		t.Fatal("a double release freed two places")
 	}
 	r.keepOnly(keep)
-	_, again := r.routeLimits(&model.RateLimit{Zone: "ns_c_", Connections: 2}, newZoneSet())
-	if again.zone != cl.zone {
+	_, again, err := r.routeLimits(&model.RateLimit{Zone: "ns_c_", Connections: 2}, newZoneSet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameConnZone(again, cl) {
 		t.Fatal("a new configuration forgot the zone")
 	}
 	if _, ok := again.acquire(a); ok {
@@ -58,8 +88,8 @@ func TestConnLimitCounts(t *testing.T) {
 	}
 	h2.release()
 	h3.release()
-	for i := range cl.zone.shards {
-		if n := len(cl.zone.shards[i].m); n != 0 {
+	for i, n := range connShardSizes(t, cl) {
+		if n != 0 {
 			t.Fatalf("shard %d keeps %d addresses with nothing in progress", i, n)
 		}
 	}
@@ -70,7 +100,16 @@ func TestConnLimitCounts(t *testing.T) {
 // as nginx refuses when its zone is full); released, the zone is empty
 // again, and a million more come and go without allocating.
 func TestConnLimitZoneBounded(t *testing.T) {
-	_, cl := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", Connections: 1}, newZoneSet())
+	for _, be := range limitBackends {
+		t.Run(be.name, func(t *testing.T) { testConnLimitZoneBounded(t, be.new(t)) })
+	}
+}
+
+func testConnLimitZoneBounded(t *testing.T, r *rateLimits) {
+	_, cl, err := r.routeLimits(&model.RateLimit{Zone: "z", Connections: 1}, newZoneSet())
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
 	holds := make([]connHold, 0, lcShards*lcShardMax)
 	refused := 0
@@ -88,16 +127,16 @@ func TestConnLimitZoneBounded(t *testing.T) {
 	if len(holds) < lcShards*lcShardMax*9/10 {
 		t.Errorf("only %d addresses counted before the zone refused; want about %d", len(holds), lcShards*lcShardMax)
 	}
-	for i := range cl.zone.shards {
-		if n := len(cl.zone.shards[i].m); n > lcShardMax {
+	for i, n := range connShardSizes(t, cl) {
+		if n > lcShardMax {
 			t.Fatalf("shard %d holds %d addresses; bound %d", i, n, lcShardMax)
 		}
 	}
 	for i := range holds {
 		holds[i].release()
 	}
-	for i := range cl.zone.shards {
-		if n := len(cl.zone.shards[i].m); n != 0 {
+	for i, n := range connShardSizes(t, cl) {
+		if n != 0 {
 			t.Fatalf("shard %d keeps %d addresses after every release", i, n)
 		}
 	}
@@ -123,28 +162,36 @@ func TestConnLimitZoneBounded(t *testing.T) {
 	}
 }
 
-// BenchmarkConnLimit is the cost of counting a request and releasing it.
+// BenchmarkConnLimit is the cost of counting a request and releasing it,
+// in each backend.
 func BenchmarkConnLimit(b *testing.B) {
-	_, cl := (&rateLimits{}).routeLimits(&model.RateLimit{Zone: "z", Connections: 1 << 20}, newZoneSet())
-	b.Run("one-address", func(b *testing.B) {
-		ip := netip.MustParseAddr("192.0.2.1")
-		b.ReportAllocs()
-		for b.Loop() {
-			h, _ := cl.acquire(ip)
-			h.release()
-		}
-	})
-	b.Run("parallel,distinct-addresses", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			i := 0
-			for pb.Next() {
-				h, _ := cl.acquire(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}))
-				h.release()
-				i++
+	for _, be := range limitBackends {
+		b.Run("backend="+be.name, func(b *testing.B) {
+			_, cl, err := be.new(b).routeLimits(&model.RateLimit{Zone: "z", Connections: 1 << 20}, newZoneSet())
+			if err != nil {
+				b.Fatal(err)
 			}
+			b.Run("one-address", func(b *testing.B) {
+				ip := netip.MustParseAddr("192.0.2.1")
+				b.ReportAllocs()
+				for b.Loop() {
+					h, _ := cl.acquire(ip)
+					h.release()
+				}
+			})
+			b.Run("parallel,distinct-addresses", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					i := 0
+					for pb.Next() {
+						h, _ := cl.acquire(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}))
+						h.release()
+						i++
+					}
+				})
+			})
 		})
-	})
+	}
 }
 
 // clientFrom is an HTTP client whose connections come from the loopback
@@ -187,8 +234,20 @@ func eventually(t *testing.T, c *http.Client, url string, want int, why string) 
 // address is refused with limit-conn-status-code, another is not; the
 // count ends with the response's end, with a client that goes away
 // mid-response, with an upstream error, and with a WebSocket tunnel's
-// close.
+// close. In each backend.
 func TestConnLimitProxied(t *testing.T) {
+	for _, be := range limitBackends {
+		t.Run(be.name, func(t *testing.T) {
+			var pc Config
+			if be.name == "shared" {
+				pc.LimitZones = be.new(t).shm
+			}
+			testConnLimitProxied(t, pc)
+		})
+	}
+}
+
+func testConnLimitProxied(t *testing.T, pc Config) {
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "first ")
@@ -228,7 +287,8 @@ func TestConnLimitProxied(t *testing.T) {
 		Servers: []model.Server{{Hostname: "127.0.0.1", Locations: []model.Location{
 			limited("/", "slow"), limited("/ws", "ws"), limited("/dead", "dead")}}},
 	}
-	base, _ := start(t, cfg)
+	p, _ := newProxy(t, cfg, pc)
+	base := "http://" + serve(t, p.Serve)
 	one, other := clientFrom("127.0.0.61"), clientFrom("127.0.0.62")
 
 	// A response in progress counts until its end.

@@ -92,6 +92,14 @@ type Config struct {
 	// per request and holds two thirds of the memory per idle connection
 	// (docs/benchmarks/product.md). False: proxy/h2srv.
 	XNetHTTP2 bool
+	// LimitZones, when not nil, holds every limit_req (limit-rps,
+	// limit-rpm) and limit_conn (limit-connections) zone in memory shared
+	// with the other worker processes that map it, so that a client's
+	// requests count in one zone whichever process serves them, as in
+	// nginx's shared zones (shmzone.go). A zone it has no slot for
+	// refuses its requests, and Update says so through ErrorLog. Close it
+	// only after the Proxy is done. Nil: the zones live in this process.
+	LimitZones *LimitZones
 }
 
 // Proxy is the HTTP data plane: HTTP/1.1 on both ports, HTTP/2 on the TLS
@@ -158,6 +166,7 @@ func New(cfg Config) (*Proxy, error) {
 			return nil, err
 		}
 	}
+	p.limits.shm = cfg.LimitZones
 	p.routes.Store(newTable(&model.Configuration{}, &p.limits))
 	p.conns.Store(settingsOf(&model.Global{}, &cfg))
 	p.tracker = newConnTracker(&p.conns)
@@ -200,7 +209,11 @@ func (p *Proxy) Update(cfg *model.Configuration) {
 	p.conns.Store(settingsOf(&cfg.Global, &p.cfg))
 	p.certs.update(cfg)
 	p.auth.setTimeouts(cfg.Global.Proxy)
-	p.routes.Store(newTable(cfg, &p.limits))
+	t := newTable(cfg, &p.limits)
+	p.routes.Store(t)
+	if t.limitErr != nil && p.cfg.ErrorLog != nil {
+		p.cfg.ErrorLog("limits: " + t.limitErr.Error())
+	}
 	if p.metrics != nil {
 		p.metrics.reset() // its keys are the old table's locations
 	}

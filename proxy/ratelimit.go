@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/netip"
 	"sync"
 
@@ -59,11 +60,13 @@ func newRLZone() *rlZone {
 	return z
 }
 
-// routeLimit is one limit of a route: its zone, its rate in thousandths of
-// a request per second and its burst in thousandths of a request.
+// routeLimit is one limit of a route: its zone (in this process, or shm in
+// shared memory), its rate in thousandths of a request per second and its
+// burst in thousandths of a request.
 type routeLimit struct {
 	zone        *rlZone
 	rate, burst int64
+	shm         *shmZone
 }
 
 // excessAt is the excess an address would have with one more request at
@@ -84,6 +87,9 @@ func (l *routeLimit) excessAt(st rlState, known bool, now int64) int64 {
 // if so counts the request in each; a refused request changes no bucket.
 // now is in milliseconds.
 func allowLimits(limits []routeLimit, ip netip.Addr, now int64) bool {
+	if len(limits) > 0 && limits[0].shm != nil {
+		return allowShared(limits, ip, now)
+	}
 	ip = ip.Unmap()
 	h := xxhash.Sum64(ip.AsSlice())
 	var states [2]rlState
@@ -143,41 +149,55 @@ func (sh *rlShard) evict(l *routeLimit, now int64) {
 // rateLimits keeps the zones of the configuration in force, by name, so a
 // configuration change keeps every bucket and count of the zones it keeps.
 type rateLimits struct {
+	// shm, when not nil, holds every zone in shared memory
+	// (Config.LimitZones); immutable.
+	shm *LimitZones
+
 	mu    sync.Mutex
 	zones zoneSet // guarded by mu
 }
 
 // zoneSet is the limit_req and limit_conn zones of a configuration, by
-// name.
+// name: in this process (req, conn) or in shared memory (shm).
 type zoneSet struct {
 	req  map[string]*rlZone
 	conn map[string]*lcZone
+	shm  map[string]*shmZone
 }
 
 func newZoneSet() zoneSet {
-	return zoneSet{req: map[string]*rlZone{}, conn: map[string]*lcZone{}}
+	return zoneSet{req: map[string]*rlZone{}, conn: map[string]*lcZone{}, shm: map[string]*shmZone{}}
 }
 
 // routeLimits returns a location's limit_req limits and its limit_conn
 // limit (nil without) on zones that outlive the configuration, and marks
-// their names used in keep.
-func (r *rateLimits) routeLimits(rl *model.RateLimit, keep zoneSet) ([]routeLimit, *connLimit) {
+// their names used in keep. The error names the zones for which shared
+// memory had no slot: their limits refuse every request.
+func (r *rateLimits) routeLimits(rl *model.RateLimit, keep zoneSet) ([]routeLimit, *connLimit, error) {
 	if rl == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
+	var errs []error
 	var cl *connLimit
 	if rl.Connections > 0 {
 		name := rl.Zone + "_conn"
-		z := keep.conn[name]
-		if z == nil {
-			r.mu.Lock()
-			if z = r.zones.conn[name]; z == nil {
-				z = newLCZone()
+		cl = &connLimit{max: int32(min(rl.Connections, 1<<31-1))}
+		if r.shm != nil {
+			var err error
+			cl.shm, err = r.sharedZone(name, shmConn, keep)
+			errs = append(errs, err)
+		} else {
+			z := keep.conn[name]
+			if z == nil {
+				r.mu.Lock()
+				if z = r.zones.conn[name]; z == nil {
+					z = newLCZone()
+				}
+				r.mu.Unlock()
+				keep.conn[name] = z
 			}
-			r.mu.Unlock()
-			keep.conn[name] = z
+			cl.zone = z
 		}
-		cl = &connLimit{zone: z, max: int32(min(rl.Connections, 1<<31-1))}
 	}
 	var out []routeLimit
 	for _, k := range []struct {
@@ -189,25 +209,49 @@ func (r *rateLimits) routeLimits(rl *model.RateLimit, keep zoneSet) ([]routeLimi
 			continue
 		}
 		name := rl.Zone + k.suffix
-		z := keep.req[name]
-		if z == nil {
-			r.mu.Lock()
-			if z = r.zones.req[name]; z == nil {
-				z = newRLZone()
+		l := routeLimit{rate: int64(k.n) * 1000 / k.per, burst: int64(k.n) * int64(rl.BurstMultiplier) * 1000}
+		if r.shm != nil {
+			var err error
+			l.shm, err = r.sharedZone(name, shmReq, keep)
+			errs = append(errs, err)
+		} else {
+			z := keep.req[name]
+			if z == nil {
+				r.mu.Lock()
+				if z = r.zones.req[name]; z == nil {
+					z = newRLZone()
+				}
+				r.mu.Unlock()
+				keep.req[name] = z
 			}
-			r.mu.Unlock()
-			keep.req[name] = z
+			l.zone = z
 		}
-		out = append(out, routeLimit{zone: z, rate: int64(k.n) * 1000 / k.per, burst: int64(k.n) * int64(rl.BurstMultiplier) * 1000})
+		out = append(out, l)
 	}
-	return out, cl
+	return out, cl, errors.Join(errs...)
+}
+
+// sharedZone returns the zone name of kind in shared memory, once per
+// configuration: the error of a zone without a slot is reported once.
+func (r *rateLimits) sharedZone(name string, kind uint32, keep zoneSet) (*shmZone, error) {
+	if z := keep.shm[name]; z != nil {
+		return z, nil
+	}
+	z, err := r.shm.zone(name, kind)
+	keep.shm[name] = z
+	return z, err
 }
 
 // keepOnly makes keep the zones in force; the others are forgotten (a
 // request still counted in a forgotten limit_conn zone releases its count
-// there, harmlessly).
+// there, harmlessly). In shared memory, a zone this process no longer
+// uses is no longer marked kept (shmzone.go).
 func (r *rateLimits) keepOnly(keep zoneSet) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.zones
 	r.zones = keep
-	r.mu.Unlock()
+	if r.shm != nil {
+		r.shm.keep(prev.shm, keep.shm)
+	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"errors"
 	"net"
 	"net/netip"
 	"regexp"
@@ -39,6 +40,10 @@ type table struct {
 	// hsts is the Strict-Transport-Security value HTTPS answers of servers
 	// with a certificate get (the ConfigMap's hsts*); empty without.
 	hsts string
+	// limitErr names the limit zones shared memory had no slot for
+	// (Config.LimitZones): their limits refuse every request; nil
+	// otherwise.
+	limitErr error
 	// limitReqStatus answers a request a rate limit refuses
 	// (limit-req-status-code).
 	limitReqStatus int
@@ -139,6 +144,7 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 	}
 	zones := newZoneSet()
 	defer limits.keepOnly(zones)
+	var limitErrs []error
 	t := &table{limitReqStatus: cmp.Or(cfg.Global.LimitReqStatus, 503), limitConnStatus: cmp.Or(cfg.Global.LimitConnStatus, 503), exact: map[string]*vhost{}, redirectCode: cfg.Global.HTTPRedirectCode, builtinDefault: builtinDefault(cfg),
 		fullForwardedFor: cfg.Global.UseForwardedHeaders && cfg.Global.ComputeFullForwardedFor, realIP: newRealIP(cfg.Global.RealIP, cfg.Global.UseForwardedHeaders)}
 	if t.redirectCode == 0 {
@@ -170,7 +176,10 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 			if len(loc.CustomHTTPErrors) > 0 {
 				r.errorLoc = &model.Location{LocationSettings: &model.LocationSettings{BackendProtocol: model.ProtocolHTTP, Proxy: loc.Proxy}}
 			}
-			r.limits, r.conns = limits.routeLimits(loc.RateLimit, zones)
+			var err error
+			if r.limits, r.conns, err = limits.routeLimits(loc.RateLimit, zones); err != nil {
+				limitErrs = append(limitErrs, err)
+			}
 			for _, h := range loc.ProxySetHeaders {
 				r.setFields = append(r.setFields, [2]string{h.Name, h.Value})
 			}
@@ -216,6 +225,7 @@ func newTable(cfg *model.Configuration, limits *rateLimits) *table {
 		}
 	}
 	sort.SliceStable(t.wildcards, func(i, j int) bool { return len(t.wildcards[i].suffix) > len(t.wildcards[j].suffix) })
+	t.limitErr = errors.Join(limitErrs...)
 	return t
 }
 
