@@ -212,7 +212,8 @@ func (p *Proxy) Update(cfg *model.Configuration) {
 	t := newTable(cfg, &p.limits)
 	p.routes.Store(t)
 	if t.limitErr != nil && p.cfg.ErrorLog != nil {
-		p.cfg.ErrorLog("limits: " + t.limitErr.Error())
+		// One line: errors.Join puts each zone's on a line of its own.
+		p.cfg.ErrorLog("limits: " + strings.ReplaceAll(t.limitErr.Error(), "\n", "; "))
 	}
 	if p.metrics != nil {
 		p.metrics.reset() // its keys are the old table's locations

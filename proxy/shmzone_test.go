@@ -550,7 +550,7 @@ func TestLimitZonesFullProxied(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(logged) != 1 || !strings.Contains(logged[0], ErrLimitZonesFull.Error()) ||
+	if len(logged) != 1 || strings.Contains(logged[0], "\n") || !strings.Contains(logged[0], ErrLimitZonesFull.Error()) ||
 		!strings.Contains(logged[0], "ns_full__rps") || !strings.Contains(logged[0], "ns_full__conn") {
 		t.Errorf("ErrorLog got %q; want one line naming both zones", logged)
 	}
