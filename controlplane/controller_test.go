@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -444,4 +445,40 @@ func TestRecordErrorsOncePerError(t *testing.T) {
 	want("fixed", 0)
 	c.recordErrors([]model.ObjectError{bad})
 	want("broken again", 1)
+}
+
+// TestRunLeavesNoEventWatcher checks that a stopped controller leaves no
+// event watcher behind: client-go's goroutine for a stopped watcher spins
+// on its closed channel until the broadcaster shuts down.
+func TestRunLeavesNoEventWatcher(t *testing.T) {
+	class, svc, slice, ing := objects()
+	c, err := New(Config{Client: fake.NewClientset(class, svc, slice, ing),
+		Sinks: []Sink{SinkFunc(func(context.Context, *model.Configuration, Change) error { return nil })}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	<-c.Ready()
+	if !strings.Contains(goroutines(), "StartEventWatcher") {
+		t.Fatal("no event watcher while running: the check below proves nothing")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Contains(goroutines(), "StartEventWatcher") {
+		if time.Now().After(deadline) {
+			t.Fatalf("an event watcher outlived Run:\n%s", goroutines())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// goroutines is every goroutine's stack.
+func goroutines() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
 }
