@@ -121,14 +121,36 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		}
 		defer ngx.close()
 	}
+	// --go-workers: the Go plane's HTTP and HTTPS in worker processes
+	// (workers.go), which send their own request metrics and access log.
+	var workers *goWorkers
+	if n := opts.goWorkers(); !nginxMode && n > 1 {
+		httpsAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort))
+		if opts.EnableSSLPassthrough {
+			// Behind the SNI router, on loopback (serveBehindSNI).
+			httpsAddr = "127.0.0.1:0"
+		}
+		workers, err = newGoWorkers(workersConfig{N: n,
+			HTTPAddr: net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)), HTTPSAddr: httpsAddr,
+			AccessLog: opts.AccessLog,
+			Opts: workerOptions{controllerCls: opts.ControllerClass, metricsPerHost: opts.MetricsPerHost,
+				http2Server: opts.HTTP2Server, behindSNI: opts.EnableSSLPassthrough, verbosity: opts.Verbosity}})
+		if err != nil {
+			return err
+		}
+		metrics.registry.MustRegister(workers)
+		if testHookGoWorkers != nil {
+			testHookGoWorkers(workers)
+		}
+	}
 	// With nginx the request metrics come from the shim (nginx_metrics.go).
 	pxMetrics := metrics.registerer
-	if nginxMode {
+	if nginxMode || workers != nil {
 		pxMetrics = nil
 	}
 	pxCfg := proxy.Config{Picker: reg, Registerer: pxMetrics, MetricsPerHost: opts.MetricsPerHost,
 		ErrorLog: func(msg string) { klog.Warning(msg) }, XNetHTTP2: opts.HTTP2Server == "x/net"}
-	if opts.AccessLog != nil && !nginxMode {
+	if opts.AccessLog != nil && !nginxMode && workers == nil {
 		// Buffered, so a slow reader of standard output never holds a
 		// request; lines that do not fit are dropped and counted.
 		logw := proxy.NewLogWriter(opts.AccessLog, 0)
@@ -151,6 +173,8 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	switch {
 	case opts.EnableSSLPassthrough && nginxMode:
 		l4cfg.HTTPSFallback = passthroughFallback(opts)
+	case opts.EnableSSLPassthrough && workers != nil:
+		_, l4cfg.HTTPSFallback = workers.addrs()
 	case opts.EnableSSLPassthrough:
 		// TLS that is not passed through reaches the Go proxy on a loopback
 		// listener, behind a PROXY v2 header carrying the client address
@@ -186,14 +210,25 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			// Balancers first, so routes never name a backend the balancer
 			// does not know yet. Per-backend errors were already reported by
 			// the builder; the registry keeps serving the rest.
-			if ngx != nil {
+			switch {
+			case ngx != nil:
 				// nginxcompat syncs the balancer before it renders: the
 				// shim never asks for a backend Go does not know.
 				if err := ngx.update(ctx, cfg, ch); err != nil {
 					klog.ErrorS(err, "nginx configuration not applied; the running one keeps serving")
 					return err
 				}
-			} else {
+			case workers != nil:
+				// The balancers here serve TCP services and SSL
+				// passthrough; the workers' serve HTTP.
+				if err := reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
+					klog.ErrorS(err, "some backends were not applied")
+				}
+				if err := workers.update(cfg, ch); err != nil {
+					klog.ErrorS(err, "configuration not sent to the go workers; they keep serving the one before")
+					return err
+				}
+			default:
 				// An endpoint change names the backends it changed: the
 				// balancer builds those alone.
 				if err := reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
@@ -246,7 +281,11 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	if err != nil {
 		return fmt.Errorf("listen for status: %w", err)
 	}
-	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics, ngx.readiness()), ReadHeaderTimeout: 10 * time.Second}
+	dataPlane := ngx.readiness()
+	if workers != nil {
+		dataPlane = workers.ready
+	}
+	statusSrv := &http.Server{Handler: statusMux(ctrl, reg, history, metrics, dataPlane), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := statusSrv.Serve(statusLn); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
@@ -294,9 +333,12 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 			afterReady(httpsLn, l4.ServeSNI, false)
 		}
 		klog.InfoS("switchyard started with nginx", "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
-		return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
+		return waitServing(ctx, cancel, ctrl.Ready(), errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
 	}
 
+	if workers != nil {
+		return serveWorkers(ctx, cancel, opts, ctrl, workers, errc, ready, statusLn, statusSrv, afterReady, l4.ServeSNI)
+	}
 	httpLn, err := listenClients(ctx, net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)))
 	if err != nil {
 		return fmt.Errorf("listen for HTTP: %w", err)
@@ -316,8 +358,37 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 	afterReady(httpLn, px.Serve, true)
 	klog.InfoS("switchyard started", "http", httpLn.Addr().String(), "https", httpsLn.Addr().String(), "status", statusLn.Addr().String(), "version", versionString())
-	return waitServing(ctx, cancel, ctrl, errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
+	return waitServing(ctx, cancel, ctrl.Ready(), errc, ready, listening{HTTP: httpLn.Addr().String(), HTTPS: httpsLn.Addr().String(), Status: statusLn.Addr().String()}, statusSrv)
 }
+
+// serveWorkers is the end of serveController with --go-workers: the
+// workers serve HTTP and HTTPS (the SNI router here, with SSL
+// passthrough) until ctx ends, and have stopped when it returns.
+func serveWorkers(ctx context.Context, cancel context.CancelFunc, opts controllerOptions, ctrl *controlplane.Controller, workers *goWorkers,
+	errc chan error, ready chan<- listening, statusLn net.Listener, statusSrv *http.Server,
+	afterReady func(net.Listener, func(context.Context, net.Listener) error, bool), serveSNI func(context.Context, net.Listener) error) error {
+	httpAddr, httpsAddr := workers.addrs()
+	if opts.EnableSSLPassthrough {
+		httpsLn, err := listenClients(ctx, net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort)))
+		if err != nil {
+			return fmt.Errorf("listen for HTTPS (SNI router): %w", err)
+		}
+		afterReady(httpsLn, serveSNI, false)
+		httpsAddr = httpsLn.Addr().String()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		workers.run(ctx)
+	}()
+	defer func() { <-done }()
+	klog.InfoS("switchyard started with go workers", "workers", len(workers.procs), "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
+	// Ready once every worker serves the first configuration.
+	return waitServing(ctx, cancel, workers.serving, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
+}
+
+// testHookGoWorkers, when set, receives the workers of --go-workers.
+var testHookGoWorkers func(*goWorkers)
 
 // clientListen listens for clients as nginx's "listen" does by default:
 // no TCP keep-alive probes on accepted connections (Go turns them on,
@@ -330,11 +401,11 @@ func listenClients(ctx context.Context, addr string) (net.Listener, error) {
 	return clientListen.Listen(ctx, "tcp", addr)
 }
 
-// waitServing reports the bound addresses once the first configuration is
-// served, then waits for the end of ctx or the first error.
-func waitServing(ctx context.Context, cancel context.CancelFunc, ctrl *controlplane.Controller, errc <-chan error, ready chan<- listening, addrs listening, statusSrv *http.Server) error {
+// waitServing reports the bound addresses once served is closed (the first
+// configuration is served), then waits for the end of ctx or the first error.
+func waitServing(ctx context.Context, cancel context.CancelFunc, served <-chan struct{}, errc <-chan error, ready chan<- listening, addrs listening, statusSrv *http.Server) error {
 	select {
-	case <-ctrl.Ready():
+	case <-served:
 		if ready != nil {
 			ready <- addrs
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -71,9 +72,13 @@ type controllerOptions struct {
 	L4BusyPoll               time.Duration
 	GoIdleSpin               time.Duration
 	HTTP2Server              string
-	ListenAddress            string
-	Verbosity                int
-	Version                  bool
+	// GoWorkers is --go-workers: how many processes serve the Go data
+	// plane's HTTP and HTTPS; 1 serves them in this process, 0 runs one
+	// per CPU the process may use.
+	GoWorkers     int
+	ListenAddress string
+	Verbosity     int
+	Version       bool
 
 	// ValidatingWebhook is the address of the admission webhook's HTTPS
 	// server (ingress-nginx's chart passes ":8443"); empty, none.
@@ -205,6 +210,7 @@ func newControllerFlags(opts *controllerOptions) *pflag.FlagSet {
 	fs.IntVar(&opts.L4EventLoops, "l4-event-loops", 1, "event loops (each on a thread of its own) serving TCP services and the SSL passthrough router on Linux; 0 serves each connection on its own goroutines")
 	fs.DurationVar(&opts.L4BusyPoll, "l4-busy-poll", tcpproxy.DefaultBusyPoll, "the longest an L4 event loop keeps looking for the next event without sleeping after one arrived, adapting from 20µs up to it (yielding its CPU to anything runnable there; at most 10 ms of polling in each 100 ms); 0 sleeps at once")
 	fs.DurationVar(&opts.GoIdleSpin, "go-idle-spin", defaultGoIdleSpin, "the longest a Go data plane thread that ran out of work keeps looking for more before it sleeps, while another thread works (yielding its CPU to anything runnable there; at most a tenth of the processors' time); 0 sleeps at once; needs the release build's runtime (make build)")
+	fs.IntVar(&opts.GoWorkers, "go-workers", 1, "processes serving the Go data plane's HTTP and HTTPS, each with one Go processor, sharing the ports as nginx's workers do; 1 serves them in the controller's process, 0 runs one per CPU")
 	fs.StringVar(&opts.HTTP2Server, "http2-server", "switchyard", "what serves HTTP/2 clients on the Go data plane: switchyard (its own) or x/net (golang.org/x/net/http2's server)")
 	fs.DurationVar(&opts.PickTimeout, "pick-timeout", 50*time.Millisecond, "how long the Lua shim waits for the balancer before it falls back to round robin over the last peer list (--data-plane=nginx)")
 	fs.IntVar(&opts.NginxStatusPort, "nginx-status-port", 10246, "loopback port of nginx's internal status server (--data-plane=nginx)")
@@ -362,6 +368,9 @@ func (o *controllerOptions) validate() error {
 	if o.GoIdleSpin < 0 || o.GoIdleSpin > time.Millisecond {
 		errs = append(errs, fmt.Errorf("--go-idle-spin: %v is not between 0 and 1ms", o.GoIdleSpin))
 	}
+	if o.GoWorkers < 0 || o.GoWorkers > 256 {
+		errs = append(errs, fmt.Errorf("--go-workers: %d is not between 0 and 256", o.GoWorkers))
+	}
 	if o.HTTP2Server != "x/net" && o.HTTP2Server != "switchyard" {
 		errs = append(errs, fmt.Errorf("--http2-server: %q is not switchyard or x/net", o.HTTP2Server))
 	}
@@ -373,4 +382,15 @@ func (o *controllerOptions) validate() error {
 		errs = append(errs, errors.New("--manifests and --kubeconfig exclude each other"))
 	}
 	return errors.Join(errs...)
+}
+
+// goWorkers is how many worker processes --go-workers asks for: 1 means
+// none (the controller's process serves).
+func (o controllerOptions) goWorkers() int {
+	if o.GoWorkers == 0 {
+		// GOMAXPROCS: the CPUs this process may use, its cgroup's CPU
+		// limit included.
+		return runtime.GOMAXPROCS(0)
+	}
+	return o.GoWorkers
 }

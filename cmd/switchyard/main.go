@@ -78,6 +78,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if args[0] == "controller" {
 		return runControllerOrHelp(args[1:], stdout, stderr)
 	}
+	if args[0] == "worker" {
+		// A Go data plane worker process, which the controller starts
+		// (--go-workers, worker.go); not listed.
+		return runWorker(args[1:], stdout, stderr)
+	}
 	cmd, ok := lookup(subcommands(), args[0])
 	if !ok {
 		fmt.Fprintf(stderr, "switchyard: unknown subcommand %q\n\n", args[0])

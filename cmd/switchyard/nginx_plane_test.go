@@ -314,6 +314,10 @@ func nginxPlaneArgs(t *testing.T) []string {
 const helperArgsEnv = "SWITCHYARD_TEST_RUN_ARGS"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		// A Go worker the controller under test started (--go-workers).
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if args := os.Getenv(helperArgsEnv); args != "" {
 		os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
 	}

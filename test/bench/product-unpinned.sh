@@ -13,6 +13,8 @@
 #
 # SYBIN_B=<binary> adds a second product binary as a third variant "B"
 # (with PGMP_B, its GOMAXPROCS, default 2). Ports 18780-18804.
+# PRODUCT_ARGS adds controller flags to the product (e.g. --go-workers=2),
+# PRODUCT_ARGS_B to B.
 #
 # Around every round, test/bench/cacheprobe measures for 30 ms how long a
 # cache line takes to cross between the two CPUs and back (about 60 ns in
@@ -29,6 +31,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/bench/lib/product.sh
 secs="${1:-5}" rounds="${2:-3}" conns="${3:-64}"
+read -r -a product_args <<<"${PRODUCT_ARGS:-}"
+read -r -a product_args_b <<<"${PRODUCT_ARGS_B:-}"
 bench_scratch
 chmod 755 "$tmp" # nginx's workers run as nobody
 bench_need wrk wrk
@@ -46,7 +50,7 @@ bpid=$!
 pids+=($bpid)
 declare -A pid port
 GOMAXPROCS=2 "$tmp/switchyard" controller --data-plane=go --manifests "$tmp/manifests" --http-port 18780 --https-port 18783 \
-	--status-port 18784 --listen-address 127.0.0.1 --profiler-port 18785 >"$tmp/access.log" 2>"$tmp/stderr" &
+	--status-port 18784 --listen-address 127.0.0.1 --profiler-port 18785 "${product_args[@]}" >"$tmp/access.log" 2>"$tmp/stderr" &
 pid[product]=$! port[product]=18780
 pids+=($!)
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench.local -keyout "$tmp/tls.key" -out "$tmp/tls.crt" 2>/dev/null
@@ -59,7 +63,7 @@ if [ -n "${SYBIN_B:-}" ]; then
 	mkdir "$tmp/manifests-b"
 	cp "$tmp/manifests/bench.yaml" "$tmp/manifests-b/"
 	GOMAXPROCS="${PGMP_B:-2}" "$SYBIN_B" controller --data-plane=go --manifests "$tmp/manifests-b" --http-port 18800 --https-port 18803 \
-		--status-port 18804 --listen-address 127.0.0.1 --profiler-port 18805 >"$tmp/access-b.log" 2>"$tmp/stderr-b" &
+		--status-port 18804 --listen-address 127.0.0.1 --profiler-port 18805 "${product_args_b[@]}" >"$tmp/access-b.log" 2>"$tmp/stderr-b" &
 	pid[B]=$! port[B]=18800
 	pids+=($!)
 	names=(product B ingress)
@@ -78,7 +82,7 @@ switches() { # switches PID: context switches of PID's and its children's thread
 }
 machine() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; } # busy, idle ticks
 
-echo "# $(date -u +%FT%TZ), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ' with uncommitted changes'), ${secs}s x $rounds rounds, $conns conns, unpinned, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ), $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy cmd || echo ' with uncommitted changes'), ${secs}s x $rounds rounds, $conns conns, unpinned${PRODUCT_ARGS:+, product with $PRODUCT_ARGS}${PRODUCT_ARGS_B:+, B with $PRODUCT_ARGS_B}, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | proxy | rps | proxy CPU us/req | backends us/req | rest us/req | machine idle % | proxy switches/req | backend switches/req | cross-CPU ns before/after | spell |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do

@@ -457,8 +457,11 @@ func (e *env) startController(t *testing.T, plane string, rows []Row, extra map[
 	status := harness.FreePort(t, "127.0.0.1")
 	args := []string{"controller", "--manifests", dir, "--http-port", strconv.Itoa(httpPort), "--https-port", strconv.Itoa(httpsPort),
 		"--status-port", strconv.Itoa(status), "--listen-address", "127.0.0.1", "--configmap", "demo/switchyard-controller"}
-	if plane == "nginx" {
+	switch plane {
+	case "nginx":
 		args = append(args, harness.NginxPlaneArgs(t, "../../lua")...)
+	case goWorkersPlane:
+		args = append(args, "--go-workers", "2")
 	}
 	p := harness.StartProcess(t, harness.Cmd{Name: "switchyard-" + plane, Path: binary, Args: args})
 	e.log = p.LogPath()
@@ -734,14 +737,28 @@ func onPlane(r Row, plane string) bool {
 		return true
 	}
 	for _, p := range r.Planes {
-		if p == plane {
+		if p == planeKind(plane) {
 			return true
 		}
 	}
 	return false
 }
 
-// TestBehaviour runs the table on both data planes and compares them.
+// goWorkersPlane is the Go data plane served by two worker processes
+// (--go-workers=2): a row's Planes and KnownDrift name it "go", and it must
+// answer every request exactly as the Go plane in one process does.
+const goWorkersPlane = "go-workers"
+
+// planeKind is the data plane a plane of the suite runs: "go" or "nginx".
+func planeKind(plane string) string {
+	if plane == goWorkersPlane {
+		return "go"
+	}
+	return plane
+}
+
+// TestBehaviour runs the table on both data planes (and the Go plane in
+// worker processes) and compares them.
 func TestBehaviour(t *testing.T) {
 	suiteCA = harness.NewCA(t, "Suite CA")
 	stranger := harness.NewCA(t, "Stranger CA")
@@ -764,7 +781,7 @@ func TestBehaviour(t *testing.T) {
 		}
 		clientCerts[name] = pair
 	}
-	planes := []string{"go", "nginx"}
+	planes := []string{"go", goWorkersPlane, "nginx"}
 	results := map[string]map[string]answer{} // plane -> row/request -> answer
 	drift := map[string]string{}              // row/request -> the row's known drifts
 	for _, plane := range planes {
@@ -803,7 +820,7 @@ func TestBehaviour(t *testing.T) {
 						own.startController(t, plane, []Row{r}, r.ConfigMap)
 						e = &own
 					}
-					reason, known := r.KnownDrift[plane]
+					reason, known := r.KnownDrift[planeKind(plane)]
 					drifted := false
 					if known {
 						defer func() {
@@ -895,6 +912,17 @@ func TestBehaviour(t *testing.T) {
 	}
 	if len(keys) == 0 {
 		t.Error("no row ran")
+	}
+	// Worker processes change nothing a client sees.
+	for _, k := range keys {
+		w, ok := results[goWorkersPlane][k]
+		if !ok {
+			t.Errorf("%s: not run on %s", k, goWorkersPlane)
+			continue
+		}
+		if g := results["go"][k]; fmt.Sprint(g) != fmt.Sprint(w) {
+			t.Errorf("%s: %s differs from go:\n        go: %+v\ngo-workers: %+v", k, goWorkersPlane, g, w)
+		}
 	}
 }
 

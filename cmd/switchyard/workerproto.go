@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/switchyard-proxy/switchyard/controlplane"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
+)
+
+// The controller and its Go data plane worker processes (--go-workers)
+// talk over a unix stream socket pair in frames: one type byte, a 4-byte
+// big-endian length, then that many bytes.
+//
+// Controller to worker:
+//   - frameKeys: the TLS session ticket keys, 32 bytes each;
+//   - frameConfig: a workerConfig, JSON;
+//   - frameScrape: 8 bytes, a scrape's number.
+//
+// Worker to controller:
+//   - frameApplied: 8 bytes, the version of the configuration applied;
+//   - frameMetrics: 8 bytes of the scrape's number, then the worker's
+//     request metrics, length-delimited protobuf MetricFamily messages.
+const (
+	frameKeys    byte = 'k'
+	frameConfig  byte = 'c'
+	frameScrape  byte = 'm'
+	frameApplied byte = 'a'
+	frameMetrics byte = 'M'
+)
+
+// maxFrame bounds a frame: a configuration of a large cluster (thousands of
+// Ingresses and their certificates) stays well below it; more is an error,
+// not an allocation.
+const maxFrame = 1 << 30
+
+// workerConfig is a configuration as the controller hands it to the sinks:
+// the Configuration and what changed since the one before.
+type workerConfig struct {
+	// Version numbers the configurations sent, from 1.
+	Version uint64               `json:"version"`
+	Change  controlplane.Change  `json:"change"`
+	Config  *model.Configuration `json:"config"`
+}
+
+// appendFrame appends a frame of type t carrying payload to b.
+func appendFrame(b []byte, t byte, payload []byte) []byte {
+	b = append(b, t)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	return append(b, payload...)
+}
+
+// readFrame reads one frame into buf (grown as needed) and returns its type
+// and payload, which is valid until the next call with buf.
+func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > maxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes is over the %d byte bound", n, maxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return hdr[0], buf, nil
+}
+
+// encodeWorkerConfig is the frame carrying wc.
+func encodeWorkerConfig(wc *workerConfig) ([]byte, error) {
+	js, err := json.Marshal(wc)
+	if err != nil {
+		return nil, fmt.Errorf("encode configuration %d for the workers: %w", wc.Version, err)
+	}
+	return appendFrame(make([]byte, 0, len(js)+5), frameConfig, js), nil
+}
+
+// decodeWorkerConfig reads a frameConfig payload and checks it holds a
+// configuration: a worker applies nothing it cannot read whole.
+func decodeWorkerConfig(p []byte) (*workerConfig, error) {
+	var wc workerConfig
+	if err := json.Unmarshal(p, &wc); err != nil {
+		return nil, fmt.Errorf("decode configuration: %w", err)
+	}
+	if wc.Config == nil || wc.Version == 0 {
+		return nil, errors.New("decode configuration: no configuration or version")
+	}
+	for _, i := range wc.Change.Backends {
+		if i < 0 || i >= len(wc.Config.Backends) {
+			return nil, fmt.Errorf("decode configuration %d: changed backend %d of %d", wc.Version, i, len(wc.Config.Backends))
+		}
+	}
+	return &wc, nil
+}
+
+// encodeTicketKeys is the frame carrying keys.
+func encodeTicketKeys(keys [][32]byte) []byte {
+	p := make([]byte, 0, 32*len(keys))
+	for _, k := range keys {
+		p = append(p, k[:]...)
+	}
+	return appendFrame(nil, frameKeys, p)
+}
+
+// decodeTicketKeys reads a frameKeys payload.
+func decodeTicketKeys(p []byte) ([][32]byte, error) {
+	if len(p) == 0 || len(p)%32 != 0 {
+		return nil, fmt.Errorf("ticket keys: %d bytes is not a whole number of 32-byte keys", len(p))
+	}
+	keys := make([][32]byte, len(p)/32)
+	for i := range keys {
+		copy(keys[i][:], p[32*i:])
+	}
+	return keys, nil
+}

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// startWorkersController runs the controller with --go-workers=2 on yaml
+// (a manifests directory of one file) and returns the workers.
+func startWorkersController(t *testing.T, yaml string, accessLog io.Writer) (context.Context, listening, *goWorkers) {
+	t.Helper()
+	// The quickstart's IngressClass (and demo app, whose backends are
+	// not started) with yaml beside it.
+	dir := quickstartDir(t, freePort(t), freePort(t))
+	if err := os.WriteFile(filepath.Join(dir, "10-workers.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *goWorkers, 1)
+	testHookGoWorkers = func(g *goWorkers) { got <- g }
+	t.Cleanup(func() { testHookGoWorkers = nil })
+	ctx, l := startControllerLogging(t, []string{"--manifests", dir, "--go-workers", "2",
+		"--http-port", strconv.Itoa(freePort(t)), "--https-port", strconv.Itoa(freePort(t)), "--status-port", strconv.Itoa(freePort(t)), "--listen-address", "127.0.0.1"}, accessLog)
+	return ctx, l, <-got
+}
+
+// get sends GET host/path on a connection of its own.
+func getFresh(t *testing.T, addr, host, path string) (int, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, _ := strings.Cut(string(b), "\r\n\r\n")
+	f := strings.Fields(head)
+	if len(f) < 2 {
+		t.Fatalf("no status line in %q", b)
+	}
+	code, _ := strconv.Atoi(f[1])
+	return code, body
+}
+
+// workerRequests is the nginx_ingress_controller_requests total one worker
+// counted.
+func workerRequests(t *testing.T, g *goWorkers, p *workerProc) float64 {
+	t.Helper()
+	b, err := g.scrape(p)
+	if err != nil {
+		t.Fatalf("scrape worker %d: %v", p.index, err)
+	}
+	dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.NewFormat(expfmt.TypeProtoDelim))
+	total := 0.0
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			if errors.Is(err, io.EOF) {
+				return total
+			}
+			t.Fatal(err)
+		}
+		if mf.GetName() == "nginx_ingress_controller_requests" {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+}
+
+// scrapeTotal is the sum of a family's samples on the status port's
+// /metrics (counters: their values).
+func scrapeTotal(t *testing.T, status, family string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + status + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, family+"{") && !strings.HasPrefix(line, family+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		total += v
+	}
+	return total
+}
+
+// TestGoWorkersServe runs two workers and checks that both serve, that
+// /metrics sums them, that the access log has every line whole, and that a
+// killed worker is replaced while the other serves.
+func TestGoWorkersServe(t *testing.T) {
+	port := freePort(t)
+	srv, err := startEchoBackend("app", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	var log syncBuffer
+	_, l, g := startWorkersController(t, localBackendYAML("app", "app.example", port, "", ""), &log)
+
+	// 40 connections: all on one worker by chance once in 2^39 runs.
+	const n = 40
+	for i := range n {
+		code, body := getFresh(t, l.HTTP, "app.example", "/r/"+strconv.Itoa(i))
+		if code != 200 || body != "app: GET /r/"+strconv.Itoa(i)+"\n" {
+			t.Fatalf("request %d: %d %q", i, code, body)
+		}
+	}
+	// Each worker served some: the kernel spread the connections.
+	var sum float64
+	for _, p := range g.procs {
+		r := workerRequests(t, g, p)
+		if r == 0 {
+			t.Errorf("worker %d served nothing of %d connections", p.index, n)
+		}
+		sum += r
+	}
+	if sum != n {
+		t.Errorf("workers counted %v requests, want %d", sum, n)
+	}
+	if got := scrapeTotal(t, l.Status, "nginx_ingress_controller_requests"); got != n {
+		t.Errorf("/metrics: nginx_ingress_controller_requests sums to %v, want %d", got, n)
+	}
+	// The access log: one whole line per request, from both workers.
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(log.String(), "\n") < n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	lines := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d access log lines, want %d", len(lines), n)
+	}
+	seen := map[string]bool{}
+	for _, line := range lines {
+		i := strings.Index(line, `"GET /r/`)
+		if i < 0 || !strings.Contains(line[i:], ` HTTP/1.1" 200 `) {
+			t.Fatalf("access log line not whole: %q", line)
+		}
+		seen[strings.Fields(line[i:])[1]] = true
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct requests logged, want %d", len(seen), n)
+	}
+
+	// Kill a worker: the other serves at once, and one takes its place.
+	victim := g.procs[0]
+	pid := int(victim.pid.Load())
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if code, _ := getFresh(t, l.HTTP, "app.example", "/after-kill"); code != 200 {
+			t.Fatalf("request %d after the kill: %d", i, code)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for (int(victim.pid.Load()) == pid || g.ready() != nil) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := g.ready(); err != nil || int(victim.pid.Load()) == pid {
+		t.Fatalf("the killed worker was not replaced: %v", err)
+	}
+	before := workerRequests(t, g, victim)
+	for range 40 {
+		if code, _ := getFresh(t, l.HTTP, "app.example", "/replaced"); code != 200 {
+			t.Fatal(code)
+		}
+	}
+	if workerRequests(t, g, victim) == before {
+		t.Error("the replacement worker served none of 40 connections")
+	}
+}
+
+// TestGoWorkersShareLimits checks that limit-rps counts a client once
+// across the workers, as nginx's shared zone does: with burst 5 (rps 1 ×
+// the default burst multiplier 5), six requests in quick succession pass
+// and the rest are refused, whichever worker serves each.
+func TestGoWorkersShareLimits(t *testing.T) {
+	// The backend holds /hold's answer until release closes.
+	release := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	yaml := localBackendYAML("limited", "limited.example", port, `{nginx.ingress.kubernetes.io/limit-rps: "1"}`, "") +
+		localBackendYAML("conns", "conns.example", port, `{nginx.ingress.kubernetes.io/limit-connections: "1"}`, "")
+	_, l, g := startWorkersController(t, yaml, nil)
+
+	passed := 0
+	start := time.Now()
+	for range 30 {
+		if code, _ := getFresh(t, l.HTTP, "limited.example", "/"); code == 200 {
+			passed++
+		} else if code != 503 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	// One more request drains per second that passes.
+	if want := 6 + int(time.Since(start)/time.Second); passed < 6 || passed > want {
+		t.Errorf("%d of 30 requests passed limit-rps 1 (burst 5) in %v; want 6 to %d", passed, time.Since(start), want)
+	}
+	for _, p := range g.procs {
+		if workerRequests(t, g, p) == 0 {
+			t.Errorf("worker %d served none of the 30: the test proves nothing", p.index)
+		}
+	}
+
+	// limit-connections 1: while one request is held open on one
+	// worker, a request reaching the other is refused.
+	hold, err := net.Dial("tcp", l.HTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	fmt.Fprintf(hold, "GET /hold HTTP/1.1\r\nHost: conns.example\r\n\r\n")
+	time.Sleep(200 * time.Millisecond)
+	refused := 0
+	for range 20 {
+		if code, _ := getFresh(t, l.HTTP, "conns.example", "/"); code == 503 {
+			refused++
+		}
+	}
+	if refused != 20 {
+		t.Errorf("%d of 20 requests refused while another is in progress, want all (limit-connections 1)", refused)
+	}
+	close(release) // before the workers stop: they drain what is in progress
+}
+
+// TestGoWorkersResumeTLS checks that a client resumes its TLS session on
+// any worker: they share the session ticket keys.
+func TestGoWorkersResumeTLS(t *testing.T) {
+	_, l, _ := startWorkersController(t, localBackendYAML("app", "app.example", freePort(t), "", ""), nil)
+	cfg := &tls.Config{InsecureSkipVerify: true, ServerName: "app.example", //nolint:gosec // the fake certificate
+		ClientSessionCache: tls.NewLRUClientSessionCache(8)}
+	resumed := 0
+	for i := range 40 {
+		c, err := tls.Dial("tcp", l.HTTPS, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// TLS 1.3 tickets arrive after the handshake: read until the
+		// server answers.
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
+		_, _ = io.ReadAll(c)
+		if c.ConnectionState().DidResume {
+			resumed++
+		} else if i > 0 {
+			t.Errorf("connection %d did not resume", i)
+		}
+		c.Close()
+	}
+	if resumed != 39 {
+		t.Errorf("%d of 39 connections resumed", resumed)
+	}
+}
+
+// TestWorkerFrames checks the control socket's frames: a configuration
+// the worker cannot read whole, or keys of the wrong size, are errors.
+// (controlplane/builder's TestConfigurationJSONRoundTrip checks that JSON
+// carries every field.)
+func TestWorkerFrames(t *testing.T) {
+	wc := &workerConfig{Version: 3}
+	if _, err := encodeWorkerConfig(wc); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{``, `{}`, `{"version":1}`, `{"version":0,"config":{}}`, `{"version":1,"config":{},"change":{"Backends":[0]}}`, `[`} {
+		if _, err := decodeWorkerConfig([]byte(bad)); err == nil {
+			t.Errorf("%q: decoded", bad)
+		}
+	}
+	if _, err := decodeTicketKeys(make([]byte, 33)); err == nil {
+		t.Error("33 bytes of keys decoded")
+	}
+	keys, err := decodeTicketKeys(encodeTicketKeys([][32]byte{{1}, {2}})[5:])
+	if err != nil || len(keys) != 2 || keys[1][0] != 2 {
+		t.Errorf("keys: %v %v", keys, err)
+	}
+}
