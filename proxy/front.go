@@ -141,7 +141,7 @@ var clearAuthorization = [][2]string{{"Authorization", ""}}
 // digestCheck runs auth-type: digest after the location's other checks, as
 // the module's access phase handler follows allow/deny and auth_basic.
 func (p *Proxy) digestCheck(da *model.DigestAuth, method, uri string, f *clientFacts, o *outcome) verdict {
-	a := p.digest.Check(da.Realm, da.Credentials, digestauth.Request{Method: method, URI: uri,
+	a := p.digest.CheckDigest(da, digestauth.Request{Method: method, URI: uri,
 		Authorization: string(f.authorization), Client: f.remote})
 	if a.Status == 0 && a.AuthenticationInfo != "" {
 		if o.auth == nil {
@@ -150,6 +150,19 @@ func (p *Proxy) digestCheck(da *model.DigestAuth, method, uri string, f *clientF
 		o.auth.info = a.AuthenticationInfo
 	}
 	return verdict{status: a.Status, wwwAuthenticate: a.WWWAuthenticate}
+}
+
+// DigestChecker answers auth-type: digest for a location's credentials
+// (Config.Digest).
+type DigestChecker interface {
+	CheckDigest(da *model.DigestAuth, r digestauth.Request) digestauth.Answer
+}
+
+// localDigest checks with a Verifier in this process.
+type localDigest struct{ v *digestauth.Verifier }
+
+func (d localDigest) CheckDigest(da *model.DigestAuth, r digestauth.Request) digestauth.Answer {
+	return d.v.Check(da.Realm, da.Credentials, r)
 }
 
 // basicAuthorized reports whether an Authorization field carries a user and

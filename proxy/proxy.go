@@ -100,6 +100,11 @@ type Config struct {
 	// refuses its requests, and Update says so through ErrorLog. Close it
 	// only after the Proxy is done. Nil: the zones live in this process.
 	LimitZones *LimitZones
+	// Digest answers auth-type: digest where the nonces and failure counts
+	// live elsewhere (the controller, for its worker processes, as nginx's
+	// workers share the module's zone); nil: a Verifier of the proxy's
+	// own.
+	Digest DigestChecker
 }
 
 // Proxy is the HTTP data plane: HTTP/1.1 on both ports, HTTP/2 on the TLS
@@ -122,7 +127,7 @@ type Proxy struct {
 	limits rateLimits
 	// digest holds the nonces of auth-type: digest across Configurations,
 	// as nginx's shared memory zone survives reloads.
-	digest *digestauth.Verifier
+	digest DigestChecker
 	// conns holds the connection settings of the Configuration in use;
 	// tracker counts and tracks the client connections of every port.
 	conns   atomic.Pointer[connSettings]
@@ -154,7 +159,7 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient(), digest: digestauth.NewVerifier(digestauth.VerifierConfig{}),
+	p := &Proxy{cfg: cfg, certs: certs, auth: newAuthClient(), digest: cfg.Digest,
 		mirrors: newMirrorer(&cfg), spoolDir: spoolDir{path: cmp.Or(cfg.BodyTempDir, defaultSpoolDir())}}
 	if cfg.Registerer != nil {
 		m, err := newMetrics(cfg.Registerer, cfg.MetricsPerHost)
@@ -167,6 +172,9 @@ func New(cfg Config) (*Proxy, error) {
 		}
 	}
 	p.limits.shm = cfg.LimitZones
+	if p.digest == nil {
+		p.digest = localDigest{digestauth.NewVerifier(digestauth.VerifierConfig{})}
+	}
 	p.routes.Store(newTable(&model.Configuration{}, &p.limits))
 	p.conns.Store(settingsOf(&model.Global{}, &cfg))
 	p.tracker = newConnTracker(&p.conns)

@@ -59,6 +59,7 @@ type workerOptions struct {
 	accessLog      bool
 	behindSNI      bool
 	limitZones     bool
+	digestSocket   string
 	verbosity      int
 }
 
@@ -72,6 +73,7 @@ func (o workerOptions) args() []string {
 		fmt.Sprintf("-access-log=%t", o.accessLog),
 		fmt.Sprintf("-behind-sni=%t", o.behindSNI),
 		fmt.Sprintf("-limit-zones=%t", o.limitZones),
+		"-digest-socket=" + o.digestSocket,
 		fmt.Sprintf("-v=%d", o.verbosity),
 	}
 }
@@ -87,6 +89,7 @@ func parseWorkerFlags(args []string) (workerOptions, error) {
 	fs.BoolVar(&o.accessLog, "access-log", false, "write the access log to standard output")
 	fs.BoolVar(&o.behindSNI, "behind-sni", false, "the HTTPS listener is behind the SSL passthrough router (PROXY headers always)")
 	fs.BoolVar(&o.limitZones, "limit-zones", false, "descriptor 6 is the limit zones' shared memory")
+	fs.StringVar(&o.digestSocket, "digest-socket", "", "the controller's digest authentication socket; empty: the worker's own verifier")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -139,6 +142,9 @@ func serveWorker(opts workerOptions, stdout io.Writer) error {
 	pxCfg := proxy.Config{Picker: reg, Registerer: prometheus.WrapRegistererWith(controllerLabels(opts.controllerCls), registry),
 		MetricsPerHost: opts.metricsPerHost, XNetHTTP2: opts.http2Server == "x/net",
 		ErrorLog: func(msg string) { klog.Warning(msg) }}
+	if opts.digestSocket != "" {
+		pxCfg.Digest = newRemoteDigest(opts.digestSocket)
+	}
 	if opts.limitZones {
 		f := os.NewFile(workerLimitsFD, "limit-zones")
 		zones, err := proxy.OpenLimitZones(f)

@@ -9,6 +9,8 @@ import (
 	"io"
 
 	"github.com/switchyard-proxy/switchyard/controlplane"
+	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
@@ -45,6 +47,92 @@ type workerConfig struct {
 	Version uint64               `json:"version"`
 	Change  controlplane.Change  `json:"change"`
 	Config  *model.Configuration `json:"config"`
+	// Credentials are the files of the basic and digest authentication
+	// credentials in Config, by digest: the model's JSON never carries
+	// password hashes (debug output and hashing see only a digest), so
+	// they travel beside it, over the private socket pair alone.
+	Credentials map[string][]byte `json:"credentials,omitempty"`
+}
+
+// credentialKey names credentials in workerConfig.Credentials.
+func credentialKey(kind, digest string) string { return kind + "/" + digest }
+
+// collectCredentials fills wc.Credentials from wc.Config.
+func (wc *workerConfig) collectCredentials() {
+	if wc.Config == nil {
+		return
+	}
+	for i := range wc.Config.Servers {
+		for j := range wc.Config.Servers[i].Locations {
+			st := wc.Config.Servers[i].Locations[j].Settings()
+			if ba := st.BasicAuth; ba != nil && ba.Credentials != nil {
+				wc.addCredentials(credentialKey("basic", ba.Credentials.Digest()), ba.Credentials.File())
+			}
+			if da := st.DigestAuth; da != nil && da.Credentials != nil {
+				wc.addCredentials(credentialKey("digest", da.Credentials.Digest()), da.Credentials.File())
+			}
+		}
+	}
+}
+
+func (wc *workerConfig) addCredentials(key string, file []byte) {
+	if wc.Credentials == nil {
+		wc.Credentials = map[string][]byte{}
+	}
+	wc.Credentials[key] = file
+}
+
+// restoreCredentials puts the credentials back in the locations of
+// wc.Config, read from their files and checked against the digest the
+// JSON carried.
+func (wc *workerConfig) restoreCredentials() error {
+	basic := map[string]*basicauth.Credentials{}
+	digest := map[string]*digestauth.Credentials{}
+	for i := range wc.Config.Servers {
+		for j := range wc.Config.Servers[i].Locations {
+			st := wc.Config.Servers[i].Locations[j].LocationSettings
+			if st == nil {
+				continue
+			}
+			if ba := st.BasicAuth; ba != nil && ba.Credentials != nil {
+				d := ba.Credentials.Digest()
+				c := basic[d]
+				if c == nil {
+					file, ok := wc.Credentials[credentialKey("basic", d)]
+					if !ok {
+						return fmt.Errorf("basic authentication credentials %.12s are missing", d)
+					}
+					var err error
+					if c, err = basicauth.Parse(file); err != nil || c.Digest() != d {
+						return fmt.Errorf("basic authentication credentials %.12s do not read back: %v", d, err)
+					}
+					basic[d] = c
+				}
+				cp := *ba
+				cp.Credentials = c
+				st.BasicAuth = &cp
+			}
+			if da := st.DigestAuth; da != nil && da.Credentials != nil {
+				d := da.Credentials.Digest()
+				c := digest[d]
+				if c == nil {
+					file, ok := wc.Credentials[credentialKey("digest", d)]
+					if !ok {
+						return fmt.Errorf("digest authentication credentials %.12s are missing", d)
+					}
+					var err error
+					if c, err = digestauth.Parse(file); err != nil || c.Digest() != d {
+						return fmt.Errorf("digest authentication credentials %.12s do not read back: %v", d, err)
+					}
+					digest[d] = c
+				}
+				cp := *da
+				cp.Credentials = c
+				st.DigestAuth = &cp
+			}
+		}
+	}
+	return nil
 }
 
 // appendFrame appends a frame of type t carrying payload to b.
@@ -80,6 +168,7 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 
 // encodeWorkerConfig is the frame carrying wc.
 func encodeWorkerConfig(wc *workerConfig) ([]byte, error) {
+	wc.collectCredentials()
 	js, err := json.Marshal(wc)
 	if err != nil {
 		return nil, fmt.Errorf("encode configuration %d for the workers: %w", wc.Version, err)
@@ -101,6 +190,9 @@ func decodeWorkerConfig(p []byte) (*workerConfig, error) {
 		if i < 0 || i >= len(wc.Config.Backends) {
 			return nil, fmt.Errorf("decode configuration %d: changed backend %d of %d", wc.Version, i, len(wc.Config.Backends))
 		}
+	}
+	if err := wc.restoreCredentials(); err != nil {
+		return nil, fmt.Errorf("decode configuration %d: %w", wc.Version, err)
 	}
 	return &wc, nil
 }

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
+	"github.com/switchyard-proxy/switchyard/nginxcompat"
 
 	"github.com/switchyard-proxy/switchyard/controlplane"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
@@ -34,23 +39,32 @@ import (
 // The controller keeps the control plane, the status port, TCP and UDP
 // services and the SSL passthrough router; each worker serves HTTP and
 // HTTPS (worker.go). What is shared, and how:
+//
 //   - the ports: each worker has its own socket on each, in a SO_REUSEPORT
 //     group the controller creates and keeps, so a worker that dies leaves
 //     its connections queued for the one started in its place;
+//
 //   - the configuration: every snapshot the sinks get, sent to every
 //     worker (workerproto.go);
+//
 //   - limit-rps, limit-rpm and limit-connections: zones in shared memory
 //     (proxy.LimitZones), so a client is counted once whichever worker
 //     serves it, as nginx's zones are;
+//
 //   - TLS session ticket keys: made here, rotated daily, sent to all;
+//
 //   - request metrics: summed over the workers on each scrape
 //     (workermetrics.go);
+//
 //   - the access log: the controller's standard output, whole lines per
 //     write.
 //
+//   - auth-type: digest: the nonces and failure counts stay here, and the
+//     workers ask over a unix socket (workerdigest.go).
+//
 // What each worker keeps to itself, as each nginx worker does: balancer
 // state (round-robin positions, EWMA scores), upstream keep-alive
-// connections, the external authentication cache, digest nonces.
+// connections, the external authentication cache.
 type goWorkers struct {
 	procs []*workerProc
 	// exe is the binary the workers run: this one.
@@ -61,6 +75,11 @@ type goWorkers struct {
 	limits *os.File
 	// accessLog is the controller's standard output, or nil.
 	accessLog io.Writer
+	// digest answers the workers' auth-type: digest questions on a unix
+	// socket in dir (0700), so nonces and failure counts are shared.
+	digest    *nginxcompat.DigestHandler
+	digestSrv *http.Server
+	dir       string
 
 	mu sync.Mutex // guards last, keys and each proc's live connection
 	// last is the frame of the latest configuration; a worker started
@@ -131,6 +150,12 @@ func newGoWorkers(cfg workersConfig) (*goWorkers, error) {
 		return nil, fmt.Errorf("go workers: limit zones: %w", err)
 	}
 	g.opts.limitZones = true
+	if err := g.serveDigest(); err != nil {
+		closeFiles(httpFiles)
+		closeFiles(httpsFiles)
+		_ = g.limits.Close()
+		return nil, err
+	}
 	for i := range cfg.N {
 		g.procs = append(g.procs, &workerProc{index: i, http: httpFiles[i], https: httpsFiles[i],
 			metrics: make(chan []byte, 1), writeTimeout: 10 * time.Second})
@@ -233,6 +258,32 @@ func (g *goWorkers) close() {
 		_ = p.https.Close()
 	}
 	_ = g.limits.Close()
+	_ = g.digestSrv.Close()
+	_ = os.RemoveAll(g.dir)
+}
+
+// serveDigest starts the digest verifier the workers ask.
+func (g *goWorkers) serveDigest() error {
+	dir, err := os.MkdirTemp("", "switchyard-workers-")
+	if err != nil {
+		return fmt.Errorf("go workers: socket directory: %w", err)
+	}
+	g.dir = dir // 0700: only this user reaches the socket
+	path := filepath.Join(dir, "digest.sock")
+	ln, err := nginxcompat.ListenUnix(path, 0o600, -1)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("go workers: digest socket: %w", err)
+	}
+	g.digest = nginxcompat.NewDigestHandler(digestauth.NewVerifier(digestauth.VerifierConfig{}))
+	g.digestSrv = &http.Server{Handler: g.digest, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := g.digestSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "go workers: digest socket")
+		}
+	}()
+	g.opts.digestSocket = path
+	return nil
 }
 
 // rotateKeys puts a new ticket key first and keeps the last week's (a
@@ -444,6 +495,8 @@ func (g *goWorkers) sendLocked(p *workerProc, frame []byte) {
 // update sends a configuration to every worker; the ones started later get
 // the latest.
 func (g *goWorkers) update(cfg *model.Configuration, ch controlplane.Change) error {
+	// The verifier knows the credentials before a worker can ask.
+	g.digest.Update(cfg)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.version++

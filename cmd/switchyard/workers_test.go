@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/md5" // #nosec G501 -- RFC 2617's algorithm
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +24,10 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
+	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
+	"github.com/switchyard-proxy/switchyard/controlplane/model"
 )
 
 // startWorkersController runs the controller with --go-workers=2 on yaml
@@ -295,8 +304,7 @@ func TestGoWorkersResumeTLS(t *testing.T) {
 // (controlplane/builder's TestConfigurationJSONRoundTrip checks that JSON
 // carries every field.)
 func TestWorkerFrames(t *testing.T) {
-	wc := &workerConfig{Version: 3}
-	if _, err := encodeWorkerConfig(wc); err != nil {
+	if _, err := encodeWorkerConfig(&workerConfig{Version: 3}); err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{``, `{}`, `{"version":1}`, `{"version":0,"config":{}}`, `{"version":1,"config":{},"change":{"Backends":[0]}}`, `[`} {
@@ -304,6 +312,53 @@ func TestWorkerFrames(t *testing.T) {
 			t.Errorf("%q: decoded", bad)
 		}
 	}
+	// Password hashes travel beside the JSON, which never carries them,
+	// and come back checked against the digest it does carry.
+	basic, err := basicauth.Parse([]byte("alice:{PLAIN}s3cret\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := digestauth.Parse([]byte("bob:Staff:" + md5Hex("bob:Staff:hunter2") + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &model.Configuration{Servers: []model.Server{{Hostname: "a.example", Locations: []model.Location{
+		{Path: "/", LocationSettings: &model.LocationSettings{BasicAuth: &model.BasicAuth{Realm: "r", Credentials: basic}}},
+		{Path: "/d", LocationSettings: &model.LocationSettings{DigestAuth: &model.DigestAuth{Realm: "Staff", Credentials: digest}}},
+	}}}}
+	frame, err := encodeWorkerConfig(&workerConfig{Version: 1, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeWorkerConfig(frame[5:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	locs := back.Config.Servers[0].Locations
+	if !locs[0].Settings().BasicAuth.Credentials.Verify("alice", "s3cret") || locs[0].Settings().BasicAuth.Credentials.Verify("alice", "x") {
+		t.Error("basic credentials did not come back")
+	}
+	if got := locs[1].Settings().DigestAuth.Credentials; got.Digest() != digest.Digest() || got.Users() != 1 {
+		t.Errorf("digest credentials did not come back: %d users", got.Users())
+	}
+	if len(back.Credentials) != 2 {
+		t.Errorf("%d credential files, want 2", len(back.Credentials))
+	}
+	for key := range back.Credentials {
+		bad := *back
+		bad.Credentials = maps.Clone(back.Credentials)
+		bad.Credentials[key] = []byte("alice:{PLAIN}0pen\n")
+		js, _ := json.Marshal(&bad)
+		if _, err := decodeWorkerConfig(js); err == nil {
+			t.Errorf("%s: credentials that do not match their digest were read", key)
+		}
+		delete(bad.Credentials, key)
+		js, _ = json.Marshal(&bad)
+		if _, err := decodeWorkerConfig(js); err == nil {
+			t.Errorf("%s: missing credentials were not noticed", key)
+		}
+	}
+
 	if _, err := decodeTicketKeys(make([]byte, 33)); err == nil {
 		t.Error("33 bytes of keys decoded")
 	}
@@ -311,4 +366,55 @@ func TestWorkerFrames(t *testing.T) {
 	if err != nil || len(keys) != 2 || keys[1][0] != 2 {
 		t.Errorf("keys: %v %v", keys, err)
 	}
+}
+
+// TestGoWorkersShareDigest checks auth-type: digest across workers: a
+// nonce one worker issues is good on the other, as nginx's workers share
+// the module's zone. Each challenge and answer go on connections of their
+// own, so about half the logins cross workers.
+func TestGoWorkersShareDigest(t *testing.T) {
+	port := freePort(t)
+	srv, err := startEchoBackend("app", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ha1 := md5Hex("alice:Staff only:s3cret")
+	yaml := localBackendYAML("digest", "digest.example", port,
+		`{nginx.ingress.kubernetes.io/auth-type: digest, nginx.ingress.kubernetes.io/auth-secret: users, nginx.ingress.kubernetes.io/auth-realm: "Staff only"}`, "") +
+		"---\napiVersion: v1\nkind: Secret\nmetadata: {name: users, namespace: demo}\nstringData:\n  auth: |\n    alice:Staff only:" + ha1 + "\n"
+	_, l, _ := startWorkersController(t, yaml, nil)
+	nonceRE := regexp.MustCompile(`nonce="([0-9a-f]{16})"`)
+	for i := range 12 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+l.HTTP+"/x", nil)
+		req.Host = "digest.example"
+		req.Close = true // every request on a connection of its own
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		m := nonceRE.FindStringSubmatch(resp.Header.Get("WWW-Authenticate"))
+		if resp.StatusCode != 401 || m == nil {
+			t.Fatalf("login %d: no challenge: %d %q", i, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+		answer := md5Hex(ha1 + ":" + m[1] + ":00000001:0a4f113b:auth:" + md5Hex("GET:/x"))
+		req, _ = http.NewRequest(http.MethodGet, "http://"+l.HTTP+"/x", nil)
+		req.Host = "digest.example"
+		req.Close = true
+		req.Header.Set("Authorization", fmt.Sprintf(`Digest username="alice", realm="Staff only", nonce="%s", uri="/x", qop=auth, nc=00000001, cnonce="0a4f113b", response="%s"`, m[1], answer))
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("login %d: the answer got %d %q", i, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+}
+
+func md5Hex(s string) string {
+	sum := md5.Sum([]byte(s)) // #nosec G401 -- RFC 2617's algorithm
+	return hex.EncodeToString(sum[:])
 }

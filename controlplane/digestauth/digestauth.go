@@ -56,8 +56,10 @@ const (
 type Credentials struct {
 	// ha1 maps "user:realm" to its HA1 values in file order (the module
 	// tries every matching line).
-	ha1    map[string][]string
-	users  int
+	ha1   map[string][]string
+	users int
+	// file is the canonical file: the validated lines, in the order read.
+	file   []byte
 	digest string
 }
 
@@ -137,6 +139,7 @@ func (c *Credentials) done(canon []byte) (*Credentials, error) {
 	if c.users == 0 {
 		return nil, errors.New("no user")
 	}
+	c.file = canon
 	sum := sha256.Sum256(canon)
 	c.digest = hex.EncodeToString(sum[:])
 	return c, nil
@@ -156,6 +159,24 @@ func (c *Credentials) MarshalJSON() ([]byte, error) {
 		SHA256 string `json:"sha256"`
 	}{c.users, c.digest})
 }
+
+// UnmarshalJSON reads what MarshalJSON wrote: credentials that accept
+// nobody (the hashes are never in JSON) but keep the digest, by which a
+// reader that has the File from elsewhere finds and checks them.
+func (c *Credentials) UnmarshalJSON(b []byte) error {
+	var v struct {
+		SHA256 string `json:"sha256"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = Credentials{digest: v.SHA256}
+	return nil
+}
+
+// File is the canonical htdigest file: the validated lines, in the order
+// read. The caller must not modify it.
+func (c *Credentials) File() []byte { return c.file }
 
 // Request is what Check reads of a request.
 type Request struct {
