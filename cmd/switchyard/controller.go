@@ -124,6 +124,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// --go-workers: the Go plane's HTTP and HTTPS in worker processes
 	// (workers.go), which send their own request metrics and access log.
 	var workers *goWorkers
+	if nginxMode && opts.GoWorkers != 1 {
+		klog.InfoS("--go-workers has no effect with --data-plane=nginx: nginx's worker-processes (ConfigMap) sets its workers", "go-workers", opts.GoWorkers)
+	}
 	if n := opts.goWorkers(); !nginxMode && n > 1 {
 		httpsAddr := net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPSPort))
 		if opts.EnableSSLPassthrough {
