@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/encoding/protodelim"
 	"k8s.io/klog/v2"
 )
 
@@ -99,10 +99,13 @@ type mergedSeries struct {
 
 // add reads one process's families (length-delimited protobuf).
 func (m *metricsMerge) add(b []byte) error {
-	dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.NewFormat(expfmt.TypeProtoDelim))
+	// protodelim directly, bounded: expfmt's decoder takes any length a
+	// message claims and allocates it.
+	r := bytes.NewReader(b)
+	opts := protodelim.UnmarshalOptions{MaxSize: int64(len(b))}
 	for {
 		var mf dto.MetricFamily
-		if err := dec.Decode(&mf); err != nil {
+		if err := opts.UnmarshalFrom(r, &mf); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -153,17 +154,27 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 	if n > maxFrame {
 		return 0, nil, fmt.Errorf("frame of %d bytes is over the %d byte bound", n, maxFrame)
 	}
-	if cap(buf) < int(n) {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	if cap(buf) >= int(n) {
+		buf = buf[:n]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return 0, nil, unexpectedEOF(err)
 		}
-		return 0, nil, err
+		return hdr[0], buf, nil
 	}
-	return hdr[0], buf, nil
+	// Grown as the bytes arrive: a length alone allocates nothing.
+	var b bytes.Buffer
+	b.Grow(int(min(n, 1<<20)))
+	if _, err := io.CopyN(&b, r, int64(n)); err != nil {
+		return 0, nil, unexpectedEOF(err)
+	}
+	return hdr[0], b.Bytes(), nil
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // encodeWorkerConfig is the frame carrying wc.
