@@ -3,7 +3,9 @@
 // response fields, which backend was reached and what it received), run
 // through the real `switchyard` binary on --data-plane=go and on
 // --data-plane=nginx, every row asserting ingress-nginx's answer on each
-// plane, then the two planes' answers compared with each other.
+// plane, then the two planes' answers compared with each other; and on the
+// Go plane with two worker processes (--go-workers=2), whose answers must
+// equal the single process's.
 //
 // TestMain runs the binary's tests inside test/harness's network namespace
 // (harness.Main: processes die with it, and one left running fails the
