@@ -141,6 +141,9 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		if err != nil {
 			return err
 		}
+		// Sockets, shared memory and the digest socket, whether or not
+		// the workers ever start.
+		defer workers.close()
 		metrics.registry.MustRegister(workers)
 		if testHookGoWorkers != nil {
 			testHookGoWorkers(workers)

@@ -35,7 +35,9 @@ import (
 // peer is in proxy-real-ip-cidr, the passthrough backend gets the TLS
 // without the header; a malformed header closes the connection.
 func TestControllerSSLPassthroughAndHTTPS(t *testing.T) {
-	for _, plane := range []string{"go", "nginx"} {
+	// go-workers: the Go plane's HTTPS in two worker processes behind the
+	// SNI router (--go-workers=2).
+	for _, plane := range []string{"go", "go-workers", "nginx"} {
 		t.Run(plane, func(t *testing.T) { testSSLPassthroughAndHTTPS(t, plane, false) })
 		t.Run(plane+"/use-proxy-protocol", func(t *testing.T) { testSSLPassthroughAndHTTPS(t, plane, true) })
 	}
@@ -83,9 +85,12 @@ data:
 	if proxyProtocol {
 		args = append(args, "--configmap", "demo/switchyard-controller")
 	}
-	if plane == "nginx" {
+	switch plane {
+	case "nginx":
 		args = append(args, nginxPlaneArgs(t)...)
 		args = append(args, "--ssl-passthrough-proxy-port", strconv.Itoa(freePort(t)))
+	case "go-workers":
+		args = append(args, "--go-workers", "2")
 	}
 	ctx, l := startController(t, args)
 

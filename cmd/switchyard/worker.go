@@ -246,14 +246,19 @@ func (w *workerLoop) run(ctx context.Context) error {
 		case frameKeys:
 			keys, err := decodeTicketKeys(p)
 			if err != nil {
-				return err
+				klog.ErrorS(err, "go worker: ticket keys not applied; the ones before stay")
+				continue
 			}
 			w.px.SetSessionTicketKeys(keys)
 			continue
 		case frameConfig:
+			// A configuration the worker cannot read whole changes
+			// nothing: the one before keeps serving, and the
+			// controller's readiness sees the version lag.
 			wc, err := decodeWorkerConfig(p)
 			if err != nil {
-				return err
+				klog.ErrorS(err, "go worker: configuration not applied; the one before keeps serving")
+				continue
 			}
 			w.apply(wc)
 			out = appendFrame(out, frameApplied, binary.BigEndian.AppendUint64(nil, wc.Version))

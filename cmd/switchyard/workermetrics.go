@@ -34,32 +34,63 @@ const scrapeTimeout = 2 * time.Second
 func (g *goWorkers) Describe(chan<- *prometheus.Desc) {}
 
 // Collect is part of prometheus.Collector: the workers' families, summed.
+// A worker that ended still counts what it counted: its last scrape's
+// counters and histograms stay in the sum (carried), so a replaced worker
+// does not read as a counter reset, which would make rate() count the
+// other workers' totals again; what it counted after its last scrape is
+// lost.
 func (g *goWorkers) Collect(ch chan<- prometheus.Metric) {
 	var m metricsMerge
 	for _, p := range g.procs {
-		b, err := g.scrape(p)
+		b, pid, err := g.scrape(p)
+		g.carryMu.Lock()
+		if err == nil && p.lastPID != 0 && pid != p.lastPID {
+			g.carried = append(g.carried, p.lastScrape)
+			if len(g.carried) > maxCarried {
+				g.carried = g.carried[1:] // a reset, once in maxCarried restarts
+			}
+		}
+		last := p.lastScrape
+		if err == nil {
+			p.lastScrape, p.lastPID = b, pid
+		}
+		g.carryMu.Unlock()
 		if err != nil {
 			klog.ErrorS(err, "scrape go worker", "worker", p.index)
+			if last != nil {
+				_ = m.addCounters(last) // until its successor answers
+			}
 			continue
 		}
 		if err := m.add(b); err != nil {
 			klog.ErrorS(err, "read go worker metrics", "worker", p.index)
 		}
 	}
+	g.carryMu.Lock()
+	carried := g.carried
+	g.carryMu.Unlock()
+	for _, b := range carried {
+		_ = m.addCounters(b)
+	}
 	m.emit(ch)
 }
 
-// scrape asks p for its metrics and waits for the answer.
-func (g *goWorkers) scrape(p *workerProc) ([]byte, error) {
+// maxCarried bounds the scrapes of ended workers kept in the sums.
+const maxCarried = 256
+
+// scrape asks p for its metrics and waits for the answer; pid is the
+// process that answered.
+func (g *goWorkers) scrape(p *workerProc) (b []byte, pid int64, err error) {
 	p.scrapeMu.Lock()
 	defer p.scrapeMu.Unlock()
 	id := g.scrapes.Add(1)
 	g.mu.Lock()
 	live := p.conn != nil
+	pid = p.pid.Load()
 	g.sendLocked(p, appendFrame(nil, frameScrape, binary.BigEndian.AppendUint64(nil, id)))
 	g.mu.Unlock()
 	if !live {
-		return nil, errors.New("not running")
+		return nil, 0, errors.New("not running")
 	}
 	timeout := time.NewTimer(scrapeTimeout)
 	defer timeout.Stop()
@@ -67,11 +98,11 @@ func (g *goWorkers) scrape(p *workerProc) ([]byte, error) {
 		select {
 		case b := <-p.metrics:
 			if binary.BigEndian.Uint64(b) == id {
-				return b[8:], nil
+				return b[8:], pid, nil
 			}
 			// An answer to a scrape that timed out: skip it.
 		case <-timeout.C:
-			return nil, fmt.Errorf("no answer in %v", scrapeTimeout)
+			return nil, 0, fmt.Errorf("no answer in %v", scrapeTimeout)
 		}
 	}
 }
@@ -95,10 +126,17 @@ type mergedSeries struct {
 	sum           float64
 	buckets       map[float64]uint64
 	quantiles     map[float64]float64 // sum of value × count, then divided
+	qcount        uint64              // the counts the quantiles are weighted by
 }
 
 // add reads one process's families (length-delimited protobuf).
-func (m *metricsMerge) add(b []byte) error {
+func (m *metricsMerge) add(b []byte) error { return m.read(b, false) }
+
+// addCounters is add for an ended process: its counters, histograms and
+// summaries' counts and sums, not its gauges or quantiles.
+func (m *metricsMerge) addCounters(b []byte) error { return m.read(b, true) }
+
+func (m *metricsMerge) read(b []byte, countersOnly bool) error {
 	// protodelim directly, bounded: expfmt's decoder takes any length a
 	// message claims and allocates it.
 	r := bytes.NewReader(b)
@@ -111,11 +149,14 @@ func (m *metricsMerge) add(b []byte) error {
 			}
 			return err
 		}
-		m.addFamily(&mf)
+		m.addFamily(&mf, countersOnly)
 	}
 }
 
-func (m *metricsMerge) addFamily(mf *dto.MetricFamily) {
+func (m *metricsMerge) addFamily(mf *dto.MetricFamily, countersOnly bool) {
+	if countersOnly && (mf.GetType() == dto.MetricType_GAUGE || mf.GetType() == dto.MetricType_UNTYPED) {
+		return
+	}
 	var f *mergedFamily
 	for _, x := range m.families {
 		if x.name == mf.GetName() {
@@ -172,8 +213,11 @@ func (m *metricsMerge) addFamily(mf *dto.MetricFamily) {
 			if s.quantiles == nil {
 				s.quantiles = map[float64]float64{}
 			}
-			for _, q := range sm.GetQuantile() {
-				s.quantiles[q.GetQuantile()] += q.GetValue() * float64(sm.GetSampleCount())
+			if !countersOnly {
+				s.qcount += sm.GetSampleCount()
+				for _, q := range sm.GetQuantile() {
+					s.quantiles[q.GetQuantile()] += q.GetValue() * float64(sm.GetSampleCount())
+				}
 			}
 		}
 	}
@@ -205,8 +249,8 @@ func (m *metricsMerge) emit(ch chan<- prometheus.Metric) {
 			case dto.MetricType_SUMMARY:
 				q := make(map[float64]float64, len(s.quantiles))
 				for k, v := range s.quantiles {
-					if s.count > 0 {
-						q[k] = v / float64(s.count)
+					if s.qcount > 0 {
+						q[k] = v / float64(s.qcount)
 					}
 				}
 				met, err = prometheus.NewConstSummary(desc, s.count, s.sum, q, s.values...)

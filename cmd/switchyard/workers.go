@@ -87,12 +87,18 @@ type goWorkers struct {
 	last []byte
 	// version numbers the configurations sent.
 	version uint64
+	sentAt  time.Time // of the latest
 	keys    [][32]byte
 	// shutdownTimeout is how long a stopping worker may drain: 240s,
 	// ingress-nginx's worker-shutdown-timeout.
 	shutdownTimeout time.Duration
 
 	scrapes atomic.Uint64 // numbers scrapes
+	// carryMu guards carried and each proc's lastScrape and lastPID.
+	carryMu sync.Mutex
+	// carried are the last scrapes of workers that ended (workermetrics.go).
+	carried   [][]byte
+	closeOnce sync.Once
 	// serving is closed once every worker has applied a configuration.
 	serving     chan struct{}
 	servingOnce sync.Once
@@ -108,6 +114,8 @@ type workerProc struct {
 	alive        atomic.Bool
 	metrics      chan []byte // scrape answers
 	scrapeMu     sync.Mutex  // one scrape at a time
+	lastScrape   []byte      // the last answer, from lastPID
+	lastPID      int64
 	writeTimeout time.Duration
 }
 
@@ -162,6 +170,7 @@ func newGoWorkers(cfg workersConfig) (*goWorkers, error) {
 	}
 	var key [32]byte
 	if _, err := rand.Read(key[:]); err != nil {
+		g.close()
 		return nil, fmt.Errorf("go workers: ticket key: %w", err)
 	}
 	g.keys = [][32]byte{key}
@@ -253,6 +262,10 @@ func (g *goWorkers) run(ctx context.Context) {
 }
 
 func (g *goWorkers) close() {
+	g.closeOnce.Do(g.closeNow)
+}
+
+func (g *goWorkers) closeNow() {
 	for _, p := range g.procs {
 		_ = p.http.Close()
 		_ = p.https.Close()
@@ -508,25 +521,34 @@ func (g *goWorkers) update(cfg *model.Configuration, ch controlplane.Change) err
 	// A worker started later gets this one first, and applies all of it
 	// (a Configuration is whole; Change only says what differs from the
 	// one before).
-	g.last = frame
+	g.last, g.sentAt = frame, time.Now()
 	for _, p := range g.procs {
 		g.sendLocked(p, frame)
 	}
 	return nil
 }
 
-// ready reports an error unless every worker is running and has applied
-// a configuration (once one was sent).
+// applyGrace is how long a worker may take to apply the latest
+// configuration before readiness says so.
+const applyGrace = 10 * time.Second
+
+// ready reports an error unless every worker is running, has applied a
+// configuration (once one was sent) and is not behind the latest by more
+// than applyGrace.
 func (g *goWorkers) ready() error {
 	g.mu.Lock()
-	v := g.version
+	v, sent := g.version, g.sentAt
 	g.mu.Unlock()
 	for _, p := range g.procs {
 		if !p.alive.Load() {
 			return fmt.Errorf("go worker %d is not running", p.index)
 		}
-		if v > 0 && p.applied.Load() == 0 {
+		applied := p.applied.Load()
+		if v > 0 && applied == 0 {
 			return fmt.Errorf("go worker %d has not applied a configuration yet", p.index)
+		}
+		if applied < v && time.Since(sent) > applyGrace {
+			return fmt.Errorf("go worker %d serves configuration %d; %d was sent %v ago", p.index, applied, v, time.Since(sent).Round(time.Second))
 		}
 	}
 	return nil

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/md5" // #nosec G501 -- RFC 2617's algorithm
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,12 +24,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/switchyard-proxy/switchyard/balancer"
 	"github.com/switchyard-proxy/switchyard/controlplane/basicauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/digestauth"
 	"github.com/switchyard-proxy/switchyard/controlplane/model"
+	"github.com/switchyard-proxy/switchyard/proxy"
 )
 
 // startWorkersController runs the controller with --go-workers=2 on yaml
@@ -75,7 +80,7 @@ func getFresh(t *testing.T, addr, host, path string) (int, string) {
 // counted.
 func workerRequests(t *testing.T, g *goWorkers, p *workerProc) float64 {
 	t.Helper()
-	b, err := g.scrape(p)
+	b, _, err := g.scrape(p)
 	if err != nil {
 		t.Fatalf("scrape worker %d: %v", p.index, err)
 	}
@@ -204,6 +209,10 @@ func TestGoWorkersServe(t *testing.T) {
 	}
 	if workerRequests(t, g, victim) == before {
 		t.Error("the replacement worker served none of 40 connections")
+	}
+	// The killed worker's requests stay counted: /metrics reads no reset.
+	if got := scrapeTotal(t, l.Status, "nginx_ingress_controller_requests"); got != n+20+40 {
+		t.Errorf("/metrics after the replacement: nginx_ingress_controller_requests sums to %v, want %d", got, n+20+40)
 	}
 }
 
@@ -417,4 +426,51 @@ func TestGoWorkersShareDigest(t *testing.T) {
 func md5Hex(s string) string {
 	sum := md5.Sum([]byte(s)) // #nosec G401 -- RFC 2617's algorithm
 	return hex.EncodeToString(sum[:])
+}
+
+// TestWorkerLoopKeepsServingOnBadConfig checks that a worker which cannot
+// read a configuration keeps the one before and goes on answering.
+func TestWorkerLoopKeepsServingOnBadConfig(t *testing.T) {
+	reg := balancer.NewRegistry(balancer.Config{})
+	px, err := proxy.New(proxy.Config{Picker: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := net.Pipe()
+	defer ours.Close()
+	started := 0
+	w := &workerLoop{control: theirs, reg: reg, px: px, pp: &proxyProtocolListeners{}, registry: prometheus.NewRegistry(),
+		start: func() { started++ }}
+	done := make(chan error, 1)
+	go func() { done <- w.run(context.Background()) }()
+	good, err := encodeWorkerConfig(&workerConfig{Version: 1, Config: &model.Configuration{Backends: []*model.Backend{{Name: "b"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := appendFrame(nil, frameConfig, []byte(`{"version":2,"config":{"backends":[]},"change":{"Backends":[3]}}`))
+	scrape := appendFrame(nil, frameScrape, binary.BigEndian.AppendUint64(nil, 7))
+	go func() {
+		for _, f := range [][]byte{good, bad, appendFrame(nil, frameKeys, []byte{1, 2, 3}), scrape} {
+			if _, err := ours.Write(f); err != nil {
+				return
+			}
+		}
+	}()
+	r := bufio.NewReader(ours)
+	typ, p, err := readFrame(r, nil)
+	if err != nil || typ != frameApplied || binary.BigEndian.Uint64(p) != 1 {
+		t.Fatalf("first answer: %q %v %v", typ, p, err)
+	}
+	// The bad configuration and keys get no answer; the scrape does.
+	typ, p, err = readFrame(r, nil)
+	if err != nil || typ != frameMetrics || binary.BigEndian.Uint64(p) != 7 {
+		t.Fatalf("second answer: %q %v", typ, err)
+	}
+	if started != 1 {
+		t.Errorf("started %d times", started)
+	}
+	ours.Close()
+	if err := <-done; !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("run: %v", err)
+	}
 }
