@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,18 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	// nginxcompat; with the Go proxy they count syncs.
 	mcfg := controllerMetricsConfig{Balancer: reg, SyncMetrics: !nginxMode, ControllerClass: opts.ControllerClass,
 		ElectionID: opts.ElectionID, ProcessPIDs: selfPIDs}
+	// With --go-workers, the nginx_process_* metrics count the workers too,
+	// as ingress-nginx's count nginx's master and workers.
+	var workersRef atomic.Pointer[goWorkers]
+	if !nginxMode {
+		mcfg.ProcessPIDs = func() []int {
+			pids := selfPIDs()
+			if w := workersRef.Load(); w != nil {
+				pids = append(pids, w.pids()...)
+			}
+			return pids
+		}
+	}
 	if !nginxMode && opts.GoIdleSpin > 0 {
 		mcfg.IdleSpinStats = runtimeIdleSpinStats
 	}
@@ -144,6 +157,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		// Sockets, shared memory and the digest socket, whether or not
 		// the workers ever start.
 		defer workers.close()
+		workersRef.Store(workers)
 		metrics.registry.MustRegister(workers)
 		if testHookGoWorkers != nil {
 			testHookGoWorkers(workers)

@@ -177,6 +177,17 @@ func newGoWorkers(cfg workersConfig) (*goWorkers, error) {
 	return g, nil
 }
 
+// pids are the running workers' process IDs.
+func (g *goWorkers) pids() []int {
+	var out []int
+	for _, p := range g.procs {
+		if p.alive.Load() {
+			out = append(out, int(p.pid.Load()))
+		}
+	}
+	return out
+}
+
 // addrs are the bound HTTP and HTTPS addresses.
 func (g *goWorkers) addrs() (string, string) {
 	return fileAddr(g.procs[0].http), fileAddr(g.procs[0].https)

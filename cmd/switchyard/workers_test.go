@@ -162,6 +162,10 @@ func TestGoWorkersServe(t *testing.T) {
 	if got := scrapeTotal(t, l.Status, "nginx_ingress_controller_requests"); got != n {
 		t.Errorf("/metrics: nginx_ingress_controller_requests sums to %v, want %d", got, n)
 	}
+	// The process metrics count the controller and its two workers.
+	if got := scrapeTotal(t, l.Status, "nginx_ingress_controller_nginx_process_num_procs"); got != 3 {
+		t.Errorf("nginx_process_num_procs: %v, want 3 (the controller and two workers)", got)
+	}
 	// The access log: one whole line per request, from both workers.
 	deadline := time.Now().Add(5 * time.Second)
 	for strings.Count(log.String(), "\n") < n && time.Now().Before(deadline) {

@@ -110,6 +110,9 @@ capabilities:
 {{- $c := .Values.controller -}}
 - controller
 - --data-plane={{ $c.dataPlane }}
+{{- if eq $c.dataPlane "go" }}
+- --go-workers={{ int $c.goWorkers }}
+{{- end }}
 {{- if .Values.defaultBackend.enabled }}
 - --default-backend-service=$(POD_NAMESPACE)/{{ include "switchyard.defaultBackend.fullname" . }}
 {{- end }}
