@@ -370,11 +370,11 @@ awk 'function sort(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j
 			p99 = col(c, "product", 2) > 0
 			printf "| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %.1f / %.1f / %.1f | %s | %s | %s |\n", c,
 				col(c, "product", 1), col(c, "ingress", 1), col(c, "plain", 1),
-				ratio(c, "product", "ingress", 1, "%.2f"), ratio(c, "product", "plain", 1, "%.2f"),
+				ratio(c, "product", "ingress", 1, "%.3f"), ratio(c, "product", "plain", 1, "%.3f"),
 				p99 ? sprintf("%.0f / %.0f / %.0f", col(c, "product", 2), col(c, "ingress", 2), col(c, "plain", 2)) : "-",
-				p99 ? ratio(c, "product", "ingress", 2, "%.2f") : "-",
+				p99 ? ratio(c, "product", "ingress", 2, "%.3f") : "-",
 				col(c, "product", 3), col(c, "ingress", 3), col(c, "plain", 3),
-				ratio(c, "product", "ingress", 3, "%.2f"), ratio(c, "product", "plain", 3, "%.2f"),
+				ratio(c, "product", "ingress", 3, "%.3f"), ratio(c, "product", "plain", 3, "%.3f"),
 				c ~ /^tls/ ? sprintf("%.3f (ingress %.3f, plain %.3f)", col(c, "product", 6), col(c, "ingress", 6), col(c, "plain", 6)) : "-"
 		}
 	}' "$tmp/rows"
