@@ -357,7 +357,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 	}
 
 	if workers != nil {
-		return serveWorkers(ctx, cancel, opts, ctrl, workers, errc, ready, statusLn, statusSrv, afterReady, l4.ServeSNI)
+		return serveWorkers(ctx, cancel, opts, workers, errc, ready, statusLn, statusSrv, afterReady, l4.ServeSNI)
 	}
 	httpLn, err := listenClients(ctx, net.JoinHostPort(opts.ListenAddress, strconv.Itoa(opts.HTTPPort)))
 	if err != nil {
@@ -384,7 +384,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 // serveWorkers is the end of serveController with --go-workers: the
 // workers serve HTTP and HTTPS (the SNI router here, with SSL
 // passthrough) until ctx ends, and have stopped when it returns.
-func serveWorkers(ctx context.Context, cancel context.CancelFunc, opts controllerOptions, ctrl *controlplane.Controller, workers *goWorkers,
+func serveWorkers(ctx context.Context, cancel context.CancelFunc, opts controllerOptions, workers *goWorkers,
 	errc chan error, ready chan<- listening, statusLn net.Listener, statusSrv *http.Server,
 	afterReady func(net.Listener, func(context.Context, net.Listener) error, bool), serveSNI func(context.Context, net.Listener) error) error {
 	httpAddr, httpsAddr := workers.addrs()

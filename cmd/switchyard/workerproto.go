@@ -96,36 +96,18 @@ func (wc *workerConfig) restoreCredentials() error {
 				continue
 			}
 			if ba := st.BasicAuth; ba != nil && ba.Credentials != nil {
-				d := ba.Credentials.Digest()
-				c := basic[d]
-				if c == nil {
-					file, ok := wc.Credentials[credentialKey("basic", d)]
-					if !ok {
-						return fmt.Errorf("basic authentication credentials %.12s are missing", d)
-					}
-					var err error
-					if c, err = basicauth.Parse(file); err != nil || c.Digest() != d {
-						return fmt.Errorf("basic authentication credentials %.12s do not read back: %v", d, err)
-					}
-					basic[d] = c
+				c, err := readCredentials(wc.Credentials, "basic", ba.Credentials.Digest(), basic, basicauth.Parse)
+				if err != nil {
+					return err
 				}
 				cp := *ba
 				cp.Credentials = c
 				st.BasicAuth = &cp
 			}
 			if da := st.DigestAuth; da != nil && da.Credentials != nil {
-				d := da.Credentials.Digest()
-				c := digest[d]
-				if c == nil {
-					file, ok := wc.Credentials[credentialKey("digest", d)]
-					if !ok {
-						return fmt.Errorf("digest authentication credentials %.12s are missing", d)
-					}
-					var err error
-					if c, err = digestauth.Parse(file); err != nil || c.Digest() != d {
-						return fmt.Errorf("digest authentication credentials %.12s do not read back: %v", d, err)
-					}
-					digest[d] = c
+				c, err := readCredentials(wc.Credentials, "digest", da.Credentials.Digest(), digest, digestauth.Parse)
+				if err != nil {
+					return err
 				}
 				cp := *da
 				cp.Credentials = c
@@ -134,6 +116,28 @@ func (wc *workerConfig) restoreCredentials() error {
 		}
 	}
 	return nil
+}
+
+// readCredentials is the credentials of kind with digest d: from read
+// when read before, else parsed from files and checked against d.
+func readCredentials[C interface{ Digest() string }](files map[string][]byte, kind, d string, read map[string]C, parse func([]byte) (C, error)) (C, error) {
+	if c, ok := read[d]; ok {
+		return c, nil
+	}
+	var zero C
+	file, ok := files[credentialKey(kind, d)]
+	if !ok {
+		return zero, fmt.Errorf("%s authentication credentials %.12s are missing", kind, d)
+	}
+	c, err := parse(file)
+	if err != nil {
+		return zero, fmt.Errorf("%s authentication credentials %.12s do not read back: %w", kind, d, err)
+	}
+	if c.Digest() != d {
+		return zero, fmt.Errorf("%s authentication credentials %.12s read back as %.12s", kind, d, c.Digest())
+	}
+	read[d] = c
+	return c, nil
 }
 
 // appendFrame appends a frame of type t carrying payload to b.
