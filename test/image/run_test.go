@@ -230,11 +230,18 @@ func TestImageServes(t *testing.T) {
 	prefix = append(prefix, img.config.Config.Entrypoint...)
 	prefix = append(prefix, img.config.Config.Cmd...)
 
-	for _, plane := range []string{"go", "nginx"} {
+	// go-workers: the Go plane in two worker processes (--go-workers, as
+	// deploy/base runs it with 0: one per CPU), which take their sockets
+	// from the controller and need no capability of their own.
+	for _, plane := range []string{"go", "go-workers", "nginx"} {
 		t.Run(plane, func(t *testing.T) {
-			args := append(append([]string(nil), prefix...), "--manifests", manifestsDir, "--data-plane", plane,
+			dataPlane := strings.TrimSuffix(plane, "-workers")
+			args := append(append([]string(nil), prefix...), "--manifests", manifestsDir, "--data-plane", dataPlane,
 				// Other test binaries share the 2 cores in CI.
 				"--pick-timeout", "2s")
+			if plane == "go-workers" {
+				args = append(args, "--go-workers", "2")
+			}
 			// The process's stdout and stderr belong to its user, as runc
 			// makes them (fixStdioPermissions): nginx reopens them as
 			// /dev/stdout for its access log. harness truncates this file
@@ -267,6 +274,18 @@ func TestImageServes(t *testing.T) {
 			}
 
 			checkCredentials(t, "switchyard", p.Pid())
+			if plane == "go-workers" {
+				var workers int
+				for _, pid := range harness.ChildPIDs(p.Pid()) {
+					if strings.Contains(harness.Cmdline(pid), " worker -index=") {
+						workers++
+						checkCredentials(t, "go worker", pid)
+					}
+				}
+				if workers != 2 {
+					t.Errorf("%d go workers under switchyard (pid %d); want 2", workers, p.Pid())
+				}
+			}
 			if plane == "nginx" {
 				var masters int
 				for _, pid := range harness.ChildPIDs(p.Pid()) {
