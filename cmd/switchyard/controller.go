@@ -176,11 +176,8 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 		logw := proxy.NewLogWriter(opts.AccessLog, 0)
 		defer func() { _ = logw.Close() }()
 		pxCfg.AccessLog = logw
-		if err := metrics.registry.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "switchyard_access_log_dropped_lines_total",
-			Help: "Access log lines dropped because standard output did not keep up (the Go data plane).",
-		}, func() float64 { return float64(logw.Dropped()) })); err != nil {
-			return fmt.Errorf("register access log metrics: %w", err)
+		if err := registerAccessLogDropped(metrics.registry, logw); err != nil {
+			return err
 		}
 	}
 	px, err := proxy.New(pxCfg)
@@ -249,16 +246,7 @@ func serveController(ctx context.Context, opts controllerOptions, ready chan<- l
 					return err
 				}
 			default:
-				// An endpoint change names the backends it changed: the
-				// balancer builds those alone.
-				if err := reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
-					klog.ErrorS(err, "some backends were not applied")
-				}
-				if ch.BackendsOnly() {
-					px.UpdateBackends(cfg)
-				} else {
-					px.Update(cfg)
-				}
+				applyGoPlane(reg, px, cfg, ch)
 			}
 			if !ch.BackendsOnly() {
 				// Settings, passthrough hosts and L4 services are not
@@ -405,6 +393,33 @@ func serveWorkers(ctx context.Context, cancel context.CancelFunc, opts controlle
 	klog.InfoS("switchyard started with go workers", "workers", len(workers.procs), "http", httpAddr, "https", httpsAddr, "status", statusLn.Addr().String(), "version", versionString())
 	// Ready once every worker serves the first configuration.
 	return waitServing(ctx, cancel, workers.serving, errc, ready, listening{HTTP: httpAddr, HTTPS: httpsAddr, Status: statusLn.Addr().String()}, statusSrv)
+}
+
+// applyGoPlane hands a configuration to the Go plane's balancers, then its
+// routes (so routes never name a backend the balancer does not know); an
+// endpoint change names the backends it changed, and the balancer builds
+// those alone. Per-backend errors were already reported by the builder.
+func applyGoPlane(reg *balancer.Registry, px *proxy.Proxy, cfg *model.Configuration, ch controlplane.Change) {
+	if err := reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
+		klog.ErrorS(err, "some backends were not applied")
+	}
+	if ch.BackendsOnly() {
+		px.UpdateBackends(cfg)
+	} else {
+		px.Update(cfg)
+	}
+}
+
+// registerAccessLogDropped exports the count of access log lines logw
+// dropped.
+func registerAccessLogDropped(reg prometheus.Registerer, logw *proxy.LogWriter) error {
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "switchyard_access_log_dropped_lines_total",
+		Help: "Access log lines dropped because standard output did not keep up (the Go data plane).",
+	}, func() float64 { return float64(logw.Dropped()) })); err != nil {
+		return fmt.Errorf("register access log metrics: %w", err)
+	}
+	return nil
 }
 
 // testHookGoWorkers, when set, receives the workers of --go-workers.

@@ -161,11 +161,8 @@ func serveWorker(opts workerOptions, stdout io.Writer) error {
 		logw := proxy.NewSharedLogWriter(stdout, 0)
 		defer func() { _ = logw.Close() }()
 		pxCfg.AccessLog = logw
-		if err := registry.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "switchyard_access_log_dropped_lines_total",
-			Help: "Access log lines dropped because standard output did not keep up (the Go data plane).",
-		}, func() float64 { return float64(logw.Dropped()) })); err != nil {
-			return fmt.Errorf("register access log metrics: %w", err)
+		if err := registerAccessLogDropped(registry, logw); err != nil {
+			return err
 		}
 	}
 	px, err := proxy.New(pxCfg)
@@ -285,13 +282,8 @@ func (w *workerLoop) apply(wc *workerConfig) {
 		// (a worker started again gets the latest configuration).
 		ch = controlplane.Change{Reload: true, Dynamic: true, Certificates: true}
 	}
-	if err := w.reg.ApplyChanged(cfg.Backends, ch.Backends); err != nil {
-		klog.ErrorS(err, "some backends were not applied")
-	}
-	if ch.BackendsOnly() {
-		w.px.UpdateBackends(cfg)
-	} else {
-		w.px.Update(cfg)
+	applyGoPlane(w.reg, w.px, cfg, ch)
+	if !ch.BackendsOnly() {
 		w.pp.update(&cfg.Global)
 	}
 	if !w.started {
